@@ -1,0 +1,1 @@
+"""Strata's online side, and the `strata` command that drives every stage."""

