@@ -53,7 +53,7 @@ class TextFileCorpus(Corpus):
     def __init__(self, path: str | Path, on_malformed: OnMalformed = "skip") -> None:
         super().__init__(on_malformed)
         self.path = Path(path).expanduser()
-        if not self.path.is_file():
+        if not self.path.exists() or self.path.is_dir():  # a FIFO is fine: it is read once
             raise InputError(f"text file not found: {self.path}")
         if self.path.suffix.lower() not in (".jsonl", ".csv"):
             raise InputError(f"texts must be .jsonl or .csv, got {self.path.name}")

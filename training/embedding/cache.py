@@ -156,6 +156,13 @@ def remove_unlisted_files(root: Path, manifest: CacheManifest) -> list[Path]:
     return removed
 
 
+def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise CacheError(f"cannot read {path}: {exc}") from exc
+
+
 @dataclass
 class ShardData:
     shard: Shard
@@ -205,11 +212,14 @@ class EmbeddingCache:
             relative = shard.path(modality)
             if relative is None:
                 raise CacheError(f"shard {shard.index} has no {modality} embeddings")
-            embeddings[modality] = np.load(self.root / relative, mmap_mode="r" if mmap else None)
+            embeddings[modality] = load_npy(self.root / relative, mmap)
         metadata_path = shard.path("metadata")
         if metadata_path is None:
             raise CacheError(f"shard {shard.index} has no metadata file")
-        metadata = pq.read_table(self.root / metadata_path)
+        try:
+            metadata = pq.read_table(self.root / metadata_path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise CacheError(f"cannot read {self.root / metadata_path}: {exc}") from exc
         if "id" not in metadata.column_names:
             start = self._row_offset(shard)
             ids = pa.array([str(i) for i in range(start, start + shard.rows)])
@@ -252,11 +262,20 @@ class EmbeddingCache:
             faults.extend(f"missing {relative}" for relative in missing)
             if missing:
                 continue
-            for relative, checksum in shard.files.items():
-                digest = hashlib.sha256((self.root / relative).read_bytes()).hexdigest()
-                if checksum and digest != checksum:
-                    faults.append(f"checksum mismatch: {relative}")
-            data = self.read_shard(shard)
+            corrupt = [
+                relative
+                for relative, checksum in shard.files.items()
+                if checksum
+                and hashlib.sha256((self.root / relative).read_bytes()).hexdigest() != checksum
+            ]
+            faults.extend(f"checksum mismatch: {relative}" for relative in corrupt)
+            if corrupt:
+                continue
+            try:
+                data = self.read_shard(shard)
+            except CacheError as exc:
+                faults.append(str(exc))
+                continue
             if data.metadata.num_rows != shard.rows:
                 found = data.metadata.num_rows
                 faults.append(f"shard {shard.index}: metadata has {found} rows, not {shard.rows}")
@@ -306,7 +325,7 @@ def discover_clip_retrieval(root: Path) -> CacheManifest:
         rows = set()
         for path in files:
             if path.endswith(".npy"):
-                array = np.load(root / path, mmap_mode="r")
+                array = load_npy(root / path)
                 if array.ndim != 2:
                     raise CacheError(
                         f"{root / path}: expected a 2-d array, got shape {array.shape}"

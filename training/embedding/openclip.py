@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from pickle import UnpicklingError
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ class OpenClipEncoder(Encoder):
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     name, pretrained=value, precision=precision, device=device
                 )
-            except (OSError, RuntimeError, KeyError) as exc:
+            except (OSError, RuntimeError, KeyError, ValueError, EOFError, UnpicklingError) as exc:
                 raise InputError(
                     f"cannot load weights {value!r} for open_clip {name}: {exc}"
                 ) from exc

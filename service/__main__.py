@@ -1,0 +1,3 @@
+from service.cli import main
+
+main()
