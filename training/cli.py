@@ -94,7 +94,7 @@ def format_summary(summary: EmbedSummary) -> str:
         f"rows         {summary.rows} ({summary.rows_written} embedded now, "
         f"{summary.shards_resumed} shards resumed, {summary.shards_written} written)",
         f"skipped      {summary.corpus_skipped} malformed corpus entries, "
-        f"{summary.images_skipped} records without a usable image",
+        f"{summary.records_unusable} records without a usable text or image",
         f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s",
         f"on disk      {summary.bytes_on_disk / 2**20:.1f} MiB",
     ]

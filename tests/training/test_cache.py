@@ -156,3 +156,12 @@ class TestClipRetrievalLayout:
         np.save(tmp_path / "text_emb" / "text_emb_1.npy", unit_rows(3, 16, 0).astype(np.float16))
         with pytest.raises(CacheError, match="shard 1 files disagree on row count"):
             EmbeddingCache.open(tmp_path)
+
+
+def test_manifest_with_unknown_fields_is_a_clear_error(tmp_path: Path):
+    make_cache(tmp_path, [2])
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    data["shards"][0]["surprise"] = 1
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(CacheError, match="malformed manifest"):
+        EmbeddingCache.open(tmp_path)

@@ -132,7 +132,7 @@ def test_images_with_captions_share_one_vector_per_image(tiny_clip, tmp_path: Pa
     summary = embed_corpus(
         open_corpus("coco", root), tiny_clip, tmp_path / "cache", EmbedConfig(**QUIET)
     )
-    assert (summary.rows, summary.images_skipped) == (3, 1)
+    assert (summary.rows, summary.records_unusable) == (3, 1)
     cache = EmbeddingCache.open(tmp_path / "cache")
     assert cache.modalities == ["text", "image"]
     ids = cache.metadata().column("id").to_pylist()
@@ -220,3 +220,10 @@ def test_resume_after_the_process_is_killed(tiny_clip_config: Path, tmp_path: Pa
     encoder = load_encoder(f"open_clip:{tiny_clip_config}", device="cpu")
     expected = encoder.encode_text([json.loads(line)["text"] for line in lines])
     np.testing.assert_allclose(resumed.embeddings("text"), expected, atol=1e-5)
+
+
+def test_output_path_that_is_a_file(tiny_clip, tmp_path: Path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(CacheError, match="is a file"):
+        embed_corpus(CompositionalCorpus(scenes=5), tiny_clip, target, EmbedConfig(**QUIET))

@@ -129,6 +129,20 @@ class TestOpenClip:
         with pytest.raises(InputError, match="cannot load weights"):
             load_encoder(f"open_clip:{tiny_clip_config}@{checkpoint}", device="cpu")
 
+    def test_trimmed_text_tower_equals_open_clips_own(self, tiny_clip):
+        from training.embedding.openclip import encode_text_trimmed, has_causal_text_tower
+
+        texts = ["a dog", "two children play football on a wet field next to an old red barn", ""]
+        tokens = tiny_clip.tokenizer(texts)
+        assert has_causal_text_tower(tiny_clip.model)
+        with torch.inference_mode():
+            ours = encode_text_trimmed(tiny_clip.model, tokens)
+            theirs = tiny_clip.model.encode_text(tokens)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            tiny_clip.encode_text(texts), torch.nn.functional.normalize(theirs).numpy(), atol=1e-5
+        )
+
     def test_undecodable_image(self, tiny_clip, tmp_path: Path):
         bad = tmp_path / "bad.jpg"
         bad.write_bytes(b"\xff\xd8 this is not a jpeg")

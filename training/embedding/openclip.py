@@ -15,6 +15,11 @@ from pickle import UnpicklingError
 from typing import Any
 
 import numpy as np
+import open_clip
+import torch
+from open_clip.model import CLIP
+from open_clip.transformer import text_global_pool
+from torch import nn
 
 from training.embedding.encoders import Encoder, EncoderSpec, file_sha256
 from training.errors import InputError
@@ -24,8 +29,6 @@ log = logging.getLogger(__name__)
 
 def _register_arch(arch: str) -> str:
     """Architecture name for open_clip; a JSON config path is registered under its file stem."""
-    import open_clip
-
     if arch.endswith(".json"):
         open_clip.add_model_config(arch)
         return Path(arch).stem
@@ -45,9 +48,6 @@ class OpenClipEncoder(Encoder):
 
     @classmethod
     def load(cls, spec: EncoderSpec, device: str, batch_size: int) -> OpenClipEncoder:
-        import open_clip
-        import torch
-
         name = _register_arch(spec.arch)
         kind, _, value = spec.weights.partition(":")
         precision = "fp16" if device.startswith("cuda") else "fp32"
@@ -95,17 +95,50 @@ class OpenClipEncoder(Encoder):
         return getattr(self.model, "visual", None) is not None
 
     def _text_batch(self, texts: list[str]) -> np.ndarray:
-        import torch
-
         tokens = self.tokenizer(texts).to(self.device)
         with torch.inference_mode():
+            if has_causal_text_tower(self.model):
+                return encode_text_trimmed(self.model, tokens).float().cpu().numpy()
             return self.model.encode_text(tokens).float().cpu().numpy()
 
     def _image_batch(self, images: list[Any]) -> np.ndarray:
-        import torch
-
         pixels = torch.stack([self.preprocess(image) for image in images]).to(self.device)
         if self.device.startswith("cuda"):
             pixels = pixels.half()
         with torch.inference_mode():
             return self.model.encode_image(pixels).float().cpu().numpy()
+
+
+def has_causal_text_tower(model: Any) -> bool:
+    """A CLIP text tower with a causal mask, pooled at the end-of-text token."""
+    return (
+        isinstance(model, CLIP)
+        and getattr(model, "attn_mask", None) is not None
+        and model.text_pool_type in ("argmax", "eos")
+    )
+
+
+def encode_text_trimmed(model: CLIP, tokens: torch.Tensor) -> torch.Tensor:
+    """`model.encode_text(tokens)` without the padding after the batch's last end-of-text token.
+
+    open_clip pads every text to the context length (77). Under a causal mask the output at
+    position i depends only on tokens 0..i, and the pooled feature is read at the end-of-text
+    position, so dropping the columns after the batch's longest text gives the same vectors for
+    a fraction of the work (captions are ~15 tokens).
+    """
+    if model.text_pool_type == "argmax":
+        ends = tokens.argmax(dim=-1)
+    else:
+        ends = (tokens == model.text_eos_id).int().argmax(dim=-1)
+    length = int(ends.max()) + 1
+    tokens = tokens[:, :length]
+    cast_dtype = model.transformer.get_cast_dtype()
+    x = model.token_embedding(tokens).to(cast_dtype)
+    x = x + model.positional_embedding[:length].to(cast_dtype)
+    x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+    x = model.ln_final(x)
+    x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=model.text_eos_id)
+    projection = model.text_projection
+    if projection is None:
+        return x
+    return projection(x) if isinstance(projection, nn.Linear) else x @ projection
