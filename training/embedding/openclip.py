@@ -60,11 +60,16 @@ class OpenClipEncoder(Encoder):
                 name,
                 value,
             )
+            # drawn on the CPU in fp32 whatever the device, so a seed means the same weights
+            # for the job that embedded a gallery and the GPU service that embeds its queries
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(value))
                 model, _, preprocess = open_clip.create_model_and_transforms(
-                    name, pretrained=None, precision=precision, device=device
+                    name, pretrained=None, precision="fp32", device="cpu"
                 )
+            model.to(device)
+            if precision == "fp16":
+                open_clip.convert_weights_to_lp(model, dtype=torch.float16)
         else:
             if kind == "file":
                 provenance.update(path=value, sha256=file_sha256(Path(value)))
