@@ -21,7 +21,7 @@ from training.settings import StrataSettings
 
 log = logging.getLogger(__name__)
 
-DEMO_QUERIES = ("a dog running on the beach", "a child in a red shirt", "people riding bicycles")
+DEMO_QUERIES = ("a dog playing in the sea", "a child in a red shirt", "people riding bicycles")
 
 
 @dataclass
