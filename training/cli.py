@@ -91,13 +91,16 @@ def format_summary(summary: EmbedSummary) -> str:
         return f"{summary.out}: already complete ({summary.rows} rows); nothing to do"
     lines = [
         f"cache        {summary.out}",
-        f"rows         {summary.rows} ({summary.rows_written} embedded now, "
+        f"rows         {summary.rows} of {summary.records} records "
+        f"({summary.rows_written} embedded now, "
         f"{summary.shards_resumed} shards resumed, {summary.shards_written} written)",
         f"skipped      {summary.corpus_skipped} malformed corpus entries, "
         f"{summary.records_unusable} records without a usable text or image",
         f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s",
         f"on disk      {summary.bytes_on_disk / 2**20:.1f} MiB",
     ]
+    if summary.removed_partial_files:
+        lines.append(f"cleaned      {len(summary.removed_partial_files)} files a killed run left")
     return "\n".join(lines)
 
 
@@ -143,12 +146,13 @@ def peek(
     split: Split = "all",
     scenes: Scenes = 20_000,
     seed: Seed = 0,
+    images: Annotated[Path | None, typer.Option(help="coco: the image folder")] = None,
     strict: Strict = False,
     limit: Annotated[int, typer.Option(help="records to print")] = 5,
 ) -> None:
     """Read a corpus without embedding it: a few records, the count, and what was skipped."""
     source = open_corpus(
-        corpus, path, split=split, scenes=scenes, seed=seed,
+        corpus, path, split=split, images=images, scenes=scenes, seed=seed,
         on_malformed="error" if strict else "skip",
     )  # fmt: skip
     count = 0

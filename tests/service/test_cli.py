@@ -69,7 +69,9 @@ def test_embed_info_verify_peek(strata, tiny_clip_config: Path, tmp_path: Path):
         "--encoder", f"open_clip:{tiny_clip_config}", "--no-progress",
         check=True,
     )  # fmt: skip
-    assert "rows         2" in run.stdout and "1 malformed corpus entries" in run.stdout
+    assert (
+        "rows         2 of 2 records" in run.stdout and "1 malformed corpus entries" in run.stdout
+    )
     assert "RANDOM WEIGHTS" in run.stderr
 
     info = strata("embed", "info", str(cache), check=True)

@@ -210,7 +210,7 @@ def test_resume_after_the_process_is_killed(tiny_clip_config: Path, tmp_path: Pa
     corpus.write_text("\n".join(lines) + "\n")
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert "2 shards resumed, 3 written" in rerun.stdout
+    assert "2 shards resumed, 3 written" in rerun.stdout and "cleaned      1 files" in rerun.stdout
     resumed = EmbeddingCache.open(cache)
     assert resumed.rows == 500 and resumed.verify() == []
     assert resumed.metadata().column("id").to_pylist() == [f"t{i}" for i in range(500)]

@@ -12,7 +12,6 @@ into a fresh folder (corpus parsing, metadata, float16 cast, checksums, atomic w
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from training.benchmarks import publish
 from training.corpora import Corpus, Record, open_corpus
 from training.embedding.encoders import Encoder, load_encoder
 from training.embedding.job import EmbedConfig, embed_corpus
@@ -99,10 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_per_repeat": [j / b for j, b in zip(job, bare, strict=True)],
         "ratio_median": statistics.median(j / b for j, b in zip(job, bare, strict=True)),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return result
+    return publish(result, args.json)
 
 
 if __name__ == "__main__":

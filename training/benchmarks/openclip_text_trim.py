@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from training.benchmarks import publish
 from training.corpora import open_corpus
 from training.embedding.encoders import load_encoder
 from training.embedding.openclip import OpenClipEncoder, encode_text_trimmed
@@ -74,10 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         "speedup_median": statistics.median(t / f for t, f in zip(trimmed, full, strict=True)),
         "max_abs_difference": difference,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return result
+    return publish(result, args.json)
 
 
 if __name__ == "__main__":

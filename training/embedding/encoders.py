@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,6 @@ from typing import Any
 import numpy as np
 
 from training.errors import InputError
-
-log = logging.getLogger(__name__)
 
 ENCODER_FAMILIES = ("minilm", "open_clip")
 
