@@ -1,0 +1,80 @@
+"""The metric definitions of design.md, on cases whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training.granularity import validate_contract
+from training.metrics import (
+    drift,
+    fraction_of_variance_unexplained,
+    hard_negative_accuracy,
+    hard_negative_table,
+    prefix_cosine,
+    selectivity,
+    staircase,
+)
+
+CONTRACT = validate_contract(
+    {"object": 1, "attribute": 2, "relation": 3, "caption": 4, "full": 5}, 5
+)
+
+
+def test_prefix_cosine():
+    a = np.array([[1.0, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
+    b = np.array([[1.0, 5, 0, 0, 0], [1, -1, 0, 0, 0]])
+    np.testing.assert_allclose(prefix_cosine(a, b, 1), [1.0, 1.0])
+    np.testing.assert_allclose(prefix_cosine(a, b, 2), [1 / np.sqrt(26), 0.0])
+
+
+def test_hard_negative_accuracy_counts_strict_wins():
+    anchor = np.array([[1.0, 0.0], [1.0, 0.0]])
+    positive = np.array([[1.0, 0.1], [0.0, 1.0]])
+    negative = np.array([[0.0, 1.0], [0.0, 1.0]])  # second triple is a tie: not a win
+    assert hard_negative_accuracy(anchor, positive, negative, 2) == 0.5
+
+
+def staircase_case() -> dict[str, dict[int, float]]:
+    """An ideal transform: each type separated from its own prefix on, at chance before it."""
+    levels = {"object": 1, "attribute": 2, "relation": 3, "order": 4}
+    return {t: {n: (1.0 if n >= lvl else 0.5) for n in range(1, 6)} for t, lvl in levels.items()}
+
+
+def test_selectivity_and_staircase_of_an_ideal_transform():
+    table = staircase_case()
+    assert selectivity(table, CONTRACT) == 1.0
+    assert staircase(table, CONTRACT) == pytest.approx(50.0)
+
+
+def test_staircase_of_truncation_like_behaviour_is_zero():
+    flat = {t: dict.fromkeys(range(1, 6), 0.7) for t in ("attribute", "relation", "order")}
+    assert staircase(flat, CONTRACT) == pytest.approx(0.0)
+    assert selectivity(flat, CONTRACT) == pytest.approx(0.7)
+
+
+def test_table_from_constructed_embeddings():
+    rng = np.random.default_rng(0)
+    anchor = rng.normal(size=(200, 5))
+    positive = anchor.copy()
+    negative = anchor.copy()
+    negative[:, 1] = -negative[:, 1]  # differs only in coordinate 2 (the attribute prefix)
+    table = hard_negative_table(anchor, positive, {"attribute": negative}, [1, 2, 5])
+    assert table["attribute"][1] == 0.0  # identical on the first coordinate: ties, no wins
+    assert table["attribute"][2] == 1.0
+
+
+def test_drift_of_a_rotation_and_of_a_nonlinear_map():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(50, 8)), rng.normal(size=(50, 8))
+    q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    assert drift(a, b, a @ q.T, b @ q.T) < 1e-12
+    assert drift(a, b, np.tanh(a), np.tanh(b)) > 1e-3
+
+
+def test_fvu():
+    x = np.random.default_rng(2).normal(size=(100, 4))
+    assert fraction_of_variance_unexplained(x, x) == 0.0
+    assert fraction_of_variance_unexplained(x, np.tile(x.mean(axis=0), (100, 1))) == pytest.approx(
+        1.0
+    )

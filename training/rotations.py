@@ -1,0 +1,52 @@
+"""Orthogonal maps from unconstrained parameters, and their checks. Pure functions on tensors.
+
+Both transforms of Strata are rotations of the embedding space, so full-length cosine is kept
+exactly: GraSP-VL uses the Cayley map, CEDAR the matrix exponential of a skew-symmetric matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def skew_from_upper(upper: torch.Tensor, dim: int) -> torch.Tensor:
+    """A = U - Uᵀ, where U holds `upper` (dim·(dim-1)/2 values) in its strict upper triangle."""
+    expected = dim * (dim - 1) // 2
+    if upper.shape != (expected,):
+        raise ValueError(
+            f"expected {expected} upper-triangle values for dim {dim}, got {tuple(upper.shape)}"
+        )
+    rows, cols = torch.triu_indices(dim, dim, offset=1, device=upper.device)
+    matrix = torch.zeros(dim, dim, dtype=upper.dtype, device=upper.device)
+    matrix = matrix.index_put((rows, cols), upper)
+    return matrix - matrix.T
+
+
+def cayley(upper: torch.Tensor, dim: int) -> torch.Tensor:
+    """R = Cayley(A) = (I + A)⁻¹ (I − A), A skew-symmetric from its strict upper triangle.
+
+    Computed as the solution X of (I + A) X = I − A (a linear solve, never an explicit
+    inverse). I + A is always invertible for skew-symmetric A (its eigenvalues are 1 + iλ), and
+    R is orthogonal with det R = 1. Differentiable in `upper`; A = 0 gives R = I.
+    """
+    a = skew_from_upper(upper, dim)
+    eye = torch.eye(dim, dtype=upper.dtype, device=upper.device)
+    return torch.linalg.solve(eye + a, eye - a)
+
+
+def skew_exponential(upper: torch.Tensor, dim: int) -> torch.Tensor:
+    """U = exp(A − Aᵀ) from the strict upper triangle of A (CEDAR's parameterisation)."""
+    return torch.linalg.matrix_exp(skew_from_upper(upper, dim))
+
+
+def reorthogonalise(matrix: np.ndarray) -> np.ndarray:
+    """The nearest orthogonal matrix (polar factor U Vᵀ of the SVD), computed in float64."""
+    u, _, vt = np.linalg.svd(np.asarray(matrix, dtype=np.float64))
+    return u @ vt
+
+
+def orthogonality_error(matrix: np.ndarray) -> float:
+    """max |RᵀR − I|, computed in float64."""
+    r = np.asarray(matrix, dtype=np.float64)
+    return float(np.abs(r.T @ r - np.eye(r.shape[0])).max())
