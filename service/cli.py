@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.cli import embed_app, format_summary
+from training.cli import embed_app, eval_app, format_summary, train_app
 from training.errors import InputError
 from training.settings import load_settings
 
@@ -25,6 +25,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(embed_app, name="embed")
+app.add_typer(train_app, name="train")
+app.add_typer(eval_app, name="eval")
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""`strata embed ...`: the embed stage's commands (run the job, inspect and verify caches)."""
+"""The training side's command groups: `strata embed ...`, `strata train ...`, `strata eval ...`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from training.embedding.cache import EmbeddingCache
 from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
 from training.errors import CacheError, InputError
+from training.grasp import cli as grasp_cli
 from training.settings import load_settings
 
 embed_app = typer.Typer(help="Embed a corpus into an embedding cache, and inspect caches.")
+train_app = typer.Typer(help="Learn transforms (GraSP-VL) from an embedding cache.")
+eval_app = typer.Typer(help="Score transforms and their baselines with the project's metrics.")
+train_app.command("grasp")(grasp_cli.train_command)
+eval_app.command("grasp")(grasp_cli.eval_command)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")

@@ -18,9 +18,11 @@ and one hard negative of each type, made by changing exactly one factor of the c
     relation   the relation swapped                "a brown dog sitting on a red ball on the beach"
     order      subject and object roles swapped    "a red ball chasing a brown dog on the beach"
 
-The ground-truth factors are kept, so later stages can score prefixes and concepts against them.
-Scenes are generated in fixed blocks, each from its own seeded generator, so scene i is the same
-whatever number of scenes is asked for; the split of each scene is drawn with it.
+A paraphrase ("on the beach, a brown dog is chasing a red ball") stands in for the scene's image
+when training text-only. The ground-truth factors are kept, so later stages can score prefixes
+and concepts against them. Scenes are generated in fixed blocks, each from its own seeded
+generator, so scene i is the same whatever number of scenes is asked for; the split of each
+scene is drawn with it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,13 @@ class Scene:
         return (
             f"{noun_phrase(attribute, subject)} {relation} "
             f"{noun_phrase(self.object_attribute, self.object)} {self.place}"
+        )
+
+    def paraphrase(self) -> str:
+        """The same scene in another surface form: the text-only stand-in for its image."""
+        return (
+            f"{self.place}, {noun_phrase(self.subject_attribute, self.subject)} is "
+            f"{self.relation} {noun_phrase(self.object_attribute, self.object)}"
         )
 
     def views(self) -> dict[str, str]:
@@ -202,7 +211,7 @@ class CompositionalCorpus(Corpus):
 
 def scene_record(scene: Scene, negatives: dict[str, str]) -> Record:
     scene_id = f"scene-{scene.index:07d}"
-    fields: dict[str, Any] = {"split": scene.split}
+    fields: dict[str, Any] = {"split": scene.split, "anchor_text": scene.paraphrase()}
     fields.update({f"view_{name}": text for name, text in scene.views().items()})
     fields.update({f"neg_{name}": text for name, text in negatives.items()})
     fields.update(

@@ -1,0 +1,215 @@
+"""GraSP-VL: the loss terms move the right way, training beats truncation, artifacts round-trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training.artifacts import TransformArtifact
+from training.embedding.encoders import l2_normalise
+from training.errors import InputError
+from training.granularity import Granularity, default_contract
+from training.grasp.baselines import baseline_artifact, pca_rotation, random_rotation
+from training.grasp.data import GraspSet, leave_one_out_means
+from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves, retrieval_recall
+from training.grasp.losses import (
+    alignment_loss,
+    invariance_loss,
+    preservation_loss,
+    retention_loss,
+    selective_ranking_loss,
+)
+from training.grasp.train import GraspConfig, LossWeights, train_grasp
+from training.rotations import orthogonality_error
+
+DIM = 32
+CONTRACT = default_contract(DIM)  # 2 / 4 / 8 / 16 / 32
+
+
+def constructed_set(n: int = 900, seed: int = 0) -> GraspSet:
+    """Scenes whose factors live in known coordinates, object identity in the *last* ones.
+
+    Object (8 values) in coordinates 24..31, attribute (6) in 16..23, relation (5) in 8..15,
+    noise everywhere: plain truncation to D/16 = 2 coordinates sees no object at all, while a
+    rotation can bring the object block to the front.
+    """
+    rng = np.random.default_rng(seed)
+
+    def block(count: int, start: int) -> np.ndarray:
+        vectors = np.zeros((count, DIM))
+        vectors[:, start : start + 8] = rng.normal(size=(count, 8))
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    objects, attributes, relations = block(8, 24), block(6, 16), block(5, 8)
+    o, a, r = rng.integers(0, 8, n), rng.integers(0, 6, n), rng.integers(0, 5, n)
+
+    def scene(o, a, r, noise=0.0):
+        return l2_normalise(objects[o] + 0.8 * attributes[a] + 0.6 * relations[r] + noise)
+
+    def other(values, size):
+        return (values + rng.integers(1, size, len(values))) % size
+
+    anchors = scene(o, a, r, 0.15 * rng.normal(size=(n, DIM)))
+    views = {
+        Granularity.OBJECT: l2_normalise(objects[o]),
+        Granularity.ATTRIBUTE: l2_normalise(objects[o] + 0.8 * attributes[a]),
+        Granularity.RELATION: l2_normalise(objects[o] + 0.6 * relations[r]),
+        Granularity.CAPTION: scene(o, a, r),
+    }
+    negatives = {
+        "object": scene(other(o, 8), a, r),
+        "attribute": scene(o, other(a, 6), r),
+        "relation": scene(o, a, other(r, 5)),
+    }
+    split = np.where(np.arange(n) % 5 == 0, "val", np.where(np.arange(n) % 5 == 1, "test", "train"))
+    return GraspSet(np.array([f"s{i}" for i in range(n)]), split, anchors, views, negatives)
+
+
+def rotated(data: GraspSet, rotation: torch.Tensor) -> tuple:
+    f = lambda x: torch.as_tensor(x, dtype=torch.float32) @ rotation.T  # noqa: E731
+    views = {g: f(v) for g, v in data.views.items()}
+    return f(data.anchors), views, {k: f(v) for k, v in data.negatives.items()}
+
+
+class TestLosses:
+    def test_alignment_prefers_matching_views(self):
+        data = constructed_set(64)
+        anchors, views, _ = rotated(data, torch.eye(DIM))
+        shuffled = {
+            g: v[torch.randperm(64, generator=torch.Generator().manual_seed(0))]
+            for g, v in views.items()
+        }
+        right = alignment_loss(anchors, views, CONTRACT, 0.1)
+        wrong = alignment_loss(anchors, shuffled, CONTRACT, 0.1)
+        assert right < wrong
+        assert retention_loss(anchors, views, CONTRACT, 0.1) < retention_loss(
+            anchors, shuffled, CONTRACT, 0.1
+        )
+
+    def test_ranking_is_zero_when_negatives_are_far_and_positive_when_close(self):
+        anchors = torch.randn(4, DIM, generator=torch.Generator().manual_seed(0))
+        far = {"object": -anchors}
+        close = {"object": anchors.clone()}
+        assert selective_ranking_loss(anchors, anchors, far, CONTRACT, 0.1) == 0
+        assert selective_ranking_loss(anchors, anchors, close, CONTRACT, 0.1) == pytest.approx(0.1)
+
+    def test_invariance_rises_when_a_negative_is_separated_before_its_prefix(self):
+        anchors = torch.zeros(4, DIM)
+        anchors[:, 0] = 1.0
+        same_early = anchors.clone()
+        same_early[:, 10] = 1.0  # differs only after the attribute prefix (4)
+        separated_early = anchors.clone()
+        separated_early[:, 1] = 1.0  # differs inside the object prefix (2)
+        low = invariance_loss(anchors, anchors, {"relation": same_early}, CONTRACT)
+        high = invariance_loss(anchors, anchors, {"relation": separated_early}, CONTRACT)
+        assert low == 0 and high > 0.05
+        assert invariance_loss(anchors, anchors, {"object": separated_early}, CONTRACT) == 0
+
+    def test_preservation_is_zero_for_a_rotation_only(self):
+        x = torch.randn(20, DIM)
+        pairs = torch.stack([torch.arange(20), torch.roll(torch.arange(20), 1)], dim=1)
+        q = torch.as_tensor(random_rotation(DIM), dtype=torch.float32)
+        assert preservation_loss(q, x, x @ q.T, pairs) < 1e-10
+        m = torch.eye(DIM) + 0.3 * torch.randn(DIM, DIM)
+        assert preservation_loss(m, x, x @ m.T, pairs) > 0.01
+
+
+def test_training_lifts_selectivity_and_staircase_above_truncation(tmp_path: Path):
+    data = constructed_set()
+    config = GraspConfig(
+        epochs=25, batch_size=128, learning_rate=0.02, patience=25, temperature=0.1
+    )
+    result = train_grasp(data, config, tmp_path / "work", progress=False, device="cpu")
+    artifact = result.artifact
+    assert orthogonality_error(artifact.rotation) < 1e-6
+    test = data.of_split("test")
+    grasp = evaluate(artifact.apply, test, CONTRACT)
+    truncation = evaluate(lambda x: x, test, CONTRACT)
+    assert grasp["selectivity"] > truncation["selectivity"] + 0.1
+    assert grasp["staircase"] > truncation["staircase"]
+    assert grasp["drift"] <= 1e-6
+    obj = grasp["retrieval"]["object"][str(CONTRACT[Granularity.OBJECT])]["R@1"]
+    assert obj > truncation["retrieval"]["object"][str(CONTRACT[Granularity.OBJECT])]["R@1"]
+
+
+def test_training_is_deterministic_and_resumes(tmp_path: Path):
+    data = constructed_set(300)
+    config = GraspConfig(epochs=3, batch_size=64, patience=10)
+    first = train_grasp(data, config, tmp_path / "a", progress=False, device="cpu")
+    second = train_grasp(data, config, tmp_path / "b", progress=False, device="cpu")
+    np.testing.assert_array_equal(first.artifact.rotation, second.artifact.rotation)
+    longer = config.model_copy(update={"epochs": 5})
+    resumed = train_grasp(data, longer, tmp_path / "a", progress=False, device="cpu")  # new config
+    assert resumed.epochs_run == 5 and len(resumed.history) == 5
+    again = train_grasp(data, config, tmp_path / "b", progress=False, device="cpu")
+    assert again.epochs_run == 3 and len(again.history) == 3  # the checkpoint was complete
+    np.testing.assert_array_equal(again.artifact.rotation, first.artifact.rotation)
+
+
+def test_switching_a_term_off_removes_it(tmp_path: Path):
+    from training.grasp.train import loss_terms
+
+    data = constructed_set(64)
+    batch = {"anchors": torch.as_tensor(data.anchors, dtype=torch.float32)}
+    batch.update(
+        {f"view_{g.value}": torch.as_tensor(v, dtype=torch.float32) for g, v in data.views.items()}
+    )
+    batch.update(
+        {f"neg_{k}": torch.as_tensor(v, dtype=torch.float32) for k, v in data.negatives.items()}
+    )
+    upper = torch.zeros(DIM * (DIM - 1) // 2)
+    everything = loss_terms(upper, batch, CONTRACT, GraspConfig())
+    assert set(everything) == {"alignment", "retention", "ranking", "invariance", "preservation"}
+    ablated = loss_terms(upper, batch, CONTRACT, GraspConfig(weights=LossWeights(invariance=0)))
+    assert "invariance" not in ablated
+
+
+def test_baselines_and_report(tmp_path: Path):
+    data = constructed_set(300)
+    for name in ("identity", "pca", "random"):
+        artifact = baseline_artifact(name, data.of_split("train"), CONTRACT)
+        assert orthogonality_error(artifact.rotation) < 1e-6
+        artifact.save(tmp_path / name)
+        assert TransformArtifact.load(tmp_path / name).method == f"baseline:{name}"
+    with pytest.raises(InputError, match="unknown baseline"):
+        baseline_artifact("mlp", data, CONTRACT)
+    samples = data.anchors
+    ordered = samples @ pca_rotation(samples).T
+    variances = (ordered**2).mean(axis=0)
+    assert np.all(np.diff(variances) <= 1e-9)
+    reports = {"identity": evaluate(lambda x: x, data.of_split("test"), CONTRACT)}
+    assert "| identity |" in markdown_table(reports)
+    png = plot_hn_curves(reports, tmp_path / "hn.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_retrieval_recall_counts_identical_views_once_and_ties_as_misses():
+    views = np.array([[1.0, 0], [1.0, 0], [0, 1.0]])
+    anchors = np.array([[1.0, 0.1], [1.0, 0.1], [0.1, 1.0]])
+    assert retrieval_recall(anchors, views, 2, (1,)) == {1: 1.0}
+    flat = np.array([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    assert retrieval_recall(flat, np.array([[0.0, 1.0], [0.0, 1.0], [1.0, 1.0]]), 1, (1,)) == {
+        1: 0.0
+    }
+
+
+def test_leave_one_out_means():
+    x = l2_normalise(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0]]))
+    anchors = leave_one_out_means(x, ["a", "a", "a", "b", "b"])
+    np.testing.assert_allclose(anchors[0], l2_normalise((x[1] + x[2])[None])[0])
+    np.testing.assert_allclose(anchors[3], x[4])
+    with pytest.raises(InputError, match="single caption"):
+        leave_one_out_means(x[:3], ["a", "a", "c"])
+
+
+def test_set_round_trip(tmp_path: Path):
+    data = constructed_set(50)
+    data.save(tmp_path / "v.npz")
+    loaded = GraspSet.load(tmp_path / "v.npz")
+    np.testing.assert_array_equal(loaded.anchors, data.anchors)
+    assert set(loaded.negatives) == set(data.negatives) and list(loaded.split) == list(data.split)
+    with pytest.raises(InputError, match="no rows in split"):
+        data.of_split("dev")

@@ -1,0 +1,1 @@
+"""GraSP-VL: a rotation whose prefix lengths carry semantic granularity (design.md)."""

@@ -1,0 +1,126 @@
+"""`strata train grasp` and `strata eval grasp`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from training.artifacts import TransformArtifact
+from training.embedding.cache import EmbeddingCache
+from training.embedding.encoders import load_encoder
+from training.errors import InputError
+from training.granularity import default_contract
+from training.grasp.baselines import BASELINES, baseline_artifact
+from training.grasp.data import GraspSet, build_from_cache
+from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves
+from training.grasp.train import GraspConfig, train_grasp
+from training.settings import load_settings
+
+log = logging.getLogger(__name__)
+
+CacheOption = Annotated[Path, typer.Option("--cache", help="embedding cache with view metadata")]
+EncoderOption = Annotated[
+    str | None, typer.Option("--encoder", help="default: the encoder recorded in the cache")
+]
+
+
+def grasp_set(
+    cache_dir: Path, encoder_spec: str | None, views: Path | None
+) -> tuple[GraspSet, str]:
+    """The cache's GraspSet, embedded once and kept in `views` (default under the runs folder)."""
+    cache = EmbeddingCache.open(cache_dir)
+    spec = encoder_spec or cache.manifest.encoder
+    if spec is None:
+        raise InputError(
+            f"{cache_dir} records no encoder (a clip-retrieval cache?): pass --encoder"
+        )
+    key = hashlib.sha256((cache.manifest.to_json() + spec).encode()).hexdigest()[:16]
+    path = views or load_settings().runs_dir / "grasp-views" / f"{cache_dir.name}-{key}.npz"
+    if path.is_file():
+        log.info("using the embedded views in %s", path)
+        return GraspSet.load(path), spec
+    data = build_from_cache(cache, load_encoder(spec, device=load_settings().device))
+    data.save(path)
+    return data, spec
+
+
+def train_command(
+    cache: CacheOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="artifact folder to write")],
+    config: Annotated[
+        Path | None, typer.Option(help="GraspConfig as JSON (weights, epochs, ...)")
+    ] = None,
+    epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
+    work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
+    views: Annotated[
+        Path | None, typer.Option(help="embedded views file to reuse or write")
+    ] = None,
+    encoder: EncoderOption = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+) -> None:
+    """Learn the GraSP-VL rotation from a cache with views; resumes from its checkpoint."""
+    settings = load_settings()
+    loaded = json.loads(config.read_text()) if config else {}
+    if epochs is not None:
+        loaded["epochs"] = epochs
+    grasp_config = GraspConfig.model_validate(loaded)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out} exists; pass --overwrite to replace it")
+    with logging_redirect_tqdm():
+        data, spec = grasp_set(cache, encoder, views)
+        result = train_grasp(
+            data, grasp_config, work or out.with_name(out.name + ".work"), encoder=spec,
+            device=device or settings.device, progress=progress,
+        )  # fmt: skip
+    result.artifact.save(out, overwrite=overwrite)
+    typer.echo(
+        f"artifact     {out}\n"
+        f"epochs       {result.epochs_run} run, best {result.best_epoch} "
+        f"(validation selectivity {result.artifact.metrics['val_selectivity']:.4f})\n"
+        f"time         {result.seconds:.1f} s"
+    )
+
+
+def eval_command(
+    cache: CacheOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="report folder")],
+    artifact: Annotated[list[Path] | None, typer.Option(help="artifact(s) to score")] = None,
+    baselines: Annotated[
+        str, typer.Option(help=f"comma list of {', '.join(BASELINES)}")
+    ] = "identity,pca,random",
+    split: Annotated[str, typer.Option(help="split to score on")] = "test",
+    views: Annotated[
+        Path | None, typer.Option(help="embedded views file to reuse or write")
+    ] = None,
+    encoder: EncoderOption = None,
+) -> None:
+    """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG."""
+    data, spec = grasp_set(cache, encoder, views)
+    test = data.of_split(split)
+    dim = data.anchors.shape[1]
+    contract = default_contract(dim)
+    methods: dict[str, TransformArtifact] = {}
+    for name in [b.strip() for b in baselines.split(",") if b.strip()]:
+        methods[name] = baseline_artifact(name, data.of_split("train"), contract, spec)
+    for path in artifact or []:
+        loaded = TransformArtifact.load(path)
+        if loaded.dim != dim:
+            raise InputError(f"{path} is {loaded.dim}-d but the cache is {dim}-d")
+        methods[path.name] = loaded
+    if not methods:
+        raise InputError("nothing to evaluate: give --artifact or --baselines")
+    reports = {name: evaluate(a.apply, test, a.contract) for name, a in methods.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps({"split": split, "methods": reports}, indent=2))
+    table = markdown_table(reports)
+    (out / "report.md").write_text(f"# GraSP-VL evaluation ({split}, {len(test)} rows)\n\n{table}")
+    plot_hn_curves(reports, out / "hn_curves.png")
+    typer.echo(table + f"\nwrote {out}/report.json, report.md, hn_curves.png")

@@ -1,0 +1,152 @@
+"""GraSP-VL training data: anchors with their views at each granularity and typed negatives.
+
+Built from an embedding cache whose metadata carries the view and negative texts (the
+compositional corpus has them by construction: `view_object`, `view_attribute`,
+`view_relation`, `neg_object`, `neg_attribute`, `neg_relation`, `neg_order`, `anchor_text`).
+The caption view is the cache's own text embedding; the other texts are embedded with the
+cache's encoder. The anchor is an image embedding when the cache has images, else the
+`anchor_text` paraphrase, else (Flickr-style, several captions per image) the mean embedding of
+the other captions of the same group.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from training.embedding.cache import EmbeddingCache, atomic_write_bytes
+from training.embedding.encoders import Encoder, l2_normalise
+from training.errors import InputError
+from training.granularity import Granularity
+from training.metrics import NEGATIVE_LEVELS
+
+log = logging.getLogger(__name__)
+
+VIEW_COLUMNS = {
+    Granularity.OBJECT: "view_object",
+    Granularity.ATTRIBUTE: "view_attribute",
+    Granularity.RELATION: "view_relation",
+}
+NEGATIVE_COLUMNS = {kind: f"neg_{kind}" for kind in NEGATIVE_LEVELS}
+
+
+@dataclass
+class GraspSet:
+    """Row-aligned arrays: anchors, views per granularity, negatives per type, split labels."""
+
+    ids: np.ndarray
+    split: np.ndarray
+    anchors: np.ndarray
+    views: dict[Granularity, np.ndarray]
+    negatives: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def select(self, mask: np.ndarray) -> GraspSet:
+        return GraspSet(
+            ids=self.ids[mask],
+            split=self.split[mask],
+            anchors=self.anchors[mask],
+            views={g: v[mask] for g, v in self.views.items()},
+            negatives={k: n[mask] for k, n in self.negatives.items()},
+        )
+
+    def of_split(self, *names: str) -> GraspSet:
+        subset = self.select(np.isin(self.split, names))
+        if not len(subset):
+            raise InputError(
+                f"no rows in split(s) {', '.join(names)}; have {sorted(set(self.split))}"
+            )
+        return subset
+
+    def save(self, path: Path) -> None:
+        arrays = {"ids": self.ids, "split": self.split, "anchors": self.anchors}
+        arrays.update({f"view_{g.value}": v for g, v in self.views.items()})
+        arrays.update({f"neg_{k}": n for k, n in self.negatives.items()})
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write_bytes(path, buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> GraspSet:
+        with np.load(path, allow_pickle=False) as data:
+            return cls(
+                ids=data["ids"],
+                split=data["split"],
+                anchors=data["anchors"],
+                views={
+                    g: data[f"view_{g.value}"] for g in Granularity if f"view_{g.value}" in data
+                },
+                negatives={k: data[f"neg_{k}"] for k in NEGATIVE_LEVELS if f"neg_{k}" in data},
+            )
+
+
+def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
+    """Embed the views and negatives named in the cache's metadata (see module docstring)."""
+    if encoder.dim != cache.dim:
+        raise InputError(f"encoder {encoder.id} is {encoder.dim}-d but the cache is {cache.dim}-d")
+    metadata = cache.metadata()
+    columns = set(metadata.column_names)
+    needed = [*VIEW_COLUMNS.values(), *NEGATIVE_COLUMNS.values()]
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise InputError(
+            f"{cache.root}: metadata lacks {', '.join(missing)}; embed a corpus with views "
+            "(e.g. --corpus compositional)"
+        )
+    captions = cache.embeddings("text")
+    views = {
+        g: _embed(encoder, metadata.column(c).to_pylist(), g.value) for g, c in VIEW_COLUMNS.items()
+    }
+    views[Granularity.CAPTION] = captions
+    negatives = {
+        kind: _embed(encoder, metadata.column(c).to_pylist(), f"{kind} negatives")
+        for kind, c in NEGATIVE_COLUMNS.items()
+    }
+    if "image" in cache.modalities:
+        anchors = cache.embeddings("image")
+    elif "anchor_text" in columns:
+        anchors = _embed(encoder, metadata.column("anchor_text").to_pylist(), "anchors")
+    else:
+        anchors = leave_one_out_means(captions, metadata.column("group").to_pylist())
+    split = metadata.column("split").to_pylist() if "split" in columns else ["all"] * len(captions)
+    return GraspSet(
+        ids=np.array(metadata.column("id").to_pylist()),
+        split=np.array(split),
+        anchors=anchors,
+        views=views,
+        negatives=negatives,
+    )
+
+
+def _embed(encoder: Encoder, texts: list[str | None], what: str) -> np.ndarray:
+    if any(t is None or not t.strip() for t in texts):
+        raise InputError(f"some {what} texts are empty; every row needs one")
+    log.info("embedding %d %s with %s", len(texts), what, encoder.id)
+    return encoder.encode_text(texts)
+
+
+def leave_one_out_means(embeddings: np.ndarray, groups: list[str]) -> np.ndarray:
+    """For each row, the normalised mean of the other rows of its group (the text-only stand-in
+    for the group's image). A row alone in its group has no anchor: InputError."""
+    members: dict[str, list[int]] = defaultdict(list)
+    for row, group in enumerate(groups):
+        members[group].append(row)
+    lonely = [g for g, rows in members.items() if len(rows) < 2]
+    if lonely:
+        raise InputError(
+            f"{len(lonely)} groups have a single caption (e.g. {lonely[0]!r}): no anchor"
+        )
+    sums = np.zeros_like(embeddings, dtype=np.float64)
+    counts = np.zeros(len(groups))
+    for rows in members.values():
+        total = embeddings[rows].astype(np.float64).sum(axis=0)
+        sums[rows] = total - embeddings[rows]
+        counts[rows] = len(rows) - 1
+    return l2_normalise(sums / counts[:, None])

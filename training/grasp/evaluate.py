@@ -1,0 +1,134 @@
+"""`strata eval grasp`: every GraSP metric of design.md for any transform on any labelled set.
+
+A transform is any function from embeddings [N, D] to rotated embeddings (an artifact's
+`apply`, or a baseline adapter). Outputs: a JSON-able report, a Markdown table, and a PNG of HN
+accuracy against prefix length, one line per negative type, contract boundaries marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.granularity import Contract, Granularity
+from training.grasp.data import GraspSet
+from training.metrics import (
+    NEGATIVE_LEVELS,
+    drift,
+    hard_negative_table,
+    prefix_cosine,
+    selectivity,
+    staircase,
+)
+
+Transform = Callable[[np.ndarray], np.ndarray]
+RECALL_AT = (1, 10)
+
+
+def plot_lengths(contract: Contract, steps: int = 32) -> list[int]:
+    """The contract's prefixes plus an even grid of `steps` lengths, for the HN curves."""
+    dim = contract[Granularity.FULL]
+    grid = {max(1, round(dim * i / steps)) for i in range(1, steps + 1)}
+    return sorted(grid | set(contract.values()))
+
+
+def retrieval_recall(
+    anchors: np.ndarray, views: np.ndarray, length: int, ks: tuple[int, ...] = RECALL_AT
+) -> dict[int, float]:
+    """Recall@k of each anchor's own view among all distinct views, at prefix `length`.
+
+    Identical views (many scenes share "a dog") are one gallery item, so a hit is retrieving the
+    right text, not the right row. A tie with another item counts as a miss.
+    """
+    gallery, target = np.unique(np.round(views, 6), axis=0, return_inverse=True)
+    target = target.reshape(-1)
+    q = anchors[:, :length] / np.maximum(
+        np.linalg.norm(anchors[:, :length], axis=1, keepdims=True), 1e-12
+    )
+    g = gallery[:, :length] / np.maximum(
+        np.linalg.norm(gallery[:, :length], axis=1, keepdims=True), 1e-12
+    )
+    scores = q @ g.T
+    right = scores[np.arange(len(q)), target]
+    rank = (scores >= right[:, None]).sum(axis=1) - 1  # ties count against: 0 = strictly first
+    return {k: float((rank < k).mean()) for k in ks}
+
+
+def evaluate(transform: Transform, data: GraspSet, contract: Contract) -> dict[str, Any]:
+    """All GraSP metrics of `transform` on `data` (rotated with the transform first)."""
+    anchors = transform(data.anchors)
+    views = {g: transform(v) for g, v in data.views.items()}
+    positives = views[Granularity.CAPTION]
+    negatives = {k: transform(n) for k, n in data.negatives.items()}
+    lengths = plot_lengths(contract)
+    table = hard_negative_table(anchors, positives, negatives, lengths)
+    partner = np.roll(np.arange(len(anchors)), 1)
+    drift_pairs = max(
+        drift(data.anchors, data.views[Granularity.CAPTION], anchors, positives),
+        drift(data.anchors, data.anchors[partner], anchors, anchors[partner]),
+    )
+    retrieval = {
+        g.value: {
+            str(n): {f"R@{k}": r for k, r in retrieval_recall(anchors, v, n).items()}
+            for n in sorted(set(contract.values()))
+        }
+        for g, v in views.items()
+    }
+    return {
+        "rows": len(data),
+        "contract": {g.value: n for g, n in contract.items()},
+        "selectivity": selectivity(table, contract),
+        "staircase": staircase(table, contract),
+        "drift": drift_pairs,
+        "hn": {kind: {str(n): acc for n, acc in row.items()} for kind, row in table.items()},
+        "hn_at_level": {kind: table[kind][contract[NEGATIVE_LEVELS[kind]]] for kind in table},
+        "retrieval": retrieval,
+        "mean_full_cosine": float(prefix_cosine(anchors, positives, anchors.shape[1]).mean()),
+    }
+
+
+def markdown_table(reports: dict[str, dict[str, Any]]) -> str:
+    """One row per method: selectivity, staircase, drift, object R@1 at D/16 and at D."""
+    lines = [
+        "| method | selectivity | staircase | drift | object R@1 @D/16 | object R@1 @D |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in reports.items():
+        first, full = str(r["contract"]["object"]), str(r["contract"]["full"])
+        obj = r["retrieval"]["object"]
+        lines.append(
+            f"| {name} | {r['selectivity']:.4f} | {r['staircase']:.2f} | {r['drift']:.1e} "
+            f"| {obj[first]['R@1']:.3f} | {obj[full]['R@1']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_hn_curves(reports: dict[str, dict[str, Any]], path: Path) -> Path:
+    """HN accuracy against prefix length, one panel per method, one line per negative type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(reports), figsize=(4.2 * len(reports), 3.6), squeeze=False)
+    for ax, (name, report) in zip(axes[0], reports.items(), strict=True):
+        for kind, row in report["hn"].items():
+            lengths = sorted(int(n) for n in row)
+            ax.plot(lengths, [row[str(n)] for n in lengths], label=kind)
+        for granularity, n in report["contract"].items():
+            ax.axvline(n, color="0.8", linewidth=0.8, zorder=0)
+            ax.text(n, 0.02, granularity[:3], rotation=90, fontsize=7, color="0.4")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{name}\nsel {report['selectivity']:.3f}, stair {report['staircase']:.1f}")
+        ax.set_xlabel("prefix length")
+    axes[0][0].set_ylabel("HN accuracy")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

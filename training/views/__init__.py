@@ -1,0 +1,1 @@
+"""Language views of real captions at each granularity, and their typed hard negatives."""
