@@ -90,3 +90,46 @@ def test_embed_info_verify_peek(strata, tiny_clip_config: Path, tmp_path: Path):
     assert "2 records, 1 skipped" in peek.stdout and "texts.jsonl:2: invalid JSON" in peek.stdout
     strict = strata("embed", "peek", "--corpus", "texts", "--path", str(texts), "--strict")
     assert_one_line_error(strict, "texts.jsonl:2")
+
+
+def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
+    cache, artifact, report = tmp_path / "cache", tmp_path / "grasp", tmp_path / "report"
+    views = tmp_path / "views.npz"
+    encoder = f"open_clip:{tiny_clip_config}"
+    strata(
+        "embed", "run", "--corpus", "compositional", "--scenes", "400", "--out", str(cache),
+        "--encoder", encoder, "--no-progress", check=True,
+    )  # fmt: skip
+    train = strata(
+        "train", "grasp", "--cache", str(cache), "--out", str(artifact), "--epochs", "2",
+        "--views", str(views), "--no-progress", check=True,
+    )  # fmt: skip
+    assert "epochs       2 run" in train.stdout and views.is_file()
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["method"] == "grasp-vl" and manifest["encoder"] == f"{encoder}@random:0"
+    assert manifest["contract"] == {
+        "object": 2,
+        "attribute": 4,
+        "relation": 8,
+        "caption": 16,
+        "full": 32,
+    }
+
+    result = strata(
+        "eval", "grasp", "--cache", str(cache), "--artifact", str(artifact), "--out", str(report),
+        "--views", str(views), check=True,
+    )  # fmt: skip
+    assert "| grasp |" in result.stdout and "| pca |" in result.stdout
+    data = json.loads((report / "report.json").read_text())
+    assert set(data["methods"]) == {"identity", "pca", "random", "grasp"}
+    assert data["methods"]["grasp"]["drift"] <= 1e-6
+    assert (report / "hn_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    again = strata(
+        "train", "grasp", "--cache", str(cache), "--out", str(artifact), "--views", str(views)
+    )
+    assert_one_line_error(again, "exists; pass --overwrite")
+    flickr_like = strata(
+        "train", "grasp", "--cache", str(tmp_path / "nope"), "--out", str(tmp_path / "x")
+    )
+    assert_one_line_error(flickr_like, "embedding cache not found")

@@ -81,10 +81,11 @@ def train_command(
             device=device or settings.device, progress=progress,
         )  # fmt: skip
     result.artifact.save(out, overwrite=overwrite)
+    best = result.artifact.metrics["validation"]
     typer.echo(
         f"artifact     {out}\n"
-        f"epochs       {result.epochs_run} run, best {result.best_epoch} "
-        f"(validation selectivity {result.artifact.metrics['val_selectivity']:.4f})\n"
+        f"epochs       {result.epochs_run} run, best {result.best_epoch} (validation "
+        f"selectivity {best['val_selectivity']:.4f}, staircase {best['val_staircase']:.2f})\n"
         f"time         {result.seconds:.1f} s"
     )
 

@@ -31,7 +31,7 @@ from training.grasp.losses import (
     retention_loss,
     selective_ranking_loss,
 )
-from training.metrics import hard_negative_table, selectivity
+from training.metrics import hard_negative_table, selectivity, staircase
 from training.rotations import cayley, reorthogonalise
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,9 @@ def _tensors(data: GraspSet, device: str) -> dict[str, torch.Tensor]:
     }
 
 
-def validation_selectivity(rotation: np.ndarray, data: GraspSet, contract: Contract) -> float:
+def validation_score(rotation: np.ndarray, data: GraspSet, contract: Contract) -> dict[str, float]:
+    """Selectivity and staircase on the validation split; early stopping follows
+    selectivity + staircase / 100, since selectivity alone saturates on easy negatives."""
     rotate = lambda x: x @ rotation.T  # noqa: E731
     table = hard_negative_table(
         rotate(data.anchors),
@@ -127,7 +129,8 @@ def validation_selectivity(rotation: np.ndarray, data: GraspSet, contract: Contr
         {k: rotate(n) for k, n in data.negatives.items()},
         sorted(set(contract.values())),
     )
-    return selectivity(table, contract)
+    chosen, steps = selectivity(table, contract), staircase(table, contract)
+    return {"selectivity": chosen, "staircase": steps, "score": chosen + steps / 100}
 
 
 def train_grasp(
@@ -185,10 +188,11 @@ def train_grasp(
             bar.set_postfix({k[:5]: f"{v / (step + 1):.3f}" for k, v in sums.items() if v})
         with torch.no_grad():
             rotation = cayley(upper, dim).cpu().numpy()
-        score = validation_selectivity(rotation, val, contract)
+        scores = validation_score(rotation, val, contract)
+        score = scores["score"]
         record = {
             "epoch": epoch + 1,
-            "val_selectivity": score,
+            **{f"val_{k}": v for k, v in scores.items()},
             **{k: v / batches for k, v in sums.items()},
         }
         state["history"].append(record)
@@ -223,7 +227,7 @@ def train_grasp(
         encoder=encoder,
         config=config.model_dump(),
         data_fingerprint=fingerprint,
-        metrics={"val_selectivity": state["best"], "best_epoch": state["best_epoch"]},
+        metrics={"validation": state["history"][state["best_epoch"] - 1]},
     )
     return TrainResult(
         artifact,
