@@ -121,7 +121,7 @@ def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
     )  # fmt: skip
     assert "| grasp |" in result.stdout and "| pca |" in result.stdout
     data = json.loads((report / "report.json").read_text())
-    assert set(data["methods"]) == {"identity", "pca", "random", "grasp"}
+    assert set(data["methods"]) == {"identity", "pca", "random", "mrl", "mlp", "grasp"}
     assert data["methods"]["grasp"]["drift"] <= 1e-6
     assert (report / "hn_curves.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -129,6 +129,11 @@ def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
         "train", "grasp", "--cache", str(cache), "--out", str(artifact), "--views", str(views)
     )
     assert_one_line_error(again, "exists; pass --overwrite")
+    bad = strata(
+        "eval", "grasp", "--cache", str(cache), "--out", str(report), "--views", str(views),
+        "--baselines", "identity,svd",
+    )  # fmt: skip
+    assert_one_line_error(bad, "unknown baseline(s) svd")
     flickr_like = strata(
         "train", "grasp", "--cache", str(tmp_path / "nope"), "--out", str(tmp_path / "x")
     )

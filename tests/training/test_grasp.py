@@ -160,10 +160,11 @@ def test_switching_a_term_off_removes_it(tmp_path: Path):
     batch.update(
         {f"neg_{k}": torch.as_tensor(v, dtype=torch.float32) for k, v in data.negatives.items()}
     )
-    upper = torch.zeros(DIM * (DIM - 1) // 2)
-    everything = loss_terms(upper, batch, CONTRACT, GraspConfig())
+    eye = torch.eye(DIM)
+    everything = loss_terms(lambda x: x, batch, CONTRACT, GraspConfig(), eye)
     assert set(everything) == {"alignment", "retention", "ranking", "invariance", "preservation"}
-    ablated = loss_terms(upper, batch, CONTRACT, GraspConfig(weights=LossWeights(invariance=0)))
+    off = GraspConfig(weights=LossWeights(invariance=0))
+    ablated = loss_terms(lambda x: x, batch, CONTRACT, off, eye)
     assert "invariance" not in ablated
 
 
@@ -184,6 +185,24 @@ def test_baselines_and_report(tmp_path: Path):
     assert "| identity |" in markdown_table(reports)
     png = plot_hn_curves(reports, tmp_path / "hn.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_adapters_are_scored_like_artifacts():
+    from training.grasp.adapters import fit_adapter
+
+    data = constructed_set(400)
+    test = data.of_split("test")
+    config = GraspConfig(batch_size=64)
+    mlp = evaluate(
+        fit_adapter("mlp", data.of_split("train"), CONTRACT, config, epochs=5), test, CONTRACT
+    )
+    mrl = evaluate(
+        fit_adapter("mrl", data.of_split("train"), CONTRACT, config, epochs=5), test, CONTRACT
+    )
+    assert mlp["drift"] > 1e-3  # a free map changes full-length cosine
+    assert 0.0 <= mrl["selectivity"] <= 1.0 and mrl["drift"] > 0
+    with pytest.raises(InputError, match="unknown adapter"):
+        fit_adapter("svd", data, CONTRACT, config)
 
 
 def test_retrieval_recall_counts_identical_views_once_and_ties_as_misses():

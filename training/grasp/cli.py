@@ -15,10 +15,11 @@ from training.artifacts import TransformArtifact
 from training.embedding.cache import EmbeddingCache
 from training.embedding.encoders import load_encoder
 from training.errors import InputError
-from training.granularity import default_contract
+from training.granularity import Contract, default_contract
+from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.baselines import BASELINES, baseline_artifact
 from training.grasp.data import GraspSet, build_from_cache
-from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves
+from training.grasp.evaluate import Transform, evaluate, markdown_table, plot_hn_curves
 from training.grasp.train import GraspConfig, train_grasp
 from training.settings import load_settings
 
@@ -95,8 +96,8 @@ def eval_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="report folder")],
     artifact: Annotated[list[Path] | None, typer.Option(help="artifact(s) to score")] = None,
     baselines: Annotated[
-        str, typer.Option(help=f"comma list of {', '.join(BASELINES)}")
-    ] = "identity,pca,random",
+        str, typer.Option(help=f"comma list of {', '.join((*BASELINES, *ADAPTERS))}")
+    ] = "identity,pca,random,mrl,mlp",
     split: Annotated[str, typer.Option(help="split to score on")] = "test",
     views: Annotated[
         Path | None, typer.Option(help="embedded views file to reuse or write")
@@ -105,20 +106,30 @@ def eval_command(
 ) -> None:
     """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG."""
     data, spec = grasp_set(cache, encoder, views)
-    test = data.of_split(split)
+    test, train = data.of_split(split), data.of_split("train")
     dim = data.anchors.shape[1]
     contract = default_contract(dim)
-    methods: dict[str, TransformArtifact] = {}
-    for name in [b.strip() for b in baselines.split(",") if b.strip()]:
-        methods[name] = baseline_artifact(name, data.of_split("train"), contract, spec)
+    transforms: dict[str, tuple[Transform, Contract]] = {}
+    names = [b.strip() for b in baselines.split(",") if b.strip()]
+    unknown = [n for n in names if n not in (*BASELINES, *ADAPTERS)]
+    if unknown:
+        known = ", ".join((*BASELINES, *ADAPTERS))
+        raise InputError(f"unknown baseline(s) {', '.join(unknown)}; choose from {known}")
+    for name in names:
+        if name in ADAPTERS:
+            log.info("fitting the %s adapter on %d train rows", name, len(train))
+            transforms[name] = (fit_adapter(name, train, contract, GraspConfig()), contract)
+        else:
+            fitted = baseline_artifact(name, train, contract, spec)
+            transforms[name] = (fitted.apply, contract)
     for path in artifact or []:
         loaded = TransformArtifact.load(path)
         if loaded.dim != dim:
             raise InputError(f"{path} is {loaded.dim}-d but the cache is {dim}-d")
-        methods[path.name] = loaded
-    if not methods:
+        transforms[path.name] = (loaded.apply, loaded.contract)
+    if not transforms:
         raise InputError("nothing to evaluate: give --artifact or --baselines")
-    reports = {name: evaluate(a.apply, test, a.contract) for name, a in methods.items()}
+    reports = {name: evaluate(f, test, c) for name, (f, c) in transforms.items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({"split": split, "methods": reports}, indent=2))
     table = markdown_table(reports)

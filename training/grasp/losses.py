@@ -125,18 +125,19 @@ def invariance_loss(
 
 
 def preservation_loss(
-    rotation: torch.Tensor, before: torch.Tensor, after: torch.Tensor, pairs: torch.Tensor
+    rotation: torch.Tensor | None, before: torch.Tensor, after: torch.Tensor, pairs: torch.Tensor
 ) -> torch.Tensor:
-    """Full-space preservation: ‖RᵀR − I‖²_F / D + mean over pairs (i, j) of
-    [cos(after_i, after_j) − cos(before_i, before_j)]².
+    """Full-space preservation: ‖RᵀR − I‖²_F / D (when there is a matrix R) + mean over pairs
+    (i, j) of [cos(after_i, after_j) − cos(before_i, before_j)]².
 
     Zero for an exact rotation (the Cayley map gives one); it is what keeps an adapter honest,
     and it guards the float32 rotation against numerical drift.
     """
-    dim = rotation.shape[0]
-    eye = torch.eye(dim, dtype=rotation.dtype, device=rotation.device)
-    orthogonality = (rotation.T @ rotation - eye).square().sum() / dim
     i, j = pairs[:, 0], pairs[:, 1]
     cos_before = F.cosine_similarity(before[i], before[j], dim=1)
     cos_after = F.cosine_similarity(after[i], after[j], dim=1)
-    return orthogonality + (cos_after - cos_before).square().mean()
+    loss = (cos_after - cos_before).square().mean()
+    if rotation is not None:
+        eye = torch.eye(rotation.shape[0], dtype=rotation.dtype, device=rotation.device)
+        loss = loss + (rotation.T @ rotation - eye).square().sum() / rotation.shape[0]
+    return loss

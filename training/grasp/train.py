@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from training.embedding.encoders import resolve_device
 from training.granularity import Contract, Granularity, default_contract, validate_contract
 from training.grasp.data import GraspSet
 from training.grasp.losses import (
+    VIEW_LEVELS,
     alignment_loss,
     invariance_loss,
     preservation_loss,
@@ -43,18 +45,19 @@ class LossWeights(BaseModel):
 
     alignment: float = Field(1.0, ge=0)
     retention: float = Field(0.5, ge=0)
-    ranking: float = Field(1.0, ge=0)
-    invariance: float = Field(1.0, ge=0)
+    ranking: float = Field(3.0, ge=0)
+    # large: the squared prefix-cosine gaps it penalises are small numbers (~1e-3)
+    invariance: float = Field(3000.0, ge=0)
     preservation: float = Field(1.0, ge=0)
 
 
 class GraspConfig(BaseModel):
     epochs: int = Field(30, gt=0)
     batch_size: int = Field(256, gt=1)
-    learning_rate: float = Field(2e-3, gt=0)
+    learning_rate: float = Field(1e-2, gt=0)
     temperature: float = Field(0.05, gt=0)
     margin: float = Field(0.1, ge=0)
-    patience: int = Field(4, ge=1, description="epochs without validation gain before stopping")
+    patience: int = Field(5, ge=1, description="epochs without validation gain before stopping")
     seed: int = 0
     train_split: str = "train"
     validation_split: str = "val"
@@ -74,22 +77,27 @@ class TrainResult:
     history: list[dict[str, float]]
 
 
+def linear_map(matrix: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Rows x -> M x (that is, x @ Mᵀ)."""
+    return lambda x: x @ matrix.T
+
+
 def loss_terms(
-    upper: torch.Tensor,
+    transform: Callable[[torch.Tensor], torch.Tensor],
     batch: dict[str, torch.Tensor],
     contract: Contract,
     config: GraspConfig,
+    matrix: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Every weighted term on one batch (terms with weight 0 are not computed)."""
-    dim = batch["anchors"].shape[1]
-    rotation = cayley(upper, dim)
-    rotate = lambda x: x @ rotation.T  # noqa: E731
-    anchors = rotate(batch["anchors"])
-    views = {g: rotate(batch[f"view_{g.value}"]) for g in (
-        Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION, Granularity.CAPTION
-    )}  # fmt: skip
+    """Every weighted term on one batch (terms with weight 0 are not computed).
+
+    `transform` maps embeddings to the trained space (a rotation, or a baseline adapter);
+    `matrix` is the rotation itself when there is one, for the orthogonality penalty.
+    """
+    anchors = transform(batch["anchors"])
+    views = {g: transform(batch[f"view_{g.value}"]) for g in VIEW_LEVELS}
     positives = views[Granularity.CAPTION]
-    negatives = {k[4:]: rotate(v) for k, v in batch.items() if k.startswith("neg_")}
+    negatives = {k[4:]: transform(v) for k, v in batch.items() if k.startswith("neg_")}
     w = config.weights
     terms: dict[str, torch.Tensor] = {}
     if w.alignment:
@@ -105,7 +113,7 @@ def loss_terms(
     if w.preservation:
         n = len(anchors)
         pairs = torch.stack([torch.arange(n), torch.roll(torch.arange(n), 1)], dim=1)
-        terms["preservation"] = preservation_loss(rotation, batch["anchors"], anchors, pairs)
+        terms["preservation"] = preservation_loss(matrix, batch["anchors"], anchors, pairs)
     return terms
 
 
@@ -178,7 +186,9 @@ def train_grasp(
         )
         for step in bar:
             rows = order[step * config.batch_size : (step + 1) * config.batch_size].to(device)
-            terms = loss_terms(upper, {k: v[rows] for k, v in tensors.items()}, contract, config)
+            rotation = cayley(upper, dim)
+            batch = {k: v[rows] for k, v in tensors.items()}
+            terms = loss_terms(linear_map(rotation), batch, contract, config, rotation)
             total = sum(getattr(config.weights, k) * v for k, v in terms.items())
             optimizer.zero_grad()
             total.backward()
