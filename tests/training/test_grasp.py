@@ -232,3 +232,30 @@ def test_set_round_trip(tmp_path: Path):
     assert set(loaded.negatives) == set(data.negatives) and list(loaded.split) == list(data.split)
     with pytest.raises(InputError, match="no rows in split"):
         data.of_split("dev")
+
+
+def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, tmp_path: Path):
+    from training.corpora import open_corpus
+    from training.embedding.cache import EmbeddingCache
+    from training.embedding.job import EmbedConfig, embed_corpus
+    from training.grasp.data import build_from_cache
+
+    captions = {
+        "a.jpg": ["A black dog is running through the grass .", "A dog runs on grass .", "Dog ."],
+        "b.jpg": ["A little girl is climbing the stairs .", "A girl climbs stairs .", "Stairs ."],
+    }
+    flickr = tmp_path / "flickr"
+    flickr.mkdir()
+    lines = [f"{img}#{i}\t{c}" for img, caps in captions.items() for i, c in enumerate(caps)]
+    (flickr / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    embed_corpus(
+        open_corpus("flickr8k", flickr), tiny_clip, tmp_path / "c", EmbedConfig(progress=False)
+    )
+    cache = EmbeddingCache.open(tmp_path / "c")
+    data = build_from_cache(cache, tiny_clip)
+    assert list(data.ids) == ["a.jpg#0", "b.jpg#0"]  # the only captions with every view
+    everything = cache.embeddings("text")
+    expected = l2_normalise(everything[[1, 2]].sum(axis=0, keepdims=True))[0]
+    np.testing.assert_allclose(data.anchors[0], expected, atol=1e-5)
+    np.testing.assert_allclose(data.views[Granularity.CAPTION][1], everything[3], atol=1e-6)
+    assert set(data.negatives) == {"object", "attribute", "relation", "order"}

@@ -58,6 +58,9 @@ def train_command(
         Path | None, typer.Option(help="GraspConfig as JSON (weights, epochs, ...)")
     ] = None,
     epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
+    validation_split: Annotated[
+        str | None, typer.Option(help="override the config's validation split (Flickr8k: dev)")
+    ] = None,
     work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
     views: Annotated[
         Path | None, typer.Option(help="embedded views file to reuse or write")
@@ -72,6 +75,8 @@ def train_command(
     loaded = json.loads(config.read_text()) if config else {}
     if epochs is not None:
         loaded["epochs"] = epochs
+    if validation_split is not None:
+        loaded["validation_split"] = validation_split
     grasp_config = GraspConfig.model_validate(loaded)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")

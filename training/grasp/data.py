@@ -3,16 +3,19 @@
 Built from an embedding cache whose metadata carries the view and negative texts (the
 compositional corpus has them by construction: `view_object`, `view_attribute`,
 `view_relation`, `neg_object`, `neg_attribute`, `neg_relation`, `neg_order`, `anchor_text`).
-The caption view is the cache's own text embedding; the other texts are embedded with the
-cache's encoder. The anchor is an image embedding when the cache has images, else the
-`anchor_text` paraphrase, else (Flickr-style, several captions per image) the mean embedding of
-the other captions of the same group.
+Real captions without view columns (Flickr8k) get theirs from the rule-based extractor of
+`training.views`; rows lacking any view or negative are left out. The caption view is the
+cache's own text embedding; the other texts are embedded with the cache's encoder. The anchor
+is an image embedding when the cache has images, else the `anchor_text` paraphrase, else
+(Flickr-style, several captions per image) the mean embedding of all the other captions of the
+same group.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,36 +96,60 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
         raise InputError(f"encoder {encoder.id} is {encoder.dim}-d but the cache is {cache.dim}-d")
     metadata = cache.metadata()
     columns = set(metadata.column_names)
-    needed = [*VIEW_COLUMNS.values(), *NEGATIVE_COLUMNS.values()]
-    missing = [c for c in needed if c not in columns]
-    if missing:
-        raise InputError(
-            f"{cache.root}: metadata lacks {', '.join(missing)}; embed a corpus with views "
-            "(e.g. --corpus compositional)"
-        )
     captions = cache.embeddings("text")
-    views = {
-        g: _embed(encoder, metadata.column(c).to_pylist(), g.value) for g, c in VIEW_COLUMNS.items()
-    }
-    views[Granularity.CAPTION] = captions
-    negatives = {
-        kind: _embed(encoder, metadata.column(c).to_pylist(), f"{kind} negatives")
-        for kind, c in NEGATIVE_COLUMNS.items()
-    }
+    needed = [*VIEW_COLUMNS.values(), *NEGATIVE_COLUMNS.values()]
+    if all(c in columns for c in needed):
+        texts = {c: metadata.column(c).to_pylist() for c in needed}
+    elif "caption" in columns:
+        log.info("no view columns in %s: extracting views from the captions", cache.root)
+        texts = extracted_view_texts(metadata.column("caption").to_pylist())
+    else:
+        raise InputError(f"{cache.root}: metadata has neither view columns nor captions")
+    # rows whose every view and negative exists (real captions do not always have all of them)
+    keep = np.array([all(texts[c][i] for c in needed) for i in range(len(captions))])
+    if not keep.any():
+        raise InputError(f"{cache.root}: no row has every granularity view and negative")
     if "image" in cache.modalities:
         anchors = cache.embeddings("image")
     elif "anchor_text" in columns:
         anchors = _embed(encoder, metadata.column("anchor_text").to_pylist(), "anchors")
-    else:
+    else:  # before filtering: an image's anchor is the mean of *all* its other captions
         anchors = leave_one_out_means(captions, metadata.column("group").to_pylist())
+    rows = np.flatnonzero(keep)
+
+    def pick(column: str) -> list[str | None]:
+        return [texts[column][i] for i in rows]
+
+    views = {g: _embed(encoder, pick(c), g.value) for g, c in VIEW_COLUMNS.items()}
+    views[Granularity.CAPTION] = captions[rows]
+    negatives = {k: _embed(encoder, pick(c), f"{k} negatives") for k, c in NEGATIVE_COLUMNS.items()}
     split = metadata.column("split").to_pylist() if "split" in columns else ["all"] * len(captions)
     return GraspSet(
-        ids=np.array(metadata.column("id").to_pylist()),
-        split=np.array(split),
-        anchors=anchors,
+        ids=np.array(metadata.column("id").to_pylist())[rows],
+        split=np.array(split)[rows],
+        anchors=anchors[rows],
         views=views,
         negatives=negatives,
     )
+
+
+def extracted_view_texts(captions: list[str], seed: int = 0) -> dict[str, list[str | None]]:
+    """View and negative texts of real captions from the rule-based extractor (None where a
+    caption has no such view), under the metadata column names of the compositional corpus."""
+    from training.views.extractor import extract_views, make_negatives
+
+    rng = random.Random(seed)
+    texts: dict[str, list[str | None]] = {
+        c: [] for c in (*VIEW_COLUMNS.values(), *NEGATIVE_COLUMNS.values())
+    }
+    for caption in captions:
+        views = extract_views(caption)
+        negatives = make_negatives(views, rng)
+        for granularity, column in VIEW_COLUMNS.items():
+            texts[column].append(getattr(views, granularity.value))
+        for kind, column in NEGATIVE_COLUMNS.items():
+            texts[column].append(negatives.get(kind))
+    return texts
 
 
 def _embed(encoder: Encoder, texts: list[str | None], what: str) -> np.ndarray:
