@@ -113,19 +113,27 @@ def plot_hn_curves(reports: dict[str, dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(reports), figsize=(4.2 * len(reports), 3.6), squeeze=False)
-    for ax, (name, report) in zip(axes[0], reports.items(), strict=True):
+    columns = min(3, len(reports))
+    rows = -(-len(reports) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.4 * columns, 3.4 * rows), squeeze=False, sharey=True
+    )
+    for ax in axes.flat[len(reports) :]:
+        ax.set_visible(False)
+    for ax, (name, report) in zip(axes.flat, reports.items(), strict=False):
         for kind, row in report["hn"].items():
             lengths = sorted(int(n) for n in row)
             ax.plot(lengths, [row[str(n)] for n in lengths], label=kind)
         for granularity, n in report["contract"].items():
             ax.axvline(n, color="0.8", linewidth=0.8, zorder=0)
-            ax.text(n, 0.02, granularity[:3], rotation=90, fontsize=7, color="0.4")
+            ax.text(n, 0.42, granularity[:3], rotation=90, fontsize=7, color="0.4")
+        ax.axhline(0.5, color="0.6", linestyle=":", linewidth=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1.02)
+        ax.set_ylim(0.4, 1.02)
         ax.set_title(f"{name}\nsel {report['selectivity']:.3f}, stair {report['staircase']:.1f}")
         ax.set_xlabel("prefix length")
-    axes[0][0].set_ylabel("HN accuracy")
+    for row in axes:
+        row[0].set_ylabel("HN accuracy")
     axes[0][0].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
