@@ -216,12 +216,11 @@ def test_retrieval_recall_counts_identical_views_once_and_ties_as_misses():
 
 
 def test_leave_one_out_means():
-    x = l2_normalise(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0]]))
-    anchors = leave_one_out_means(x, ["a", "a", "a", "b", "b"])
+    x = l2_normalise(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0], [1.0, 1.0]]))
+    anchors, has_anchor = leave_one_out_means(x, ["a", "a", "a", "b", "b", "c"])
     np.testing.assert_allclose(anchors[0], l2_normalise((x[1] + x[2])[None])[0])
     np.testing.assert_allclose(anchors[3], x[4])
-    with pytest.raises(InputError, match="single caption"):
-        leave_one_out_means(x[:3], ["a", "a", "c"])
+    assert has_anchor.tolist() == [True] * 5 + [False]  # alone in its group: no anchor
 
 
 def test_set_round_trip(tmp_path: Path):

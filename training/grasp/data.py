@@ -107,14 +107,16 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
         raise InputError(f"{cache.root}: metadata has neither view columns nor captions")
     # rows whose every view and negative exists (real captions do not always have all of them)
     keep = np.array([all(texts[c][i] for c in needed) for i in range(len(captions))])
-    if not keep.any():
-        raise InputError(f"{cache.root}: no row has every granularity view and negative")
     if "image" in cache.modalities:
         anchors = cache.embeddings("image")
     elif "anchor_text" in columns:
         anchors = _embed(encoder, metadata.column("anchor_text").to_pylist(), "anchors")
     else:  # before filtering: an image's anchor is the mean of *all* its other captions
-        anchors = leave_one_out_means(captions, metadata.column("group").to_pylist())
+        anchors, has_anchor = leave_one_out_means(captions, metadata.column("group").to_pylist())
+        keep &= has_anchor
+    if not keep.any():
+        raise InputError(f"{cache.root}: no row has an anchor and every view and negative")
+    log.info("%d of %d rows have an anchor and every view and negative", keep.sum(), len(keep))
     rows = np.flatnonzero(keep)
 
     def pick(column: str) -> list[str | None]:
@@ -159,21 +161,19 @@ def _embed(encoder: Encoder, texts: list[str | None], what: str) -> np.ndarray:
     return encoder.encode_text(texts)
 
 
-def leave_one_out_means(embeddings: np.ndarray, groups: list[str]) -> np.ndarray:
+def leave_one_out_means(embeddings: np.ndarray, groups: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """For each row, the normalised mean of the other rows of its group (the text-only stand-in
-    for the group's image). A row alone in its group has no anchor: InputError."""
+    for the group's image), and a mask of the rows that have one: a row alone in its group has
+    no anchor (its vector is left at zero)."""
     members: dict[str, list[int]] = defaultdict(list)
     for row, group in enumerate(groups):
         members[group].append(row)
-    lonely = [g for g, rows in members.items() if len(rows) < 2]
-    if lonely:
-        raise InputError(
-            f"{len(lonely)} groups have a single caption (e.g. {lonely[0]!r}): no anchor"
-        )
     sums = np.zeros_like(embeddings, dtype=np.float64)
-    counts = np.zeros(len(groups))
+    has_anchor = np.zeros(len(groups), dtype=bool)
     for rows in members.values():
+        if len(rows) < 2:
+            continue
         total = embeddings[rows].astype(np.float64).sum(axis=0)
-        sums[rows] = total - embeddings[rows]
-        counts[rows] = len(rows) - 1
-    return l2_normalise(sums / counts[:, None])
+        sums[rows] = (total - embeddings[rows]) / (len(rows) - 1)
+        has_anchor[rows] = True
+    return l2_normalise(sums), has_anchor
