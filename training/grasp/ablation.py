@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from training.benchmarks import publish
-from training.granularity import default_contract
+from training.granularity import Granularity, default_contract
 from training.grasp.data import GraspSet
 from training.grasp.evaluate import evaluate
 from training.grasp.train import TERMS, GraspConfig, train_grasp
@@ -48,15 +48,21 @@ def main(argv: list[str] | None = None) -> dict:
             "selectivity": report["selectivity"],
             "staircase": report["staircase"],
             "drift": report["drift"],
+            "object_r1_at_first_prefix": report["retrieval"]["object"][
+                str(contract[Granularity.OBJECT])
+            ]["R@1"],
             "epochs": result.epochs_run,
             "seconds": result.seconds,
         }
         print(name, json.dumps(rows[name]), flush=True)
-    lines = ["| variant | selectivity | staircase | drift | epochs |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| variant | selectivity | staircase | drift | object R@1 @D/16 | epochs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, r in rows.items():
         lines.append(
             f"| {name} | {r['selectivity']:.4f} | {r['staircase']:.2f} | {r['drift']:.1e} "
-            f"| {r['epochs']} |"
+            f"| {r['object_r1_at_first_prefix']:.3f} | {r['epochs']} |"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ablation.md").write_text("\n".join(lines) + "\n")
