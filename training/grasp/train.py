@@ -162,7 +162,7 @@ def train_grasp(
     best_upper = upper.detach().clone()
     checkpoint = work_dir / "checkpoint.pt"
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
+        saved = torch.load(checkpoint, map_location=device, weights_only=True)
         if saved["config"] == config.fingerprint() and saved["data"] == fingerprint:
             with torch.no_grad():
                 upper.copy_(saved["upper"])
