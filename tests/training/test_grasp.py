@@ -153,13 +153,7 @@ def test_switching_a_term_off_removes_it(tmp_path: Path):
     from training.grasp.train import loss_terms
 
     data = constructed_set(64)
-    batch = {"anchors": torch.as_tensor(data.anchors, dtype=torch.float32)}
-    batch.update(
-        {f"view_{g.value}": torch.as_tensor(v, dtype=torch.float32) for g, v in data.views.items()}
-    )
-    batch.update(
-        {f"neg_{k}": torch.as_tensor(v, dtype=torch.float32) for k, v in data.negatives.items()}
-    )
+    batch = data.tensors()
     eye = torch.eye(DIM)
     everything = loss_terms(lambda x: x, batch, CONTRACT, GraspConfig(), eye)
     assert set(everything) == {"alignment", "retention", "ranking", "invariance", "preservation"}

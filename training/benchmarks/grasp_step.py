@@ -41,20 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     data = GraspSet.load(args.views)
-    rows = slice(0, args.batch_size)
-    batch = {"anchors": torch.as_tensor(data.anchors[rows], dtype=torch.float32)}
-    batch.update(
-        {
-            f"view_{g.value}": torch.as_tensor(v[rows], dtype=torch.float32)
-            for g, v in data.views.items()
-        }
-    )
-    batch.update(
-        {
-            f"neg_{k}": torch.as_tensor(v[rows], dtype=torch.float32)
-            for k, v in data.negatives.items()
-        }
-    )
+    batch = {k: v[: args.batch_size] for k, v in data.tensors().items()}
     dim = data.anchors.shape[1]
     contract = default_contract(dim)
     upper = torch.zeros(dim * (dim - 1) // 2, requires_grad=True)

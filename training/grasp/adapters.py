@@ -51,10 +51,7 @@ def fit_adapter(
         nn.init.eye_(model.weight)
     else:
         model = ResidualMLP(dim, hidden=dim)
-    tensors = {"anchors": train.anchors}
-    tensors.update({f"view_{g.value}": v for g, v in train.views.items()})
-    tensors.update({f"neg_{k}": n for k, n in train.negatives.items()})
-    data = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) for k, v in tensors.items()}
+    data = train.tensors()
     no_preservation = config.model_copy(
         update={"weights": config.weights.model_copy(update={"preservation": 0.0})}
     )

@@ -19,6 +19,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,12 +69,25 @@ class GraspSet:
             )
         return subset
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The embeddings by the names the loss code uses: anchors, view_<g>, neg_<type>."""
+        named = {"anchors": self.anchors}
+        named.update({f"view_{g.value}": v for g, v in self.views.items()})
+        named.update({f"neg_{k}": n for k, n in self.negatives.items()})
+        return named
+
+    def tensors(self, device: str = "cpu") -> dict[str, Any]:
+        """`arrays()` as float32 torch tensors on `device`."""
+        import torch
+
+        return {
+            k: torch.as_tensor(np.asarray(v, dtype=np.float32), device=device)
+            for k, v in self.arrays().items()
+        }
+
     def save(self, path: Path) -> None:
-        arrays = {"ids": self.ids, "split": self.split, "anchors": self.anchors}
-        arrays.update({f"view_{g.value}": v for g, v in self.views.items()})
-        arrays.update({f"neg_{k}": n for k, n in self.negatives.items()})
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, ids=self.ids, split=self.split, **self.arrays())
         atomic_write_bytes(path, buffer.getvalue())
 
     @classmethod

@@ -117,16 +117,6 @@ def loss_terms(
     return terms
 
 
-def _tensors(data: GraspSet, device: str) -> dict[str, torch.Tensor]:
-    arrays = {"anchors": data.anchors}
-    arrays.update({f"view_{g.value}": v for g, v in data.views.items()})
-    arrays.update({f"neg_{k}": n for k, n in data.negatives.items()})
-    return {
-        k: torch.as_tensor(np.asarray(v, dtype=np.float32), device=device)
-        for k, v in arrays.items()
-    }
-
-
 def validation_score(rotation: np.ndarray, data: GraspSet, contract: Contract) -> dict[str, float]:
     """Selectivity and staircase on the validation split; early stopping follows
     selectivity + staircase / 100, since selectivity alone saturates on easy negatives."""
@@ -172,7 +162,7 @@ def train_grasp(
         else:
             log.warning("ignoring %s: made with another config or data", checkpoint)
 
-    tensors = _tensors(train, device)
+    tensors = train.tensors(device)
     started = time.perf_counter()
     batches = max(1, len(train) // config.batch_size)
     while state["epoch"] < config.epochs and state["bad_epochs"] < config.patience:
