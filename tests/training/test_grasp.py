@@ -252,3 +252,34 @@ def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, 
     np.testing.assert_allclose(data.anchors[0], expected, atol=1e-5)
     np.testing.assert_allclose(data.views[Granularity.CAPTION][1], everything[3], atol=1e-6)
     assert set(data.negatives) == {"object", "attribute", "relation", "order"}
+
+
+def test_agreement_with_expert_judgments(tmp_path: Path):
+    from training.grasp.agreement import (
+        agreement,
+        average_ranks,
+        ndcg_at,
+        read_expert_judgments,
+        spearman,
+    )
+
+    assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+    assert spearman(np.array([1.0, 2, 3]), np.array([10.0, 20, 30])) == pytest.approx(1.0)
+    assert ndcg_at(np.array([0.9, 0.1]), np.array([3.0, 0.0]), ["q", "q"]) == 1.0
+    assert ndcg_at(np.array([0.1, 0.9]), np.array([3.0, 0.0]), ["q", "q"]) < 1.0
+
+    # two images with two captions each; experts like the matching image's caption
+    vectors = l2_normalise(np.array([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]]))
+    ids, groups = ["a#0", "a#1", "b#0", "b#1"], ["a", "a", "b", "b"]
+    path = tmp_path / "ExpertAnnotations.txt"
+    path.write_text(
+        "a\tb#0\t1\t1\t1\na\ta#1\t4\t4\t3\nb\tb#1\t4\t4\t4\nb\ta#0\t1\t2\t1\nb\tz#0\t4\t4\t4\n"
+    )
+    judgments = read_expert_judgments(path)
+    result = agreement(lambda x: x, judgments, vectors, ids, groups, [1, 2])
+    assert result["pairs"] == 4 and result["skipped"] == 1  # z#0 is not in the cache
+    assert result["prefix"]["2"]["spearman"] > 0.8
+    assert result["prefix"]["2"]["ndcg@10"] == pytest.approx(1.0)
+    path.write_text("a\tb#0\tx\n")
+    with pytest.raises(InputError, match=r"ExpertAnnotations\.txt:1"):
+        read_expert_judgments(path)

@@ -17,9 +17,16 @@ from training.embedding.encoders import load_encoder
 from training.errors import InputError
 from training.granularity import Contract, default_contract
 from training.grasp.adapters import ADAPTERS, fit_adapter
+from training.grasp.agreement import agreement, read_expert_judgments
 from training.grasp.baselines import BASELINES, baseline_artifact
 from training.grasp.data import GraspSet, build_from_cache
-from training.grasp.evaluate import Transform, evaluate, markdown_table, plot_hn_curves
+from training.grasp.evaluate import (
+    Transform,
+    agreement_table,
+    evaluate,
+    markdown_table,
+    plot_hn_curves,
+)
 from training.grasp.train import GraspConfig, train_grasp
 from training.settings import load_settings
 
@@ -108,6 +115,10 @@ def eval_command(
         Path | None, typer.Option(help="embedded views file to reuse or write")
     ] = None,
     encoder: EncoderOption = None,
+    judgments: Annotated[
+        Path | None,
+        typer.Option(help="Flickr8k ExpertAnnotations.txt (default: beside a Flickr8k corpus)"),
+    ] = None,
 ) -> None:
     """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG."""
     data, spec = grasp_set(cache, encoder, views)
@@ -135,9 +146,31 @@ def eval_command(
     if not transforms:
         raise InputError("nothing to evaluate: give --artifact or --baselines")
     reports = {name: evaluate(f, test, c) for name, (f, c) in transforms.items()}
+    judgments = judgments or _flickr_judgments(cache)
+    if judgments is not None:
+        expert = read_expert_judgments(judgments)
+        opened = EmbeddingCache.open(cache)
+        metadata = opened.metadata()
+        ids, groups = metadata.column("id").to_pylist(), metadata.column("group").to_pylist()
+        vectors = opened.embeddings("text")
+        for name, (f, c) in transforms.items():
+            lengths = sorted(set(c.values()))
+            reports[name]["agreement"] = agreement(f, expert, vectors, ids, groups, lengths)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({"split": split, "methods": reports}, indent=2))
     table = markdown_table(reports)
+    if judgments is not None:
+        table += "\nAgreement with the Flickr8k expert judgments (Spearman / NDCG@10):\n\n"
+        table += agreement_table(reports)
     (out / "report.md").write_text(f"# GraSP-VL evaluation ({split}, {len(test)} rows)\n\n{table}")
     plot_hn_curves(reports, out / "hn_curves.png")
     typer.echo(table + f"\nwrote {out}/report.json, report.md, hn_curves.png")
+
+
+def _flickr_judgments(cache_dir: Path) -> Path | None:
+    """ExpertAnnotations.txt beside the Flickr8k corpus a cache was embedded from, if any."""
+    corpus = EmbeddingCache.open(cache_dir).manifest.job.get("corpus", {})
+    if corpus.get("kind") != "flickr8k":
+        return None
+    path = Path(corpus["path"]) / "ExpertAnnotations.txt"
+    return path if path.is_file() else None

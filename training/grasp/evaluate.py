@@ -106,6 +106,21 @@ def markdown_table(reports: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def agreement_table(reports: dict[str, dict[str, Any]]) -> str:
+    """One row per method: Spearman and NDCG@10 at every contract prefix."""
+    first = next(r for r in reports.values() if "agreement" in r)
+    lengths = list(first["agreement"]["prefix"])
+    header = " | ".join(f"ℓ={n}" for n in lengths)
+    lines = [f"| method | {header} |", "|---|" + "---:|" * len(lengths)]
+    for name, report in reports.items():
+        cells = [
+            f"{v['spearman']:.3f} / {v['ndcg@10']:.3f}"
+            for v in report["agreement"]["prefix"].values()
+        ]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_hn_curves(reports: dict[str, dict[str, Any]], path: Path) -> Path:
     """HN accuracy against prefix length, one panel per method, one line per negative type."""
     import matplotlib
