@@ -201,6 +201,8 @@ class TestCompositional:
             assert f["view_attribute"].split()[-2:] == [f["subject_attribute"], f["subject"]]
             assert f["relation"] in f["view_relation"] and f["object"] in f["view_relation"]
             assert record.text.endswith(f["place"])
+            assert f["anchor_text"].startswith(f["place"]) and f["anchor_text"] != record.text
+            assert f"{f['subject']} is {f['relation']}" in f["anchor_text"]
 
     def test_each_negative_changes_exactly_its_factor(self):
         for record in CompositionalCorpus(scenes=300, seed=0):
