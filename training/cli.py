@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.cedar import cli as cedar_cli
 from training.corpora import CORPUS_KINDS, open_corpus
 from training.embedding.cache import EmbeddingCache
 from training.embedding.encoders import load_encoder
@@ -18,10 +19,12 @@ from training.grasp import cli as grasp_cli
 from training.settings import load_settings
 
 embed_app = typer.Typer(help="Embed a corpus into an embedding cache, and inspect caches.")
-train_app = typer.Typer(help="Learn transforms (GraSP-VL) from an embedding cache.")
+train_app = typer.Typer(help="Learn transforms (GraSP-VL, CEDAR) from an embedding cache.")
 eval_app = typer.Typer(help="Score transforms and their baselines with the project's metrics.")
 train_app.command("grasp")(grasp_cli.train_command)
 eval_app.command("grasp")(grasp_cli.eval_command)
+train_app.command("cedar")(cedar_cli.train_command)
+eval_app.command("cedar")(cedar_cli.eval_command)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")

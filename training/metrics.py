@@ -88,3 +88,44 @@ def fraction_of_variance_unexplained(x: np.ndarray, reconstruction: np.ndarray) 
     residual = np.square(x - np.asarray(reconstruction, dtype=np.float64)).sum()
     total = np.square(x - x.mean(axis=0)).sum()
     return float(residual / total) if total > 0 else 0.0
+
+
+def _unbiased_hsic(k: np.ndarray, l: np.ndarray) -> float:  # noqa: E741
+    """Unbiased HSIC estimator (Song et al. 2012) of two n×n kernel matrices, n > 3."""
+    n = k.shape[0]
+    kt, lt = k.copy(), l.copy()
+    np.fill_diagonal(kt, 0.0)
+    np.fill_diagonal(lt, 0.0)
+    trace = float((kt * lt.T).sum())
+    sums = float(kt.sum()) * float(lt.sum()) / ((n - 1) * (n - 2))
+    cross = float(kt.sum(axis=0) @ lt.sum(axis=1)) * 2 / (n - 2)
+    return (trace + sums - cross) / (n * (n - 3))
+
+
+def _mutual_knn_mask(kernel: np.ndarray, k: int) -> np.ndarray:
+    """1 where j is among the k nearest (largest-kernel) neighbours of i, i ≠ j."""
+    scores = kernel.copy()
+    np.fill_diagonal(scores, -np.inf)
+    neighbours = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    mask = np.zeros_like(kernel)
+    np.put_along_axis(mask, neighbours, 1.0, axis=1)
+    return mask
+
+
+def cknna(a: np.ndarray, b: np.ndarray, k: int = 10) -> float:
+    """CKNNA (Huh et al. 2024): centred kernel alignment restricted to mutual k-NN pairs.
+
+    With linear kernels K = AAᵀ, L = BBᵀ and α_ij = 1 when j is among the k nearest neighbours
+    of i under both, CKNNA = HSIC(α∘K, α∘L) / sqrt(HSIC(α_K∘K, α_K∘K) · HSIC(α_L∘L, α_L∘L)),
+    HSIC unbiased. 1 when the two representations share neighbourhoods and their geometry.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape[0] != b.shape[0] or a.shape[0] <= max(k, 3):
+        raise ValueError(f"CKNNA needs two row-aligned sets of more than {max(k, 3)} rows")
+    kernel_a, kernel_b = a @ a.T, b @ b.T
+    mask_a, mask_b = _mutual_knn_mask(kernel_a, k), _mutual_knn_mask(kernel_b, k)
+    joint = mask_a * mask_b
+    self_a = _unbiased_hsic(mask_a * kernel_a, mask_a * kernel_a)
+    self_b = _unbiased_hsic(mask_b * kernel_b, mask_b * kernel_b)
+    denominator = np.sqrt(max(self_a * self_b, 0.0))
+    return float(_unbiased_hsic(joint * kernel_a, joint * kernel_b) / (denominator + 1e-12))

@@ -50,3 +50,16 @@ def orthogonality_error(matrix: np.ndarray) -> float:
     """max |RᵀR − I|, computed in float64."""
     r = np.asarray(matrix, dtype=np.float64)
     return float(np.abs(r.T @ r - np.eye(r.shape[0])).max())
+
+
+def pca_rotation(samples: np.ndarray) -> np.ndarray:
+    """Rows are the eigenvectors of the second-moment matrix, by decreasing eigenvalue."""
+    x = np.asarray(samples, dtype=np.float64)
+    eigenvalues, eigenvectors = np.linalg.eigh(x.T @ x / len(x))
+    return reorthogonalise(eigenvectors[:, np.argsort(eigenvalues)[::-1]].T)
+
+
+def random_rotation(dim: int, seed: int = 0) -> np.ndarray:
+    """Haar-random orthogonal matrix (QR of a Gaussian matrix with the sign fix)."""
+    q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))
+    return q * np.sign(np.diag(r))

@@ -12,7 +12,7 @@ from training.artifacts import TransformArtifact
 from training.embedding.encoders import l2_normalise
 from training.errors import InputError
 from training.granularity import Granularity, default_contract
-from training.grasp.baselines import baseline_artifact, pca_rotation, random_rotation
+from training.grasp.baselines import baseline_artifact
 from training.grasp.data import GraspSet, leave_one_out_means
 from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves, retrieval_recall
 from training.grasp.losses import (
@@ -23,7 +23,7 @@ from training.grasp.losses import (
     selective_ranking_loss,
 )
 from training.grasp.train import GraspConfig, LossWeights, train_grasp
-from training.rotations import orthogonality_error
+from training.rotations import orthogonality_error, pca_rotation, random_rotation
 
 DIM = 32
 CONTRACT = default_contract(DIM)  # 2 / 4 / 8 / 16 / 32

@@ -5,7 +5,7 @@
   rotation about the origin and full-length cosine is kept), largest variance first;
 - random: a uniformly random rotation (seeded).
 
-The MRL-style linear adapter and the free MLP adapter are not rotations and are not here yet.
+The MRL-style linear adapter and the free MLP adapter are not rotations: see adapters.py.
 """
 
 from __future__ import annotations
@@ -16,22 +16,9 @@ from training.artifacts import TransformArtifact, data_fingerprint
 from training.errors import InputError
 from training.granularity import Contract, Granularity
 from training.grasp.data import GraspSet
-from training.rotations import reorthogonalise
+from training.rotations import pca_rotation, random_rotation
 
 BASELINES = ("identity", "pca", "random")
-
-
-def pca_rotation(samples: np.ndarray) -> np.ndarray:
-    """Rows are the eigenvectors of the second-moment matrix, by decreasing eigenvalue."""
-    x = np.asarray(samples, dtype=np.float64)
-    eigenvalues, eigenvectors = np.linalg.eigh(x.T @ x / len(x))
-    return reorthogonalise(eigenvectors[:, np.argsort(eigenvalues)[::-1]].T)
-
-
-def random_rotation(dim: int, seed: int = 0) -> np.ndarray:
-    """Haar-random orthogonal matrix (QR of a Gaussian matrix with the sign fix)."""
-    q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))
-    return q * np.sign(np.diag(r))
 
 
 def baseline_artifact(

@@ -7,7 +7,6 @@ epoch into the work folder, and a rerun with the same config and data continues 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import time
@@ -21,7 +20,7 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from training.artifacts import TransformArtifact, data_fingerprint
-from training.embedding.cache import atomic_write_bytes
+from training.checkpoints import load_checkpoint, save_checkpoint
 from training.embedding.encoders import resolve_device
 from training.granularity import Contract, Granularity, default_contract, validate_contract
 from training.grasp.data import GraspSet
@@ -151,16 +150,13 @@ def train_grasp(
     state = {"epoch": 0, "best": -1.0, "best_epoch": 0, "bad_epochs": 0, "history": []}
     best_upper = upper.detach().clone()
     checkpoint = work_dir / "checkpoint.pt"
-    if checkpoint.is_file():
-        saved = torch.load(checkpoint, map_location=device, weights_only=True)
-        if saved["config"] == config.fingerprint() and saved["data"] == fingerprint:
-            with torch.no_grad():
-                upper.copy_(saved["upper"])
-            optimizer.load_state_dict(saved["optimizer"])
-            best_upper, state = saved["best_upper"], saved["state"]
-            log.info("resuming GraSP-VL training at epoch %d", state["epoch"])
-        else:
-            log.warning("ignoring %s: made with another config or data", checkpoint)
+    saved = load_checkpoint(checkpoint, config.fingerprint(), fingerprint, device)
+    if saved is not None:
+        with torch.no_grad():
+            upper.copy_(saved["upper"])
+        optimizer.load_state_dict(saved["optimizer"])
+        best_upper, state = saved["best_upper"], saved["state"]
+        log.info("resuming GraSP-VL training at epoch %d", state["epoch"])
 
     tensors = train.tensors(device)
     started = time.perf_counter()
@@ -203,19 +199,17 @@ def train_grasp(
         else:
             state["bad_epochs"] += 1
         state["epoch"] = epoch + 1
-        buffer = io.BytesIO()
-        torch.save(
+        save_checkpoint(
+            checkpoint,
+            config.fingerprint(),
+            fingerprint,
             {
-                "config": config.fingerprint(),
-                "data": fingerprint,
                 "upper": upper.detach(),
                 "optimizer": optimizer.state_dict(),
                 "best_upper": best_upper,
                 "state": state,
             },
-            buffer,
         )
-        atomic_write_bytes(checkpoint, buffer.getvalue())
 
     with torch.no_grad():
         rotation = reorthogonalise(cayley(best_upper.double(), dim).cpu().numpy())

@@ -462,6 +462,42 @@ def extract_views(caption: str) -> CaptionViews:
     return _views_of(_parse(text), text)
 
 
+FUNCTION_WORDS = (
+    DETERMINERS
+    | NUMBER_WORDS
+    | POSSESSIVES
+    | AUXILIARIES
+    | ADVERBS
+    | PARTICLES
+    | PREPOSITIONS
+    | _words(
+        """
+        and or but while as of that who which it he she they them him there here is are be
+        being been to not no very into than then so its itself their while where what with
+        has have having other others"""
+    )
+)  # fmt: skip
+
+
+def word_class(word: str) -> tuple[str, str] | None:
+    """(lemma, class) of a caption word for a concept vocabulary, None for a function word.
+
+    Classes: "noun" (plurals of known nouns singularised), "adjective", "verb" (-ing and
+    present-tense forms, kept as written). A content word the lexicon does not know is most
+    often a noun in captions ("grass", "beach"), and is classed "noun".
+    """
+    low = word.lower().strip(".,;:!?\"'()")
+    if not low.isalpha() or len(low) < 3 or low in FUNCTION_WORDS:
+        return None
+    if low in _SINGULAR:
+        return _SINGULAR[low], "noun"
+    if low in ADJECTIVES:
+        return low, "adjective"
+    if _is_verb([low], 0, after_auxiliary=False, plural=False) or low in VERBS_BARE:
+        return low, "verb"
+    return low, "noun"
+
+
 def make_negatives(views: CaptionViews, rng: random.Random) -> dict[str, str | None]:
     """Hard negatives of the full caption by swapping words of the same role.
 

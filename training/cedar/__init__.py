@@ -1,0 +1,1 @@
+"""CEDAR: sparse, named, axis-aligned concepts by an exactly invertible rotation."""

@@ -1,0 +1,266 @@
+"""`strata train cedar` and `strata eval cedar`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from training.artifacts import TransformArtifact, data_fingerprint
+from training.cedar.concepts import (
+    ConceptCoder,
+    build_catalog,
+    catalog_json,
+    name_concepts,
+    read_vocabulary,
+    vocabulary_from_texts,
+)
+from training.cedar.data import SplitRows, load_split_rows
+from training.cedar.evaluate import (
+    KS,
+    LabelledTask,
+    SparseMethod,
+    evaluate_method,
+    factor_rows,
+    frequent_concepts_markdown,
+    markdown_report,
+    plot_fvu_curves,
+    rotation_method,
+    sae_method,
+)
+from training.cedar.saes import SAE_KINDS, SaeConfig, train_sae
+from training.cedar.train import CedarConfig, train_cedar
+from training.embedding.encoders import load_encoder
+from training.errors import InputError
+from training.granularity import default_contract
+from training.probes import encode_labels, fit_linear_probe
+from training.rotations import pca_rotation, random_rotation
+from training.settings import load_settings
+from training.views.extractor import extract_views
+
+log = logging.getLogger(__name__)
+ROTATION_BASELINES = ("identity", "pca", "random")
+PROBE_CLASSES = 20
+
+CacheOption = Annotated[Path, typer.Option("--cache", help="embedding cache to learn from")]
+EncoderOption = Annotated[
+    str | None,
+    typer.Option("--encoder", help="encoder for the vocabulary (default: the cache's)"),
+]
+VocabularyOption = Annotated[
+    Path | None,
+    typer.Option(help="one term per line (default: nouns, adjectives, verbs of the captions)"),
+]
+
+
+def vocabulary_embeddings(
+    data: SplitRows, index: np.ndarray, vocabulary: Path | None, encoder_spec: str | None
+) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """The vocabulary's words, their embeddings, and a description for the manifest."""
+    if vocabulary is not None:
+        terms = read_vocabulary(vocabulary)
+        source = str(vocabulary)
+    else:
+        terms = vocabulary_from_texts(data.texts(index), min_count=5)
+        source = "captions: nouns, adjectives and verbs seen at least 5 times"
+    if not terms:
+        raise InputError("the vocabulary is empty: give --vocabulary")
+    spec = encoder_spec or data.encoder
+    if spec is None:
+        raise InputError("the cache records no encoder: pass --encoder")
+    words = [w for w, _ in terms]
+    log.info("embedding %d vocabulary terms with %s", len(words), spec)
+    embeddings = load_encoder(spec, device=load_settings().device).encode_text(words)
+    kinds = Counter(kind for _, kind in terms)
+    return words, embeddings, {"source": source, "size": len(words), "classes": dict(kinds)}
+
+
+def train_command(
+    cache: CacheOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="artifact folder to write")],
+    config: Annotated[Path | None, typer.Option(help="CedarConfig as JSON")] = None,
+    k: Annotated[int | None, typer.Option(help="override the default k")] = None,
+    epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
+    vocabulary: VocabularyOption = None,
+    encoder: EncoderOption = None,
+    work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+) -> None:
+    """Learn the CEDAR rotation, name its concepts, and write the artifact with its catalog."""
+    loaded = json.loads(config.read_text()) if config else {}
+    loaded.update({n: v for n, v in (("k", k), ("epochs", epochs)) if v is not None})
+    cedar_config = CedarConfig.model_validate(loaded)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out} exists; pass --overwrite to replace it")
+    data = load_split_rows(cache)
+    train_rows, val_rows = data.rows("train"), data.rows("val")
+    x = data.embeddings
+    with logging_redirect_tqdm():
+        result = train_cedar(
+            x[train_rows], x[val_rows], cedar_config,
+            work_dir=work or out.with_name(out.name + ".work"),
+            device=device or load_settings().device, progress=progress,
+        )  # fmt: skip
+        words, word_embeddings, vocab_info = vocabulary_embeddings(
+            data, train_rows, vocabulary, encoder
+        )
+    names = name_concepts(result.rotation, result.mean, words, word_embeddings)
+    catalog = build_catalog(
+        names, result.rotation, result.mean, cedar_config.k, x[train_rows],
+        data.metadata.column("id").to_pylist(), data.texts(np.arange(len(x))),
+    )  # fmt: skip
+    best = result.history[result.best_epoch - 1]
+    artifact = TransformArtifact(
+        method="cedar",
+        rotation=result.rotation,
+        mean=result.mean,
+        contract=default_contract(x.shape[1]),
+        encoder=data.encoder,
+        config=cedar_config.model_dump(),
+        data_fingerprint=data_fingerprint(x[train_rows]),
+        metrics={"validation": best, "epochs_run": result.epochs_run, "seconds": result.seconds},
+        extra={"k": cedar_config.k, "vocabulary": vocab_info, "catalog": catalog_json(catalog)},
+    )
+    artifact.save(out, overwrite=overwrite)
+    top = sorted(catalog, key=lambda e: -e.frequency)[:8]
+    typer.echo(
+        f"artifact     {out}\n"
+        f"epochs       {result.epochs_run} run, best {result.best_epoch} "
+        f"(validation FVU at k={cedar_config.k}: {best[f'val_fvu_k{cedar_config.k}']:.4f})\n"
+        f"time         {result.seconds:.1f} s\n"
+        f"vocabulary   {vocab_info['size']} terms\n"
+        f"frequent     " + ", ".join(f"{e.name} ({e.label})" for e in top)
+    )
+
+
+def labelled_tasks(data: SplitRows, train: np.ndarray, test: np.ndarray) -> list[LabelledTask]:
+    """Linear-probe tasks: the compositional subject and its attribute where the rows carry
+    them, else the object view of each caption (the extractor's head noun), top 20 classes."""
+    columns = data.metadata.column_names
+    labels: dict[str, np.ndarray] = {}
+    for column in ("subject", "subject_attribute"):
+        if column in columns:
+            labels[column] = np.array(data.metadata.column(column).to_pylist(), dtype=object)
+    if not labels:
+        objects = [extract_views(t).object or "" for t in data.texts(np.arange(len(data.split)))]
+        labels["object"] = np.array(objects, dtype=object)
+    tasks = []
+    for name, values in labels.items():
+        common = [c for c, _ in Counter(values[train].tolist()).most_common() if c][:PROBE_CLASSES]
+        y_train, classes = encode_labels(values[train], common)
+        keep = y_train >= 0
+        probe = fit_linear_probe(data.embeddings[train][keep], y_train[keep], classes)
+        tasks.append(LabelledTask(name, probe, encode_labels(values[test], classes)[0]))
+    return tasks
+
+
+def eval_command(
+    cache: CacheOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="report folder")],
+    artifact: Annotated[Path | None, typer.Option(help="the CEDAR artifact to score")] = None,
+    baselines: Annotated[
+        str, typer.Option(help=f"comma list of {', '.join((*ROTATION_BASELINES, *SAE_KINDS))}")
+    ] = ",".join((*ROTATION_BASELINES, *SAE_KINDS)),
+    sae_epochs: Annotated[int, typer.Option(help="epoch budget of every SAE")] = 30,
+    ks: Annotated[str, typer.Option(help="comma list of K")] = ",".join(map(str, KS)),
+    vocabulary: VocabularyOption = None,
+    encoder: EncoderOption = None,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+) -> None:
+    """FVU against K, CKNNA, linear probes and concept purity for CEDAR and its baselines."""
+    names = [b.strip() for b in baselines.split(",") if b.strip()]
+    unknown = [n for n in names if n not in (*ROTATION_BASELINES, *SAE_KINDS)]
+    if unknown:
+        known = ", ".join((*ROTATION_BASELINES, *SAE_KINDS))
+        raise InputError(f"unknown baseline(s) {', '.join(unknown)}; choose from {known}")
+    try:
+        k_list = sorted({int(k) for k in ks.split(",") if k.strip()})
+    except ValueError as exc:
+        raise InputError(f"--ks must be a comma list of integers, got {ks!r}") from exc
+    if not k_list or k_list[0] < 1:
+        raise InputError(f"--ks must hold positive integers, got {ks!r}")
+    data = load_split_rows(cache)
+    x = data.embeddings
+    train, val, test = data.rows("train"), data.rows("val"), data.rows("test")
+    dim = x.shape[1]
+    cedar = TransformArtifact.load(artifact) if artifact else None
+    if cedar is not None and (cedar.method != "cedar" or cedar.dim != dim):
+        raise InputError(
+            f"{artifact} is a {cedar.dim}-d {cedar.method} artifact, not {dim}-d CEDAR"
+        )
+    k_default = int(cedar.extra.get("k", 32)) if cedar else 32
+    cedar_config = CedarConfig.model_validate(cedar.config) if cedar else CedarConfig()
+    methods: list[SparseMethod] = []
+    if cedar is not None:
+        methods.append(rotation_method("cedar", cedar.rotation, cedar.mean))
+    mean = x[train].mean(axis=0)
+    for name in names:
+        if name == "identity":
+            methods.append(rotation_method(name, np.eye(dim), mean))
+        elif name == "pca":
+            methods.append(rotation_method(name, pca_rotation(x[train] - mean), mean))
+        elif name == "random":
+            methods.append(rotation_method(name, random_rotation(dim), mean))
+        else:
+            sae_config = SaeConfig(
+                kind=name, k=k_default, k_range=(cedar_config.k_min, cedar_config.k_max),
+                epochs=sae_epochs,
+            )  # fmt: skip
+            log.info("training the %s SAE (%d latents)", name, sae_config.expansion * dim)
+            started = time.perf_counter()
+            with logging_redirect_tqdm():
+                model, _ = train_sae(x[train], x[val], sae_config, progress=progress)
+            methods.append(sae_method(f"{name}-sae", model, time.perf_counter() - started))
+    if not methods:
+        raise InputError("nothing to evaluate: give --artifact or --baselines")
+    tasks = labelled_tasks(data, train, test)
+    factors = factor_rows(data.metadata.take(test)) or None
+    vocab = None
+    if factors:
+        words, word_embeddings, _ = vocabulary_embeddings(data, train, vocabulary, encoder)
+        vocab = (words, word_embeddings, mean)
+    sample = np.random.default_rng(0).permutation(len(test))[:2000]
+    report: dict[str, Any] = {
+        "dataset": str(cache),
+        "test_rows": len(test),
+        "k": k_default,
+        "ks": k_list,
+        "factors": len(factors) if factors else 0,
+        "lp_reference": {
+            t.name: t.probe.cross_entropy(
+                x[test][t.test_labels >= 0], t.test_labels[t.test_labels >= 0]
+            )
+            for t in tasks
+        },
+        "methods": {},
+    }
+    for method in methods:
+        log.info("evaluating %s", method.name)
+        report["methods"][method.name] = evaluate_method(
+            method, x[test], k_list, tasks, sample, factors, vocab, purity_k=k_default
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown_report(report)
+    (out / "report.md").write_text(table)
+    plot_fvu_curves(report, out / "fvu_k.png")
+    written = ["report.json", "report.md", "fvu_k.png"]
+    if cedar is not None:
+        coder = ConceptCoder(cedar)
+        concepts, activations = coder.encode(x[test])
+        (out / "concepts.md").write_text(
+            frequent_concepts_markdown(
+                cedar.extra["catalog"], concepts, activations, data.texts(test)
+            )
+        )
+        written.append("concepts.md")
+    typer.echo(table + f"\nwrote {', '.join(f'{out}/{w}' for w in written)}")

@@ -1,0 +1,258 @@
+"""Naming CEDAR's concepts and reading them back: the vocabulary, the catalog, the coder.
+
+Naming: each signed axis ±j of U is a direction ±(row j of U) in the embedding space (the
+codes are z̃ = U(x − b), so this is the direction that raises the concept's activation). It is
+named by cosine with the centred text embeddings t_w − b of a vocabulary: the best word is the
+name, its cosine the score, the next words the runner-ups. The vocabulary comes from the corpus
+(nouns, adjectives and verbs of its captions, `vocabulary_from_texts`) or from the user (one
+term per line).
+
+The catalog: one entry per signed concept (2D entries), with its name, score, runner-ups, the
+share of rows in which it is among the k active concepts (frequency) and its top examples.
+The coder: embeddings → the k active concepts (signed ids and activation) → names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.artifacts import TransformArtifact
+from training.cedar.sparse_codes import (
+    check_k,
+    concept_ids,
+    concept_label,
+    parse_concept_label,
+    sparse_codes,
+)
+from training.errors import InputError
+from training.views.extractor import word_class
+
+RUNNER_UPS = 4
+EXAMPLES = 5
+
+
+def vocabulary_from_texts(texts: Iterable[str], min_count: int = 5) -> list[tuple[str, str]]:
+    """(word, class) of the content words seen at least `min_count` times, most frequent first."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for text in texts:
+        for token in text.split():
+            entry = word_class(token)
+            if entry is not None:
+                counts[entry] += 1
+    return [entry for entry, n in counts.most_common() if n >= min_count]
+
+
+def read_vocabulary(path: Path) -> list[tuple[str, str]]:
+    """A user's vocabulary: one term per line (blank lines and # comments skipped)."""
+    if not path.is_file():
+        raise InputError(f"vocabulary file not found: {path}")
+    terms = [line.strip() for line in path.read_text().splitlines()]
+    terms = [t for t in terms if t and not t.startswith("#")]
+    if not terms:
+        raise InputError(f"vocabulary file {path} holds no terms")
+    return [(t, "given") for t in dict.fromkeys(terms)]
+
+
+@dataclass
+class ConceptName:
+    concept: int
+    name: str
+    score: float
+    runner_ups: list[tuple[str, float]]
+
+
+def signed_directions(rotation: np.ndarray) -> np.ndarray:
+    """[2D, D]: row 2j is +(row j of U), row 2j + 1 its negation (the concept order)."""
+    u = np.asarray(rotation, dtype=np.float64)
+    directions = np.empty((2 * u.shape[0], u.shape[1]))
+    directions[0::2], directions[1::2] = u, -u
+    return directions
+
+
+def name_directions(
+    directions: np.ndarray,
+    mean: np.ndarray,
+    words: Sequence[str],
+    word_embeddings: np.ndarray,
+    runner_ups: int = RUNNER_UPS,
+) -> list[ConceptName]:
+    """Name each concept direction [C, D] by its best vocabulary word (cosine with t_w − b)."""
+    d = np.asarray(directions, dtype=np.float64)
+    t = np.asarray(word_embeddings, dtype=np.float64)
+    if not words:
+        raise InputError("the vocabulary is empty")
+    if t.ndim != 2 or t.shape != (len(words), d.shape[1]):
+        raise InputError(
+            f"need one {d.shape[1]}-d embedding per vocabulary word ({len(words)}), got {t.shape}"
+        )
+    t = t - mean
+    t /= np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+    d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+    cos = d @ t.T
+    best = np.argsort(-cos, axis=1)[:, : runner_ups + 1]
+    return [
+        ConceptName(
+            concept=c,
+            name=words[best[c, 0]],
+            score=float(cos[c, best[c, 0]]),
+            runner_ups=[(words[i], float(cos[c, i])) for i in best[c, 1:]],
+        )
+        for c in range(len(d))
+    ]
+
+
+def name_concepts(
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    words: Sequence[str],
+    word_embeddings: np.ndarray,
+    runner_ups: int = RUNNER_UPS,
+) -> list[ConceptName]:
+    """The best vocabulary word of every signed axis (2D concepts, ids 2j and 2j + 1)."""
+    return name_directions(signed_directions(rotation), mean, words, word_embeddings, runner_ups)
+
+
+@dataclass
+class CatalogEntry:
+    concept: int
+    label: str
+    name: str
+    score: float
+    runner_ups: list[tuple[str, float]]
+    frequency: float
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    scope: str | None = None  # local / global, once CDS has measured it
+
+
+def build_catalog(
+    names: Sequence[ConceptName],
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    k: int,
+    embeddings: np.ndarray,
+    ids: Sequence[str],
+    texts: Sequence[str] | None = None,
+    examples: int = EXAMPLES,
+) -> list[CatalogEntry]:
+    """Catalog entries with frequency (share of rows where the concept is active at k) and the
+    rows with the largest activation of each concept as examples."""
+    axes, values = sparse_codes(embeddings, rotation, mean, k)
+    active = concept_ids(axes, values).reshape(-1)
+    frequency = np.bincount(active, minlength=len(names)) / len(embeddings)
+    z = (np.asarray(embeddings, dtype=np.float32) - mean) @ np.asarray(rotation, np.float32).T
+    entries = []
+    for entry in names:
+        axis, sign = entry.concept // 2, -1.0 if entry.concept % 2 else 1.0
+        top = np.argsort(-sign * z[:, axis], kind="stable")[:examples]
+        entries.append(
+            CatalogEntry(
+                concept=entry.concept,
+                label=concept_label(entry.concept),
+                name=entry.name,
+                score=round(entry.score, 4),
+                runner_ups=[(w, round(s, 4)) for w, s in entry.runner_ups],
+                frequency=float(frequency[entry.concept]),
+                examples=[
+                    {
+                        "id": str(ids[i]),
+                        "activation": round(float(sign * z[i, axis]), 4),
+                        **({"text": str(texts[i])} if texts is not None else {}),
+                    }
+                    for i in top
+                ],
+            )
+        )
+    return entries
+
+
+@dataclass
+class ActiveConcept:
+    concept: int
+    label: str
+    name: str
+    activation: float
+
+
+class ConceptCoder:
+    """A CEDAR artifact's encoding API: embeddings → k active signed concepts → names."""
+
+    def __init__(self, artifact: TransformArtifact) -> None:
+        if artifact.method != "cedar":
+            raise InputError(f"a concept coder needs a CEDAR artifact, got {artifact.method!r}")
+        catalog = artifact.extra.get("catalog")
+        if not isinstance(catalog, list) or len(catalog) != 2 * artifact.dim:
+            raise InputError(
+                f"CEDAR artifact lacks a complete concept catalog ({2 * artifact.dim} entries)"
+            )
+        self.artifact = artifact
+        self.k = check_k(int(artifact.extra.get("k", 0)), artifact.dim)
+        self.catalog = [catalog_entry(e) for e in catalog]
+        self._by_name: dict[str, list[int]] = {}
+        for entry in self.catalog:
+            self._by_name.setdefault(entry.name.lower(), []).append(entry.concept)
+
+    def encode(self, embeddings: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(concept ids [N, k], activations [N, k] ≥ 0), strongest first."""
+        x = np.asarray(embeddings, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.artifact.dim:
+            raise InputError(
+                f"expected embeddings of shape [N, {self.artifact.dim}], got {x.shape}"
+            )
+        if not np.isfinite(x).all():
+            raise InputError("embeddings hold NaN or Inf")
+        axes, values = sparse_codes(x, self.artifact.rotation, self.artifact.mean, k or self.k)
+        return concept_ids(axes, values), np.abs(values)
+
+    def describe(self, embeddings: np.ndarray, k: int | None = None) -> list[list[ActiveConcept]]:
+        """The active concepts of each row, with their names."""
+        concepts, activations = self.encode(embeddings, k)
+        return [
+            [
+                ActiveConcept(int(c), self.catalog[c].label, self.catalog[c].name, float(a))
+                for c, a in zip(row_c, row_a, strict=True)
+            ]
+            for row_c, row_a in zip(concepts, activations, strict=True)
+        ]
+
+    def resolve(self, concept: str | int) -> list[int]:
+        """Concept ids for an id, a label ('+12', '-3') or a name (every concept so named)."""
+        if isinstance(concept, int):
+            if not 0 <= concept < len(self.catalog):
+                raise InputError(f"unknown concept id {concept} (0..{len(self.catalog) - 1})")
+            return [concept]
+        text = concept.strip()
+        if text[:1] in "+-" or text.isdigit():
+            try:
+                return [parse_concept_label(text, self.artifact.dim)]
+            except ValueError as exc:
+                raise InputError(str(exc)) from exc
+        found = self._by_name.get(text.lower())
+        if not found:
+            raise InputError(f"no concept is named {concept!r}")
+        return found
+
+
+def catalog_entry(data: dict[str, Any]) -> CatalogEntry:
+    try:
+        return CatalogEntry(
+            concept=int(data["concept"]),
+            label=str(data["label"]),
+            name=str(data["name"]),
+            score=float(data["score"]),
+            runner_ups=[(str(w), float(s)) for w, s in data.get("runner_ups", [])],
+            frequency=float(data.get("frequency", 0.0)),
+            examples=list(data.get("examples", [])),
+            scope=data.get("scope"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"malformed concept catalog entry {data!r}: {exc}") from exc
+
+
+def catalog_json(entries: Sequence[CatalogEntry]) -> list[dict[str, Any]]:
+    return [asdict(e) for e in entries]
