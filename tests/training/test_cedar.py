@@ -28,6 +28,7 @@ from training.cedar.sparse_codes import (
 )
 from training.cedar.train import CedarConfig, k_bounds, train_cedar
 from training.corpora.compositional import CompositionalCorpus
+from training.embedding.cache import EmbeddingCache
 from training.embedding.job import EmbedConfig, embed_corpus
 from training.errors import InputError
 from training.granularity import default_contract
@@ -268,8 +269,6 @@ def compositional_cache(tiny_clip, tmp_path_factory) -> Path:
 
 
 def test_factor_rows_from_compositional_metadata(compositional_cache: Path):
-    from training.embedding.cache import EmbeddingCache
-
     factors = factor_rows(EmbeddingCache.open(compositional_cache).metadata())
     assert {"dog", "red", "sitting", "beach", "ball"} <= set(factors)
     assert all(mask.any() for mask in factors.values())
@@ -287,6 +286,12 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     assert done.returncode == 0, done.stderr
     loaded = TransformArtifact.load(artifact)
     assert loaded.method == "cedar" and len(loaded.extra["catalog"]) == 2 * loaded.dim
+    metadata = EmbeddingCache.open(compositional_cache).metadata().to_pydict()
+    caption = dict(zip(metadata["id"], metadata["caption"], strict=True))
+    split = dict(zip(metadata["id"], metadata["split"], strict=True))
+    for entry in loaded.extra["catalog"][:8]:  # examples are training rows, with their own text
+        for example in entry["examples"]:
+            assert example["text"] == caption[example["id"]] and split[example["id"]] == "train"
     report = tmp_path / "report"
     done = strata(
         "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),

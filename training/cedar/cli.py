@@ -116,7 +116,7 @@ def train_command(
     names = name_concepts(result.rotation, result.mean, words, word_embeddings)
     catalog = build_catalog(
         names, result.rotation, result.mean, cedar_config.k, x[train_rows],
-        data.metadata.column("id").to_pylist(), data.texts(np.arange(len(x))),
+        data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
     )  # fmt: skip
     best = result.history[result.best_epoch - 1]
     artifact = TransformArtifact(
