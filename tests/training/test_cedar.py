@@ -93,6 +93,7 @@ def test_training_is_deterministic_and_resumes(tmp_path: Path):
     assert first.epochs_run == 2
     resumed = train_cedar(x[:500], x[500:], config, tmp_path, progress=False)
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
+    assert resumed.seconds > first.seconds  # training time adds up over resumes
     np.testing.assert_allclose(resumed.rotation, a.rotation, atol=1e-6)
     # a checkpoint made with another config is ignored, not continued
     other = train_cedar(

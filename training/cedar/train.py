@@ -117,7 +117,10 @@ def train_cedar(
     u0 = torch.as_tensor(base, dtype=torch.float32, device=device)
     upper = torch.zeros(dim * (dim - 1) // 2, device=device, requires_grad=True)
     optimizer = torch.optim.Adam([upper], lr=config.learning_rate)
-    state = {"epoch": 0, "best": math.inf, "best_epoch": 0, "bad_epochs": 0, "history": []}
+    state = {
+        "epoch": 0, "best": math.inf, "best_epoch": 0, "bad_epochs": 0, "history": [],
+        "seconds": 0.0,  # training time over every run that led here (resumes add up)
+    }  # fmt: skip
     best_upper = upper.detach().clone()
     fingerprint = hashlib.sha256(train.tobytes() + val.tobytes()).hexdigest()
     checkpoint = work_dir / "checkpoint.pt" if work_dir else None
@@ -167,6 +170,8 @@ def train_cedar(
         else:
             state["bad_epochs"] += 1
         state["epoch"] = epoch + 1
+        state["seconds"] = state.get("seconds", 0.0) + time.perf_counter() - started
+        started = time.perf_counter()
         if checkpoint:
             save_checkpoint(
                 checkpoint,
@@ -186,7 +191,7 @@ def train_cedar(
         mean=mean.astype(np.float32),
         epochs_run=state["epoch"],
         best_epoch=state["best_epoch"],
-        seconds=time.perf_counter() - started,
+        seconds=state.get("seconds", 0.0),
         history=state["history"],
     )
 
