@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from indexer.cli import index_app
 from training.cli import embed_app, eval_app, format_summary, train_app
 from training.errors import InputError
 from training.settings import load_settings
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.add_typer(embed_app, name="embed")
 app.add_typer(train_app, name="train")
 app.add_typer(eval_app, name="eval")
+app.add_typer(index_app, name="index")
 
 
 @app.command()

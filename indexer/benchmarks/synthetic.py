@@ -1,0 +1,93 @@
+"""Synthetic inputs of the indexer: a clustered gallery cache, random GraSP and CEDAR artifacts.
+
+The gallery: C unit centres; row i = normalise(centre[c_i] + σ·g_i / √D) with g_i Gaussian, so
+neighbours are meaningful (rows of a cluster are closer to each other than to the rest) and
+approximate indexes have real structure to exploit. Written shard by shard with the cache's own
+writer, so a gallery of any size is generated with one shard in RAM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from training.artifacts import TransformArtifact
+from training.cedar.concepts import build_catalog, catalog_json, name_concepts
+from training.embedding.cache import CacheManifest, write_manifest, write_shard
+from training.granularity import default_contract
+from training.rotations import random_rotation
+
+
+def cluster_centres(clusters: int, dim: int, seed: int) -> np.ndarray:
+    centres = np.random.default_rng([seed, 1]).normal(size=(clusters, dim))
+    return (centres / np.linalg.norm(centres, axis=1, keepdims=True)).astype(np.float32)
+
+
+def clustered_rows(
+    centres: np.ndarray, n: int, seed: int, spread: float = 0.6
+) -> tuple[np.ndarray, np.ndarray]:
+    """(unit rows float32 [n, D], cluster of each row)."""
+    rng = np.random.default_rng(seed)
+    dim = centres.shape[1]
+    labels = rng.integers(0, len(centres), n)
+    x = centres[labels] + spread * rng.normal(size=(n, dim)).astype(np.float32) / np.sqrt(dim)
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), labels
+
+
+def write_synthetic_cache(
+    root: Path,
+    rows: int,
+    dim: int,
+    shard_rows: int = 50_000,
+    dtype: str = "float16",
+    clusters: int = 64,
+    seed: int = 0,
+    modality: str = "image",
+    spread: float = 0.6,
+) -> Path:
+    """A complete embedding cache of `rows` clustered rows (ids `row-{i}`), shard by shard."""
+    centres = cluster_centres(clusters, dim, seed)
+    manifest = CacheManifest(encoder="synthetic", dim=dim, dtype=dtype, modalities=[modality])
+    for index, start in enumerate(range(0, rows, shard_rows)):
+        n = min(shard_rows, rows - start)
+        x, labels = clustered_rows(centres, n, seed=seed * 100_003 + index, spread=spread)
+        metadata = pa.table(
+            {
+                "id": [f"row-{i}" for i in range(start, start + n)],
+                "caption": [f"cluster {c}" for c in labels],
+            }
+        )
+        manifest.shards.append(write_shard(root, index, {modality: x}, metadata, dtype))
+    manifest.complete = True
+    write_manifest(root, manifest)
+    return root
+
+
+def random_grasp_artifact(dim: int, seed: int = 0) -> TransformArtifact:
+    """A GraSP-VL artifact with a Haar-random rotation and a small mean (the default contract)."""
+    mean = np.random.default_rng([seed, 2]).normal(scale=0.01, size=dim)
+    return TransformArtifact("grasp-vl", random_rotation(dim, seed), mean, default_contract(dim))
+
+
+def random_cedar_artifact(
+    dim: int, k: int, sample: np.ndarray, seed: int = 1, words: int = 64
+) -> TransformArtifact:
+    """A CEDAR artifact: a random rotation, mean of `sample`, and a catalog named from a random
+    vocabulary (`word-0`, ...) with frequencies and examples measured on `sample`."""
+    rotation = random_rotation(dim, seed)
+    mean = np.asarray(sample, dtype=np.float64).mean(axis=0)
+    vocabulary = [f"word-{i}" for i in range(words)]
+    embeddings = np.random.default_rng([seed, 3]).normal(size=(words, dim))
+    names = name_concepts(rotation, mean, vocabulary, embeddings)
+    catalog = build_catalog(
+        names, rotation, mean, k, sample, [f"sample-{i}" for i in range(len(sample))]
+    )
+    return TransformArtifact(
+        method="cedar",
+        rotation=rotation,
+        mean=mean,
+        contract=default_contract(dim),
+        extra={"k": k, "catalog": catalog_json(catalog)},
+    )

@@ -1,0 +1,436 @@
+"""`strata index build`: an embedding cache + a GraSP-VL and a CEDAR artifact → a bundle version.
+
+One streaming pass over the cache, shard by shard (memory: one shard, the writers' buffers, and
+whatever the chosen index types hold in RAM — see indexer/index_plan.py):
+
+    x           the shard's embeddings of the gallery modality, float32 [n, D]
+    z           = (x − mean_G) @ R_Gᵀ                          one matmul (GraSP-VL)
+    p_L         = z[:, :L] / ‖z[:, :L]‖  for each prefix L      → prefix_{L}.faiss
+    (c, a)      = ConceptCoder.encode(x) at the artifact's k    → concept postings (CEDAR)
+    metadata    the shard's rows, in order                      → ids.parquet
+
+Row r of the bundle is the r-th row of the cache (shards in manifest order); that position is
+the FAISS id and the postings' row id. Indexes that need training (IVF, PQ) are trained first
+on a reservoir sample of the first shards' rotated rows. The per-shard step (`process_shard`)
+and the postings run (`postings.shard_postings`) are pure functions of a shard, so a distributed
+build (Ray) or an incremental add can map them over shards and feed the same writers in row
+order. Then: fsync, verify, rename, switch CURRENT, retention (indexer/versions.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from indexer.bundle import (
+    ARTIFACT_COPIES,
+    MANIFEST,
+    ArtifactSource,
+    BundleManifest,
+    FileRecord,
+    PrefixEntry,
+)
+from indexer.crashpoints import check_crash_setting, crash_point
+from indexer.durable import fsync_tree, sha256_file
+from indexer.ids import IDS, IdsWriter, unified_schema
+from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
+from indexer.postings import INDPTR, ROWS, VALUES, PostingsWriter, shard_postings
+from indexer.prefix_index import (
+    default_search_parameters,
+    gpu_available,
+    open_writer,
+    train_index,
+)
+from indexer.prefixes import prefix_vectors, rotate_rows
+from indexer.sampling import Reservoir
+from indexer.verify import verify_bundle
+from indexer.versions import BundleStore
+from training.artifacts import MANIFEST as ARTIFACT_MANIFEST
+from training.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
+from training.artifacts import TransformArtifact
+from training.cedar.concepts import ConceptCoder
+from training.embedding.cache import MANIFEST as CACHE_MANIFEST
+from training.embedding.cache import EmbeddingCache, Shard
+from training.errors import InputError
+
+log = logging.getLogger(__name__)
+
+SAMPLE_SPAN = 4  # the training reservoir reads the first shards until it has seen 4× its size
+CODE_BATCH = 8192  # rows CEDAR-encoded at a time: its top-k temporaries are ~20 bytes per cell
+
+
+class BuildError(InputError):
+    """Inputs the build cannot use (named), or a written version that failed verification."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    cache: Path
+    grasp: Path
+    cedar: Path
+    out: Path
+    modality: str | None = None  # default: image when the cache has it, else its modality
+    memory_budget: int = 4 * 2**30  # per prefix index, see index_plan.RULES
+    index_types: tuple[str, ...] = ()  # "PREFIX=FACTORY" overrides
+    keep: int = 3
+    progress: bool = True
+    seed: int = 0
+    verify_sample: int = 64
+    rules: tuple[IndexRule, ...] = RULES
+
+
+@dataclass
+class BuildInputs:
+    """The validated inputs of a build."""
+
+    cache: EmbeddingCache
+    modality: str
+    grasp: TransformArtifact
+    cedar: TransformArtifact
+    coder: ConceptCoder
+    plans: list[PrefixPlan]
+
+
+@dataclass
+class BuildSummary:
+    path: Path
+    name: str
+    rows: int
+    shards: int
+    seconds: float
+    files: dict[str, int]  # relative path -> bytes
+    prefixes: list[PrefixEntry]
+    removed_versions: list[str] = field(default_factory=list)
+    cleaned: list[Path] = field(default_factory=list)
+    training_rows: int = 0
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return sum(self.files.values())
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+
+@dataclass
+class ShardBatch:
+    """What one shard contributes, before any I/O: rotated rows, CEDAR codes, metadata."""
+
+    first_row: int
+    rotated: np.ndarray  # float32 [n, D], z = (x − mean) @ Rᵀ
+    concepts: np.ndarray  # int64 [n, k]
+    activations: np.ndarray  # float32 [n, k]
+    metadata: pa.Table
+
+
+def process_shard(
+    embeddings: np.ndarray,
+    metadata: pa.Table,
+    first_row: int,
+    grasp: TransformArtifact,
+    coder: ConceptCoder,
+) -> ShardBatch:
+    """The pure per-shard step: one GraSP matmul and the CEDAR codes of the shard's rows (coded
+    CODE_BATCH rows at a time, which bounds the coder's temporaries, not the result)."""
+    x = np.asarray(embeddings, dtype=np.float32)
+    codes = [coder.encode(x[start : start + CODE_BATCH]) for start in range(0, len(x), CODE_BATCH)]
+    concepts = np.concatenate([c for c, _ in codes]) if codes else np.zeros((0, coder.k), np.int64)
+    activations = np.concatenate([a for _, a in codes]) if codes else np.zeros((0, coder.k))
+    return ShardBatch(first_row, rotate_rows(x, grasp), concepts, activations, metadata)
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def load_artifact(path: Path, role: str) -> TransformArtifact:
+    try:
+        return TransformArtifact.load(path)
+    except InputError as exc:
+        raise BuildError(f"--{role} {path}: {exc}") from None
+
+
+def open_inputs(config: BuildConfig) -> BuildInputs:
+    """Open and cross-check the cache and both artifacts; plan the indexes. Every refusal is a
+    BuildError (or another InputError) that names the input at fault."""
+    cache = EmbeddingCache.open(config.cache)
+    if cache.rows == 0:
+        raise BuildError(f"the embedding cache {config.cache} holds no rows")
+    modality = config.modality or ("image" if "image" in cache.modalities else cache.modalities[0])
+    if modality not in cache.modalities:
+        raise BuildError(
+            f"the cache {config.cache} has no {modality} embeddings ({', '.join(cache.modalities)})"
+        )
+    grasp = load_artifact(config.grasp, "grasp")
+    cedar = load_artifact(config.cedar, "cedar")
+    if grasp.method == "cedar":
+        raise BuildError(
+            f"--grasp {config.grasp} is a CEDAR artifact; pass it as --cedar, and a GraSP-VL "
+            "artifact as --grasp"
+        )
+    if cedar.method != "cedar":
+        raise BuildError(
+            f"--cedar {config.cedar} is a {cedar.method!r} artifact, not a CEDAR one "
+            "(method 'cedar'); a GraSP-VL artifact goes to --grasp"
+        )
+    for role, artifact, path in (("grasp", grasp, config.grasp), ("cedar", cedar, config.cedar)):
+        if artifact.dim != cache.dim:
+            raise BuildError(
+                f"dimension mismatch: the cache {config.cache} holds {cache.dim}-d embeddings, "
+                f"the --{role} artifact {path} is {artifact.dim}-d"
+            )
+        encoder = cache.manifest.encoder
+        if artifact.encoder and encoder and artifact.encoder != encoder:
+            raise BuildError(
+                f"encoder mismatch: the cache {config.cache} was embedded with {encoder!r}, "
+                f"the --{role} artifact {path} was trained on {artifact.encoder!r}"
+            )
+    try:
+        coder = ConceptCoder(cedar)
+    except InputError as exc:
+        raise BuildError(f"--cedar {config.cedar}: {exc}") from None
+    if config.keep < 1:
+        raise BuildError(f"--keep must be at least 1, got {config.keep}")
+    overrides = parse_index_types(config.index_types, grasp.contract)
+    plans = plan_indexes(cache.rows, grasp.contract, config.memory_budget, overrides, config.rules)
+    return BuildInputs(cache, modality, grasp, cedar, coder, plans)
+
+
+def source_record(cache: EmbeddingCache) -> dict:
+    manifest = cache.root / CACHE_MANIFEST
+    return {
+        "cache": str(cache.root.resolve()),
+        "cache_manifest_sha256": sha256_file(manifest) if manifest.is_file() else None,
+        "cache_format": cache.manifest.source,
+        "rows": cache.rows,
+        "shards": len(cache.manifest.shards),
+    }
+
+
+def artifact_source(path: Path, artifact: TransformArtifact, role: str) -> ArtifactSource:
+    return ArtifactSource(
+        path=str(path.resolve()),
+        method=artifact.method,
+        manifest_sha256=sha256_file(path / ARTIFACT_MANIFEST),
+        weights_sha256=sha256_file(path / ARTIFACT_WEIGHTS),
+        copy=ARTIFACT_COPIES[role],
+    )
+
+
+# --- the pass over the cache ------------------------------------------------------------------
+
+
+def training_sample(
+    inputs: BuildInputs, plans: list[PrefixPlan], seed: int, progress: bool
+) -> np.ndarray | None:
+    """Rotated rows (first max L coordinates) sampled from the first shards, for training."""
+    size = max((p.training_rows(inputs.cache.rows) for p in plans), default=0)
+    if size == 0:
+        return None
+    width = max(p.length for p in plans if p.needs_training)
+    reservoir = Reservoir(size, width, seed)
+    with tqdm(desc="training sample", unit="row", disable=not progress) as bar:
+        for data in inputs.cache.iter_shards():
+            reservoir.add(rotate_rows(data.embeddings[inputs.modality], inputs.grasp)[:, :width])
+            bar.update(data.shard.rows)
+            if reservoir.seen >= SAMPLE_SPAN * size:
+                break
+    return reservoir.sample()
+
+
+def write_version(
+    staging: Path, version: int, inputs: BuildInputs, config: BuildConfig, started: float
+) -> BundleManifest:
+    """Write every file of a version into `staging` (fsynced) and return its manifest."""
+    cache, rows = inputs.cache, inputs.cache.rows
+    work = staging / "work"
+    work.mkdir()
+    sample = training_sample(inputs, inputs.plans, config.seed, config.progress)
+    trained = {
+        p.length: train_index(p, prefix_vectors(sample, p.length))
+        for p in inputs.plans
+        if p.needs_training and sample is not None
+    }
+    writers = [open_writer(p, staging, rows, work, trained.get(p.length)) for p in inputs.plans]
+    n_concepts = 2 * inputs.grasp.dim
+    postings = PostingsWriter(staging, work, n_concepts)
+    schema = unified_schema(_metadata_schema(cache, shard) for shard in cache.manifest.shards)
+    ids = IdsWriter(staging / IDS, schema)
+
+    first_row = 0
+    with tqdm(
+        total=rows, desc=f"index {staging.name}", unit="row", disable=not config.progress
+    ) as bar:
+        for data in cache.iter_shards():
+            batch = process_shard(
+                data.embeddings[inputs.modality],
+                data.metadata,
+                first_row,
+                inputs.grasp,
+                inputs.coder,
+            )
+            for writer in writers:
+                writer.add(prefix_vectors(batch.rotated, writer.plan.length))
+            postings.add(shard_postings(batch.concepts, batch.activations, first_row, n_concepts))
+            ids.add(batch.metadata)
+            first_row += data.shard.rows
+            bar.update(data.shard.rows)
+            crash_point("after-first-shard")
+    if first_row != rows:
+        raise BuildError(f"the cache yielded {first_row} rows, its manifest lists {rows}")
+
+    files: dict[str, FileRecord] = {}
+
+    def record(digests: dict[Path, str | None], count: int | None) -> None:
+        for path, digest in digests.items():
+            files[path.relative_to(staging).as_posix()] = FileRecord(
+                digest or sha256_file(path), path.stat().st_size, count
+            )
+
+    for writer in writers:
+        record(writer.close(), rows)
+    crash_point("after-prefix-index")
+    entries = int(postings.totals.sum())
+    counts = {INDPTR: n_concepts + 1, ROWS: entries, VALUES: entries}
+    for path in postings.close():
+        record({path: None}, counts[path.name])
+    crash_point("after-postings")
+    record(ids.close(), ids.rows)
+    artifacts = {}
+    for role, path, artifact in (
+        ("grasp", config.grasp, inputs.grasp),
+        ("cedar", config.cedar, inputs.cedar),
+    ):
+        artifacts[role] = artifact_source(path, artifact, role)
+        copy = staging / ARTIFACT_COPIES[role]
+        copy.mkdir(parents=True)
+        for name in (ARTIFACT_MANIFEST, ARTIFACT_WEIGHTS):
+            shutil.copyfile(path / name, copy / name)
+            record({copy / name: None}, None)
+    work.rmdir()  # every writer removed its work files
+
+    manifest = BundleManifest(
+        version=version,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        encoder=cache.manifest.encoder or inputs.grasp.encoder,
+        modality=inputs.modality,
+        dim=inputs.grasp.dim,
+        k=inputs.coder.k,
+        rows=rows,
+        contract={g.value: n for g, n in inputs.grasp.contract.items()},
+        source=source_record(cache),
+        artifacts=artifacts,
+        prefixes=[
+            PrefixEntry(
+                length=p.length,
+                granularity=p.granularity.value,
+                file=p.file,
+                factory=p.factory,
+                kind=p.kind,
+                ondisk=p.ondisk,
+                search=default_search_parameters(p.factory, p.length),
+                reason=p.reason,
+            )
+            for p in inputs.plans
+        ],
+        postings={"concepts": n_concepts, "entries": entries, "k": inputs.coder.k},
+        files=files,
+        build={
+            "seconds": round(time.perf_counter() - started, 3),
+            "memory_budget": config.memory_budget,
+            "faiss": faiss.__version__,
+            "gpu": gpu_available(),
+            "training_rows": 0 if sample is None else len(sample),
+            "seed": config.seed,
+        },
+    )
+    (staging / MANIFEST).write_text(manifest.to_json())
+    fsync_tree(staging)
+    return manifest
+
+
+def _metadata_schema(cache: EmbeddingCache, shard: Shard) -> pa.Schema:
+    """A shard's metadata schema from its parquet footer (plus `id`, which the reader adds when
+    a clip-retrieval cache lacks it)."""
+    relative = shard.path("metadata")
+    if relative is None:
+        raise BuildError(f"shard {shard.index} of {cache.root} has no metadata file")
+    try:
+        schema = pq.read_schema(cache.root / relative)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise BuildError(f"cannot read {cache.root / relative}: {exc}") from None
+    return schema if "id" in schema.names else schema.append(pa.field("id", pa.string()))
+
+
+# --- the whole build --------------------------------------------------------------------------
+
+
+def build_bundle(
+    config: BuildConfig, on_published: Callable[[Path], None] | None = None
+) -> BuildSummary:
+    """Build, verify and publish a new version under `config.out`; see the module docstring.
+
+    `on_published(version_path)` runs right after CURRENT names the new version, before
+    retention, with the build lock still held: the place to announce it (a Redis channel that
+    tells every replica to swap)."""
+    check_crash_setting()
+    started = time.perf_counter()
+    inputs = open_inputs(config)
+    for plan in inputs.plans:
+        log.info(
+            "prefix %d (%s): %s — %s",
+            plan.length,
+            plan.granularity.value,
+            plan.factory,
+            plan.reason,
+        )
+    store = BundleStore(config.out)
+    with store.lock():
+        cleaned = store.clean()
+        if cleaned:
+            log.info("removed %d leftovers of killed builds", len(cleaned))
+        version = store.next_version()
+        staging = store.staging(version)
+        try:
+            manifest = write_version(staging, version, inputs, config, started)
+            report = verify_bundle(staging, cache_dir=config.cache, sample=config.verify_sample)
+            if report.faults:
+                raise BuildError(
+                    f"the new version failed verification: {'; '.join(report.faults[:5])}"
+                )
+            crash_point("before-rename")
+            final = store.commit(staging, version)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        crash_point("before-pointer-switch")
+        store.switch(final.name)
+        crash_point("after-pointer-switch")
+        if on_published is not None:
+            on_published(final)
+        removed = store.retain(config.keep)
+    seconds = time.perf_counter() - started
+    return BuildSummary(
+        path=final,
+        name=final.name,
+        rows=manifest.rows,
+        shards=len(inputs.cache.manifest.shards),
+        seconds=seconds,
+        files={name: record.bytes for name, record in manifest.files.items()}
+        | {MANIFEST: (final / MANIFEST).stat().st_size},
+        prefixes=manifest.prefixes,
+        removed_versions=removed,
+        cleaned=cleaned,
+        training_rows=manifest.build["training_rows"],
+    )

@@ -1,0 +1,64 @@
+"""Durable files: sha256 of a file, fsync of files and directories, atomic small-file replace.
+
+A rename is only durable once the directory that holds the name is fsynced, and a file's
+bytes only once the file is; the bundle's crash safety rests on doing both in this order:
+write → fsync file → rename → fsync directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+CHUNK = 8 * 2**20
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 8 MiB chunks (bounded memory for any size)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's data (also what was written through a shared mmap) to the disk."""
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in a directory (creations, renames, removals) durable."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under `root`, then every directory, deepest first."""
+    directories = []
+    for folder, _, files in os.walk(root):
+        directories.append(Path(folder))
+        for name in files:
+            fsync_file(Path(folder) / name)
+    for folder in sorted(directories, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(folder)
+
+
+def replace_small_file(path: Path, payload: bytes) -> None:
+    """Replace `path` atomically: write a temporary sibling, fsync it, os.replace, fsync the dir.
+
+    A reader sees the old content or the new one, never a mix; a crash leaves at most the
+    temporary (`.NAME.tmp-PID`), which the next writer removes.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    fsync_dir(path.parent)

@@ -1,0 +1,319 @@
+"""`strata index verify`: is a bundle version whole, consistent, and what its cache says?
+
+Checks, each fault one line that names the file:
+
+- the manifest: format, and every file it lists present with its size and sha256; no file
+  it does not list (a leftover would mean the version was not written by one build);
+- each prefix index: FAISS reads it, ntotal = rows, d = L, inner-product metric;
+- the postings: indptr [2D + 1] from 0, monotone, ending at the entry count; rows in [0, N),
+  strictly increasing within a concept, each row exactly k times; activations finite, ≥ 0;
+- ids.parquet: N rows, ids unique and not null;
+- both artifact copies load (TransformArtifact.load checks their checksums and that the
+  rotations are orthogonal) and match the hashes, dim, contract and k the manifest records;
+- a seeded sample of rows against the source cache (when it is still there and unchanged):
+  each stored prefix vector equals p_L recomputed from the cache row (read back with
+  `reconstruct` where the index stores vectors exactly, else found by searching for it), the
+  ids agree, and the row's k concepts are in the postings with the recomputed activations.
+
+FAISS indexes whose checksum fails are not opened (a corrupt file could crash the reader).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from indexer.bundle import (
+    CURRENT,
+    MANIFEST,
+    BundleError,
+    BundleManifest,
+    read_current,
+    read_manifest,
+)
+from indexer.durable import sha256_file
+from indexer.ids import IDS
+from indexer.postings import FILES as POSTINGS_FILES
+from indexer.postings import INDPTR, Postings, postings_faults
+from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
+from indexer.prefixes import prefix_vectors
+from training.artifacts import MANIFEST as ARTIFACT_MANIFEST
+from training.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
+from training.artifacts import TransformArtifact
+from training.cedar.concepts import ConceptCoder
+from training.embedding.cache import MANIFEST as CACHE_MANIFEST
+from training.embedding.cache import EmbeddingCache
+from training.errors import InputError
+
+VECTOR_TOLERANCE = 1e-4
+SEARCH_DEPTH = 10
+
+
+@dataclass
+class VerifyReport:
+    path: Path
+    faults: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sampled_rows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.faults
+
+
+def verify_bundle(
+    path: Path, cache_dir: Path | None = None, sample: int = 64, seed: int = 0
+) -> VerifyReport:
+    """Every fault of one bundle version (see the module docstring)."""
+    report = VerifyReport(path)
+    try:
+        manifest = read_manifest(path)
+    except BundleError as exc:
+        report.faults.append(str(exc))
+        return report
+    intact = check_files(path, manifest, report.faults)
+    indexes = check_indexes(path, manifest, intact, report.faults)
+    check_postings(path, manifest, intact, report.faults)
+    check_ids(path, manifest, intact, report.faults)
+    artifacts = check_artifacts(path, manifest, intact, report.faults)
+    if sample > 0 and artifacts is not None and IDS in intact:
+        postings_ok = all(name in intact for name in POSTINGS_FILES)
+        check_sample(
+            path, manifest, indexes, artifacts, postings_ok, cache_dir, sample, seed, report
+        )
+    return report
+
+
+def check_files(path: Path, manifest: BundleManifest, faults: list[str]) -> set[str]:
+    """Presence, size and sha256 of every listed file; unlisted files. Returns the intact."""
+    intact = set()
+    for name, record in manifest.files.items():
+        file = path / name
+        if not file.is_file():
+            faults.append(f"missing {name}")
+        elif file.stat().st_size != record.bytes:
+            faults.append(f"{name}: {file.stat().st_size} bytes, manifest says {record.bytes}")
+        elif sha256_file(file) != record.sha256:
+            faults.append(f"{name}: checksum mismatch")
+        else:
+            intact.add(name)
+    for folder, _, files in os.walk(path):
+        for file in files:
+            name = (Path(folder) / file).relative_to(path).as_posix()
+            if name != MANIFEST and name not in manifest.files:
+                faults.append(f"unlisted file {name}")
+    return intact
+
+
+def check_indexes(
+    path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
+) -> dict[int, faiss.Index]:
+    opened = {}
+    for entry in manifest.prefixes:
+        record = manifest.files.get(entry.file)
+        if record is None:
+            faults.append(f"{entry.file}: not listed in the manifest's files")
+            continue
+        if record.rows != manifest.rows:
+            faults.append(
+                f"{entry.file}: manifest lists {record.rows} rows, bundle {manifest.rows}"
+            )
+        data = Path(entry.file).with_suffix(".ivfdata").as_posix()
+        if entry.file not in intact or (entry.ondisk and data not in intact):
+            continue  # already reported; never hand FAISS a corrupt file
+        try:
+            index = read_prefix_index(path / entry.file, entry.factory, entry.ondisk)
+        except RuntimeError as exc:
+            faults.append(f"{entry.file}: FAISS cannot read it ({str(exc).strip()[-120:]})")
+            continue
+        if index.ntotal != manifest.rows:
+            faults.append(f"{entry.file} holds {index.ntotal} rows, manifest says {manifest.rows}")
+        if index.d != entry.length:
+            faults.append(f"{entry.file} has dimension {index.d}, prefix is {entry.length}")
+        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            faults.append(f"{entry.file} does not use the inner product")
+        apply_search_parameters(index, entry.search)
+        opened[entry.length] = index
+    return opened
+
+
+def check_postings(
+    path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
+) -> None:
+    if not all(name in intact for name in POSTINGS_FILES):
+        return
+    postings = Postings(path)
+    concepts = 2 * manifest.dim
+    if postings.concepts != concepts:
+        faults.append(f"{INDPTR}: {postings.concepts} concepts, expected 2·D = {concepts}")
+        return
+    faults.extend(
+        postings_faults(postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k)
+    )
+
+
+def check_ids(path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]) -> None:
+    if IDS not in intact:
+        return
+    rows = pq.ParquetFile(path / IDS).metadata.num_rows
+    if rows != manifest.rows:
+        faults.append(f"{IDS} holds {rows} rows, manifest says {manifest.rows}")
+    ids = pq.read_table(path / IDS, columns=["id"]).column("id")
+    if ids.null_count:
+        faults.append(f"{IDS}: {ids.null_count} rows without an id")
+    if pc.count_distinct(ids).as_py() != len(ids) - ids.null_count:
+        faults.append(f"{IDS}: ids are not unique")
+
+
+def check_artifacts(
+    path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
+) -> dict[str, TransformArtifact] | None:
+    loaded = {}
+    for role, source in manifest.artifacts.items():
+        names = [f"{source.copy}/{ARTIFACT_MANIFEST}", f"{source.copy}/{ARTIFACT_WEIGHTS}"]
+        if not all(n in intact for n in names):
+            continue
+        try:
+            artifact = TransformArtifact.load(path / source.copy)
+        except InputError as exc:
+            faults.append(f"{source.copy}: {exc}")
+            continue
+        if sha256_file(path / names[0]) != source.manifest_sha256:
+            faults.append(f"{names[0]}: not the {role} artifact the bundle was built from")
+        if sha256_file(path / names[1]) != source.weights_sha256:
+            faults.append(f"{names[1]}: not the {role} artifact the bundle was built from")
+        if artifact.dim != manifest.dim:
+            faults.append(f"{source.copy}: {artifact.dim}-d, bundle is {manifest.dim}-d")
+            continue
+        loaded[role] = artifact
+    grasp, cedar = loaded.get("grasp"), loaded.get("cedar")
+    if grasp is not None:
+        contract = {g.value: n for g, n in grasp.contract.items()}
+        if contract != manifest.contract:
+            faults.append(f"{MANIFEST}: contract {manifest.contract} ≠ the GraSP copy's {contract}")
+        if sorted(manifest.contract.values()) != sorted(p.length for p in manifest.prefixes):
+            faults.append(f"{MANIFEST}: prefixes do not match the contract")
+    if cedar is not None:
+        try:
+            coder = ConceptCoder(cedar)
+        except InputError as exc:
+            faults.append(f"{manifest.artifacts['cedar'].copy}: {exc}")
+            return None
+        if coder.k != manifest.k:
+            faults.append(f"{MANIFEST}: k = {manifest.k}, the CEDAR copy's k = {coder.k}")
+    return loaded if grasp is not None and cedar is not None else None
+
+
+def check_sample(
+    path: Path,
+    manifest: BundleManifest,
+    indexes: dict[int, faiss.Index],
+    artifacts: dict[str, TransformArtifact],
+    postings_ok: bool,
+    cache_dir: Path | None,
+    sample: int,
+    seed: int,
+    report: VerifyReport,
+) -> None:
+    """Recompute a sample of rows from the source cache and compare with what is stored."""
+    cache_dir = Path(cache_dir or manifest.source.get("cache", ""))
+    try:
+        cache = EmbeddingCache.open(cache_dir)
+    except InputError as exc:
+        report.notes.append(f"sample check skipped: {exc}")
+        return
+    recorded = manifest.source.get("cache_manifest_sha256")
+    current = (
+        sha256_file(cache.root / CACHE_MANIFEST)
+        if (cache.root / CACHE_MANIFEST).is_file()
+        else None
+    )
+    if recorded != current or cache.rows != manifest.rows:
+        report.notes.append(f"sample check skipped: the cache {cache_dir} changed since the build")
+        return
+    rows = np.sort(
+        np.random.default_rng(seed).choice(manifest.rows, min(sample, manifest.rows), replace=False)
+    )
+    x, cache_ids = read_cache_rows(cache, manifest.modality, rows)
+    report.sampled_rows = len(rows)
+    rotated = artifacts["grasp"].apply(x)
+    faults = report.faults
+    for entry in manifest.prefixes:
+        index = indexes.get(entry.length)
+        if index is None:
+            continue
+        expected = prefix_vectors(rotated, entry.length)
+        storage = exact_storage(index)
+        if storage is not None:
+            stored = np.stack([storage.reconstruct(int(r)) for r in rows])
+            error = np.abs(stored - expected).max(axis=1)
+            bad = error > VECTOR_TOLERANCE
+            for row, err in zip(rows[bad], error[bad], strict=True):
+                faults.append(f"{entry.file}: row {row} differs from the cache's by {err:.3g}")
+        else:
+            ivf = faiss.try_extract_index_ivf(index)
+            if ivf is not None:
+                ivf.nprobe = ivf.nlist
+            _, found = index.search(expected, SEARCH_DEPTH)
+            for row, hits in zip(rows, found, strict=True):
+                if row not in hits:
+                    faults.append(f"{entry.file}: searching row {row}'s own vector misses it")
+    bundle_ids = pq.read_table(path / IDS, columns=["id"]).column("id").take(rows).to_pylist()
+    for row, ours, theirs in zip(rows, bundle_ids, cache_ids, strict=True):
+        if ours != theirs:
+            faults.append(f"{IDS}: row {row} has id {ours!r}, the cache has {theirs!r}")
+    if postings_ok and not any(f.startswith("postings_") for f in faults):
+        check_sample_postings(path, ConceptCoder(artifacts["cedar"]), x, rows, faults)
+
+
+def check_sample_postings(
+    path: Path, coder: ConceptCoder, x: np.ndarray, rows: np.ndarray, faults: list[str]
+) -> None:
+    postings = Postings(path)
+    concepts, activations = coder.encode(x)
+    for row, row_concepts, row_values in zip(rows, concepts, activations, strict=True):
+        for concept, value in zip(row_concepts, row_values, strict=True):
+            posted_rows, posted_values = postings.get(int(concept))
+            at = np.searchsorted(posted_rows, row)
+            if at >= len(posted_rows) or posted_rows[at] != row:
+                faults.append(f"postings_rows.npy: row {row} missing from concept {concept}")
+            elif abs(float(posted_values[at]) - float(value)) > VECTOR_TOLERANCE:
+                faults.append(f"postings_values.npy: row {row}, concept {concept} differs")
+
+
+def read_cache_rows(
+    cache: EmbeddingCache, modality: str, rows: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """float32 embeddings and ids of sorted row positions, reading only the shards they fall in."""
+    x = np.empty((len(rows), cache.dim), dtype=np.float32)
+    ids: list[str] = []
+    start = 0
+    for shard in cache.manifest.shards:
+        stop = start + shard.rows
+        lo, hi = np.searchsorted(rows, [start, stop])
+        if hi > lo:
+            data = cache.read_shard(shard)
+            local = rows[lo:hi] - start
+            x[lo:hi] = np.asarray(data.embeddings[modality][local], dtype=np.float32)
+            ids.extend(data.metadata.column("id").take(local).to_pylist())
+        start = stop
+    return x, ids
+
+
+def resolve_version(path: Path) -> Path:
+    """A version folder, or the version CURRENT names in a bundle directory."""
+    path = Path(path).expanduser()
+    if (path / MANIFEST).is_file():
+        return path
+    if (path / CURRENT).is_file():
+        name = read_current(path)
+        return path / name if name else path
+    if not path.exists():
+        raise BundleError(f"bundle not found: {path}")
+    raise BundleError(f"{path} is neither a bundle directory (with CURRENT) nor a version")

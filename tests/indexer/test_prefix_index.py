@@ -1,0 +1,64 @@
+"""Prefix index files: the streamed Flat file is FAISS's own, on-disk IVF lists survive a move,
+and indexes open memory-mapped."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.index_plan import PrefixPlan
+from indexer.prefix_index import (
+    FlatFileWriter,
+    OnDiskIvfWriter,
+    exact_storage,
+    flat_layout,
+    read_prefix_index,
+    train_index,
+)
+from training.granularity import Granularity
+
+
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def plan(factory: str, length: int, ondisk: bool = False) -> PrefixPlan:
+    return PrefixPlan(length, Granularity.OBJECT, "test", factory, ondisk, "test")
+
+
+def test_streamed_flat_file_is_byte_for_byte_what_faiss_writes(tmp_path: Path):
+    x = unit_rows(70, 12, 0)
+    writer = FlatFileWriter(plan("Flat", 12), tmp_path / "ours.faiss", 70, flat_layout(12))
+    for start in (0, 30, 31):
+        writer.add(x[start : {0: 30, 30: 31, 31: 70}[start]])
+    digests = writer.close()
+    reference = faiss.IndexFlatIP(12)
+    reference.add(x)
+    faiss.write_index(reference, str(tmp_path / "faiss.faiss"))
+    assert (tmp_path / "ours.faiss").read_bytes() == (tmp_path / "faiss.faiss").read_bytes()
+    assert next(iter(digests.values())) is not None
+    index = read_prefix_index(tmp_path / "ours.faiss", "Flat", ondisk=False)
+    assert index.ntotal == 70
+    np.testing.assert_array_equal(exact_storage(index).reconstruct(33), x[33])
+
+
+def test_on_disk_ivf_lists_are_found_after_the_folder_is_renamed(tmp_path: Path):
+    x = unit_rows(600, 8, 1)
+    p = plan("IVF8,Flat", 8, ondisk=True)
+    (tmp_path / "a").mkdir()
+    writer = OnDiskIvfWriter(p, tmp_path / "a" / p.file, train_index(p, x), tmp_path)
+    writer.add(x[:250])
+    writer.add(x[250:])
+    files = writer.close()
+    assert sorted(f.name for f in files) == ["prefix_8.faiss", "prefix_8.ivfdata"]
+    assert not list(tmp_path.glob("*.part-*"))
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    index = read_prefix_index(tmp_path / "b" / p.file, p.factory, ondisk=True)
+    faiss.extract_index_ivf(index).nprobe = 8
+    _, rows = index.search(x[[0, 300, 599]], 1)
+    assert rows[:, 0].tolist() == [0, 300, 599]  # ids are the global row positions
+    assert exact_storage(index) is None
