@@ -209,6 +209,22 @@ def test_retrieval_recall_counts_identical_views_once_and_ties_as_misses():
     }
 
 
+def test_full_length_retrieval_is_the_same_for_every_rotation():
+    """Cosine is kept, so R@1 at D cannot depend on the rotation — even when a rotation's
+    rounding noise makes copies of one view differ in the last bits."""
+    data = constructed_set(300)
+    full = str(DIM)
+    rotation = random_rotation(DIM, 4)
+    rng = np.random.default_rng(0)
+
+    def rotate_with_rounding_noise(x: np.ndarray) -> np.ndarray:
+        return x @ rotation.T + rng.normal(scale=1e-8, size=x.shape)
+
+    reports = [evaluate(f, data, CONTRACT) for f in (lambda x: x, rotate_with_rounding_noise)]
+    recalls = [r["retrieval"][g][full]["R@1"] for r in reports for g in ("object", "caption")]
+    assert recalls[:2] == pytest.approx(recalls[2:], abs=1e-9)
+
+
 def test_leave_one_out_means():
     x = l2_normalise(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0], [1.0, 1.0]]))
     anchors, has_anchor = leave_one_out_means(x, ["a", "a", "a", "b", "b", "c"])

@@ -35,16 +35,29 @@ def plot_lengths(contract: Contract, steps: int = 32) -> list[int]:
     return sorted(grid | set(contract.values()))
 
 
+def gallery_items(views: np.ndarray) -> np.ndarray:
+    """The gallery item of each row, 0..G-1: rows with equal views (one text, "a dog" in many
+    scenes) are one item. Computed on the untransformed views: a transform's rounding noise must
+    not split one text into several items."""
+    _, inverse = np.unique(np.round(views, 5), axis=0, return_inverse=True)
+    return inverse.reshape(-1)
+
+
 def retrieval_recall(
-    anchors: np.ndarray, views: np.ndarray, length: int, ks: tuple[int, ...] = RECALL_AT
+    anchors: np.ndarray,
+    views: np.ndarray,
+    length: int,
+    ks: tuple[int, ...] = RECALL_AT,
+    items: np.ndarray | None = None,
 ) -> dict[int, float]:
     """Recall@k of each anchor's own view among all distinct views, at prefix `length`.
 
-    Identical views (many scenes share "a dog") are one gallery item, so a hit is retrieving the
-    right text, not the right row. A tie with another item counts as a miss.
+    `items` (default: `gallery_items(views)`) says which rows share one gallery item, so a hit
+    is retrieving the right text, not the right row. A tie with another item counts as a miss.
     """
-    gallery, target = np.unique(np.round(views, 6), axis=0, return_inverse=True)
-    target = target.reshape(-1)
+    target = gallery_items(views) if items is None else np.asarray(items)
+    _, first = np.unique(target, return_index=True)
+    gallery = views[first]
     q = anchors[:, :length] / np.maximum(
         np.linalg.norm(anchors[:, :length], axis=1, keepdims=True), 1e-12
     )
@@ -70,9 +83,12 @@ def evaluate(transform: Transform, data: GraspSet, contract: Contract) -> dict[s
         drift(data.anchors, data.views[Granularity.CAPTION], anchors, positives),
         drift(data.anchors, data.anchors[partner], anchors, anchors[partner]),
     )
+    items = {g: gallery_items(v) for g, v in data.views.items()}
     retrieval = {
         g.value: {
-            str(n): {f"R@{k}": r for k, r in retrieval_recall(anchors, v, n).items()}
+            str(n): {
+                f"R@{k}": r for k, r in retrieval_recall(anchors, v, n, items=items[g]).items()
+            }
             for n in sorted(set(contract.values()))
         }
         for g, v in views.items()
