@@ -241,16 +241,21 @@ def test_cknna_and_probe_react_to_what_they_should():
     assert clean < 0.3 < noisy
 
 
-def test_purity_counts_named_concepts_that_fire_on_their_factor():
-    has_dog = np.array([True, True, False, False])
-    # concept 0 ("dog") fires on rows 0, 1 and 2: precision 2/3; concept 2 ("dog") on 0 only
-    active = np.array([[0], [0], [0], [2]])
-    result = concept_purity(active, ["dog", "x", "dog", "y"], {"dog": has_dog, "cat": ~has_dog})
-    assert result["factors"]["dog"]["precision"] == pytest.approx(2 / 3)
-    assert result["factors"]["cat"] is None and result["share"] == 0.0
-    active = np.array([[2], [0], [1], [1]])
-    result = concept_purity(active, ["dog", "x", "dog", "y"], {"dog": has_dog})
-    assert result["factors"]["dog"]["precision"] == 1.0 and result["share"] == 1.0
+def test_purity_picks_the_best_matching_named_concept_and_needs_support():
+    has_dog = np.zeros(40, dtype=bool)
+    has_dog[:20] = True
+    active = np.full((40, 1), 1)  # concept 1 ("x") everywhere by default
+    active[:18, 0] = 0  # concept 0 ("dog") fires on 18 dog rows ...
+    active[20:24, 0] = 0  # ... and on 4 other rows: precision 18/22, recall 0.9
+    active[18, 0] = 2  # concept 2 ("dog") fires on one dog row only: precision 1, recall 0.05
+    result = concept_purity(active, ["dog", "x", "dog"], {"dog": has_dog, "cat": ~has_dog})
+    dog = result["factors"]["dog"]
+    assert dog["concept"] == 0 and dog["precision"] == pytest.approx(18 / 22)
+    assert dog["recall"] == pytest.approx(0.9) and result["found"] == ["dog"]
+    assert result["factors"]["cat"] is None and result["share"] == 0.5
+    # the lone precise concept alone does not count: too little support
+    alone = concept_purity(active, ["x", "x", "dog"], {"dog": has_dog})
+    assert alone["factors"]["dog"]["precision"] == 1.0 and alone["share"] == 0.0
 
 
 def test_rotation_methods_share_one_metric_code(trained):

@@ -28,6 +28,7 @@ from training.probes import LinearProbe
 KS = (4, 8, 16, 32, 64, 128)
 CKNNA_ROWS = 2000
 PURITY_PRECISION = 0.8
+PURITY_RECALL = 0.1
 
 
 @dataclass
@@ -108,10 +109,12 @@ def factor_rows(metadata: pa.Table) -> dict[str, np.ndarray]:
 def concept_purity(
     active: np.ndarray, names: Sequence[str], factors: dict[str, np.ndarray]
 ) -> dict[str, Any]:
-    """For each factor, the concept named after it with the best precision (then recall).
+    """For each factor, the concept named after it that best matches it (highest F1).
 
     precision = P(factor | concept active), recall = P(concept active | factor). A factor counts
-    as found when such a concept has precision ≥ PURITY_PRECISION; `share` is their fraction.
+    as found when that concept has precision ≥ PURITY_PRECISION and recall ≥ PURITY_RECALL — the
+    recall floor keeps a concept that fires on a handful of rows from counting as pure (with
+    thousands of latents, some always do); `share` is the fraction of factors found.
     """
     n_concepts = len(names)
     fires = np.zeros((active.shape[0], n_concepts), dtype=bool)
@@ -124,11 +127,16 @@ def concept_purity(
             if not on.any():
                 continue
             hit = float((on & has).sum())
-            score = (hit / on.sum(), hit / max(has.sum(), 1))
-            if best is None or score > (best["precision"], best["recall"]):
-                best = {"concept": c, "precision": score[0], "recall": score[1]}
+            precision, recall = hit / on.sum(), hit / max(has.sum(), 1)
+            f1 = 2 * precision * recall / (precision + recall) if hit else 0.0
+            if best is None or f1 > best["f1"]:
+                best = {"concept": c, "precision": precision, "recall": recall, "f1": f1}
         per_factor[word] = best
-    found = [w for w, b in per_factor.items() if b and b["precision"] >= PURITY_PRECISION]
+    found = [
+        w
+        for w, b in per_factor.items()
+        if b and b["precision"] >= PURITY_PRECISION and b["recall"] >= PURITY_RECALL
+    ]
     return {
         "share": len(found) / max(len(factors), 1),
         "found": found,
@@ -214,7 +222,8 @@ def markdown_report(report: dict[str, Any]) -> str:
         lines += ["## Concept purity", ""]
         lines += [
             f"Share of the {report['factors']} ground-truth factors with a concept named after "
-            f"them at precision ≥ {PURITY_PRECISION} (k = {next(iter(purity.values()))['k']}).",
+            f"them at precision ≥ {PURITY_PRECISION} and recall ≥ {PURITY_RECALL} "
+            f"(the concept with the best F1; k = {next(iter(purity.values()))['k']}).",
             "",
             "| method | share | factors with a named concept |",
             "|---|---:|---:|",
