@@ -4,13 +4,18 @@ prefixes.py      the prefix-space math (rotate, renormalised prefixes, exact top
 index_plan.py    which FAISS index each prefix gets: the rule table, overrides
 sampling.py      the bounded training reservoir
 prefix_index.py  writing a prefix index shard by shard, reading it memory-mapped
-postings.py      CEDAR concept postings (CSR)
+index_edit.py    a version's prefix indexes extended (add) or filtered (delete), no cache read
+postings.py      CEDAR concept postings (CSR): built from runs, merged onto a base, filtered
 ids.py           ids.parquet: ids and metadata in row order
 bundle.py        the bundle format, its manifest, and the reader (`Bundle`)
 versions.py      staging, atomic publish (CURRENT), retention, crash leftovers
-build.py         `strata index build`: one pass over the cache
+release.py       the tail every new version goes through: write, verify, rename, publish, retain
+publish.py       publishing: CURRENT, and Redis (key, history, channel, lock); `VersionChannel`
+build.py         `strata index build`: one pass over the cache (shards on an engine)
+distributed.py   `--engine ray`: the per-shard work as Ray tasks
+update.py        `strata index add | delete`: new versions without a rebuild
 verify.py        `strata index verify`
-crashpoints.py   named stages where tests kill a build
+crashpoints.py   named stages where tests kill a build, an add or a delete
 durable.py       sha256 and fsync of files and directories
 cli.py           the `strata index` command group
 """

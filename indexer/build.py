@@ -11,10 +11,15 @@ whatever the chosen index types hold in RAM — see indexer/index_plan.py):
 
 Row r of the bundle is the r-th row of the cache (shards in manifest order); that position is
 the FAISS id and the postings' row id. Indexes that need training (IVF, PQ) are trained first
-on a reservoir sample of the first shards' rotated rows. The per-shard step (`process_shard`)
-and the postings run (`postings.shard_postings`) are pure functions of a shard, so a distributed
-build (Ray) or an incremental add can map them over shards and feed the same writers in row
-order. Then: fsync, verify, rename, switch CURRENT, retention (indexer/versions.py).
+on a reservoir sample of the first shards' rotated rows. The per-shard step (`process_shard`:
+rotation, CEDAR codes and the shard's postings run) is a pure function of a shard, so the
+engine that runs it is a choice: `--engine local` (the default) maps it over the shards in this
+process; `--engine ray` runs it as Ray tasks (indexer/distributed.py). Either way the results
+are consumed in shard order by the same writers, so both engines write the same files.
+`strata index add` (indexer/update.py) maps it over the shards of the added cache.
+
+Then: fsync, verify, rename, switch CURRENT (and announce in Redis with a publisher), retention
+(indexer/release.py, indexer/publish.py, indexer/versions.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +50,7 @@ from indexer.crashpoints import check_crash_setting, crash_point
 from indexer.durable import fsync_tree, sha256_file
 from indexer.ids import IDS, IdsWriter, unified_schema
 from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
-from indexer.postings import INDPTR, ROWS, VALUES, PostingsWriter, shard_postings
+from indexer.postings import INDPTR, ROWS, VALUES, PostingRun, PostingsWriter, shard_postings
 from indexer.prefix_index import (
     default_search_parameters,
     gpu_available,
@@ -53,6 +58,8 @@ from indexer.prefix_index import (
     train_index,
 )
 from indexer.prefixes import prefix_vectors, rotate_rows
+from indexer.publish import Publisher
+from indexer.release import release_version
 from indexer.sampling import Reservoir
 from indexer.verify import verify_bundle
 from indexer.versions import BundleStore
@@ -68,6 +75,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_SPAN = 4  # the training reservoir reads the first shards until it has seen 4× its size
 CODE_BATCH = 8192  # rows CEDAR-encoded at a time: its top-k temporaries are ~20 bytes per cell
+ENGINES = ("local", "ray")
 
 
 class BuildError(InputError):
@@ -88,6 +96,8 @@ class BuildConfig:
     seed: int = 0
     verify_sample: int = 64
     rules: tuple[IndexRule, ...] = RULES
+    engine: str = "local"  # where the per-shard work runs: local | ray
+    ray_address: str | None = None  # --engine ray: a cluster to join (default: RAY_ADDRESS/local)
 
 
 @dataclass
@@ -114,6 +124,8 @@ class BuildSummary:
     removed_versions: list[str] = field(default_factory=list)
     cleaned: list[Path] = field(default_factory=list)
     training_rows: int = 0
+    engine: str = "local"
+    announced: str | None = None  # where the version was announced (Redis), None: CURRENT only
 
     @property
     def bytes_on_disk(self) -> int:
@@ -126,13 +138,25 @@ class BuildSummary:
 
 @dataclass
 class ShardBatch:
-    """What one shard contributes, before any I/O: rotated rows, CEDAR codes, metadata."""
+    """What one shard contributes, before any I/O: rotated rows, CEDAR codes and their postings
+    run, metadata."""
 
     first_row: int
     rotated: np.ndarray  # float32 [n, D], z = (x − mean) @ Rᵀ
     concepts: np.ndarray  # int64 [n, k]
     activations: np.ndarray  # float32 [n, k]
     metadata: pa.Table
+    postings: PostingRun  # the shard's rows' postings (rows first_row, ...)
+
+    @property
+    def rows(self) -> int:
+        return len(self.rotated)
+
+
+# (cache, modality, grasp, coder, first row number) → the shards' batches, in shard order
+ShardEngine = Callable[
+    [EmbeddingCache, str, TransformArtifact, ConceptCoder, int], Iterable[ShardBatch]
+]
 
 
 def process_shard(
@@ -142,13 +166,40 @@ def process_shard(
     grasp: TransformArtifact,
     coder: ConceptCoder,
 ) -> ShardBatch:
-    """The pure per-shard step: one GraSP matmul and the CEDAR codes of the shard's rows (coded
-    CODE_BATCH rows at a time, which bounds the coder's temporaries, not the result)."""
+    """The pure per-shard step: one GraSP matmul, the CEDAR codes of the shard's rows (coded
+    CODE_BATCH rows at a time, which bounds the coder's temporaries, not the result) and their
+    postings run."""
     x = np.asarray(embeddings, dtype=np.float32)
     codes = [coder.encode(x[start : start + CODE_BATCH]) for start in range(0, len(x), CODE_BATCH)]
     concepts = np.concatenate([c for c, _ in codes]) if codes else np.zeros((0, coder.k), np.int64)
     activations = np.concatenate([a for _, a in codes]) if codes else np.zeros((0, coder.k))
-    return ShardBatch(first_row, rotate_rows(x, grasp), concepts, activations, metadata)
+    run = shard_postings(concepts, activations, first_row, 2 * coder.artifact.dim)
+    return ShardBatch(first_row, rotate_rows(x, grasp), concepts, activations, metadata, run)
+
+
+def local_batches(
+    cache: EmbeddingCache,
+    modality: str,
+    grasp: TransformArtifact,
+    coder: ConceptCoder,
+    first_row: int = 0,
+) -> Iterator[ShardBatch]:
+    """`process_shard` over the cache's shards in this process, in order (the local engine);
+    the first shard's rows are numbered from `first_row`."""
+    for data in cache.iter_shards():
+        yield process_shard(data.embeddings[modality], data.metadata, first_row, grasp, coder)
+        first_row += data.shard.rows
+
+
+def shard_engine(engine: str, ray_address: str | None = None) -> ShardEngine:
+    """The engine a build or add runs its shards on (the Ray module is imported only here)."""
+    if engine == "local":
+        return local_batches
+    if engine == "ray":
+        from indexer.distributed import RayEngine
+
+        return RayEngine(address=ray_address)
+    raise BuildError(f"unknown --engine {engine!r} ({' | '.join(ENGINES)})")
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -202,6 +253,8 @@ def open_inputs(config: BuildConfig) -> BuildInputs:
         raise BuildError(f"--cedar {config.cedar}: {exc}") from None
     if config.keep < 1:
         raise BuildError(f"--keep must be at least 1, got {config.keep}")
+    if config.engine not in ENGINES:
+        raise BuildError(f"unknown --engine {config.engine!r} ({' | '.join(ENGINES)})")
     overrides = parse_index_types(config.index_types, grasp.contract)
     plans = plan_indexes(cache.rows, grasp.contract, config.memory_budget, overrides, config.rules)
     return BuildInputs(cache, modality, grasp, cedar, coder, plans)
@@ -250,9 +303,15 @@ def training_sample(
 
 
 def write_version(
-    staging: Path, version: int, inputs: BuildInputs, config: BuildConfig, started: float
+    staging: Path,
+    version: int,
+    inputs: BuildInputs,
+    config: BuildConfig,
+    started: float,
+    engine: ShardEngine = local_batches,
 ) -> BundleManifest:
-    """Write every file of a version into `staging` (fsynced) and return its manifest."""
+    """Write every file of a version into `staging` (fsynced) and return its manifest; the
+    shards' work runs on `engine`, its results are written in shard order."""
     cache, rows = inputs.cache, inputs.cache.rows
     work = staging / "work"
     work.mkdir()
@@ -265,27 +324,22 @@ def write_version(
     writers = [open_writer(p, staging, rows, work, trained.get(p.length)) for p in inputs.plans]
     n_concepts = 2 * inputs.grasp.dim
     postings = PostingsWriter(staging, work, n_concepts)
-    schema = unified_schema(_metadata_schema(cache, shard) for shard in cache.manifest.shards)
+    schema = unified_schema(metadata_schema(cache, shard) for shard in cache.manifest.shards)
     ids = IdsWriter(staging / IDS, schema)
 
     first_row = 0
     with tqdm(
         total=rows, desc=f"index {staging.name}", unit="row", disable=not config.progress
     ) as bar:
-        for data in cache.iter_shards():
-            batch = process_shard(
-                data.embeddings[inputs.modality],
-                data.metadata,
-                first_row,
-                inputs.grasp,
-                inputs.coder,
-            )
+        for batch in engine(cache, inputs.modality, inputs.grasp, inputs.coder, 0):
+            if batch.first_row != first_row:
+                raise BuildError(f"shard rows {batch.first_row}.. arrived out of order")
             for writer in writers:
                 writer.add(prefix_vectors(batch.rotated, writer.plan.length))
-            postings.add(shard_postings(batch.concepts, batch.activations, first_row, n_concepts))
+            postings.add(batch.postings)
             ids.add(batch.metadata)
-            first_row += data.shard.rows
-            bar.update(data.shard.rows)
+            first_row += batch.rows
+            bar.update(batch.rows)
             crash_point("after-first-shard")
     if first_row != rows:
         raise BuildError(f"the cache yielded {first_row} rows, its manifest lists {rows}")
@@ -353,6 +407,7 @@ def write_version(
             "gpu": gpu_available(),
             "training_rows": 0 if sample is None else len(sample),
             "seed": config.seed,
+            "engine": config.engine,
         },
     )
     (staging / MANIFEST).write_text(manifest.to_json())
@@ -360,7 +415,7 @@ def write_version(
     return manifest
 
 
-def _metadata_schema(cache: EmbeddingCache, shard: Shard) -> pa.Schema:
+def metadata_schema(cache: EmbeddingCache, shard: Shard) -> pa.Schema:
     """A shard's metadata schema from its parquet footer (plus `id`, which the reader adds when
     a clip-retrieval cache lacks it)."""
     relative = shard.path("metadata")
@@ -377,13 +432,15 @@ def _metadata_schema(cache: EmbeddingCache, shard: Shard) -> pa.Schema:
 
 
 def build_bundle(
-    config: BuildConfig, on_published: Callable[[Path], None] | None = None
+    config: BuildConfig,
+    on_published: Callable[[Path], None] | None = None,
+    publisher: Publisher | None = None,
 ) -> BuildSummary:
     """Build, verify and publish a new version under `config.out`; see the module docstring.
 
-    `on_published(version_path)` runs right after CURRENT names the new version, before
-    retention, with the build lock still held: the place to announce it (a Redis channel that
-    tells every replica to swap)."""
+    With a `publisher` (indexer/publish.py: Redis), it is checked before any work and the
+    version is recorded and announced under its lock as CURRENT moves. `on_published(path)`
+    runs right after that, before retention, with the build lock still held."""
     check_crash_setting()
     started = time.perf_counter()
     inputs = open_inputs(config)
@@ -395,42 +452,39 @@ def build_bundle(
             plan.factory,
             plan.reason,
         )
+    if publisher is not None:
+        publisher.check()
+    engine = shard_engine(config.engine, config.ray_address)
     store = BundleStore(config.out)
-    with store.lock():
-        cleaned = store.clean()
-        if cleaned:
-            log.info("removed %d leftovers of killed builds", len(cleaned))
-        version = store.next_version()
-        staging = store.staging(version)
-        try:
-            manifest = write_version(staging, version, inputs, config, started)
-            report = verify_bundle(staging, cache_dir=config.cache, sample=config.verify_sample)
-            if report.faults:
-                raise BuildError(
-                    f"the new version failed verification: {'; '.join(report.faults[:5])}"
-                )
-            crash_point("before-rename")
-            final = store.commit(staging, version)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        crash_point("before-pointer-switch")
-        store.switch(final.name)
-        crash_point("after-pointer-switch")
-        if on_published is not None:
-            on_published(final)
-        removed = store.retain(config.keep)
-    seconds = time.perf_counter() - started
+    try:
+        with store.lock():
+            release = release_version(
+                store,
+                lambda staging, version: write_version(
+                    staging, version, inputs, config, started, engine
+                ),
+                lambda staging: verify_bundle(
+                    staging, cache_dir=config.cache, sample=config.verify_sample
+                ),
+                config.keep,
+                publisher,
+                on_published,
+            )
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
     return BuildSummary(
-        path=final,
-        name=final.name,
-        rows=manifest.rows,
+        path=release.path,
+        name=release.name,
+        rows=release.manifest.rows,
         shards=len(inputs.cache.manifest.shards),
-        seconds=seconds,
-        files={name: record.bytes for name, record in manifest.files.items()}
-        | {MANIFEST: (final / MANIFEST).stat().st_size},
-        prefixes=manifest.prefixes,
-        removed_versions=removed,
-        cleaned=cleaned,
-        training_rows=manifest.build["training_rows"],
+        seconds=time.perf_counter() - started,
+        files=release.files,
+        prefixes=release.manifest.prefixes,
+        removed_versions=release.removed,
+        cleaned=release.cleaned,
+        training_rows=release.manifest.build["training_rows"],
+        engine=config.engine,
+        announced=release.announced,
     )

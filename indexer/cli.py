@@ -1,4 +1,9 @@
-"""`strata index build | verify | info`: the indexer's command group."""
+"""`strata index build | add | delete | publish | verify | info`: the indexer's command group.
+
+Every command that makes a version takes `--redis-url` (default: the STRATA_REDIS_URL
+environment variable) and `--redis-prefix` (STRATA_REDIS_PREFIX, default "strata"): with a URL
+the version is also recorded and announced in Redis (indexer/publish.py), without one the
+CURRENT pointer file alone publishes it."""
 
 from __future__ import annotations
 
@@ -9,14 +14,57 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.build import BuildConfig, BuildSummary, build_bundle
-from indexer.bundle import BundleError, read_manifest
+from indexer.bundle import BundleError, parse_version_name, read_manifest, version_name
 from indexer.index_plan import format_bytes, parse_size
+from indexer.publish import (
+    DEFAULT_PREFIX,
+    PREFIX_ENVIRONMENT,
+    URL_ENVIRONMENT,
+    RedisPublisher,
+    publish_version,
+)
+from indexer.update import (
+    AddConfig,
+    DeleteConfig,
+    UpdateSummary,
+    add_rows,
+    delete_rows,
+    read_id_file,
+)
 from indexer.verify import resolve_version, verify_bundle
 from indexer.versions import BundleStore
 
 index_app = typer.Typer(
-    help="Build, verify and inspect index bundles (a FAISS index per prefix + concept postings)."
+    help="Build, update, publish, verify and inspect index bundles (a FAISS index per prefix "
+    "+ concept postings)."
 )
+
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar=URL_ENVIRONMENT,
+        help="also record and announce the new version in this Redis (redis://host:6379/0)",
+        show_default=False,
+    ),
+]
+RedisPrefix = Annotated[
+    str,
+    typer.Option("--redis-prefix", envvar=PREFIX_ENVIRONMENT, help="prefix of the Redis keys"),
+]
+Engine = Annotated[
+    str, typer.Option(help="where the per-shard work runs: local (this process) | ray")
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(help="--engine ray: the cluster to join (default: RAY_ADDRESS, else local)"),
+]
+Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)")]
+Progress = Annotated[bool, typer.Option(help="show progress bars")]
+
+
+def publisher_for(url: str | None, prefix: str) -> RedisPublisher | None:
+    return RedisPublisher(url, prefix) if url else None
 
 
 @index_app.command("build")
@@ -38,9 +86,13 @@ def build(
             help="PREFIX=FACTORY override, repeatable: 24=HNSW32, object=hnsw, full=Flat",
         ),
     ] = None,
-    keep: Annotated[int, typer.Option(help="versions to keep (the current one always)")] = 3,
+    keep: Keep = 3,
     seed: Annotated[int, typer.Option(help="seed of the training and verification samples")] = 0,
-    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    progress: Progress = True,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = DEFAULT_PREFIX,
 ) -> None:
     """Index a cache into a new bundle version, verify it, publish it atomically.
 
@@ -58,9 +110,12 @@ def build(
         keep=keep,
         seed=seed,
         progress=progress,
+        engine=engine,
+        ray_address=ray_address,
     )
+    publisher = publisher_for(redis_url, redis_prefix)
     with logging_redirect_tqdm():
-        summary = build_bundle(config)
+        summary = build_bundle(config, publisher=publisher)
     typer.echo(format_build_summary(summary))
 
 
@@ -73,7 +128,8 @@ def format_build_summary(summary: BuildSummary) -> str:
         + ", ".join(
             f"{p.length}: {p.factory}{' (on disk)' if p.ondisk else ''}" for p in summary.prefixes
         ),
-        f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s",
+        f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s"
+        + (f" (shards on {summary.engine})" if summary.engine != "local" else ""),
         "files",
     ]
     width = max(len(name) for name in summary.files)
@@ -82,11 +138,143 @@ def format_build_summary(summary: BuildSummary) -> str:
         for name, size in sorted(summary.files.items())
     ]
     lines.append(f"on disk      {format_bytes(summary.bytes_on_disk)}")
-    if summary.removed_versions:
-        lines.append(f"removed      {', '.join(summary.removed_versions)} (--keep)")
-    if summary.cleaned:
-        lines.append(f"cleaned      {len(summary.cleaned)} leftovers of killed builds")
+    lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)
+
+
+def tail_lines(announced: str | None, removed: list[str], cleaned: list[Path]) -> list[str]:
+    lines = []
+    if announced:
+        lines.append(f"announced    {announced}")
+    if removed:
+        lines.append(f"removed      {', '.join(removed)} (--keep)")
+    if cleaned:
+        lines.append(f"cleaned      {len(cleaned)} leftovers of killed jobs")
+    return lines
+
+
+@index_app.command("add")
+def add(
+    bundles: Annotated[Path, typer.Option("--bundles", help="bundle directory to add to")],
+    cache: Annotated[Path, typer.Option("--cache", help="embedding cache of the new rows")],
+    keep: Keep = 3,
+    progress: Progress = True,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = DEFAULT_PREFIX,
+) -> None:
+    """Append a cache's rows to the current version: a new version, published like a build.
+
+    Only the new rows are rotated and encoded (with the bundle's own artifact copies); each
+    index is extended (Flat: copied + extended, the rows a full build stores), the postings
+    merged, the ids appended. The cache must have the bundle's encoder, dimension and modality,
+    and only ids the bundle does not hold."""
+    config = AddConfig(
+        bundles=bundles,
+        cache=cache,
+        keep=keep,
+        progress=progress,
+        engine=engine,
+        ray_address=ray_address,
+    )
+    publisher = publisher_for(redis_url, redis_prefix)
+    with logging_redirect_tqdm():
+        summary = add_rows(config, publisher=publisher)
+    typer.echo(format_update_summary(summary, source=str(cache)))
+
+
+@index_app.command("delete")
+def delete(
+    bundles: Annotated[Path, typer.Option("--bundles", help="bundle directory to delete from")],
+    ids_file: Annotated[
+        Path | None, typer.Option("--ids", help="file of ids to delete, one a line")
+    ] = None,
+    id_: Annotated[
+        list[str] | None, typer.Option("--id", help="an id to delete (repeatable)")
+    ] = None,
+    missing_ok: Annotated[
+        bool, typer.Option("--missing-ok", help="skip ids the bundle does not hold")
+    ] = False,
+    keep: Keep = 3,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = DEFAULT_PREFIX,
+) -> None:
+    """Remove rows by id from the current version: a new version, published like a build.
+
+    The other rows are renumbered (row positions stay contiguous); each index is filtered from
+    the stored version (Flat: the kept rows copied, the rows a full build stores; HNSW
+    rebuilt from its stored vectors; IVF lists filtered), the postings filtered, no cache read.
+    Unknown ids are refused, all named, unless --missing-ok."""
+    ids = [*(read_id_file(ids_file) if ids_file else []), *(id_ or [])]
+    config = DeleteConfig(bundles=bundles, ids=tuple(ids), missing_ok=missing_ok, keep=keep)
+    summary = delete_rows(config, publisher=publisher_for(redis_url, redis_prefix))
+    typer.echo(format_update_summary(summary))
+
+
+def format_update_summary(summary: UpdateSummary, source: str | None = None) -> str:
+    if summary.operation == "add":
+        change = f"{summary.base_rows} + {summary.changed_rows} added from {source}"
+    else:
+        change = f"{summary.base_rows} − {summary.changed_rows} deleted"
+    lines = [
+        f"bundle       {summary.path} (now CURRENT; made from {summary.base})",
+        f"rows         {summary.rows} = {change}",
+    ]
+    if summary.missing_ids:
+        shown = ", ".join(summary.missing_ids[:5])
+        more = f", … ({len(summary.missing_ids)} in all)" if len(summary.missing_ids) > 5 else ""
+        lines.append(f"not found    {shown}{more} (--missing-ok)")
+    lines.append(f"time         {summary.seconds:.1f} s")
+    lines.append("how")
+    width = max(len(name) for name in summary.actions)
+    lines += [f"  {name:<{width}}  {action}" for name, action in summary.actions.items()]
+    lines.append("files")
+    width = max(len(name) for name in summary.files)
+    lines += [
+        f"  {name:<{width}}  {format_bytes(size):>10}"
+        for name, size in sorted(summary.files.items())
+    ]
+    lines.append(f"on disk      {format_bytes(summary.bytes_on_disk)}")
+    lines += [f"note         {note}" for note in summary.notes]
+    lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
+    return "\n".join(lines)
+
+
+@index_app.command("publish")
+def publish(
+    bundles: Annotated[Path, typer.Argument(help="bundle directory")],
+    version: Annotated[
+        str | None,
+        typer.Option(help="the version to publish, v000007 or 7 (default: the current one)"),
+    ] = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = DEFAULT_PREFIX,
+) -> None:
+    """Publish a version already written: CURRENT, and Redis when configured.
+
+    A rollback, or a version whose announcement failed. Without --version the current version
+    is announced again, which brings Redis level with CURRENT."""
+    store = BundleStore(bundles)
+    if not store.root.is_dir():
+        raise BundleError(f"bundle directory not found: {bundles}")
+    name = version
+    if name is not None and name.isdigit():
+        name = version_name(int(name))
+    publisher = publisher_for(redis_url, redis_prefix)
+    if publisher is not None:
+        publisher.check()
+    with store.lock():
+        name = name or store.current()
+        if name is None:
+            raise BundleError(f"{bundles} has no published bundle; name a --version")
+        if parse_version_name(name) is None:
+            raise BundleError(f"--version {version!r} is not a version name (v000007 or 7)")
+        read_manifest(store.root / name)  # a whole version (its manifest is written last)
+        announced = publish_version(store, name, publisher)
+    typer.echo(f"published    {store.root / name} (now CURRENT)")
+    if announced:
+        typer.echo(f"announced    {announced}")
 
 
 @index_app.command("verify")
@@ -111,6 +299,17 @@ def verify(
     typer.echo(f"{path}: ok ({report.sampled_rows} rows checked against the cache)")
 
 
+def describe_source(source: dict) -> str:
+    """Where a version's rows came from: a cache (build), or a base version and a change."""
+    base = source.get("base", {}).get("name", "?")
+    if source.get("operation") == "add":
+        first = source.get("cache_first_row")
+        return f"{base} + rows {first}.. from {source.get('cache')} (index add)"
+    if source.get("operation") == "delete":
+        return f"{base} − {source.get('deleted_rows')} rows (index delete)"
+    return str(source.get("cache"))
+
+
 @index_app.command("info")
 def info(
     bundles: Annotated[Path, typer.Argument(help="bundle directory")],
@@ -132,7 +331,7 @@ def info(
         f"current      {current} ({manifest.created_at})\n"
         f"rows         {manifest.rows} ({manifest.modality}), dim {manifest.dim}, "
         f"encoder {manifest.encoder or '-'}\n"
-        f"source       {manifest.source.get('cache')}\n"
+        f"source       {describe_source(manifest.source)}\n"
         f"grasp        {sources['grasp'].method} from {sources['grasp'].path}\n"
         f"cedar        {sources['cedar'].method} (k = {manifest.k}) from {sources['cedar'].path}\n"
         f"postings     {manifest.postings['concepts']} concepts, "

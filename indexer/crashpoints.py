@@ -1,8 +1,10 @@
 """Named points where a test can kill a build, to prove what a crash there leaves behind.
 
-`STRATA_INDEX_CRASH_AT=<stage>` makes the build SIGKILL itself when it reaches that stage (no
+`STRATA_INDEX_CRASH_AT=<stage>` makes the job SIGKILL itself when it reaches that stage (no
 cleanup, no atexit, no flush — as if the machine lost power for this process). Unset, a crash
-point costs one environment lookup.
+point costs one environment lookup. `strata index add` passes the same stages as a build
+(after-first-shard: the first shard of the added cache); `strata index delete` all but
+after-first-shard (it reads no shards). The last three are in indexer/release.py, shared.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from training.errors import InputError
 
 ENVIRONMENT = "STRATA_INDEX_CRASH_AT"
 STAGES = (
-    "after-first-shard",  # rows of one shard are in the staging folder's writers
+    "after-first-shard",  # rows of one shard are in the staging folder's writers (build, add)
     "after-prefix-index",  # every prefix_{L}.faiss is written
     "after-postings",  # the postings .npy files are written
     "before-rename",  # the staging folder is complete, fsynced and verified

@@ -3,6 +3,7 @@
 Row r of the table is gallery row r, the FAISS id in every prefix index and the row id in the
 postings. The schema is the union of the shards' metadata schemas (`id` first, a column a shard
 lacks is null there), fixed before the first row is written so the file streams shard by shard.
+An incremental add or delete copies a base's row groups (`copy_ids`), all or the kept rows.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -62,6 +64,24 @@ class IdsWriter:
         with self.path.open("rb") as handle:
             os.fsync(handle.fileno())
         return {self.path: None}
+
+
+def copy_ids(path: Path, writer: IdsWriter, keep: np.ndarray | None = None) -> int:
+    """Append the rows of an existing ids.parquet to `writer`, row group by row group (bounded
+    memory; the groups stay as they were), only those where `keep` is True when given.
+    Returns the rows copied."""
+    source = pq.ParquetFile(path)
+    start = copied = 0
+    for group in range(source.num_row_groups):
+        table = source.read_row_group(group)
+        stop = start + table.num_rows
+        if keep is not None:
+            table = table.filter(pa.array(keep[start:stop]))
+        start = stop
+        if table.num_rows:
+            writer.add(table)
+            copied += table.num_rows
+    return copied
 
 
 def read_ids(path: Path) -> pa.Array:

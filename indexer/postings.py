@@ -13,6 +13,13 @@ Built shard by shard: `shard_postings` (pure) turns a shard's codes into a run s
 concept; `PostingsWriter` keeps only the per-concept counts in RAM, spills each run to a work
 file, and at the end scatters the runs into memory-mapped output arrays (shards arrive in row
 order, so rows stay sorted within each concept). `csr_from_runs` is the same merge in RAM.
+
+Incremental updates (indexer/update.py): an existing CSR is itself a valid run of rows
+[0, N), so `strata index add` opens `PostingsWriter(..., base=old postings)` — the old entries
+are scattered first, in chunks, then the new shards' runs — which gives exactly
+`csr_from_runs([old, *new])`. `strata index delete` calls `filter_postings`: entries of removed
+rows are dropped and the others renumbered, in one streaming pass (renumbering keeps the order
+of rows, so every concept's rows stay strictly increasing).
 """
 
 from __future__ import annotations
@@ -84,12 +91,35 @@ def csr_from_runs(
     return indptr, rows, values
 
 
-class PostingsWriter:
-    """Accumulates shard runs on disk (`work/`), then writes the three CSR files."""
+def csr_run(indptr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> PostingRun:
+    """CSR postings as a run (they are grouped by concept with rows ascending, as a run is)."""
+    return PostingRun(np.diff(np.asarray(indptr)).astype(np.int64), rows, values)
 
-    def __init__(self, folder: Path, work: Path, n_concepts: int) -> None:
+
+def entry_concepts(indptr: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The concept of each CSR entry in [start, stop)."""
+    return np.searchsorted(indptr, np.arange(start, stop), side="right").astype(np.int64) - 1
+
+
+class PostingsWriter:
+    """Accumulates shard runs on disk (`work/`), then writes the three CSR files.
+
+    With `base` (a bundle's postings), the output starts from those entries — rows [0, N) of
+    the base — and the runs added must hold the rows after them (an incremental add)."""
+
+    def __init__(
+        self, folder: Path, work: Path, n_concepts: int, base: Postings | None = None
+    ) -> None:
         self.folder, self.work, self.n_concepts = folder, work, n_concepts
-        self.totals = np.zeros(n_concepts, dtype=np.int64)
+        if base is not None and base.concepts != n_concepts:
+            raise ValueError(f"base postings have {base.concepts} concepts, not {n_concepts}")
+        self.base = base
+        self.base_counts = (
+            np.zeros(n_concepts, dtype=np.int64)
+            if base is None
+            else np.diff(base.indptr).astype(np.int64)
+        )
+        self.totals = self.base_counts.copy()
         self.runs: list[Path] = []
 
     def add(self, run: PostingRun) -> None:
@@ -105,6 +135,9 @@ class PostingsWriter:
         rows = open_memmap(self.folder / ROWS, "w+", np.int64, (entries,))
         values = open_memmap(self.folder / VALUES, "w+", np.float32, (entries,))
         cursor = indptr[:-1].copy()
+        if self.base is not None:
+            scatter_csr(self.base, rows, values, cursor)
+            cursor += self.base_counts
         for path in self.runs:
             with np.load(path) as data:
                 run = PostingRun(data["counts"], data["rows"], data["values"])
@@ -120,6 +153,54 @@ class PostingsWriter:
         for path in paths:
             fsync_file(path)
         return paths
+
+
+def scatter_csr(base: Postings, rows: np.ndarray, values: np.ndarray, cursor: np.ndarray) -> None:
+    """Copy CSR postings into output arrays: entry i of concept c goes to
+    cursor[c] + (i − base.indptr[c]). Chunked, so memory stays bounded by the chunk."""
+    indptr = np.asarray(base.indptr)
+    entries = int(indptr[-1])
+    for start in range(0, entries, CHECK_CHUNK):
+        stop = min(start + CHECK_CHUNK, entries)
+        concept = entry_concepts(indptr, start, stop)
+        at = np.arange(start, stop, dtype=np.int64) - indptr[concept] + cursor[concept]
+        rows[at] = base.rows[start:stop]
+        values[at] = base.values[start:stop]
+
+
+def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[Path]:
+    """Write the three CSR files of `base` without the rows whose `new_row` is −1, every other
+    row r renamed new_row[r] (new_row must be increasing over the kept rows). Two chunked
+    passes: count the kept entries per concept, then copy them in order."""
+    new_row = np.asarray(new_row, dtype=np.int64)
+    indptr = np.asarray(base.indptr)
+    entries = int(indptr[-1])
+    counts = np.zeros(base.concepts, dtype=np.int64)
+    for start in range(0, entries, CHECK_CHUNK):
+        stop = min(start + CHECK_CHUNK, entries)
+        kept = new_row[np.asarray(base.rows[start:stop])] >= 0
+        counts += np.bincount(
+            entry_concepts(indptr, start, stop)[kept], minlength=base.concepts
+        ).astype(np.int64)
+    new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    rows = open_memmap(folder / ROWS, "w+", np.int64, (int(new_indptr[-1]),))
+    values = open_memmap(folder / VALUES, "w+", np.float32, (int(new_indptr[-1]),))
+    at = 0
+    for start in range(0, entries, CHECK_CHUNK):
+        renamed = new_row[np.asarray(base.rows[start : start + CHECK_CHUNK])]
+        kept = renamed >= 0
+        n = int(kept.sum())
+        rows[at : at + n] = renamed[kept]
+        values[at : at + n] = np.asarray(base.values[start : start + CHECK_CHUNK])[kept]
+        at += n
+    rows.flush()
+    values.flush()
+    del rows, values
+    np.save(folder / INDPTR, new_indptr, allow_pickle=False)
+    paths = [folder / name for name in FILES]
+    for path in paths:
+        fsync_file(path)
+    return paths
 
 
 class Postings:

@@ -12,8 +12,10 @@ FAISS id) and all leaving fsynced files behind:
   `faiss.write_index` at the end. The whole index is in RAM while it is built.
 - `OnDiskIvfWriter` (IVF with lists on disk): each shard is added to a copy of the trained,
   empty index and written as a part file; at the end the parts are merged into one
-  `prefix_{L}.ivfdata` (FAISS OnDiskInvertedLists, `faiss.contrib.ondisk.merge_ondisk`, which
-  reads the parts memory-mapped). In RAM: the coarse centroids, the PQ tables, one shard.
+  `prefix_{L}.ivfdata` (FAISS OnDiskInvertedLists; `merge_into_ondisk` does what
+  `faiss.contrib.ondisk.merge_ondisk` does, reading the parts memory-mapped, and also takes
+  lists already open — an incremental add merges the previous version's lists first). In RAM:
+  the coarse centroids, the PQ tables, one shard.
 
 Reading (`read_prefix_index`): Flat and HNSW codes are memory-mapped (IO_FLAG_MMAP_IFC), IVF
 lists in the index file are memory-mapped (IO_FLAG_MMAP), on-disk lists are opened beside the
@@ -40,7 +42,6 @@ from typing import Protocol
 
 import faiss
 import numpy as np
-from faiss.contrib.ondisk import merge_ondisk
 
 from indexer.durable import fsync_file
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
@@ -166,14 +167,26 @@ class MemoryIndexWriter:
 
 class OnDiskIvfWriter:
     """IVF whose inverted lists live in `prefix_{L}.ivfdata`: one part file per shard, merged
-    at the end (bounded RAM: one shard's codes)."""
+    at the end (bounded RAM: one shard's codes).
 
-    def __init__(self, plan: PrefixPlan, path: Path, trained: faiss.Index, work: Path) -> None:
+    With `base` (an IVF index of the same structure holding rows 0 .. n−1, e.g. a previous
+    version's, opened with its lists on disk), its lists are merged in before the parts and the
+    rows added get ids n, n + 1, ... (an incremental add)."""
+
+    def __init__(
+        self,
+        plan: PrefixPlan,
+        path: Path,
+        trained: faiss.Index,
+        work: Path,
+        base: faiss.Index | None = None,
+    ) -> None:
         if faiss.try_extract_index_ivf(trained) is None:
             raise IndexTypeError(f"prefix {plan.length}: on-disk lists need an IVF index")
         self.plan, self.path, self.trained, self.work = plan, path, trained, work
+        self.base = base
         self.parts: list[Path] = []
-        self.rows = 0
+        self.rows = 0 if base is None else base.ntotal
 
     @property
     def data_path(self) -> Path:
@@ -190,16 +203,67 @@ class OnDiskIvfWriter:
 
     def close(self) -> dict[Path, str | None]:
         index = self.trained
-        with quiet_stdout():
-            merge_ondisk(index, [str(p) for p in self.parts], str(self.data_path))
+        parts = [faiss.read_index(str(p), faiss.IO_FLAG_MMAP) for p in self.parts]
+        sources = [faiss.extract_index_ivf(i).invlists for i in [self.base, *parts] if i]
+        merge_into_ondisk(index, sources, self.data_path)
         faiss.write_index(index, str(self.path))
-        del index
-        self.trained = None
+        del index, parts, sources
+        self.trained = self.base = None
         for part in self.parts:
             part.unlink()
         fsync_file(self.data_path)
         fsync_file(self.path)
         return {self.path: None, self.data_path: None}
+
+
+def merge_into_ondisk(
+    index: faiss.Index, sources: list[faiss.InvertedLists], data_path: Path
+) -> None:
+    """Give a trained, empty IVF index on-disk inverted lists in `data_path` holding the
+    entries of `sources`, list by list in the order given (ids as stored in the sources).
+    The sources stay owned by their indexes: keep those alive until this returns."""
+    ivf = faiss.extract_index_ivf(index)
+    if index.ntotal != 0:
+        raise ValueError("merge_into_ondisk needs an empty index")
+    lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(data_path))
+    pointers = faiss.InvertedListsPtrVector()
+    for source in sources:
+        pointers.push_back(source)
+    with quiet_stdout():
+        total = lists.merge_from_multiple(pointers.data(), pointers.size(), False)
+    index.ntotal = ivf.ntotal = total
+    ivf.replace_invlists(lists, True)
+    lists.this.disown()
+
+
+def empty_copy(index: faiss.Index) -> faiss.Index:
+    """The trained, empty version of an IVF index read from a file (its lists replaced by
+    empty in-RAM lists): what the index was right after training."""
+    ivf = faiss.extract_index_ivf(index)
+    lists = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
+    ivf.replace_invlists(lists, True)
+    lists.this.disown()
+    index.ntotal = ivf.ntotal = 0
+    return index
+
+
+def flat_file_rows(path: Path, length: int) -> np.ndarray | None:
+    """The float32 rows [n, L] of an IndexFlatIP file laid out as `FlatFileWriter` (and
+    FAISS) writes it, memory-mapped read-only; None when the file is laid out otherwise."""
+    layout = flat_layout(length)
+    if layout is None:
+        return None
+    size = path.stat().st_size
+    header = len(layout.template)
+    rows, rest = divmod(size - header, length * FLOAT_BYTES)
+    if rows < 0 or rest:
+        return None
+    with path.open("rb") as handle:
+        if handle.read(header) != layout.header(rows):
+            return None
+    if rows == 0:
+        return np.zeros((0, length), dtype=np.float32)
+    return np.memmap(path, dtype="<f4", mode="r", offset=header, shape=(rows, length))
 
 
 def open_writer(

@@ -14,6 +14,9 @@ Checks, each fault one line that names the file:
   each stored prefix vector equals p_L recomputed from the cache row (read back with
   `reconstruct` where the index stores vectors exactly, else found by searching for it), the
   ids agree, and the row's k concepts are in the postings with the recomputed activations.
+  A version made by `strata index add` records `source.cache_first_row`: its rows from there
+  on are the added cache's, and those are the rows sampled. A version made by `strata index
+  delete` has no source cache (its rows were renumbered): the sample check is skipped, noted.
 
 FAISS indexes whose checksum fails are not opened (a corrupt file could crash the reader).
 """
@@ -222,7 +225,13 @@ def check_sample(
     report: VerifyReport,
 ) -> None:
     """Recompute a sample of rows from the source cache and compare with what is stored."""
-    cache_dir = Path(cache_dir or manifest.source.get("cache", ""))
+    if cache_dir is None and not manifest.source.get("cache"):
+        operation = manifest.source.get("operation", "build")
+        report.notes.append(
+            f"sample check skipped: the version's rows map to no single cache ({operation})"
+        )
+        return
+    cache_dir = Path(cache_dir or manifest.source["cache"])
     try:
         cache = EmbeddingCache.open(cache_dir)
     except InputError as exc:
@@ -234,13 +243,14 @@ def check_sample(
         if (cache.root / CACHE_MANIFEST).is_file()
         else None
     )
-    if recorded != current or cache.rows != manifest.rows:
+    first = int(manifest.source.get("cache_first_row", 0))
+    if recorded != current or first + cache.rows != manifest.rows:
         report.notes.append(f"sample check skipped: the cache {cache_dir} changed since the build")
         return
-    rows = np.sort(
-        np.random.default_rng(seed).choice(manifest.rows, min(sample, manifest.rows), replace=False)
+    rows = first + np.sort(
+        np.random.default_rng(seed).choice(cache.rows, min(sample, cache.rows), replace=False)
     )
-    x, cache_ids = read_cache_rows(cache, manifest.modality, rows)
+    x, cache_ids = read_cache_rows(cache, manifest.modality, rows - first)
     report.sampled_rows = len(rows)
     rotated = artifacts["grasp"].apply(x)
     faults = report.faults

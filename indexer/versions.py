@@ -10,14 +10,16 @@ The order of a publish, and what a crash at each point leaves:
 3. rename it to `vNNNNNN/`, fsync BUNDLES — a crash leaves a whole, verified version that is not
    published (readers follow CURRENT, which still names the previous one);
 4. switch CURRENT: write `.CURRENT.tmp-PID`, fsync, os.replace onto CURRENT, fsync BUNDLES —
-   os.replace is atomic, so readers see the old name or the new one;
+   os.replace is atomic, so readers see the old name or the new one (with Redis configured,
+   under its publish lock and followed by the announcement: indexer/publish.py);
 5. retention: each old version beyond --keep is first renamed to `.trash-…` (atomic, so no
    half-deleted version is ever visible), then deleted. The current version is never removed.
 
 CURRENT is a small file rather than a symlink so that the pointer survives tools that follow or
 drop symlinks (object-store syncs, some archivers), reads the same on every filesystem, and its
 replacement is the same write-fsync-rename as every other file here. Version numbers only grow:
-the next is one more than the largest version folder or CURRENT ever seen here.
+the next is one more than the largest version folder or CURRENT ever seen here. Build, add and
+delete run these steps through one function, indexer/release.py.
 """
 
 from __future__ import annotations

@@ -11,14 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from indexer.benchmarks.synthetic import (
+    cluster_centres,
+    clustered_rows,
     random_cedar_artifact,
     random_grasp_artifact,
     write_synthetic_cache,
 )
 from indexer.build import BuildConfig, BuildSummary, build_bundle
-from training.embedding.cache import EmbeddingCache
+from training.embedding.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 
 DIM = 64  # default contract 4 / 8 / 16 / 32 / 64
 K = 4
@@ -128,3 +131,69 @@ def assert_one_line_error(run: Run, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in last, last
     return last
+
+
+def write_cache(
+    root: Path, shards: list[tuple[np.ndarray, list[str]]], encoder: str = "synthetic"
+) -> Path:
+    """A complete cache whose shards hold exactly these (image rows, ids), in this order."""
+    manifest = CacheManifest(encoder=encoder, dim=DIM, dtype="float16", modalities=["image"])
+    for index, (rows, ids) in enumerate(shards):
+        metadata = pa.table({"id": ids, "caption": [f"caption of {i}" for i in ids]})
+        manifest.shards.append(write_shard(root, index, {"image": rows}, metadata, "float16"))
+    manifest.complete = True
+    write_manifest(root, manifest)
+    return root
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Caches cut from the same rows, for incremental updates against full builds: A (two
+    shards), B (two shards, other ids), AB = A's shards then B's, and A_KEPT = A's shards
+    without the rows of `dropped` (every 7th row of A)."""
+
+    root: Path
+    grasp: Path
+    cedar: Path
+    caches: dict[str, Path]
+    a_ids: list[str]
+    b_ids: list[str]
+    dropped: list[str]
+
+    def inputs(self, cache: str) -> Inputs:
+        return Inputs(self.caches[cache], self.grasp, self.cedar)
+
+    def build(self, cache: str, out: Path, **overrides) -> BuildSummary:
+        return self.inputs(cache).build(out, **overrides)
+
+
+def make_parts(root: Path, seed: int = 3) -> Parts:
+    centres = cluster_centres(8, DIM, seed)
+    a_sizes, b_sizes = (150, 150), (80, 40)
+    a = [clustered_rows(centres, n, seed=seed * 10 + i)[0] for i, n in enumerate(a_sizes)]
+    b = [clustered_rows(centres, n, seed=seed * 10 + 5 + i)[0] for i, n in enumerate(b_sizes)]
+    a_ids = [[f"a-{i}-{j}" for j in range(n)] for i, n in enumerate(a_sizes)]
+    b_ids = [[f"b-{i}-{j}" for j in range(n)] for i, n in enumerate(b_sizes)]
+    a_shards, b_shards = list(zip(a, a_ids, strict=True)), list(zip(b, b_ids, strict=True))
+    kept = [
+        (x[np.arange(len(x)) % 7 != 3], [i for j, i in enumerate(ids) if j % 7 != 3])
+        for x, ids in a_shards
+    ]
+    caches = {
+        "A": write_cache(root / "A", a_shards),
+        "B": write_cache(root / "B", b_shards),
+        "AB": write_cache(root / "AB", a_shards + b_shards),
+        "A_KEPT": write_cache(root / "A_KEPT", kept),
+    }
+    random_grasp_artifact(DIM, seed).save(root / "grasp")
+    random_cedar_artifact(DIM, K, np.concatenate(a), seed=seed + 1).save(root / "cedar")
+    flat_a = [i for ids in a_ids for i in ids]
+    return Parts(
+        root,
+        root / "grasp",
+        root / "cedar",
+        caches,
+        flat_a,
+        [i for ids in b_ids for i in ids],
+        [i for ids in a_ids for j, i in enumerate(ids) if j % 7 == 3],
+    )

@@ -6,7 +6,7 @@ import sys
 
 import faiss
 import pytest
-from bundle_inputs import Inputs, Run, make_inputs
+from bundle_inputs import Inputs, Parts, Run, make_inputs, make_parts
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +19,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
 def clustered(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     """3,000 clustered rows in two shards: for approximate indexes."""
     return make_inputs(tmp_path_factory.mktemp("clustered"), 3000, 1500, clusters=30, seed=5)
+
+
+@pytest.fixture(scope="session")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Parts:
+    """Caches A (300 rows), B (120 other rows), AB and A_KEPT (A less every 7th row), D = 64:
+    for adds and deletes against full builds of the same rows."""
+    return make_parts(tmp_path_factory.mktemp("parts"))
 
 
 @pytest.fixture(autouse=True)

@@ -69,6 +69,7 @@ def other_dim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ({"--memory-budget": "lots"}, ["bad size 'lots'"]),
         ({"--modality": "text"}, ["has no text embeddings (image)"]),
         ({"--keep": "0"}, ["--keep must be at least 1, got 0"]),
+        ({"--engine": "spark"}, ["unknown --engine 'spark' (local | ray)"]),
     ],
     ids=[
         "no-cache",
@@ -82,6 +83,7 @@ def other_dim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "budget",
         "modality",
         "keep",
+        "engine",
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
