@@ -314,6 +314,17 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
         assert "purity" in result and set(result["lp"]) == {"subject", "subject_attribute"}
     assert (report / "fvu_k.png").stat().st_size > 0
     assert (report / "concepts.md").read_text().startswith("# The 20 most frequent")
+    (saved,) = (report / "saes").glob("topk-*.pt")
+    written = saved.stat().st_mtime_ns
+    again = strata(
+        "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
+        "--out", str(report), "--baselines", "topk", "--sae-epochs", "2", "--ks", "4,8",
+        "--no-progress",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    reused = json.loads((report / "report.json").read_text())["methods"]["topk-sae"]
+    assert reused["fvu"] == data["methods"]["topk-sae"]["fvu"]
+    assert saved.stat().st_mtime_ns == written  # reused, not trained again
     bad = strata("eval", "cedar", "--cache", str(compositional_cache), "--out", str(report),
                  "--baselines", "pca,svd")  # fmt: skip
     assert bad.returncode != 0 and "unknown baseline(s) svd" in bad.stderr

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import torch
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -35,8 +39,9 @@ from training.cedar.evaluate import (
     rotation_method,
     sae_method,
 )
-from training.cedar.saes import SAE_KINDS, SaeConfig, train_sae
+from training.cedar.saes import SAE_KINDS, SaeConfig, SparseAutoencoder, train_sae
 from training.cedar.train import CedarConfig, train_cedar
+from training.embedding.cache import atomic_write_bytes
 from training.embedding.encoders import load_encoder
 from training.errors import InputError
 from training.granularity import default_contract
@@ -142,6 +147,33 @@ def train_command(
     )
 
 
+def trained_sae(
+    config: SaeConfig, train: np.ndarray, val: np.ndarray, folder: Path, progress: bool
+) -> tuple[SparseAutoencoder, float]:
+    """Train an SAE baseline, or reuse the one trained earlier with this config on these rows
+    (kept in `folder`, keyed by both), with the training time it took then."""
+    key = hashlib.sha256(
+        repr(asdict(config)).encode() + train.tobytes() + val.tobytes()
+    ).hexdigest()[:16]
+    path = folder / f"{config.kind}-{key}.pt"
+    dim = train.shape[1]
+    if path.is_file():
+        saved = torch.load(path, weights_only=True)
+        model = SparseAutoencoder(config.kind, dim, config.expansion * dim, config.k, config.seed)
+        model.load_state_dict(saved["state"])
+        log.info("reusing the %s SAE trained earlier (%s)", config.kind, path)
+        return model, float(saved["seconds"])
+    log.info("training the %s SAE (%d latents)", config.kind, config.expansion * dim)
+    started = time.perf_counter()
+    with logging_redirect_tqdm():
+        model, _ = train_sae(train, val, config, progress=progress)
+    seconds = time.perf_counter() - started
+    buffer = io.BytesIO()
+    torch.save({"state": model.state_dict(), "seconds": seconds}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    return model, seconds
+
+
 def labelled_tasks(data: SplitRows, train: np.ndarray, test: np.ndarray) -> list[LabelledTask]:
     """Linear-probe tasks: the compositional subject and its attribute where the rows carry
     them, else the object view of each caption (the extractor's head noun), top 20 classes."""
@@ -215,11 +247,10 @@ def eval_command(
                 kind=name, k=k_default, k_range=(cedar_config.k_min, cedar_config.k_max),
                 epochs=sae_epochs,
             )  # fmt: skip
-            log.info("training the %s SAE (%d latents)", name, sae_config.expansion * dim)
-            started = time.perf_counter()
-            with logging_redirect_tqdm():
-                model, _ = train_sae(x[train], x[val], sae_config, progress=progress)
-            methods.append(sae_method(f"{name}-sae", model, time.perf_counter() - started))
+            model, seconds = trained_sae(
+                sae_config, x[train], x[val], out / "saes", progress=progress
+            )
+            methods.append(sae_method(f"{name}-sae", model, seconds))
     if not methods:
         raise InputError("nothing to evaluate: give --artifact or --baselines")
     tasks = labelled_tasks(data, train, test)
