@@ -14,6 +14,7 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.cli import index_app
+from service.search_cli import search_command, serve_command
 from training.cli import embed_app, eval_app, format_summary, train_app
 from training.errors import InputError
 from training.settings import load_settings
@@ -29,6 +30,8 @@ app.add_typer(embed_app, name="embed")
 app.add_typer(train_app, name="train")
 app.add_typer(eval_app, name="eval")
 app.add_typer(index_app, name="index")
+app.command("serve")(serve_command)
+app.command("search")(search_command)
 
 
 @app.command()

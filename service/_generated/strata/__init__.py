@@ -1,0 +1,1 @@
+"""Generated code of the strata protos."""

@@ -1,0 +1,314 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Granularity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GRANULARITY_UNSPECIFIED: _ClassVar[Granularity]
+    GRANULARITY_OBJECT: _ClassVar[Granularity]
+    GRANULARITY_ATTRIBUTE: _ClassVar[Granularity]
+    GRANULARITY_RELATION: _ClassVar[Granularity]
+    GRANULARITY_CAPTION: _ClassVar[Granularity]
+    GRANULARITY_FULL: _ClassVar[Granularity]
+    GRANULARITY_AUTO: _ClassVar[Granularity]
+GRANULARITY_UNSPECIFIED: Granularity
+GRANULARITY_OBJECT: Granularity
+GRANULARITY_ATTRIBUTE: Granularity
+GRANULARITY_RELATION: Granularity
+GRANULARITY_CAPTION: Granularity
+GRANULARITY_FULL: Granularity
+GRANULARITY_AUTO: Granularity
+
+class FloatVector(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Query(_message.Message):
+    __slots__ = ("text", "image", "vector")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    image: bytes
+    vector: FloatVector
+    def __init__(self, text: _Optional[str] = ..., image: _Optional[bytes] = ..., vector: _Optional[_Union[FloatVector, _Mapping]] = ...) -> None: ...
+
+class ConceptRef(_message.Message):
+    __slots__ = ("id", "label", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    label: str
+    name: str
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ConceptFilter(_message.Message):
+    __slots__ = ("require", "exclude")
+    REQUIRE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    require: _containers.RepeatedCompositeFieldContainer[ConceptRef]
+    exclude: _containers.RepeatedCompositeFieldContainer[ConceptRef]
+    def __init__(self, require: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ...) -> None: ...
+
+class SearchRequest(_message.Message):
+    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    query: Query
+    granularity: Granularity
+    top_k: int
+    filter: ConceptFilter
+    explain: bool
+    metadata_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version")
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_REASON_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    granularity: Granularity
+    prefix_length: int
+    routing_reason: str
+    hits: _containers.RepeatedCompositeFieldContainer[Hit]
+    query_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
+    filtered_rows: int
+    bundle_version: int
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ...) -> None: ...
+
+class Hit(_message.Message):
+    __slots__ = ("id", "score", "row", "metadata", "concepts", "shared_concepts")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    score: float
+    row: int
+    metadata: _containers.ScalarMap[str, str]
+    concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
+    shared_concepts: _containers.RepeatedCompositeFieldContainer[SharedConcept]
+    def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., row: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ...) -> None: ...
+
+class ActiveConcept(_message.Message):
+    __slots__ = ("id", "label", "name", "activation")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    label: str
+    name: str
+    activation: float
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., activation: _Optional[float] = ...) -> None: ...
+
+class SharedConcept(_message.Message):
+    __slots__ = ("id", "label", "name", "query_activation", "item_activation", "contribution")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    label: str
+    name: str
+    query_activation: float
+    item_activation: float
+    contribution: float
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., query_activation: _Optional[float] = ..., item_activation: _Optional[float] = ..., contribution: _Optional[float] = ...) -> None: ...
+
+class BatchSearchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[SearchRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[SearchRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchSearchResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[SearchResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[SearchResponse, _Mapping]]] = ...) -> None: ...
+
+class ExplainRequest(_message.Message):
+    __slots__ = ("query", "item_id", "row")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    query: Query
+    item_id: str
+    row: int
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., item_id: _Optional[str] = ..., row: _Optional[int] = ...) -> None: ...
+
+class PrefixSimilarity(_message.Message):
+    __slots__ = ("granularity", "prefix_length", "cosine")
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    COSINE_FIELD_NUMBER: _ClassVar[int]
+    granularity: Granularity
+    prefix_length: int
+    cosine: float
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., cosine: _Optional[float] = ...) -> None: ...
+
+class ExplainResponse(_message.Message):
+    __slots__ = ("item_id", "row", "similarities", "shared_concepts", "query_concepts", "item_concepts", "bundle_version")
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITIES_FIELD_NUMBER: _ClassVar[int]
+    SHARED_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    ITEM_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    row: int
+    similarities: _containers.RepeatedCompositeFieldContainer[PrefixSimilarity]
+    shared_concepts: _containers.RepeatedCompositeFieldContainer[SharedConcept]
+    query_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
+    item_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
+    bundle_version: int
+    def __init__(self, item_id: _Optional[str] = ..., row: _Optional[int] = ..., similarities: _Optional[_Iterable[_Union[PrefixSimilarity, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., item_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., bundle_version: _Optional[int] = ...) -> None: ...
+
+class ListConceptsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "name_contains")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    name_contains: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ...) -> None: ...
+
+class ListConceptsResponse(_message.Message):
+    __slots__ = ("concepts", "next_page_token", "total_size")
+    CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    concepts: _containers.RepeatedCompositeFieldContainer[Concept]
+    next_page_token: str
+    total_size: int
+    def __init__(self, concepts: _Optional[_Iterable[_Union[Concept, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total_size: _Optional[int] = ...) -> None: ...
+
+class GetConceptRequest(_message.Message):
+    __slots__ = ("concept",)
+    CONCEPT_FIELD_NUMBER: _ClassVar[int]
+    concept: ConceptRef
+    def __init__(self, concept: _Optional[_Union[ConceptRef, _Mapping]] = ...) -> None: ...
+
+class GetConceptResponse(_message.Message):
+    __slots__ = ("concepts",)
+    CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    concepts: _containers.RepeatedCompositeFieldContainer[Concept]
+    def __init__(self, concepts: _Optional[_Iterable[_Union[Concept, _Mapping]]] = ...) -> None: ...
+
+class NamedScore(_message.Message):
+    __slots__ = ("name", "score")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    score: float
+    def __init__(self, name: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class ConceptExample(_message.Message):
+    __slots__ = ("id", "activation", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    activation: float
+    text: str
+    def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Concept(_message.Message):
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_UPS_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    label: str
+    name: str
+    score: float
+    runner_ups: _containers.RepeatedCompositeFieldContainer[NamedScore]
+    frequency: float
+    examples: _containers.RepeatedCompositeFieldContainer[ConceptExample]
+    scope: str
+    active_rows: int
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ...) -> None: ...
+
+class GetIndexInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PrefixIndex(_message.Message):
+    __slots__ = ("granularity", "prefix_length", "factory", "kind", "on_disk", "search_parameters")
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    FACTORY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ON_DISK_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    granularity: Granularity
+    prefix_length: int
+    factory: str
+    kind: str
+    on_disk: bool
+    search_parameters: str
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., factory: _Optional[str] = ..., kind: _Optional[str] = ..., on_disk: _Optional[bool] = ..., search_parameters: _Optional[str] = ...) -> None: ...
+
+class GetIndexInfoResponse(_message.Message):
+    __slots__ = ("bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality", "prefixes", "metadata_fields", "concepts", "image_queries")
+    BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_FIELD_NUMBER: _ClassVar[int]
+    MODALITY_FIELD_NUMBER: _ClassVar[int]
+    PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    bundle_version: int
+    bundle_name: str
+    created_at: str
+    rows: int
+    dim: int
+    k: int
+    encoder: str
+    modality: str
+    prefixes: _containers.RepeatedCompositeFieldContainer[PrefixIndex]
+    metadata_fields: _containers.RepeatedScalarFieldContainer[str]
+    concepts: int
+    image_queries: bool
+    def __init__(self, bundle_version: _Optional[int] = ..., bundle_name: _Optional[str] = ..., created_at: _Optional[str] = ..., rows: _Optional[int] = ..., dim: _Optional[int] = ..., k: _Optional[int] = ..., encoder: _Optional[str] = ..., modality: _Optional[str] = ..., prefixes: _Optional[_Iterable[_Union[PrefixIndex, _Mapping]]] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., concepts: _Optional[int] = ..., image_queries: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,163 @@
+"""A small blocking Python client of strata.v1.SearchService, returning plain dataclasses.
+
+    from service.client import StrataClient
+
+    with StrataClient("127.0.0.1:50051") as client:
+        result = client.search("a red dog", k=5, require=["dog"], explain=True)
+        for hit in result.hits:
+            print(hit.id, hit.score, [c.name for c in hit.shared_concepts])
+
+Results are the dataclasses of service/results.py (the engine's own), so code moves between
+an in-process `SearchEngine` and a remote server unchanged. A failed call raises
+`StrataClientError` with the gRPC status code and the server's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from service import convert
+from service._generated.strata.v1 import search_pb2 as pb
+from service._generated.strata.v1 import search_pb2_grpc
+from service.errors import ServiceError
+from service.results import (
+    AUTO,
+    DEFAULT_K,
+    ConceptInfo,
+    ConceptPage,
+    ConceptRef,
+    Explanation,
+    IndexInfo,
+    SearchQuery,
+    SearchResult,
+)
+
+
+class StrataClientError(ServiceError):
+    """A call the server refused or could not answer: `code` is its gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.details = message
+
+
+class StrataClient:
+    """Blocking calls over one channel; `timeout` seconds per call."""
+
+    def __init__(self, target: str, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_receive_message_length", convert.MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", convert.MAX_MESSAGE_BYTES),
+            ],
+        )
+        self.stub = search_pb2_grpc.SearchServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> StrataClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: object) -> Any:
+        try:
+            return getattr(self.stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code == grpc.StatusCode.UNAVAILABLE:
+                details = f"no Strata server answers at {self.target} ({details})"
+            raise StrataClientError(code, details) from None
+
+    def search(
+        self,
+        text: str | None = None,
+        *,
+        image: bytes | str | Path | None = None,
+        vector: Sequence[float] | None = None,
+        granularity: str = AUTO,
+        k: int = DEFAULT_K,
+        require: Sequence[ConceptRef | str | int] = (),
+        exclude: Sequence[ConceptRef | str | int] = (),
+        explain: bool = False,
+        metadata_fields: Sequence[str] = (),
+    ) -> SearchResult:
+        """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
+        label ("+12") or name."""
+        query = SearchQuery.of(
+            text,
+            image=_image_bytes(image),
+            vector=vector,
+            granularity=granularity,
+            k=k,
+            require=require,
+            exclude=exclude,
+            explain=explain,
+            metadata_fields=metadata_fields,
+        )
+        response = self._call("Search", convert.search_request(query))
+        return convert.search_result(response)
+
+    def batch_search(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
+        """Several searches in one call (build them with `SearchQuery.of`)."""
+        request = pb.BatchSearchRequest(requests=[convert.search_request(q) for q in queries])
+        response = self._call("BatchSearch", request)
+        return [convert.search_result(r) for r in response.responses]
+
+    def explain(
+        self,
+        text: str | None = None,
+        *,
+        item_id: str | None = None,
+        row: int | None = None,
+        image: bytes | str | Path | None = None,
+        vector: Sequence[float] | None = None,
+    ) -> Explanation:
+        """Why an item (by id or row) matches a query."""
+        query = SearchQuery.of(text, image=_image_bytes(image), vector=vector)
+        request = pb.ExplainRequest(query=convert.query_to_proto(query))
+        if item_id is not None:
+            request.item_id = item_id
+        if row is not None:
+            request.row = row
+        return convert.explanation(self._call("Explain", request))
+
+    def list_concepts(
+        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+    ) -> ConceptPage:
+        request = pb.ListConceptsRequest(
+            name_contains=name_contains, page_size=page_size, page_token=page_token
+        )
+        return convert.concept_page(self._call("ListConcepts", request))
+
+    def get_concept(self, concept: ConceptRef | str | int) -> list[ConceptInfo]:
+        """Every concept an id, label or name stands for."""
+        request = pb.GetConceptRequest(
+            concept=convert.concept_ref_to_proto(ConceptRef.parse(concept))
+        )
+        response = self._call("GetConcept", request)
+        return [convert.concept_info(c) for c in response.concepts]
+
+    def index_info(self) -> IndexInfo:
+        response = self._call("GetIndexInfo", pb.GetIndexInfoRequest())
+        return convert.index_info(response)
+
+
+def _image_bytes(image: bytes | str | Path | None) -> bytes | None:
+    if image is None or isinstance(image, bytes):
+        return image
+    path = Path(image).expanduser()
+    if not path.is_file():
+        raise ServiceError(f"image file not found: {path}")
+    return path.read_bytes()

@@ -1,0 +1,343 @@
+"""Protobuf messages ↔ the plain values of service/results.py, both ways.
+
+The servicer reads requests and writes responses with these functions; the client writes
+requests and reads responses with them, so both ends agree by construction.
+"""
+
+from __future__ import annotations
+
+from service._generated.strata.v1 import search_pb2 as pb
+from service.errors import QueryError
+from service.results import (
+    AUTO,
+    DEFAULT_K,
+    ConceptActivation,
+    ConceptInfo,
+    ConceptPage,
+    ConceptRef,
+    Explanation,
+    Hit,
+    IndexInfo,
+    PrefixInfo,
+    PrefixSimilarity,
+    SearchQuery,
+    SearchResult,
+    SharedConcept,
+)
+from training.granularity import Granularity
+
+MAX_MESSAGE_BYTES = 16 * 2**20  # both ends of a channel: room for image queries
+
+_TO_PROTO = {
+    AUTO: pb.GRANULARITY_AUTO,
+    Granularity.OBJECT.value: pb.GRANULARITY_OBJECT,
+    Granularity.ATTRIBUTE.value: pb.GRANULARITY_ATTRIBUTE,
+    Granularity.RELATION.value: pb.GRANULARITY_RELATION,
+    Granularity.CAPTION.value: pb.GRANULARITY_CAPTION,
+    Granularity.FULL.value: pb.GRANULARITY_FULL,
+}
+_FROM_PROTO = {v: k for k, v in _TO_PROTO.items()} | {pb.GRANULARITY_UNSPECIFIED: AUTO}
+
+
+# --- granularity and concept references -------------------------------------------------------
+
+
+def granularity_to_proto(value: Granularity | str) -> int:
+    text = str(value).strip().lower() or AUTO
+    if text not in _TO_PROTO:
+        raise QueryError(f"unknown granularity {value!r}; choose from {', '.join(_TO_PROTO)}")
+    return _TO_PROTO[text]
+
+
+def granularity_from_proto(value: int) -> str:
+    """ "auto" or a Granularity value; QueryError for a number outside the enum (proto3 enums
+    are open: a client may send any int32)."""
+    if value not in _FROM_PROTO:
+        known = ", ".join(f"{n} ({pb.Granularity.Name(n)})" for n in sorted(_FROM_PROTO))
+        raise QueryError(f"granularity {value} is out of range; known values: {known}")
+    return _FROM_PROTO[value]
+
+
+def routed_granularity(value: int) -> Granularity:
+    """The granularity a response says was searched (never auto)."""
+    return Granularity(_FROM_PROTO[value])
+
+
+def concept_ref_to_proto(ref: ConceptRef) -> pb.ConceptRef:
+    if ref.id is not None:
+        return pb.ConceptRef(id=ref.id)
+    if ref.label is not None:
+        return pb.ConceptRef(label=ref.label)
+    return pb.ConceptRef(name=ref.name or "")
+
+
+def concept_ref_from_proto(message: pb.ConceptRef) -> ConceptRef:
+    which = message.WhichOneof("ref")
+    if which is None:
+        raise QueryError("a concept reference sets none of id, label or name")
+    return ConceptRef(**{which: getattr(message, which)})
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+def query_to_proto(query: SearchQuery) -> pb.Query:
+    if query.text is not None:
+        return pb.Query(text=query.text)
+    if query.image is not None:
+        return pb.Query(image=query.image)
+    if query.vector is not None:
+        return pb.Query(vector=pb.FloatVector(values=list(query.vector)))
+    return pb.Query()
+
+
+def query_fields(message: pb.Query) -> dict[str, object]:
+    """The SearchQuery fields of a Query message (none when no kind is set)."""
+    which = message.WhichOneof("kind")
+    if which == "vector":
+        return {"vector": tuple(message.vector.values)}
+    if which is not None:
+        return {which: getattr(message, which)}
+    return {}
+
+
+def search_request(query: SearchQuery) -> pb.SearchRequest:
+    return pb.SearchRequest(
+        query=query_to_proto(query),
+        granularity=granularity_to_proto(query.granularity),
+        top_k=query.k,
+        filter=pb.ConceptFilter(
+            require=[concept_ref_to_proto(r) for r in query.require],
+            exclude=[concept_ref_to_proto(r) for r in query.exclude],
+        ),
+        explain=query.explain,
+        metadata_fields=list(query.metadata_fields),
+    )
+
+
+def search_query(message: pb.SearchRequest) -> SearchQuery:
+    return SearchQuery(
+        **query_fields(message.query),  # type: ignore[arg-type]
+        granularity=granularity_from_proto(message.granularity),
+        k=message.top_k if message.HasField("top_k") else DEFAULT_K,
+        require=tuple(concept_ref_from_proto(r) for r in message.filter.require),
+        exclude=tuple(concept_ref_from_proto(r) for r in message.filter.exclude),
+        explain=message.explain,
+        metadata_fields=tuple(message.metadata_fields),
+    )
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+def _active(c: ConceptActivation) -> pb.ActiveConcept:
+    return pb.ActiveConcept(id=c.id, label=c.label, name=c.name, activation=c.activation)
+
+
+def _active_back(m: pb.ActiveConcept) -> ConceptActivation:
+    return ConceptActivation(m.id, m.label, m.name, m.activation)
+
+
+def _shared(c: SharedConcept) -> pb.SharedConcept:
+    return pb.SharedConcept(
+        id=c.id,
+        label=c.label,
+        name=c.name,
+        query_activation=c.query_activation,
+        item_activation=c.item_activation,
+        contribution=c.contribution,
+    )
+
+
+def _shared_back(m: pb.SharedConcept) -> SharedConcept:
+    return SharedConcept(
+        m.id, m.label, m.name, m.query_activation, m.item_activation, m.contribution
+    )
+
+
+def search_response(result: SearchResult) -> pb.SearchResponse:
+    response = pb.SearchResponse(
+        granularity=granularity_to_proto(result.granularity),
+        prefix_length=result.prefix_length,
+        routing_reason=result.routing_reason,
+        hits=[
+            pb.Hit(
+                id=h.id,
+                score=h.score,
+                row=h.row,
+                metadata=h.metadata,
+                concepts=[_active(c) for c in h.concepts],
+                shared_concepts=[_shared(c) for c in h.shared_concepts],
+            )
+            for h in result.hits
+        ],
+        query_concepts=[_active(c) for c in result.query_concepts],
+        bundle_version=result.bundle_version,
+    )
+    if result.filtered_rows is not None:
+        response.filtered_rows = result.filtered_rows
+    return response
+
+
+def search_result(message: pb.SearchResponse) -> SearchResult:
+    return SearchResult(
+        granularity=routed_granularity(message.granularity),
+        prefix_length=message.prefix_length,
+        routing_reason=message.routing_reason,
+        hits=[
+            Hit(
+                id=h.id,
+                score=h.score,
+                row=h.row,
+                metadata=dict(h.metadata),
+                concepts=[_active_back(c) for c in h.concepts],
+                shared_concepts=[_shared_back(c) for c in h.shared_concepts],
+            )
+            for h in message.hits
+        ],
+        query_concepts=[_active_back(c) for c in message.query_concepts],
+        filtered_rows=message.filtered_rows if message.HasField("filtered_rows") else None,
+        bundle_version=message.bundle_version,
+    )
+
+
+def explain_response(explanation: Explanation) -> pb.ExplainResponse:
+    return pb.ExplainResponse(
+        item_id=explanation.item_id,
+        row=explanation.row,
+        similarities=[
+            pb.PrefixSimilarity(
+                granularity=granularity_to_proto(s.granularity),
+                prefix_length=s.prefix_length,
+                cosine=s.cosine,
+            )
+            for s in explanation.similarities
+        ],
+        shared_concepts=[_shared(c) for c in explanation.shared_concepts],
+        query_concepts=[_active(c) for c in explanation.query_concepts],
+        item_concepts=[_active(c) for c in explanation.item_concepts],
+        bundle_version=explanation.bundle_version,
+    )
+
+
+def explanation(message: pb.ExplainResponse) -> Explanation:
+    return Explanation(
+        item_id=message.item_id,
+        row=message.row,
+        similarities=[
+            PrefixSimilarity(routed_granularity(s.granularity), s.prefix_length, s.cosine)
+            for s in message.similarities
+        ],
+        shared_concepts=[_shared_back(c) for c in message.shared_concepts],
+        query_concepts=[_active_back(c) for c in message.query_concepts],
+        item_concepts=[_active_back(c) for c in message.item_concepts],
+        bundle_version=message.bundle_version,
+    )
+
+
+def concept_to_proto(info: ConceptInfo) -> pb.Concept:
+    return pb.Concept(
+        id=info.id,
+        label=info.label,
+        name=info.name,
+        score=info.score,
+        runner_ups=[pb.NamedScore(name=n, score=s) for n, s in info.runner_ups],
+        frequency=info.frequency,
+        examples=[
+            pb.ConceptExample(
+                id=str(e.get("id", "")),
+                activation=float(e.get("activation", 0.0)),
+                text=str(e.get("text", "")),
+            )
+            for e in info.examples
+        ],
+        scope=info.scope or "",
+        active_rows=info.active_rows,
+    )
+
+
+def concept_info(message: pb.Concept) -> ConceptInfo:
+    return ConceptInfo(
+        id=message.id,
+        label=message.label,
+        name=message.name,
+        score=message.score,
+        runner_ups=[(r.name, r.score) for r in message.runner_ups],
+        frequency=message.frequency,
+        examples=[
+            {"id": e.id, "activation": e.activation, **({"text": e.text} if e.text else {})}
+            for e in message.examples
+        ],
+        scope=message.scope or None,
+        active_rows=message.active_rows,
+    )
+
+
+def concept_page_response(page: ConceptPage) -> pb.ListConceptsResponse:
+    return pb.ListConceptsResponse(
+        concepts=[concept_to_proto(c) for c in page.concepts],
+        next_page_token=page.next_page_token,
+        total_size=page.total_size,
+    )
+
+
+def concept_page(message: pb.ListConceptsResponse) -> ConceptPage:
+    return ConceptPage(
+        concepts=[concept_info(c) for c in message.concepts],
+        next_page_token=message.next_page_token,
+        total_size=message.total_size,
+    )
+
+
+def index_info_response(info: IndexInfo) -> pb.GetIndexInfoResponse:
+    return pb.GetIndexInfoResponse(
+        bundle_version=info.bundle_version,
+        bundle_name=info.bundle_name,
+        created_at=info.created_at,
+        rows=info.rows,
+        dim=info.dim,
+        k=info.k,
+        encoder=info.encoder,
+        modality=info.modality,
+        prefixes=[
+            pb.PrefixIndex(
+                granularity=granularity_to_proto(p.granularity),
+                prefix_length=p.prefix_length,
+                factory=p.factory,
+                kind=p.kind,
+                on_disk=p.on_disk,
+                search_parameters=p.search_parameters,
+            )
+            for p in info.prefixes
+        ],
+        metadata_fields=info.metadata_fields,
+        concepts=info.concepts,
+        image_queries=info.image_queries,
+    )
+
+
+def index_info(message: pb.GetIndexInfoResponse) -> IndexInfo:
+    return IndexInfo(
+        bundle_version=message.bundle_version,
+        bundle_name=message.bundle_name,
+        created_at=message.created_at,
+        rows=message.rows,
+        dim=message.dim,
+        k=message.k,
+        encoder=message.encoder,
+        modality=message.modality,
+        prefixes=[
+            PrefixInfo(
+                granularity=routed_granularity(p.granularity),
+                prefix_length=p.prefix_length,
+                factory=p.factory,
+                kind=p.kind,
+                on_disk=p.on_disk,
+                search_parameters=p.search_parameters,
+            )
+            for p in message.prefixes
+        ],
+        metadata_fields=list(message.metadata_fields),
+        concepts=message.concepts,
+        image_queries=message.image_queries,
+    )

@@ -1,0 +1,189 @@
+"""Concept filters, applied inside the search so that a filtered search still returns k hits
+whenever k rows qualify.
+
+The allowed rows come from the bundle's postings (concept → rows where it is among the k
+active concepts): a row qualifies when, for every required reference, one of its concepts is
+active (a name stands for every concept so named), and no concept of any excluded reference
+is. Without required references the allowed set is kept as its complement (every row but the
+excluded ones), so a gallery-wide exclusion never materialises N row ids.
+
+The search then scores only allowed rows:
+
+- few allowed rows (≤ `exact_max`) and an index that stores its vectors exactly (Flat, HNSW's
+  storage, a refine's Flat): reconstruct just those rows and score them exactly;
+- otherwise FAISS itself skips the other rows, through an ID selector passed in the search
+  parameters of the index's own type (`SearchParametersHNSW` keeps efSearch,
+  `SearchParametersIVF` keeps nprobe, a refine passes it to its base index), so approximate
+  indexes filter during their traversal rather than after it;
+- should an approximate index return fewer than min(k, allowed) hits (HNSW under a very
+  selective filter can), the allowed rows are scored exactly instead, where the index stores
+  them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+
+from indexer.bundle import Bundle
+from indexer.prefix_index import exact_storage
+from service.errors import QueryError
+from service.results import ConceptRef
+from training.cedar.sparse_codes import parse_concept_label
+from training.errors import InputError
+
+EXACT_MAX = 4096
+EXACT_FALLBACK_MAX = 200_000
+
+
+@dataclass(frozen=True)
+class AllowedRows:
+    """The rows a filter allows out of `total`: the sorted set `rows`, or — when `complement`
+    — every row except the sorted set `rows`."""
+
+    total: int
+    rows: np.ndarray
+    complement: bool = False
+
+    @property
+    def count(self) -> int:
+        return self.total - len(self.rows) if self.complement else len(self.rows)
+
+    def materialise(self) -> np.ndarray:
+        """The allowed rows as a sorted int64 array."""
+        if not self.complement:
+            return self.rows
+        return np.setdiff1d(np.arange(self.total, dtype=np.int64), self.rows, assume_unique=True)
+
+    def contains(self, rows: np.ndarray) -> np.ndarray:
+        """A mask: which of `rows` are allowed."""
+        inside = np.isin(np.asarray(rows, dtype=np.int64), self.rows)
+        return ~inside if self.complement else inside
+
+    def selector(self) -> faiss.IDSelector:
+        """A FAISS ID selector of the allowed rows (hold a reference while it is used)."""
+        batch = faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
+        if not self.complement:
+            return batch
+        selector = faiss.IDSelectorNot(batch)
+        selector.referenced = batch  # IDSelectorNot keeps a raw pointer: keep `batch` alive
+        return selector
+
+
+def resolve_ref(bundle: Bundle, ref: ConceptRef, role: str = "filter") -> list[int]:
+    """The concept ids a reference stands for; QueryError naming it when the catalog lacks it."""
+    coder = bundle.coder
+    try:
+        if ref.id is not None:
+            return coder.resolve(int(ref.id))
+        if ref.label is not None:
+            return [parse_concept_label(ref.label, bundle.dim)]
+        if ref.name is not None and ref.name.strip():
+            return coder.resolve(ref.name)
+    except (InputError, ValueError) as exc:
+        raise QueryError(f"unknown concept {ref} in {role}: {exc}") from None
+    raise QueryError(f"an empty concept reference in {role}")
+
+
+def concept_rows(bundle: Bundle, concepts: Sequence[int]) -> np.ndarray:
+    """Sorted unique rows where any of the concepts is active."""
+    parts = [bundle.postings(c)[0] for c in concepts]
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.concatenate(parts)).astype(np.int64, copy=False)
+
+
+def allowed_rows(
+    bundle: Bundle, require: Sequence[ConceptRef], exclude: Sequence[ConceptRef]
+) -> AllowedRows:
+    """The rows a filter allows (see the module docstring)."""
+    required = [concept_rows(bundle, resolve_ref(bundle, r, "require")) for r in require]
+    excluded = [concept_rows(bundle, resolve_ref(bundle, r, "exclude")) for r in exclude]
+    banned = functools.reduce(np.union1d, excluded, np.zeros(0, dtype=np.int64))
+    if not required:
+        return AllowedRows(bundle.rows, banned.astype(np.int64), complement=True)
+    rows = functools.reduce(lambda a, b: np.intersect1d(a, b, assume_unique=True), required)
+    rows = np.setdiff1d(rows, banned, assume_unique=True)
+    return AllowedRows(bundle.rows, rows.astype(np.int64))
+
+
+def selector_parameters(index: faiss.Index, selector: faiss.IDSelector) -> Any:
+    """Search parameters of the index's own type carrying `selector` and the index's current
+    settings (efSearch, nprobe, k_factor). Hold the result while searching."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        params = faiss.IndexRefineSearchParameters()
+        params.k_factor = index.k_factor
+        base = selector_parameters(index.base_index, selector)
+        params.base_index_params = base
+        params.referenced = base
+        return params
+    if isinstance(index, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = index.hnsw.efSearch
+    elif (ivf := faiss.try_extract_index_ivf(index)) is not None:
+        params = faiss.SearchParametersIVF()
+        params.nprobe = ivf.nprobe
+        params.max_codes = ivf.max_codes
+    else:
+        params = faiss.SearchParameters()
+    params.sel = selector
+    params.referenced = selector
+    return params
+
+
+def exact_scores(
+    index: faiss.Index, query: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of `rows` by inner product with the stored vectors: ([1, k'], [1, k']) with
+    k' = min(k, len(rows)), ties broken by row."""
+    storage = exact_storage(index)
+    if storage is None:
+        raise RuntimeError("the index stores no exact vectors")
+    if len(rows) == 0:
+        return np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)
+    vectors = storage.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64))
+    scores = vectors @ np.asarray(query, dtype=np.float32).reshape(-1)
+    order = np.lexsort((rows, -scores))[:k]
+    return scores[order][None, :].astype(np.float32), rows[order][None, :].astype(np.int64)
+
+
+def filtered_search(
+    index: faiss.Index,
+    query: np.ndarray,
+    k: int,
+    allowed: AllowedRows,
+    exact_max: int = EXACT_MAX,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores [1, k], rows [1, k]; −1 past the last hit) of one prefix query [1, L] over the
+    allowed rows only (strategy in the module docstring)."""
+    query = np.ascontiguousarray(np.atleast_2d(query), dtype=np.float32)
+    k = int(k)
+    if allowed.count == 0:
+        return _pad(np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64), k)
+    exact = exact_storage(index) is not None
+    if exact and allowed.count <= exact_max:
+        return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
+    selector = allowed.selector()
+    params = selector_parameters(index, selector)
+    scores, rows = index.search(query, k, params=params)
+    wanted = min(k, allowed.count)
+    if exact and int((rows[0] >= 0).sum()) < wanted and allowed.count <= EXACT_FALLBACK_MAX:
+        return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
+    return scores, rows
+
+
+def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """FAISS's shape: [1, k], rows −1 and scores −inf past the last hit."""
+    missing = k - scores.shape[1]
+    if missing <= 0:
+        return scores, rows
+    return (
+        np.concatenate([scores, np.full((1, missing), -np.inf, np.float32)], axis=1),
+        np.concatenate([rows, np.full((1, missing), -1, np.int64)], axis=1),
+    )

@@ -1,0 +1,226 @@
+"""The service's plain values: what a query asks and what the engine and the client return.
+
+The engine (service/search.py) takes `SearchQuery` and returns these dataclasses; the servicer
+turns them into protobuf messages (service/convert.py) and the client back into the same
+dataclasses, so code written against the engine works unchanged against a remote server.
+Nothing here imports numpy, FAISS or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from training.granularity import Granularity
+
+AUTO = "auto"
+GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
+DEFAULT_K = 10
+MAX_K = 1000
+
+
+@dataclass(frozen=True)
+class ConceptRef:
+    """A concept of the catalog by signed id (2j = +axis j, 2j + 1 = −axis j), by label
+    ("+j", "-j") or by name (every concept so named). Exactly one is set."""
+
+    id: int | None = None
+    label: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def parse(cls, value: ConceptRef | str | int) -> ConceptRef:
+        """An int is an id; "+12", "-3" or "12" a label; any other string a name."""
+        if isinstance(value, ConceptRef):
+            return value
+        if isinstance(value, int):
+            return cls(id=value)
+        text = str(value).strip()
+        if text[:1] in ("+", "-") or text.isdigit():
+            return cls(label=text)
+        return cls(name=text)
+
+    def __str__(self) -> str:
+        if self.id is not None:
+            return f"#{self.id}"
+        return self.label if self.label is not None else repr(self.name)
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """One search: exactly one of text, image (encoded bytes) or vector (a raw embedding in the
+    encoder's space); a granularity ("auto" or a Granularity value); k hits; concept filters;
+    explain; metadata columns to return."""
+
+    text: str | None = None
+    image: bytes | None = None
+    vector: Sequence[float] | None = None
+    granularity: str = AUTO
+    k: int = DEFAULT_K
+    require: tuple[ConceptRef, ...] = ()
+    exclude: tuple[ConceptRef, ...] = ()
+    explain: bool = False
+    metadata_fields: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        text: str | None = None,
+        *,
+        image: bytes | None = None,
+        vector: Sequence[float] | None = None,
+        granularity: str = AUTO,
+        k: int = DEFAULT_K,
+        require: Sequence[ConceptRef | str | int] = (),
+        exclude: Sequence[ConceptRef | str | int] = (),
+        explain: bool = False,
+        metadata_fields: Sequence[str] = (),
+    ) -> SearchQuery:
+        """A query with concept references given as ids, labels or names."""
+        return cls(
+            text=text,
+            image=image,
+            vector=None if vector is None else tuple(float(v) for v in vector),
+            granularity=str(granularity),
+            k=k,
+            require=tuple(ConceptRef.parse(r) for r in require),
+            exclude=tuple(ConceptRef.parse(r) for r in exclude),
+            explain=explain,
+            metadata_fields=tuple(metadata_fields),
+        )
+
+    @property
+    def kinds(self) -> list[str]:
+        """Which query fields are set ("text", "image", "vector"): valid queries have one."""
+        return [
+            name
+            for name, value in (("text", self.text), ("image", self.image), ("vector", self.vector))
+            if value is not None
+        ]
+
+
+@dataclass(frozen=True)
+class ConceptActivation:
+    """A concept among the k active ones of a vector; activation = |(U(x − b))_j| ≥ 0."""
+
+    id: int
+    label: str
+    name: str
+    activation: float
+
+
+@dataclass(frozen=True)
+class SharedConcept:
+    """A concept active in both query and item; contribution = query × item activation, the
+    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/explain.py)."""
+
+    id: int
+    label: str
+    name: str
+    query_activation: float
+    item_activation: float
+    contribution: float
+
+
+@dataclass
+class Hit:
+    id: str
+    score: float
+    row: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    concepts: list[ConceptActivation] = field(default_factory=list)
+    shared_concepts: list[SharedConcept] = field(default_factory=list)
+
+
+@dataclass
+class SearchResult:
+    granularity: Granularity
+    prefix_length: int
+    routing_reason: str
+    hits: list[Hit]
+    query_concepts: list[ConceptActivation] = field(default_factory=list)
+    filtered_rows: int | None = None
+    bundle_version: int = 0
+
+    @property
+    def ids(self) -> list[str]:
+        return [h.id for h in self.hits]
+
+
+@dataclass(frozen=True)
+class PrefixSimilarity:
+    granularity: Granularity
+    prefix_length: int
+    cosine: float
+
+
+@dataclass
+class Explanation:
+    item_id: str
+    row: int
+    similarities: list[PrefixSimilarity]
+    shared_concepts: list[SharedConcept]
+    query_concepts: list[ConceptActivation]
+    item_concepts: list[ConceptActivation]
+    bundle_version: int = 0
+
+    def cosine(self, granularity: Granularity | str) -> float:
+        """The similarity at one granularity's prefix."""
+        for s in self.similarities:
+            if s.granularity == granularity:
+                return s.cosine
+        raise KeyError(granularity)
+
+
+@dataclass
+class ConceptInfo:
+    """A catalog entry as served: name, score, runner-ups, frequency, examples, scope, and the
+    rows of this bundle where the concept is active."""
+
+    id: int
+    label: str
+    name: str
+    score: float
+    runner_ups: list[tuple[str, float]] = field(default_factory=list)
+    frequency: float = 0.0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    scope: str | None = None
+    active_rows: int = 0
+
+
+@dataclass
+class ConceptPage:
+    concepts: list[ConceptInfo]
+    next_page_token: str
+    total_size: int
+
+
+@dataclass(frozen=True)
+class PrefixInfo:
+    granularity: Granularity
+    prefix_length: int
+    factory: str
+    kind: str
+    on_disk: bool
+    search_parameters: str
+
+
+@dataclass
+class IndexInfo:
+    bundle_version: int
+    bundle_name: str
+    created_at: str
+    rows: int
+    dim: int
+    k: int
+    encoder: str
+    modality: str
+    prefixes: list[PrefixInfo]
+    metadata_fields: list[str]
+    concepts: int
+    image_queries: bool
+
+    @property
+    def contract(self) -> dict[Granularity, int]:
+        return {p.granularity: p.prefix_length for p in self.prefixes}

@@ -1,0 +1,158 @@
+"""`strata serve` (the gRPC server) and `strata search` (a query against a running server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from service.client import StrataClient
+from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
+from training.errors import InputError
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+TEXT_WIDTH = 60
+
+
+def serve_command(
+    bundles: Annotated[
+        Path, typer.Option("--bundles", help="bundle directory; its CURRENT version is served")
+    ],
+    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 50051,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    device: Annotated[
+        str | None, typer.Option(help="encoder device: auto (CUDA when present), cpu, cuda:1")
+    ] = None,
+    max_batch: Annotated[int, typer.Option(help="queries per encoder call at most")] = 32,
+    max_wait_ms: Annotated[
+        float, typer.Option(help="longest a query waits for others to batch with")
+    ] = 2.0,
+    max_queue: Annotated[
+        int, typer.Option(help="queries waiting at most; beyond, RESOURCE_EXHAUSTED")
+    ] = 1024,
+    batching: Annotated[
+        bool, typer.Option(help="micro-batch concurrent queries (--no-batching: one by one)")
+    ] = True,
+) -> None:
+    """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
+    from service.batching import BatchingConfig
+    from service.search import SearchEngine
+    from service.server import ServerConfig, StrataServer, serve
+    from training.settings import load_settings
+
+    settings = load_settings()
+    config = ServerConfig(
+        host=host,
+        port=port,
+        batching=BatchingConfig(
+            enabled=batching, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue
+        ),
+    )
+    engine = SearchEngine.open(
+        bundles, device=device or settings.device, batch_size=settings.batch_size
+    )
+
+    def ready(server: StrataServer) -> None:
+        bundle = engine.bundle
+        mode = (
+            f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
+        )
+        typer.echo(
+            f"serving {bundle.path} ({bundle.rows} rows, {bundle.manifest.encoder}, "
+            f"{engine.encoder.device if engine.encoder else 'no encoder'}; {mode}) "
+            f"on {server.address}; Ctrl-C stops",
+        )
+
+    asyncio.run(serve(engine, config, on_ready=ready))
+    typer.echo("stopped")
+
+
+def search_command(
+    query: Annotated[str | None, typer.Argument(help="the text query")] = None,
+    image: Annotated[
+        Path | None, typer.Option(help="an image file as the query, instead of text")
+    ] = None,
+    granularity: Annotated[
+        str, typer.Option("--granularity", "-g", help=" | ".join(GRANULARITY_CHOICES))
+    ] = AUTO,
+    k: Annotated[int, typer.Option("--k", "-k", help="hits to return, 1-1000")] = 10,
+    require: Annotated[
+        list[str] | None,
+        typer.Option(help="a concept every hit must have: name or label (+12); repeatable"),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="a concept no hit may have; repeatable")
+    ] = None,
+    explain: Annotated[bool, typer.Option(help="show each hit's concepts and shared ones")] = False,
+    fields: Annotated[
+        str | None,
+        typer.Option(help="comma list of metadata columns to show (default: caption)"),
+    ] = None,
+    target: Annotated[str, typer.Option(help="server address host:port")] = DEFAULT_TARGET,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 30.0,
+) -> None:
+    """Search a running server and print its hits, scores and concepts."""
+    if (query is None) == (image is None):
+        raise InputError("give a text QUERY or --image FILE (one of them)")
+    with StrataClient(target, timeout=timeout) as client:
+        if fields is None:
+            available = client.index_info().metadata_fields
+            columns = [c for c in ("caption",) if c in available]
+        else:
+            columns = [f.strip() for f in fields.split(",") if f.strip()]
+        result = client.search(
+            query,
+            image=image,
+            granularity=granularity,
+            k=k,
+            require=require or (),
+            exclude=exclude or (),
+            explain=explain,
+            metadata_fields=columns,
+        )
+    if as_json:
+        typer.echo(json.dumps(asdict(result), indent=2, default=str))
+        return
+    typer.echo(format_result(result, columns, explain))
+
+
+def format_result(result: SearchResult, columns: list[str], explain: bool) -> str:
+    """A readable table: rank, score, id, the metadata columns, and with explain the hit's
+    concepts and the concepts it shares with the query (with their contributions)."""
+    lines = [
+        f"granularity  {result.granularity.value} (prefix {result.prefix_length}): "
+        f"{result.routing_reason}"
+    ]
+    if result.filtered_rows is not None:
+        lines.append(f"filter       {result.filtered_rows} rows allowed")
+    if explain and result.query_concepts:
+        names = ", ".join(f"{c.name} ({c.label})" for c in result.query_concepts)
+        lines.append(f"query        {names}")
+    if not result.hits:
+        lines.append("no hits")
+        return "\n".join(lines)
+    header = ["#", "score", "id", *columns]
+    if explain:
+        header += ["concepts", "shared (contribution)"]
+    rows = []
+    for rank, hit in enumerate(result.hits, start=1):
+        row = [str(rank), f"{hit.score:.3f}", hit.id]
+        row += [_cut(hit.metadata.get(c, "")) for c in columns]
+        if explain:
+            row.append(", ".join(c.name for c in hit.concepts))
+            row.append(", ".join(f"{s.name} ({s.contribution:.3f})" for s in hit.shared_concepts))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines.append("")
+    for row in [header, *rows]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + "…"

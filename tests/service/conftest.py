@@ -1,0 +1,47 @@
+"""The service's fixtures: one real MiniLM bundle, its engine, and a live gRPC server on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import faiss
+import pytest
+from search_gallery import build_text_bundle
+
+from indexer.bundle import Bundle
+from service.batching import BatchingConfig
+from service.client import StrataClient
+from service.search import SearchEngine
+from service.server import BackgroundServer, ServerConfig
+
+
+@pytest.fixture(scope="session")
+def text_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
+    """BUNDLES folder: 300 compositional scenes, MiniLM (384-d: prefixes 24/48/96/192/384)."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return build_text_bundle(tmp_path_factory.mktemp("text-bundle"), minilm)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def engine(text_bundle: Path, minilm) -> SearchEngine:
+    """The engine over the text bundle, sharing the session's MiniLM."""
+    return SearchEngine(Bundle.open(text_bundle), minilm)
+
+
+@pytest.fixture(scope="session")
+def server(engine: SearchEngine) -> Iterator[BackgroundServer]:
+    """A live grpc.aio server on a free local port (port 0, the bound port read back)."""
+    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=16, max_wait_ms=5))
+    with BackgroundServer(engine, config) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def client(server: BackgroundServer) -> Iterator[StrataClient]:
+    with StrataClient(server.target, timeout=60) as connected:
+        yield connected

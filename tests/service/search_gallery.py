@@ -1,0 +1,127 @@
+"""Real bundles for the service tests, made on the spot by the real pipeline.
+
+The text bundle: compositional scenes embedded with MiniLM by the embed job; as the GraSP-VL
+artifact a stand-in with the same format (the principal axes of the gallery, method
+"grasp-vl": its leading coordinates carry the subject noun, which is what object search
+needs, at no training cost — trained GraSP-VL is tested in tests/training); a CEDAR artifact
+trained for two epochs and named from the captions' vocabulary; then `indexer.build`.
+
+The image bundle: solid-colour PNGs with captions, embedded (both towers) with a random-weight
+tiny open_clip, an identity GraSP-VL artifact and a random CEDAR artifact.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from indexer.benchmarks.synthetic import random_cedar_artifact
+from indexer.build import BuildConfig, build_bundle
+from training.artifacts import TransformArtifact
+from training.cedar.concepts import (
+    build_catalog,
+    catalog_json,
+    name_concepts,
+    vocabulary_from_texts,
+)
+from training.cedar.data import load_split_rows
+from training.cedar.train import CedarConfig, train_cedar
+from training.corpora import open_corpus
+from training.corpora.compositional import CompositionalCorpus
+from training.embedding.cache import EmbeddingCache
+from training.embedding.encoders import Encoder
+from training.embedding.job import EmbedConfig, embed_corpus
+from training.granularity import default_contract
+from training.rotations import pca_rotation
+
+SCENES = 300
+CEDAR_K = 8
+CEDAR = CedarConfig(
+    epochs=2, k=CEDAR_K, k_min=4, k_max=16, batch_size=64, curriculum_epochs=1, patience=2
+)
+COLOURS = {
+    "red": (220, 30, 30),
+    "green": (30, 200, 40),
+    "blue": (30, 40, 220),
+    "yellow": (230, 220, 30),
+    "purple": (140, 30, 160),
+    "orange": (240, 140, 20),
+}
+
+
+def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: int = 3) -> Path:
+    """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions."""
+    cache = root / "cache"
+    embed_corpus(
+        CompositionalCorpus(scenes=scenes, seed=seed),
+        encoder,
+        cache,
+        EmbedConfig(dtype="float32", progress=False),
+    )
+    data = load_split_rows(cache)
+    x = data.embeddings
+    dim = x.shape[1]
+    mean = x.mean(axis=0)
+    TransformArtifact(
+        "grasp-vl", pca_rotation(x - mean), mean, default_contract(dim), encoder=encoder.id
+    ).save(root / "grasp")
+
+    train, val = data.rows("train"), data.rows("val")
+    result = train_cedar(x[train], x[val], CEDAR, device="cpu", progress=False)
+    captions = data.texts(np.arange(len(x)))
+    words = [w for w, _ in vocabulary_from_texts(captions, min_count=3)]
+    names = name_concepts(result.rotation, result.mean, words, encoder.encode_text(words))
+    ids = data.metadata.column("id").to_pylist()
+    catalog = build_catalog(
+        names,
+        result.rotation,
+        result.mean,
+        CEDAR_K,
+        x[train],
+        [ids[i] for i in train],
+        [captions[i] for i in train],
+    )
+    TransformArtifact(
+        "cedar",
+        result.rotation,
+        result.mean,
+        default_contract(dim),
+        encoder=encoder.id,
+        extra={"k": CEDAR_K, "catalog": catalog_json(catalog)},
+    ).save(root / "cedar")
+    out = root / "bundles"
+    build_bundle(BuildConfig(cache, root / "grasp", root / "cedar", out, progress=False))
+    return out
+
+
+def build_image_bundle(
+    root: Path, encoder: Encoder, write_png: Callable[..., Path], per_colour: int = 4
+) -> Path:
+    """BUNDLES folder of an open_clip bundle over solid-colour images (image gallery)."""
+    records = []
+    for colour, rgb in COLOURS.items():
+        for i in range(per_colour):
+            shade = tuple(max(0, c - 25 * i) for c in rgb)
+            path = write_png(root / "images" / f"{colour}-{i}.png", shade, (32 + 8 * i, 32))
+            records.append(
+                {"id": f"{colour}-{i}", "text": f"a {colour} square", "image_path": str(path)}
+            )
+    listing = root / "images.jsonl"
+    listing.write_text("".join(json.dumps(r) + "\n" for r in records))
+    cache = root / "cache"
+    embed_corpus(
+        open_corpus("texts", listing),
+        encoder,
+        cache,
+        EmbedConfig(dtype="float32", progress=False, modalities=("text", "image")),
+    )
+    x = EmbeddingCache.open(cache).embeddings("image")
+    dim = x.shape[1]
+    TransformArtifact.identity(dim, method="grasp-vl").save(root / "grasp")
+    random_cedar_artifact(dim, 4, x, seed=1).save(root / "cedar")
+    out = root / "bundles"
+    build_bundle(BuildConfig(cache, root / "grasp", root / "cedar", out, progress=False))
+    return out

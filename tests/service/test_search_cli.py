@@ -1,0 +1,113 @@
+"""`strata search` against a live server, and `strata serve` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from search_gallery import build_image_bundle
+
+from service.client import StrataClient
+from service.server import BackgroundServer
+
+
+@pytest.fixture
+def strata_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """`strata ARGS` through service.cli.main in this process: (exit code, stdout, stderr)."""
+    from service.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["strata", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):
+    code, out, _ = strata_in_process("search", "a red dog", "--k", "3", "--target", server.target)
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("granularity  attribute (prefix 48): attribute words (red)")
+    header = next(line for line in lines if line.startswith("#"))
+    assert header.split() == ["#", "score", "id", "caption"]
+    rows = [line for line in lines if line[:1].isdigit()]
+    assert len(rows) == 3 and all("scene-" in r for r in rows)
+
+
+def test_search_with_filters_and_explain(strata_in_process, server, engine):
+    common = max(engine.coder.catalog, key=lambda e: len(engine.bundle.postings(e.concept)[0]))
+    code, out, _ = strata_in_process(
+        "search", "a dog", "-g", "object", "-k", "4", "--require", common.label, "--explain",
+        "--target", server.target,
+    )  # fmt: skip
+    assert code == 0, out
+    assert "granularity  object (prefix 24): requested" in out
+    assert f"filter       {len(engine.bundle.postings(common.concept)[0])} rows allowed" in out
+    assert "concepts" in out and "shared (contribution)" in out and "query        " in out
+    code, out, _ = strata_in_process(
+        "search", "a dog", "--k", "2", "--json", "--fields", "subject", "--target", server.target
+    )
+    data = json.loads(out)
+    assert len(data["hits"]) == 2 and set(data["hits"][0]["metadata"]) == {"subject"}
+
+
+def test_search_errors_are_one_line(strata_in_process, server: BackgroundServer):
+    code, _, err = strata_in_process(
+        "search", "a dog", "--require", "unicorn-that-is-no-concept", "--target", server.target
+    )
+    assert code == 2 and "Traceback" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("strata: error: INVALID_ARGUMENT: unknown concept 'unicorn-that-is-no-concept'")
+    )
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    code, _, err = strata_in_process(
+        "search", "a dog", "--target", f"127.0.0.1:{free}", "--timeout", "5"
+    )
+    assert code == 2 and "UNAVAILABLE: no Strata server answers at" in err
+    code, _, err = strata_in_process("search", "--target", server.target)
+    assert code == 2 and "give a text QUERY or --image FILE" in err
+
+
+@pytest.mark.slow
+def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_clip, write_png):
+    bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
+         "--device", "cpu", "--max-wait-ms", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith(f"serving {bundles}") and "Ctrl-C stops" in line, (
+            line + process.stderr.read() if process.poll() is not None else line
+        )
+        target = line.split(" on ")[-1].split(";")[0]
+        with StrataClient(target) as client:
+            picture = tmp_path / "images" / "blue-1.png"
+            assert client.search(image=picture, k=1).ids == ["blue-1"]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.strip().endswith("stopped") and "Traceback" not in err
