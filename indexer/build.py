@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +52,7 @@ from indexer.ids import IDS, IdsWriter, unified_schema
 from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
 from indexer.postings import INDPTR, ROWS, VALUES, PostingRun, PostingsWriter, shard_postings
 from indexer.prefix_index import (
+    PrefixIndexWriter,
     default_search_parameters,
     gpu_available,
     open_writer,
@@ -327,20 +328,11 @@ def write_version(
     schema = unified_schema(metadata_schema(cache, shard) for shard in cache.manifest.shards)
     ids = IdsWriter(staging / IDS, schema)
 
-    first_row = 0
     with tqdm(
         total=rows, desc=f"index {staging.name}", unit="row", disable=not config.progress
     ) as bar:
-        for batch in engine(cache, inputs.modality, inputs.grasp, inputs.coder, 0):
-            if batch.first_row != first_row:
-                raise BuildError(f"shard rows {batch.first_row}.. arrived out of order")
-            for writer in writers:
-                writer.add(prefix_vectors(batch.rotated, writer.plan.length))
-            postings.add(batch.postings)
-            ids.add(batch.metadata)
-            first_row += batch.rows
-            bar.update(batch.rows)
-            crash_point("after-first-shard")
+        batches = engine(cache, inputs.modality, inputs.grasp, inputs.coder, 0)
+        first_row = write_batches(batches, 0, writers, postings, ids, bar.update, BuildError)
     if first_row != rows:
         raise BuildError(f"the cache yielded {first_row} rows, its manifest lists {rows}")
 
@@ -488,3 +480,27 @@ def build_bundle(
         engine=config.engine,
         announced=release.announced,
     )
+
+
+def write_batches(
+    batches: Iterable[ShardBatch],
+    first_row: int,
+    writers: Sequence[PrefixIndexWriter],
+    postings: PostingsWriter,
+    ids: IdsWriter,
+    advance: Callable[[int], object],
+    error: type[InputError],
+) -> int:
+    """Feed shard batches, in row order from `first_row`, to the prefix-index writers, the
+    postings and the ids; returns the row after the last one written."""
+    for batch in batches:
+        if batch.first_row != first_row:
+            raise error(f"shard rows {batch.first_row}.. arrived out of order")
+        for writer in writers:
+            writer.add(prefix_vectors(batch.rotated, writer.plan.length))
+        postings.add(batch.postings)
+        ids.add(batch.metadata)
+        first_row += batch.rows
+        advance(batch.rows)
+        crash_point("after-first-shard")
+    return first_row

@@ -50,7 +50,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from indexer.build import ShardEngine, metadata_schema, shard_engine, source_record
+from indexer.build import (
+    ShardEngine,
+    metadata_schema,
+    shard_engine,
+    source_record,
+    write_batches,
+)
 from indexer.bundle import MANIFEST, Bundle, BundleManifest, FileRecord
 from indexer.crashpoints import check_crash_setting, crash_point
 from indexer.durable import fsync_tree, sha256_file
@@ -58,7 +64,6 @@ from indexer.ids import IDS, IdsWriter, copy_ids, read_ids, unified_schema
 from indexer.index_edit import open_extended, write_filtered
 from indexer.index_plan import plan_indexes
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, PostingsWriter, filter_postings
-from indexer.prefixes import prefix_vectors
 from indexer.publish import Publisher
 from indexer.release import Release, release_version
 from indexer.verify import verify_bundle
@@ -303,20 +308,11 @@ def write_added(
     copy_ids(base.path / IDS, ids)
     actions[IDS] = "the base's rows copied, the new rows appended"
 
-    first_row = old
     with tqdm(
         total=cache.rows, desc=f"add to {base.name}", unit="row", disable=not progress
     ) as bar:
-        for batch in engine(cache, base.manifest.modality, base.grasp, base.coder, old):
-            if batch.first_row != first_row:
-                raise UpdateError(f"shard rows {batch.first_row}.. arrived out of order")
-            for writer in writers:
-                writer.add(prefix_vectors(batch.rotated, writer.plan.length))
-            postings.add(batch.postings)
-            ids.add(batch.metadata)
-            first_row += batch.rows
-            bar.update(batch.rows)
-            crash_point("after-first-shard")
+        batches = engine(cache, base.manifest.modality, base.grasp, base.coder, old)
+        first_row = write_batches(batches, old, writers, postings, ids, bar.update, UpdateError)
     if first_row != rows:
         raise UpdateError(f"the cache yielded {first_row - old} rows, its manifest lists {rows}")
     for writer in writers:
