@@ -121,9 +121,12 @@ def search_command(
     typer.echo(format_result(result, columns, explain))
 
 
-def format_result(result: SearchResult, columns: list[str], explain: bool) -> str:
+def format_result(
+    result: SearchResult, columns: list[str], explain: bool, max_concepts: int = 8
+) -> str:
     """A readable table: rank, score, id, the metadata columns, and with explain the hit's
-    concepts and the concepts it shares with the query (with their contributions)."""
+    concepts and the concepts it shares with the query (with their contributions). Concept
+    lists show their `max_concepts` strongest entries and say how many more there are."""
     lines = [
         f"granularity  {result.granularity.value} (prefix {result.prefix_length}): "
         f"{result.routing_reason}"
@@ -131,8 +134,9 @@ def format_result(result: SearchResult, columns: list[str], explain: bool) -> st
     if result.filtered_rows is not None:
         lines.append(f"filter       {result.filtered_rows} rows allowed")
     if explain and result.query_concepts:
-        names = ", ".join(f"{c.name} ({c.label})" for c in result.query_concepts)
-        lines.append(f"query        {names}")
+        strongest = sorted(result.query_concepts, key=lambda c: -c.activation)
+        names = [f"{c.name} ({c.label})" for c in strongest]
+        lines.append(f"query        {_listed(names, max_concepts)}")
     if not result.hits:
         lines.append("no hits")
         return "\n".join(lines)
@@ -145,13 +149,19 @@ def format_result(result: SearchResult, columns: list[str], explain: bool) -> st
         row += [_cut(hit.metadata.get(c, "")) for c in columns]
         if explain:
             row.append(", ".join(c.name for c in hit.concepts))
-            row.append(", ".join(f"{s.name} ({s.contribution:.3f})" for s in hit.shared_concepts))
+            shared = [f"{s.name} ({s.contribution:.3f})" for s in hit.shared_concepts]
+            row.append(_listed(shared, max_concepts))
         rows.append(row)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines.append("")
     for row in [header, *rows]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def _listed(items: list[str], most: int) -> str:
+    more = f", … {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
 
 
 def _cut(text: str) -> str:

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.artifacts import TransformArtifact, data_fingerprint
 from training.cedar.concepts import (
+    CatalogEntry,
     ConceptCoder,
     build_catalog,
     catalog_json,
@@ -40,7 +41,7 @@ from training.cedar.evaluate import (
     sae_method,
 )
 from training.cedar.saes import SAE_KINDS, SaeConfig, SparseAutoencoder, train_sae
-from training.cedar.train import CedarConfig, train_cedar
+from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.embedding.cache import atomic_write_bytes
 from training.embedding.encoders import load_encoder
 from training.errors import InputError
@@ -106,36 +107,13 @@ def train_command(
     cedar_config = CedarConfig.model_validate(loaded)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
-    data = load_split_rows(cache)
-    train_rows, val_rows = data.rows("train"), data.rows("val")
-    x = data.embeddings
     with logging_redirect_tqdm():
-        result = train_cedar(
-            x[train_rows], x[val_rows], cedar_config,
-            work_dir=work or out.with_name(out.name + ".work"),
-            device=device or load_settings().device, progress=progress,
+        fitted = fit_cedar(
+            cache, out, cedar_config, vocabulary=vocabulary, encoder=encoder, work=work,
+            device=device or load_settings().device, overwrite=overwrite, progress=progress,
         )  # fmt: skip
-        words, word_embeddings, vocab_info = vocabulary_embeddings(
-            data, train_rows, vocabulary, encoder
-        )
-    names = name_concepts(result.rotation, result.mean, words, word_embeddings)
-    catalog = build_catalog(
-        names, result.rotation, result.mean, cedar_config.k, x[train_rows],
-        data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
-    )  # fmt: skip
+    result, catalog, vocab_info = fitted.result, fitted.catalog, fitted.vocabulary
     best = result.history[result.best_epoch - 1]
-    artifact = TransformArtifact(
-        method="cedar",
-        rotation=result.rotation,
-        mean=result.mean,
-        contract=default_contract(x.shape[1]),
-        encoder=data.encoder,
-        config=cedar_config.model_dump(),
-        data_fingerprint=data_fingerprint(x[train_rows]),
-        metrics={"validation": best, "epochs_run": result.epochs_run, "seconds": result.seconds},
-        extra={"k": cedar_config.k, "vocabulary": vocab_info, "catalog": catalog_json(catalog)},
-    )
-    artifact.save(out, overwrite=overwrite)
     top = sorted(catalog, key=lambda e: -e.frequency)[:8]
     typer.echo(
         f"artifact     {out}\n"
@@ -145,6 +123,57 @@ def train_command(
         f"vocabulary   {vocab_info['size']} terms\n"
         f"frequent     " + ", ".join(f"{e.name} ({e.label})" for e in top)
     )
+
+
+@dataclass
+class FittedCedar:
+    artifact: TransformArtifact
+    result: CedarResult
+    catalog: list[CatalogEntry]
+    vocabulary: dict[str, Any]
+
+
+def fit_cedar(
+    cache: Path,
+    out: Path,
+    config: CedarConfig,
+    vocabulary: Path | None = None,
+    encoder: str | None = None,
+    work: Path | None = None,
+    device: str = "auto",
+    overwrite: bool = False,
+    progress: bool = True,
+) -> FittedCedar:
+    """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`."""
+    data = load_split_rows(cache)
+    train_rows, val_rows = data.rows("train"), data.rows("val")
+    x = data.embeddings
+    result = train_cedar(
+        x[train_rows], x[val_rows], config,
+        work_dir=work or out.with_name(out.name + ".work"), device=device, progress=progress,
+    )  # fmt: skip
+    words, word_embeddings, vocab_info = vocabulary_embeddings(
+        data, train_rows, vocabulary, encoder
+    )
+    names = name_concepts(result.rotation, result.mean, words, word_embeddings)
+    catalog = build_catalog(
+        names, result.rotation, result.mean, config.k, x[train_rows],
+        data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
+    )  # fmt: skip
+    best = result.history[result.best_epoch - 1]
+    artifact = TransformArtifact(
+        method="cedar",
+        rotation=result.rotation,
+        mean=result.mean,
+        contract=default_contract(x.shape[1]),
+        encoder=data.encoder,
+        config=config.model_dump(),
+        data_fingerprint=data_fingerprint(x[train_rows]),
+        metrics={"validation": best, "epochs_run": result.epochs_run, "seconds": result.seconds},
+        extra={"k": config.k, "vocabulary": vocab_info, "catalog": catalog_json(catalog)},
+    )
+    artifact.save(out, overwrite=overwrite)
+    return FittedCedar(artifact, result, catalog, vocab_info)
 
 
 def trained_sae(

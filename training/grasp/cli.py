@@ -27,7 +27,7 @@ from training.grasp.evaluate import (
     markdown_table,
     plot_hn_curves,
 )
-from training.grasp.train import GraspConfig, train_grasp
+from training.grasp.train import GraspConfig, TrainResult, train_grasp
 from training.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,27 @@ def grasp_set(
     data = build_from_cache(cache, load_encoder(spec, device=load_settings().device))
     data.save(path)
     return data, spec
+
+
+def fit_grasp(
+    cache: Path,
+    out: Path,
+    config: GraspConfig,
+    work: Path | None = None,
+    views: Path | None = None,
+    encoder: str | None = None,
+    device: str = "auto",
+    overwrite: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train GraSP-VL on a cache and write the artifact to `out` (checkpoints in OUT.work)."""
+    data, spec = grasp_set(cache, encoder, views)
+    result = train_grasp(
+        data, config, work or out.with_name(out.name + ".work"), encoder=spec,
+        device=device, progress=progress,
+    )  # fmt: skip
+    result.artifact.save(out, overwrite=overwrite)
+    return result
 
 
 def train_command(
@@ -88,12 +109,10 @@ def train_command(
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     with logging_redirect_tqdm():
-        data, spec = grasp_set(cache, encoder, views)
-        result = train_grasp(
-            data, grasp_config, work or out.with_name(out.name + ".work"), encoder=spec,
-            device=device or settings.device, progress=progress,
+        result = fit_grasp(
+            cache, out, grasp_config, work=work, views=views, encoder=encoder,
+            device=device or settings.device, overwrite=overwrite, progress=progress,
         )  # fmt: skip
-    result.artifact.save(out, overwrite=overwrite)
     best = result.artifact.metrics["validation"]
     typer.echo(
         f"artifact     {out}\n"
