@@ -11,6 +11,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.cedar import cli as cedar_cli
 from training.corpora import CORPUS_KINDS, open_corpus
+from training.cosae import cli as cosae_cli
 from training.embedding.cache import EmbeddingCache
 from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
@@ -25,6 +26,8 @@ train_app.command("grasp")(grasp_cli.train_command)
 eval_app.command("grasp")(grasp_cli.eval_command)
 train_app.command("cedar")(cedar_cli.train_command)
 eval_app.command("cedar")(cedar_cli.eval_command)
+train_app.command("cosae")(cosae_cli.train_command)
+eval_app.command("cosae")(cosae_cli.eval_command)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")

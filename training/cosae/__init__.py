@@ -1,0 +1,16 @@
+"""CoSAE: coupled sparse autoencoders that compare two models' embeddings through shared concepts.
+
+Two TopK SAEs, one per model (domain i, domain j), share the concept index: concept c of
+domain i and concept c of domain j are meant to be the same concept. Reconstruction per domain,
+instance translation and concept consistency on a small paired subset, and distributional
+alignment of the concept activations on all (unpaired) data tie the two together (design.md).
+
+    losses      the loss terms, one pure function each
+    model       the coupled model (two TopK SAEs sharing a concept index)
+    train       its config, objective and training loop (checkpointed, resumable)
+    baselines   Procrustes, least squares, crosscoder, universal SAE, matched uncoupled SAEs
+    metrics     extraction, translation, concept consistency, cycle, shared-factor recovery
+    pairs       the data pairs: synthetic (known factors), MiniLM vs TF-IDF, MiniLM vs a layer
+    evaluate    every method on one split per paired fraction: table, JSON, plot
+    cli         `strata train cosae` and `strata eval cosae`
+"""
