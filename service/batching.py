@@ -8,6 +8,8 @@ image fails one query, not its batch. While a batch runs, new arrivals queue up 
 
 A full queue (`max_queue` items waiting, not counting the batch being processed) refuses the
 submission at once with `OverloadedError` rather than letting latency grow without bound.
+A submission may carry a deadline (event-loop time): one still waiting when it passes is dropped
+with `DeadlineError` instead of being processed for a caller that no longer waits.
 With batching switched off (`enabled=False`, for load tests) every submission is processed
 alone, on the same executor.
 """
@@ -23,7 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from service.errors import OverloadedError
+from service.errors import DeadlineError, OverloadedError
 from training.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class BatchStats:
     batches: int = 0
     items: int = 0
     largest: int = 0
+    expired: int = 0  # dropped unprocessed: their deadline passed while they waited
 
     def add(self, size: int) -> None:
         self.batches += 1
@@ -70,6 +73,7 @@ class _Waiting(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
     arrived: float
+    deadline: float | None = None
 
 
 class MicroBatcher(Generic[T, R]):
@@ -97,11 +101,15 @@ class MicroBatcher(Generic[T, R]):
         """Items queued and not yet taken into a batch."""
         return len(self._waiting)
 
-    async def submit(self, item: T) -> R:
-        """The result of `process` for this item (its exception is raised here)."""
+    async def submit(self, item: T, deadline: float | None = None) -> R:
+        """The result of `process` for this item (its exception is raised here). `deadline`:
+        the event-loop time after which the item is dropped unprocessed (DeadlineError)."""
         if self._closed:
             raise OverloadedError("the server is shutting down")
         loop = asyncio.get_running_loop()
+        if deadline is not None and deadline <= loop.time():
+            self.stats.expired += 1
+            raise DeadlineError("the deadline passed before the query was queued")
         if not self.config.enabled:
             results = await loop.run_in_executor(self.executor, self._call, [item])
             return _unwrap(results[0])
@@ -111,10 +119,16 @@ class MicroBatcher(Generic[T, R]):
             )
         self._start(loop)
         future: asyncio.Future[R] = loop.create_future()
-        self._waiting.append(_Waiting(item, future, loop.time()))
+        waiting = _Waiting(item, future, loop.time(), deadline)
+        self._waiting.append(waiting)
         assert self._arrived is not None
         self._arrived.set()
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:  # the caller gave up (a deadline, a cancelled call):
+            with contextlib.suppress(ValueError):  # its place in the queue is free at once
+                self._waiting.remove(waiting)
+            raise
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._worker is None or self._worker.done():
@@ -143,6 +157,7 @@ class MicroBatcher(Generic[T, R]):
             size = min(self.config.max_batch, len(self._waiting))
             batch = [self._waiting.popleft() for _ in range(size)]
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
+            batch = [w for w in batch if not self._expired(w, loop.time())]
             if not batch:
                 continue
             self._in_flight = batch
@@ -161,6 +176,18 @@ class MicroBatcher(Generic[T, R]):
                 else:
                     waiting.future.set_result(result)
             self._in_flight = []
+
+    def _expired(self, waiting: _Waiting[T, R], now: float) -> bool:
+        if waiting.deadline is None or waiting.deadline > now:
+            return False
+        self.stats.expired += 1
+        waiting.future.set_exception(
+            DeadlineError(
+                f"the deadline passed after {now - waiting.arrived:.3f} s in the queue; "
+                "the query was dropped unprocessed"
+            )
+        )
+        return True
 
     def _call(self, items: list[T]) -> Sequence[R | BaseException]:
         results = self.process(items)

@@ -47,18 +47,28 @@ class StrataClientError(ServiceError):
 
 
 class StrataClient:
-    """Blocking calls over one channel; `timeout` seconds per call."""
+    """Blocking calls over one channel; `timeout` seconds per call. `root_certificates` (PEM
+    bytes, or a file holding them) makes the channel TLS, trusting those roots; `b""` trusts
+    the system's roots."""
 
-    def __init__(self, target: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        timeout: float = 30.0,
+        root_certificates: bytes | str | Path | None = None,
+    ) -> None:
         self.target = target
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_receive_message_length", convert.MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", convert.MAX_MESSAGE_BYTES),
-            ],
-        )
+        options = [
+            ("grpc.max_receive_message_length", convert.MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", convert.MAX_MESSAGE_BYTES),
+        ]
+        if root_certificates is None:
+            self.channel = grpc.insecure_channel(target, options=options)
+        else:
+            roots = _pem(root_certificates)
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots or None)
+            self.channel = grpc.secure_channel(target, credentials, options=options)
         self.stub = search_pb2_grpc.SearchServiceStub(self.channel)
 
     def close(self) -> None:
@@ -152,6 +162,15 @@ class StrataClient:
     def index_info(self) -> IndexInfo:
         response = self._call("GetIndexInfo", pb.GetIndexInfoRequest())
         return convert.index_info(response)
+
+
+def _pem(value: bytes | str | Path) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ServiceError(f"root certificates file not found: {path}")
+    return path.read_bytes()
 
 
 def _image_bytes(image: bytes | str | Path | None) -> bytes | None:

@@ -23,3 +23,11 @@ class NotFoundError(ServiceError):
 
 class OverloadedError(ServiceError):
     """The query queue is full: retry later (RESOURCE_EXHAUSTED)."""
+
+
+class DeadlineError(ServiceError):
+    """A query whose deadline passed before it was computed: dropped (DEADLINE_EXCEEDED)."""
+
+
+class InternalError(ServiceError):
+    """A fault of the server's own in one query (INTERNAL); logged with its traceback."""

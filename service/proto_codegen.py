@@ -3,11 +3,12 @@
     python -m service.proto_codegen            # regenerate in place
     python -m service.proto_codegen --out DIR  # write elsewhere (the currency test does)
 
-grpc_tools.protoc writes `strata/v1/search_pb2.py` (messages), `search_pb2.pyi` (type stubs)
-and `search_pb2_grpc.py` (stub and servicer). protoc names the messages module in the gRPC
-module after the proto path (`from strata.v1 import search_pb2`), which would need `strata` to
-be a top-level package; the one post-processing step here rewrites that import to a relative
-one, so the code imports as `service._generated.strata.v1` with no sys.path changes.
+For each proto file (search.proto, admin.proto) grpc_tools.protoc writes `strata/v1/x_pb2.py`
+(messages), `x_pb2.pyi` (type stubs) and `x_pb2_grpc.py` (stub and servicer). protoc names
+the messages module in the gRPC module after the proto path (`from strata.v1 import x_pb2`),
+which would need `strata` to be a top-level package; the one post-processing step here rewrites
+that import to a relative one, so the code imports as `service._generated.strata.v1` with no
+sys.path changes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from training.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 PROTO_ROOT = REPO / "proto"
-PROTO_FILES = ("strata/v1/search.proto",)
+PROTO_FILES = ("strata/v1/search.proto", "strata/v1/admin.proto")
 GENERATED = Path(__file__).resolve().parent / "_generated"
 _ABSOLUTE_IMPORT = re.compile(r"^from strata\.v1 import (\w+_pb2) as ", re.MULTILINE)
 

@@ -4,7 +4,8 @@
 
 1. validate each query (one text, image or vector; top_k in [1, 1000]; a known granularity,
    concepts and metadata fields) — a bad query fails alone, with a `QueryError` naming it;
-2. embed: every text of the batch in one `encode_text` call, every image in one
+2. embed: every text of the batch in one `encode_text` call (with a query cache, only the
+   distinct texts it does not hold: service/query_cache.py), every image in one
    `encode_image` call; vectors are normalised; one GraSP rotation for the whole batch;
 3. route each query to a prefix length: its granularity, or AUTO's choice (service/routing.py;
    image and vector queries go to the full vector);
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
-from service.errors import NotFoundError, QueryError, ServiceError
+from service.errors import InternalError, NotFoundError, QueryError, ServiceError
 from service.explain import (
     activations_of,
     prefix_similarities,
@@ -42,6 +43,7 @@ from service.explain import (
     shared_concepts,
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search, resolve_ref
+from service.query_cache import QueryCache, normalise_query
 from service.results import (
     AUTO,
     GRANULARITY_CHOICES,
@@ -96,10 +98,17 @@ class _Prepared:
 class SearchEngine:
     """Search, explanation and catalog look-ups over one loaded bundle version."""
 
-    def __init__(self, bundle: Bundle, encoder: Encoder | None, config: EngineConfig | None = None):
+    def __init__(
+        self,
+        bundle: Bundle,
+        encoder: Encoder | None,
+        config: EngineConfig | None = None,
+        cache: QueryCache | None = None,
+    ):
         self.bundle = bundle.load()
         self.encoder = encoder
         self.config = config or EngineConfig()
+        self.cache = cache  # text queries' embeddings (service/query_cache.py); None: no cache
         if encoder is not None and encoder.dim != bundle.dim:
             raise ServiceError(
                 f"encoder {encoder.id} is {encoder.dim}-d, "
@@ -111,6 +120,11 @@ class SearchEngine:
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
         bundle.metadata(np.zeros(0, dtype=np.int64))  # read the table now, while the folder exists
 
+    def with_bundle(self, bundle: Bundle) -> SearchEngine:
+        """A new engine over `bundle` sharing this one's encoder, config and query cache (what
+        a hot swap serves next)."""
+        return SearchEngine(bundle, self.encoder, self.config, self.cache)
+
     @classmethod
     def open(
         cls,
@@ -118,6 +132,7 @@ class SearchEngine:
         device: str = "auto",
         batch_size: int = 128,
         config: EngineConfig | None = None,
+        cache: QueryCache | None = None,
     ) -> SearchEngine:
         """The published version of a bundle directory, with the encoder its manifest names."""
         bundle = Bundle.open(bundles)
@@ -128,7 +143,7 @@ class SearchEngine:
         log.info(
             "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, spec, encoder.device
         )
-        return cls(bundle, encoder, config)
+        return cls(bundle, encoder, config, cache)
 
     # --- search ---
 
@@ -158,6 +173,9 @@ class SearchEngine:
                 prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude)
         except ServiceError as exc:
             prepared.error = exc
+        except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
+            log.exception("preparing a query failed")
+            prepared.error = InternalError(f"internal error: {exc!r}")
         return prepared
 
     def _granularity(self, value: str) -> Granularity | None:
@@ -230,13 +248,11 @@ class SearchEngine:
         images = [p for p in prepared if p.error is None and p.query.image is not None]
         for p in prepared:
             if p.error is None and p.query.vector is not None:
-                values = np.asarray(p.query.vector, dtype=np.float32)
-                p.embedding = values / np.linalg.norm(values)
+                # float64: a float32 norm overflows (values ~1e20) or underflows (~1e-23)
+                values = np.asarray(p.query.vector, dtype=np.float64)
+                p.embedding = (values / np.linalg.norm(values)).astype(np.float32)
         if texts:
-            assert self.encoder is not None
-            rows = self.encoder.encode_text([p.query.text for p in texts])
-            for p, row in zip(texts, rows, strict=True):
-                p.embedding = row
+            self._embed_texts(texts)
         decoded = []
         for p in images:
             try:
@@ -249,6 +265,32 @@ class SearchEngine:
             rows = self.encoder.encode_image([p.image for p in decoded])
             for p, row in zip(decoded, rows, strict=True):
                 p.embedding, p.image = row, None
+
+    def _embed_texts(self, texts: list[_Prepared]) -> None:
+        """Text queries: with a cache, look each up first (its normalised text), then embed the
+        distinct misses in one encoder call and store them; without one, embed them all."""
+        assert self.encoder is not None
+        if self.cache is None:
+            rows = self.encoder.encode_text([p.query.text for p in texts])
+            for p, row in zip(texts, rows, strict=True):
+                p.embedding = row
+            return
+        encoder_id = self.encoder.id
+        found = self.cache.lookup(encoder_id, self.encoder.dim, [p.query.text for p in texts])
+        missing: dict[str, list[_Prepared]] = {}  # normalised text -> its queries
+        for p, row in zip(texts, found, strict=True):
+            if row is not None:
+                p.embedding = row
+            else:
+                missing.setdefault(normalise_query(p.query.text), []).append(p)
+        if not missing:
+            return
+        unique = list(missing)
+        rows = self.encoder.encode_text(unique)
+        self.cache.store(encoder_id, [missing[t][0].query.text for t in unique], rows)
+        for text, row in zip(unique, rows, strict=True):
+            for p in missing[text]:
+                p.embedding = row
 
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,23 @@ from training.errors import InputError
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TEXT_WIDTH = 60
+ADMIN_TOKEN_ENV = "STRATA_ADMIN_TOKEN"
+
+
+def read_admin_token(path: Path | None, environ: dict[str, str] | None = None) -> str | None:
+    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN, else None (no
+    AdminService). A file, not a command-line argument, so the secret stays out of `ps`."""
+    if path is not None:
+        path = path.expanduser()
+        if not path.is_file():
+            raise InputError(f"admin token file not found: {path}")
+        lines = path.read_text().strip().splitlines()
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise InputError(f"admin token file {path} is empty")
+        return token
+    token = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV, "").strip()
+    return token or None
 
 
 def serve_command(
@@ -37,23 +55,71 @@ def serve_command(
     batching: Annotated[
         bool, typer.Option(help="micro-batch concurrent queries (--no-batching: one by one)")
     ] = True,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-url",
+            envvar="STRATA_REDIS_URL",
+            help="Redis (redis://host:6379/0) for the shared query-embedding cache and to follow "
+            "the bundle versions `strata index` announces there (hot swap)",
+        ),
+    ] = None,
+    redis_prefix: Annotated[
+        str,
+        typer.Option(
+            "--redis-prefix", envvar="STRATA_REDIS_PREFIX", help="prefix of the Redis keys"
+        ),
+    ] = "strata",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve Prometheus /metrics over HTTP on this port (0: any free port)"),
+    ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option(help="address /metrics listens on (default: --host)")
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"file holding the AdminService bearer token (else ${ADMIN_TOKEN_ENV}; "
+            "neither: no AdminService)"
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate chain: serve gRPC over TLS")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert")] = None,
+    grace: Annotated[
+        float, typer.Option(help="seconds running calls get to finish when stopping")
+    ] = 5.0,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
     from service.batching import BatchingConfig
+    from service.hot_swap import HotSwapper
+    from service.query_cache import open_cache
     from service.search import SearchEngine
     from service.server import ServerConfig, StrataServer, serve
     from training.settings import load_settings
 
     settings = load_settings()
+    for what, path in (("certificate", tls_cert), ("key", tls_key)):
+        if path is not None and not path.expanduser().is_file():
+            raise InputError(f"TLS {what} file not found: {path}")
     config = ServerConfig(
         host=host,
         port=port,
         batching=BatchingConfig(
             enabled=batching, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue
         ),
+        grace_s=grace,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        admin_token=read_admin_token(admin_token_file),
+        tls_cert=tls_cert.expanduser() if tls_cert else None,
+        tls_key=tls_key.expanduser() if tls_key else None,
     )
+    cache = open_cache(redis_url, redis_prefix)  # a bad URL fails here, before the model loads
     engine = SearchEngine.open(
-        bundles, device=device or settings.device, batch_size=settings.batch_size
+        bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache
     )
 
     def ready(server: StrataServer) -> None:
@@ -66,8 +132,26 @@ def serve_command(
             f"{engine.encoder.device if engine.encoder else 'no encoder'}; {mode}) "
             f"on {server.address}; Ctrl-C stops",
         )
+        if config.tls_cert is not None:
+            typer.echo(f"TLS: certificate {config.tls_cert}")
+        if server.metrics_port is not None:
+            where = config.metrics_host or config.host
+            typer.echo(f"metrics: http://{where}:{server.metrics_port}/metrics")
+        if config.admin_token is not None:
+            typer.echo("admin: strata.v1.AdminService on (bearer token)")
+        cache.report_state()  # strata_redis_up from the start
+        typer.echo(cache.describe())
+        if redis_url:
+            swappers.append(HotSwapper(server, redis_url, redis_prefix))
+            swappers[0].start()  # on the server's loop
+            typer.echo(f"hot swap: following {redis_prefix}:bundle:versions")
 
-    asyncio.run(serve(engine, config, on_ready=ready))
+    swappers: list[HotSwapper] = []
+
+    try:
+        asyncio.run(serve(engine, config, on_ready=ready))
+    finally:
+        cache.close()
     typer.echo("stopped")
 
 

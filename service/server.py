@@ -10,6 +10,11 @@ reflection (so `grpcurl` can list and call the methods) are registered beside it
 graceful: the server refuses new calls, lets running ones finish within `grace_s`, then the
 batcher and the engine thread are shut down.
 
+Production surface (all optional, all off by default): Prometheus metrics on their own HTTP
+port (`metrics_port`; service/metrics.py lists the series), the token-guarded
+`strata.v1.AdminService` (`admin_token`; Reload, Drain, Status — service/admin.py), and TLS
+(`tls_cert` + `tls_key`). `swap_engine(new_engine)` is the one place the served engine changes.
+
 `BackgroundServer` runs the same server on a loop in a daemon thread: for tests, notebooks and
 load scripts that want a live server in-process.
 """
@@ -20,25 +25,30 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from service._generated.strata.v1 import search_pb2, search_pb2_grpc
+from service._generated.strata.v1 import admin_pb2, admin_pb2_grpc, search_pb2, search_pb2_grpc
+from service.admin import Admin, AdminServicer
 from service.batching import BatchingConfig, MicroBatcher
 from service.convert import MAX_MESSAGE_BYTES
 from service.errors import ServiceError
+from service.metrics import MetricsInterceptor, ServerMetrics, bind_thread, instrument
 from service.results import SearchQuery, SearchResult
 from service.search import SearchEngine
-from service.servicer import SearchServicer
+from service.servicer import SearchServicer, UndecodableRequestInterceptor
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
+ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
 
 @dataclass(frozen=True)
@@ -48,21 +58,94 @@ class ServerConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     grace_s: float = 5.0
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    metrics_port: int | None = None  # /metrics over HTTP: None off, 0 any free port
+    metrics_host: str | None = None  # where /metrics listens; None: `host`
+    admin_token: str | None = field(default=None, repr=False)  # None: no AdminService
+    tls_cert: Path | None = None  # PEM certificate chain and key: both or neither
+    tls_key: Path | None = None
+    bundles_dir: Path | None = None  # where Reload finds versions; None: the served one's parent
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ServiceError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+        if self.admin_token is not None and not self.admin_token.strip():
+            raise ServiceError("the admin token is empty")
 
 
 class StrataServer:
     """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop)."""
 
     def __init__(self, engine: SearchEngine, config: ServerConfig | None = None) -> None:
+        engine.encoder = instrument(engine.encoder)  # encoder calls feed the metrics
         self.engine = engine
         self.config = config or ServerConfig()
         self.port: int | None = None
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
-        self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
-            engine.search_batch, self.config.batching, self.executor
+        self.metrics = ServerMetrics()
+        self.metrics_port: int | None = None
+        self.executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="strata-engine",
+            initializer=bind_thread,
+            initargs=(self.metrics,),
         )
+        self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
+            self._search_batch, self.config.batching, self.executor
+        )
+        self.servicer = SearchServicer(engine, self.batcher, self.executor, self.metrics)
         self.health: health.aio.HealthServicer | None = None
+        self.serving = False  # what the health service last reported
+        self.draining = False
+        self.hot_swaps = 0
+        self.started_at = time.monotonic()
+        self._swap_lock = threading.Lock()
         self._server: grpc.aio.Server | None = None
+        self.metrics.track_queue(lambda: self.batcher.waiting)
+        self._publish_bundle()
+
+    @property
+    def bundles_dir(self) -> Path:
+        """The bundle directory Reload reads versions (and CURRENT) from."""
+        return self.config.bundles_dir or self.engine.bundle.path.parent
+
+    def _search_batch(self, queries: list[SearchQuery]) -> list[SearchResult | ServiceError]:
+        return self.engine.search_batch(queries)  # the engine of the moment (see swap_engine)
+
+    def _publish_bundle(self) -> None:
+        bundle = self.engine.bundle
+        size = sum(record.bytes for record in bundle.manifest.files.values())
+        self.metrics.set_bundle(bundle.version, bundle.rows, size)
+
+    def swap_engine(self, new_engine: SearchEngine) -> SearchEngine:
+        """Serve `new_engine` from now on and return the old one: the one place the served engine
+        changes. Calls and batches already running finish on the engine they started with. Safe
+        from any thread; counts strata_hot_swaps_total{result="ok"} and sets the bundle gauges
+        (a failed swap attempt is counted by its caller: `metrics.record_hot_swap(False)`)."""
+        new_engine.encoder = instrument(new_engine.encoder)
+        with self._swap_lock:
+            old, self.engine = self.engine, new_engine
+            self.servicer.engine = new_engine
+            self.hot_swaps += 1
+        self._publish_bundle()
+        self.metrics.record_hot_swap(True)
+        log.info("swapped bundle %s for %s", old.bundle.name, new_engine.bundle.name)
+        return old
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for "" and the SearchService (health and metrics)."""
+        status = health_pb2.HealthCheckResponse.SERVING
+        if not serving:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        if self.health is not None:
+            for name in ("", SERVICE_NAME):
+                await self.health.set(name, status)
+        self.serving = serving
+        self.metrics.set_serving(serving)
+
+    async def drain(self) -> None:
+        """NOT_SERVING from now on (load balancers move away); calls still arriving are served."""
+        self.draining = True
+        await self.set_serving(False)
+        log.info("draining: health reports NOT_SERVING")
 
     @property
     def address(self) -> str:
@@ -75,25 +158,31 @@ class StrataServer:
             ("grpc.max_send_message_length", self.config.max_message_bytes),
             ("grpc.so_reuseport", 0),  # a busy port is an error, not a silently shared one
         ]
-        server = grpc.aio.server(options=options)
-        search_pb2_grpc.add_SearchServiceServicer_to_server(
-            SearchServicer(self.engine, self.batcher, self.executor), server
-        )
+        interceptors = [MetricsInterceptor(self.metrics), UndecodableRequestInterceptor()]
+        server = grpc.aio.server(options=options, interceptors=interceptors)
+        search_pb2_grpc.add_SearchServiceServicer_to_server(self.servicer, server)
+        services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        self.metrics.preset_methods(SERVICE_NAME, _unary_methods(search_pb2, "SearchService"))
+        if self.config.admin_token is not None:
+            admin = AdminServicer(Admin(self), self.config.admin_token)
+            admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
+            services.append(ADMIN_SERVICE_NAME)
+            self.metrics.preset_methods(
+                ADMIN_SERVICE_NAME, _unary_methods(admin_pb2, "AdminService")
+            )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        target = f"{self.config.host}:{self.config.port}"
+        reflection.enable_server_reflection(services, server)
+        await self.set_serving(False)  # until the port is bound and the server started
         try:
-            port = server.add_insecure_port(target)
-        except RuntimeError as exc:
-            raise ServiceError(f"cannot listen on {target}: {exc}") from None
-        if port == 0:
-            raise ServiceError(f"cannot listen on {target} (address in use?)")
-        await server.start()
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            port = self._listen(server)
+            await server.start()
+        except BaseException:
+            self.metrics.close()
+            await server.stop(None)
+            raise
+        self.started_at = time.monotonic()
+        await self.set_serving(True)  # the bundle is loaded: the engine exists
         self._server, self.port = server, port
         log.info(
             "serving bundle %s (%d rows, %s) on %s",
@@ -104,17 +193,58 @@ class StrataServer:
         )
         return port
 
+    def _listen(self, server: grpc.aio.Server) -> int:
+        """Bind the gRPC port (TLS when configured) and start /metrics; the gRPC port."""
+        target = f"{self.config.host}:{self.config.port}"
+        try:
+            if self.config.tls_cert is not None and self.config.tls_key is not None:
+                port = server.add_secure_port(target, _tls_credentials(self.config))
+            else:
+                port = server.add_insecure_port(target)
+        except RuntimeError as exc:
+            raise ServiceError(f"cannot listen on {target}: {exc}") from None
+        if port == 0:
+            raise ServiceError(f"cannot listen on {target} (address in use?)")
+        if self.config.metrics_port is not None:
+            host = self.config.metrics_host or self.config.host
+            try:
+                self.metrics_port = self.metrics.start_http(host, self.config.metrics_port)
+            except OSError as exc:
+                raise ServiceError(
+                    f"cannot serve metrics on {host}:{self.config.metrics_port}: {exc}"
+                ) from None
+        return port
+
     async def stop(self, grace: float | None = None) -> None:
         """Refuse new calls, let running ones finish (at most `grace` s), release threads."""
         if self._server is None:
             return
+        self.draining, self.serving = True, False
+        self.metrics.set_serving(False)
         if self.health is not None:
             await self.health.enter_graceful_shutdown()
         await self._server.stop(self.config.grace_s if grace is None else grace)
         await self.batcher.close()
         self.executor.shutdown(wait=True)
+        self.metrics.close()
         self._server = None
         log.info("stopped serving on %s", self.address)
+
+
+def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:
+    """(method, grpc_type) of every method of a service in a generated *_pb2 module."""
+    descriptor = module.DESCRIPTOR.services_by_name[service]  # type: ignore[attr-defined]
+    return [(m.name, "unary") for m in descriptor.methods]
+
+
+def _tls_credentials(config: ServerConfig) -> grpc.ServerCredentials:
+    assert config.tls_cert is not None and config.tls_key is not None
+    pem = []
+    for what, path in (("certificate", config.tls_cert), ("key", config.tls_key)):
+        if not Path(path).is_file():
+            raise ServiceError(f"TLS {what} file not found: {path}")
+        pem.append(Path(path).read_bytes())
+    return grpc.ssl_server_credentials([(pem[1], pem[0])])
 
 
 async def serve(
@@ -160,6 +290,11 @@ class BackgroundServer:
     @property
     def target(self) -> str:
         return self.server.address
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop (start loop-bound helpers on it, e.g. a HotSwapper)."""
+        return self._loop
 
     def start(self, timeout: float = 30.0) -> BackgroundServer:
         self._thread.start()

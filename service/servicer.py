@@ -5,13 +5,19 @@ run on the same single engine thread (the encoder is used by one thread at a tim
 and info calls read immutable data on the event loop. Engine errors become statuses:
 
     QueryError      INVALID_ARGUMENT     NotFoundError   NOT_FOUND
-    OverloadedError RESOURCE_EXHAUSTED   anything else   INTERNAL (logged with its traceback)
+    OverloadedError RESOURCE_EXHAUSTED   DeadlineError   DEADLINE_EXCEEDED
+    other ServiceError FAILED_PRECONDITION  anything else INTERNAL (logged with its traceback)
+
+A query carries its call's deadline into the micro-batcher: one whose deadline passes while it
+waits is dropped there, not computed. The engine is read from `self.engine` at every call, so
+`StrataServer.swap_engine` replaces it for the calls that start afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TypeVar
@@ -22,7 +28,15 @@ from service import convert
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
 from service.batching import MicroBatcher
-from service.errors import NotFoundError, OverloadedError, QueryError, ServiceError
+from service.errors import (
+    DeadlineError,
+    InternalError,
+    NotFoundError,
+    OverloadedError,
+    QueryError,
+    ServiceError,
+)
+from service.metrics import ServerMetrics
 from service.results import SearchQuery, SearchResult
 from service.search import SearchEngine
 
@@ -39,6 +53,10 @@ def status_of(error: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.NOT_FOUND
     if isinstance(error, OverloadedError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(error, DeadlineError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    if isinstance(error, InternalError):
+        return grpc.StatusCode.INTERNAL
     if isinstance(error, ServiceError):
         return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INTERNAL
@@ -52,10 +70,12 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         engine: SearchEngine,
         batcher: MicroBatcher[SearchQuery, SearchResult],
         executor: Executor,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.batcher = batcher
         self.executor = executor
+        self.metrics = metrics
 
     async def _guarded(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
         try:
@@ -70,11 +90,20 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def _on_engine(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
+    def _observe(self, results: list[SearchResult], started: float) -> None:
+        if self.metrics is not None:
+            seconds = time.perf_counter() - started
+            for result in results:
+                self.metrics.observe_search(result.granularity.value, seconds)
+
     async def Search(  # noqa: N802 (gRPC method names)
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchResponse:
         async def work() -> pb.SearchResponse:
-            result = await self.batcher.submit(convert.search_query(request))
+            started = time.perf_counter()
+            query = convert.search_query(request)
+            result = await self.batcher.submit(query, deadline=loop_deadline(context))
+            self._observe([result], started)
             return convert.search_response(result)
 
         return await self._guarded(context, work())
@@ -83,6 +112,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self, request: pb.BatchSearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.BatchSearchResponse:
         async def work() -> pb.BatchSearchResponse:
+            started = time.perf_counter()
             if len(request.requests) > MAX_BATCH_REQUESTS:
                 raise QueryError(
                     f"{len(request.requests)} requests in one batch; at most {MAX_BATCH_REQUESTS}"
@@ -93,10 +123,19 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                     queries.append(convert.search_query(message))
                 except QueryError as exc:
                     raise QueryError(f"request {i}: {exc}") from None
-            results = await self._on_engine(lambda: self.engine.search_batch(queries))
+            deadline = loop_deadline(context)
+
+            def run() -> list[SearchResult | ServiceError]:
+                if deadline is not None and deadline <= loop.time():
+                    raise DeadlineError("the deadline passed before the batch was computed")
+                return self.engine.search_batch(queries)
+
+            loop = asyncio.get_running_loop()
+            results = await self._on_engine(run)
             for i, result in enumerate(results):
                 if isinstance(result, ServiceError):
                     raise type(result)(f"request {i}: {result}")
+            self._observe(results, started)  # type: ignore[arg-type]
             return pb.BatchSearchResponse(
                 responses=[convert.search_response(r) for r in results]  # type: ignore[arg-type]
             )
@@ -148,3 +187,65 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             return convert.index_info_response(self.engine.info())
 
         return await self._guarded(context, work())
+
+
+def loop_deadline(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's deadline in event-loop time; None when the client set none."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return asyncio.get_running_loop().time() + remaining
+
+
+class _Undecodable:
+    """What a request that does not parse deserializes to (instead of raising in grpc)."""
+
+    def __init__(self, message_type: str, error: Exception) -> None:
+        self.message_type, self.error = message_type, error
+
+
+class UndecodableRequestInterceptor(grpc.aio.ServerInterceptor):
+    """Answers a request whose bytes are no valid message of its type with INVALID_ARGUMENT
+    naming the fault (grpc itself would answer UNKNOWN, before any interceptor sees the call).
+
+    Applies to methods with one request message (unary and server-streaming): the deserializer
+    is made lenient, and the method refuses what it returns for bad bytes."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        deserialize = handler.request_deserializer
+        owner = getattr(deserialize, "__self__", None)
+        descriptor = getattr(owner, "DESCRIPTOR", None)
+        message_type = getattr(descriptor, "full_name", "request message")
+
+        def lenient(data: bytes) -> object:
+            try:
+                return deserialize(data)
+            except Exception as exc:
+                return _Undecodable(message_type, exc)
+
+        def guarded(behavior: Callable[..., object]) -> Callable[..., object]:
+            async def call(request: object, context: grpc.aio.ServicerContext) -> object:
+                if isinstance(request, _Undecodable):
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the request is not a valid {request.message_type}: {request.error}",
+                    )
+                result = behavior(request, context)
+                return await result if asyncio.iscoroutine(result) else result
+
+            return call
+
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                guarded(handler.unary_unary),
+                request_deserializer=lenient,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # server-streaming: none in Strata's services; left as grpc has it

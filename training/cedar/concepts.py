@@ -227,7 +227,7 @@ class ConceptCoder:
                 raise InputError(f"unknown concept id {concept} (0..{len(self.catalog) - 1})")
             return [concept]
         text = concept.strip()
-        if text[:1] in "+-" or text.isdigit():
+        if text.startswith(("+", "-")) or text.isdigit():
             try:
                 return [parse_concept_label(text, self.artifact.dim)]
             except ValueError as exc:

@@ -69,8 +69,8 @@ def concept_label(concept: int) -> str:
 def parse_concept_label(label: str, dim: int) -> int:
     """The concept id of '+j' / '-j' (a bare 'j' means +j); ValueError naming the fault."""
     text = label.strip()
-    sign, digits = (text[0], text[1:]) if text[:1] in "+-" else ("+", text)
-    if not digits.isdigit() or not 0 <= int(digits) < dim:
+    sign, digits = (text[0], text[1:]) if text.startswith(("+", "-")) else ("+", text)
+    if not (digits.isascii() and digits.isdigit()) or not 0 <= int(digits) < dim:
         raise ValueError(f"not a concept label: {label!r} (expected +j or -j with 0 <= j < {dim})")
     return 2 * int(digits) + (sign == "-")
 

@@ -1,0 +1,86 @@
+"""Helpers of the Redis-backed serving tests: a counting encoder, client threads searching
+without pause, and waiting for a condition."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from service.client import StrataClient, StrataClientError
+
+QUERIES = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
+
+
+class CountingEncoder:
+    """The real encoder, counting its text calls and the texts it embedded."""
+
+    def __init__(self, encoder: Any) -> None:
+        self.wrapped = encoder
+        self.calls = 0
+        self.texts: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        self.calls += 1
+        self.texts.extend(texts)
+        return self.wrapped.encode_text(texts)
+
+
+class Searching:
+    """Client threads searching back to back until the block ends: every outcome recorded
+    (`versions[i]`: the bundle version of each answer thread i got, in order)."""
+
+    def __init__(self, target: str, threads: int = 3, new_every: int = 5) -> None:
+        self.target, self.new_every = target, new_every
+        self.versions: list[list[int]] = [[] for _ in range(threads)]
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)
+        ]
+
+    def _run(self, index: int) -> None:
+        with StrataClient(self.target, timeout=30) as client:
+            i = 0
+            while not self._stop.is_set():
+                text = QUERIES[(index + i) % len(QUERIES)]
+                if i % self.new_every == self.new_every - 1:
+                    text = f"{text} number {index}-{i}"  # a new text: the encoder runs too
+                try:
+                    result = client.search(text, k=5)
+                    if len(result.hits) != 5:
+                        self.failures.append(f"{len(result.hits)} hits for {text!r}")
+                    self.versions[index].append(result.bundle_version)
+                except StrataClientError as exc:
+                    self.failures.append(str(exc))
+                i += 1
+
+    @property
+    def requests(self) -> int:
+        return sum(len(v) for v in self.versions)
+
+    def __enter__(self) -> Searching:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until `condition()` held; fails the test naming `what` after `timeout`."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return time.monotonic() - started

@@ -1,0 +1,256 @@
+"""AdminService (Reload, Drain, Status behind a bearer token), health and graceful shutdown,
+through real servers on free ports."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from indexer.bundle import Bundle
+from indexer.update import DeleteConfig, delete_rows
+from service._generated.strata.v1 import admin_pb2 as apb
+from service._generated.strata.v1 import admin_pb2_grpc
+from service.client import StrataClient, StrataClientError
+from service.search import SearchEngine
+from service.search_cli import read_admin_token
+from service.server import BackgroundServer, ServerConfig
+
+TOKEN = "s3cret-admin-token"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+DELETED = ("scene-0000000", "scene-0000001", "scene-0000002")
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@pytest.fixture(scope="module")
+def two_versions(text_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the text bundle with v000002 (three rows deleted) as CURRENT."""
+    root = tmp_path_factory.mktemp("admin") / "bundles"
+    shutil.copytree(text_bundle, root)
+    ids = Bundle.open(root).ids([0, 1, 2])
+    assert tuple(ids) == DELETED, ids
+    delete_rows(DeleteConfig(bundles=root, ids=DELETED))
+    assert Bundle.open(root).name == "v000002"
+    return root
+
+
+@pytest.fixture
+def admin_server(two_versions: Path, minilm) -> Iterator[BackgroundServer]:
+    """A server on v000001 of `two_versions` (not the CURRENT one), with the AdminService."""
+    engine = SearchEngine(Bundle.open_version(two_versions / "v000001"), minilm)
+    with BackgroundServer(engine, ServerConfig(port=0, admin_token=TOKEN)) as running:
+        yield running
+
+
+def health_of(target: str) -> dict[str, int]:
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return {
+            name: stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=10).status
+            for name in ("", "strata.v1.SearchService")
+        }
+
+
+def test_admin_calls_need_the_bearer_token(admin_server: BackgroundServer):
+    with grpc.insecure_channel(admin_server.target) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        for metadata in ((), (("authorization", "Bearer wrong"),), (("authorization", TOKEN),)):
+            for call, request in (
+                (admin.Status, apb.StatusRequest()),
+                (admin.Drain, apb.DrainRequest()),
+                (admin.Reload, apb.ReloadRequest()),
+            ):
+                with pytest.raises(grpc.RpcError) as caught:
+                    call(request, metadata=metadata, timeout=10)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "token" in caught.value.details()
+        status = admin.Status(apb.StatusRequest(), metadata=AUTH, timeout=10)
+    # nothing was reloaded or drained by the refused calls
+    assert (status.bundle_version, status.rows, status.serving, status.draining) == (
+        1,
+        300,
+        True,
+        False,
+    )
+    assert status.hot_swaps == 0 and status.encoder == "minilm"
+    assert Path(status.bundles_dir) == Path(status.bundle_path).parent
+    assert health_of(admin_server.target) == {"": SERVING, "strata.v1.SearchService": SERVING}
+
+
+def test_without_a_token_there_is_no_admin_service(server: BackgroundServer):
+    with grpc.insecure_channel(server.target) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            admin.Status(apb.StatusRequest(), metadata=AUTH, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_reload_to_current_and_back_while_queries_run(admin_server: BackgroundServer):
+    stop = threading.Event()
+    answered: list[int] = []
+    failures: list[BaseException] = []
+
+    def query_loop() -> None:
+        with StrataClient(admin_server.target, timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    answered.append(client.search("a dog", k=5).bundle_version)
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+
+    with (
+        grpc.insecure_channel(admin_server.target) as channel,
+        StrataClient(admin_server.target) as client,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        loops = [pool.submit(query_loop) for _ in range(2)]
+        while len(answered) < 2:
+            time.sleep(0.01)
+        to_current = admin.Reload(apb.ReloadRequest(), metadata=AUTH, timeout=60)
+        assert (to_current.previous_version, to_current.bundle_version) == (1, 2)
+        assert (to_current.bundle_name, to_current.rows) == ("v000002", 297)
+        assert to_current.load_seconds > 0
+        info = client.index_info()
+        assert (info.bundle_version, info.rows) == (2, 297)
+        hits = client.search("a dog", k=300).ids
+        assert len(hits) == 297 and not set(DELETED) & set(hits)
+        seen = len(answered)
+        while len(answered) < seen + 2:  # queries keep flowing on the new version
+            time.sleep(0.01)
+        back = admin.Reload(apb.ReloadRequest(version="v000001"), metadata=AUTH, timeout=60)
+        assert (back.previous_version, back.bundle_version, back.rows) == (2, 1, 300)
+        assert set(DELETED) <= set(client.search("a dog", k=300).ids)
+        stop.set()
+        for loop in loops:
+            loop.result(30)
+        status = admin.Status(apb.StatusRequest(), metadata=AUTH, timeout=10)
+    assert not failures, failures
+    assert set(answered) <= {1, 2} and 2 in answered
+    assert (status.bundle_version, status.hot_swaps) == (1, 2)
+    registry = admin_server.server.metrics.registry
+    assert registry.get_sample_value("strata_hot_swaps_total", {"result": "ok"}) == 2
+    assert registry.get_sample_value("strata_bundle_version") == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "code", "message"),
+    [
+        ("v000009", grpc.StatusCode.FAILED_PRECONDITION, "no bundle version v000009 in"),
+        ("../v000001", grpc.StatusCode.INVALID_ARGUMENT, "not a bundle version name"),
+        ("latest", grpc.StatusCode.INVALID_ARGUMENT, "'latest' is not a bundle version name"),
+    ],
+)
+def test_a_failed_reload_keeps_serving(admin_server, version: str, code, message: str):
+    with grpc.insecure_channel(admin_server.target) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            admin.Reload(apb.ReloadRequest(version=version), metadata=AUTH, timeout=30)
+        status = admin.Status(apb.StatusRequest(), metadata=AUTH, timeout=10)
+    assert caught.value.code() == code and message in caught.value.details()
+    assert (status.bundle_version, status.hot_swaps, status.serving) == (1, 0, True)
+    registry = admin_server.server.metrics.registry
+    assert registry.get_sample_value("strata_hot_swaps_total", {"result": "failed"}) == 1
+    with StrataClient(admin_server.target) as client:
+        assert client.search("a dog", k=1).bundle_version == 1
+
+
+def test_a_reload_refuses_a_bundle_of_another_encoder(two_versions: Path, minilm, tmp_path):
+    root = tmp_path / "bundles"
+    shutil.copytree(two_versions, root)
+    manifest = root / "v000002" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"encoder": "minilm"', '"encoder": "other"'))
+    engine = SearchEngine(Bundle.open_version(root / "v000001"), minilm)
+    with (
+        BackgroundServer(engine, ServerConfig(port=0, admin_token=TOKEN)) as running,
+        grpc.insecure_channel(running.target) as channel,
+    ):
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            admin.Reload(apb.ReloadRequest(), metadata=AUTH, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "embedded with 'other'" in caught.value.details()
+
+
+def test_drain_reports_not_serving_but_still_answers(admin_server: BackgroundServer):
+    with grpc.insecure_channel(admin_server.target) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        assert admin.Drain(apb.DrainRequest(), metadata=AUTH, timeout=10).serving is False
+        assert admin.Drain(apb.DrainRequest(), metadata=AUTH, timeout=10).serving is False
+        status = admin.Status(apb.StatusRequest(), metadata=AUTH, timeout=10)
+    assert health_of(admin_server.target) == {
+        "": NOT_SERVING,
+        "strata.v1.SearchService": NOT_SERVING,
+    }
+    assert (status.serving, status.draining) == (False, True)
+    assert admin_server.server.metrics.registry.get_sample_value("strata_serving") == 0
+    with StrataClient(admin_server.target) as client:
+        assert len(client.search("a dog", k=2).hits) == 2
+
+
+class HeldEncoder:
+    """An encoder proxy whose encode_text waits for `gate` (set: runs at once)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder, self.calls = encoder, 0
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.gate.set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.encoder, name)
+
+    def encode_text(self, texts):
+        self.calls += 1
+        self.entered.set()
+        self.gate.wait(30)
+        return self.encoder.encode_text(texts)
+
+
+def test_graceful_shutdown_finishes_the_call_in_flight(text_bundle: Path, minilm):
+    encoder = HeldEncoder(minilm)
+    engine = SearchEngine(Bundle.open(text_bundle), encoder)
+    running = BackgroundServer(engine, ServerConfig(port=0)).start()
+    target = running.target
+    with StrataClient(target, timeout=30) as client, ThreadPoolExecutor(2) as pool:
+        encoder.gate.clear()
+        in_flight = pool.submit(client.search, "a dog", k=3)
+        assert encoder.entered.wait(10)
+        stopping = pool.submit(running.stop, 10.0)
+        deadline = time.monotonic() + 10
+        while running.server.serving and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not running.server.serving  # NOT_SERVING as soon as stopping starts
+        with StrataClient(target, timeout=5) as late, pytest.raises(StrataClientError) as caught:
+            late.search("a cat")  # new calls are refused while the running one finishes
+        assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+        assert not in_flight.done()
+        encoder.gate.set()
+        result = in_flight.result(30)
+        stopping.result(30)
+    assert len(result.hits) == 3 and encoder.calls == 1
+    assert running.server.metrics.registry.get_sample_value("strata_serving") == 0
+
+
+def test_admin_token_comes_from_a_file_or_the_environment(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("  from-the-file \n")
+    assert read_admin_token(token_file, {"STRATA_ADMIN_TOKEN": "env"}) == "from-the-file"
+    assert read_admin_token(None, {"STRATA_ADMIN_TOKEN": " from-env "}) == "from-env"
+    assert read_admin_token(None, {}) is None
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(Exception, match=r"admin token file .*empty is empty"):
+        read_admin_token(tmp_path / "empty")
+    with pytest.raises(Exception, match="admin token file not found"):
+        read_admin_token(tmp_path / "missing")
+    with pytest.raises(Exception, match="admin token is empty"):
+        ServerConfig(admin_token="  ")
+    assert TOKEN not in repr(ServerConfig(admin_token=TOKEN))

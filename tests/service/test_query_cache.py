@@ -1,0 +1,279 @@
+"""The query-embedding cache: its key, its LRU and breaker, and the engine with it — locally and
+through the real Redis (127.0.0.1:6379, or STRATA_TEST_REDIS_URL), each test under its own key
+prefix, removed after."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from serving_helpers import CountingEncoder
+
+from indexer.bundle import Bundle
+from service.client import StrataClient
+from service.query_cache import (
+    CONNECTED,
+    DISABLED,
+    DISCONNECTED,
+    CircuitBreaker,
+    LocalLRU,
+    QueryCache,
+    QueryCacheError,
+    cache_key,
+    decode_value,
+    encode_value,
+    normalise_query,
+)
+from service.results import SearchQuery
+from service.search import SearchEngine
+from service.server import BackgroundServer, ServerConfig
+
+URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    client = redis.Redis.from_url(URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as exc:
+        pytest.skip(f"no Redis at {URL}: {exc}")
+    name = f"strata-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    keys = list(client.scan_iter(f"{name}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def caches() -> Iterator[list[QueryCache]]:
+    """Caches made by a test, closed after it."""
+    made: list[QueryCache] = []
+    yield made
+    for cache in made:
+        cache.close()
+
+
+def engine_with(text_bundle: Path, minilm: Any, cache: QueryCache) -> SearchEngine:
+    return SearchEngine(Bundle.open(text_bundle), CountingEncoder(minilm), cache=cache)
+
+
+def hits(engine: SearchEngine, text: str) -> list[tuple[str, float]]:
+    result = engine.search(SearchQuery.of(text, k=5))
+    return [(h.id, round(h.score, 5)) for h in result.hits]
+
+
+# --- pure parts ----------------------------------------------------------------------------------
+
+
+def test_queries_equal_after_normalisation_share_a_key():
+    assert normalise_query("  A\tRed\u00a0DOG \n") == "a red dog"
+    assert normalise_query("ＡＮ ＯＬＤ ＣＡＲ") == "an old car"  # fullwidth (NFKC)
+    assert normalise_query("ﬁsh STRASSE Straße") == "fish strasse strasse"  # ligature, casefold
+    variants = ["a red dog", "A RED DOG", " a  red\tdog ", "ａ red ｄｏｇ"]
+    assert len({cache_key("minilm", v) for v in variants}) == 1
+    assert cache_key("minilm", "a red dog") != cache_key("open_clip:ViT-B-32@x", "a red dog")
+    assert cache_key("minilm", "a red dog") != cache_key("minilm", "a red cat")
+    for text in [*variants, "ﬁsh", "ǅemal", "Ⅻ o'clock", "ΣΑΣ"]:
+        once = normalise_query(text)
+        assert normalise_query(once) == once
+
+
+def test_values_round_trip_and_a_wrong_size_or_nan_is_no_value():
+    row = np.linspace(-1, 1, 8, dtype=np.float32)
+    raw = encode_value(row)
+    assert len(raw) == 32
+    np.testing.assert_array_equal(decode_value(raw, 8), row)
+    assert decode_value(raw, 7) is None and decode_value(raw[:-1], 8) is None
+    assert decode_value(None, 8) is None
+    assert decode_value(encode_value(np.full(8, np.nan, dtype=np.float32)), 8) is None
+
+
+def test_the_lru_keeps_the_most_recently_used_entries():
+    lru = LocalLRU(size=2)
+    lru.put("a", np.zeros(3))
+    lru.put("b", np.ones(3))
+    assert lru.get("a") is not None  # a is now the most recent
+    lru.put("c", np.full(3, 2.0))
+    assert lru.get("b") is None and lru.get("a") is not None and len(lru) == 2
+    copy = lru.get("c")
+    assert copy is not None
+    copy[:] = 9  # callers get copies: the cached row is unchanged
+    np.testing.assert_array_equal(lru.get("c"), np.full(3, 2.0, dtype=np.float32))
+    with pytest.raises(QueryCacheError, match="at least 1 entry"):
+        LocalLRU(size=0)
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_opens_on_failure_backs_off_and_closes_on_success():
+    clock = Clock()
+    breaker = CircuitBreaker(backoff=1.0, max_backoff=3.0, clock=clock)
+    assert breaker.closed and breaker.wait() == 0
+    breaker.failure()
+    assert not breaker.closed and breaker.wait() == 1.0
+    clock.now += 0.4
+    assert breaker.wait() == pytest.approx(0.6)
+    breaker.failure()  # a failed retry: twice the back-off
+    assert breaker.wait() == 2.0
+    breaker.failure()
+    breaker.failure()
+    assert breaker.wait() == 3.0  # capped
+    breaker.success()
+    assert breaker.closed and breaker.backoff == 1.0 and breaker.failures == 0
+
+
+# --- the engine with a local cache --------------------------------------------------------------
+
+
+def test_a_repeated_query_is_not_embedded_again(text_bundle: Path, minilm, caches):
+    caches.append(cache := QueryCache(size=64))
+    engine = engine_with(text_bundle, minilm, cache)
+    encoder = engine.encoder
+    first = hits(engine, "a red dog")
+    assert encoder.calls == 1 and encoder.texts == ["a red dog"]
+    again = hits(engine, "  A RED   dog ")
+    assert encoder.calls == 1  # same query after normalisation: the cache answered
+    assert again == first
+    assert cache.stats()["local"] == {"hits": 1, "misses": 1}
+    assert cache.redis_state == DISABLED
+
+    # a batch: the cached query is not embedded, the two spellings of a new one once
+    results = engine.search_batch(
+        [SearchQuery.of(t, k=5) for t in ("a red dog", "a blue car", "A Blue  Car", "a cat")]
+    )
+    assert encoder.calls == 2 and encoder.texts[1:] == ["a blue car", "a cat"]
+    assert [h.id for h in results[1].hits] == [h.id for h in results[2].hits]
+    plain = SearchEngine(Bundle.open(text_bundle), minilm)  # no cache: the same answers
+    assert hits(plain, "a blue car") == [(h.id, round(h.score, 5)) for h in results[1].hits]
+
+
+# --- Redis -------------------------------------------------------------------------------------
+
+
+def test_a_second_engine_gets_what_the_first_embedded_from_redis(
+    text_bundle: Path, minilm, prefix: str, caches
+):
+    caches.append(first_cache := QueryCache(redis_url=URL, prefix=prefix))
+    assert first_cache.redis_state == CONNECTED
+    first = engine_with(text_bundle, minilm, first_cache)
+    expected = hits(first, "a man riding a horse")
+    assert first_cache.stats()["redis"]["misses"] == 1
+    assert first_cache.stats()["redis"]["stored"] == 1
+
+    key = first_cache.redis_key(cache_key("minilm", "a man riding a horse"))
+    client = redis.Redis.from_url(URL)
+    assert client.strlen(key) == 384 * 4
+    assert 0 < client.pttl(key) <= 24 * 3600 * 1000
+    client.close()
+
+    caches.append(second_cache := QueryCache(redis_url=URL, prefix=prefix))  # another replica
+    second = engine_with(text_bundle, minilm, second_cache)
+    assert hits(second, "A man riding a HORSE") == expected
+    assert second.encoder.calls == 0  # embedded by the first engine, read from Redis
+    stats = second_cache.stats()
+    assert stats["local"]["misses"] == 1 and stats["redis"]["hits"] == 1
+    hits(second, "a man riding a horse")
+    assert second_cache.stats()["local"]["hits"] == 1  # copied into the LRU on the way
+
+
+def test_redis_entries_expire_after_their_ttl(text_bundle: Path, minilm, prefix: str, caches):
+    caches.append(writer := QueryCache(redis_url=URL, prefix=prefix, ttl_s=0.5))
+    engine = engine_with(text_bundle, minilm, writer)
+    hits(engine, "two children in the snow")
+    key = writer.redis_key(cache_key("minilm", "two children in the snow"))
+    client = redis.Redis.from_url(URL)
+    assert 0 < client.pttl(key) <= 500
+    time.sleep(0.7)
+    assert client.exists(key) == 0
+    client.close()
+    caches.append(reader := QueryCache(redis_url=URL, prefix=prefix, ttl_s=0.5))
+    later = engine_with(text_bundle, minilm, reader)
+    hits(later, "two children in the snow")
+    assert later.encoder.calls == 1 and reader.stats()["redis"]["misses"] == 1
+
+
+def test_a_redis_value_of_the_wrong_size_is_recomputed(
+    text_bundle: Path, minilm, prefix: str, caches
+):
+    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix))
+    key = cache.redis_key(cache_key("minilm", "a yellow bird"))
+    client = redis.Redis.from_url(URL)
+    client.set(key, b"\x00" * (128 * 4), px=60_000)  # a 128-d row: not this encoder's
+    engine = engine_with(text_bundle, minilm, cache)
+    hits(engine, "a yellow bird")
+    assert engine.encoder.calls == 1
+    assert cache.stats()["redis"]["rejected"] == 1
+    assert client.strlen(key) == 384 * 4  # overwritten with the right row
+    client.close()
+
+
+def test_an_unreachable_redis_costs_nothing_and_serves_on(text_bundle: Path, minilm, caches):
+    caches.append(cache := QueryCache(redis_url=UNREACHABLE, prefix="x", backoff_s=60))
+    assert cache.redis_state == DISCONNECTED
+    engine = engine_with(text_bundle, minilm, cache)
+    started = time.perf_counter()
+    first = hits(engine, "a dog on the beach")
+    assert hits(engine, "a dog on the beach") == first
+    assert time.perf_counter() - started < 5
+    stats = cache.stats()
+    assert stats["redis"]["skipped"] == 1  # the breaker is open: Redis not even tried
+    assert stats["local"] == {"hits": 1, "misses": 1} and engine.encoder.calls == 1
+
+
+def test_the_cache_feeds_the_server_metrics(text_bundle: Path, minilm, prefix: str, caches):
+    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix))
+    engine = SearchEngine(Bundle.open(text_bundle), minilm, cache=cache)
+    with (
+        BackgroundServer(engine, ServerConfig(port=0)) as server,
+        StrataClient(server.target) as client,
+    ):
+        client.search("a green tree", k=3)
+        client.search("A green TREE", k=3)
+        registry = server.server.metrics.registry
+
+        def requests(tier: str, result: str) -> float | None:
+            labels = {"tier": tier, "result": result}
+            return registry.get_sample_value("strata_query_cache_requests_total", labels)
+
+        assert (requests("local", "hit"), requests("local", "miss")) == (1, 1)
+        assert (requests("redis", "hit"), requests("redis", "miss")) == (0, 1)
+        assert registry.get_sample_value("strata_redis_up") == 1
+
+
+def test_bad_cache_settings_are_one_line_errors(monkeypatch, capsys, tmp_path: Path):
+    with pytest.raises(QueryCacheError, match=r"^bad Redis URL 'http://h:6379'") as caught:
+        QueryCache(redis_url="http://h:6379")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(QueryCacheError, match="prefix must not be empty"):
+        QueryCache(redis_url=URL, prefix="")
+
+    from service.cli import main
+
+    monkeypatch.setattr(
+        sys, "argv", ["strata", "serve", "--bundles", str(tmp_path), "--redis-url", "nowhere"]
+    )
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("strata: error: bad Redis URL 'nowhere'") and err.count("\n") == 1
