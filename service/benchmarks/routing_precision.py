@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
         queries: dict[str, list[tuple[str, np.ndarray]]] = {"object": [], "attribute": []}
         for noun in SUBJECTS:
             queries["object"].append((noun_phrase(None, noun), (subject == noun) | (obj == noun)))
-            for adjective in ATTRIBUTES[::4]:
+            for adjective in ATTRIBUTES:
                 relevant = (subject == noun) & (attribute == adjective)
                 if relevant.sum() >= K:
                     queries["attribute"].append((noun_phrase(adjective, noun), relevant))

@@ -17,6 +17,7 @@ from training.grasp.data import GraspSet, leave_one_out_means
 from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves, retrieval_recall
 from training.grasp.losses import (
     alignment_loss,
+    info_nce,
     invariance_loss,
     preservation_loss,
     retention_loss,
@@ -88,6 +89,20 @@ class TestLosses:
         assert retention_loss(anchors, views, CONTRACT, 0.1) < retention_loss(
             anchors, shuffled, CONTRACT, 0.1
         )
+
+    def test_symmetric_alignment_also_scores_the_view_to_anchor_direction(self):
+        generator = torch.Generator().manual_seed(1)
+        anchors = torch.randn(8, DIM, generator=generator)
+        hub = anchors.mean(dim=0, keepdim=True)  # views crowd together: the directions differ
+        views = {
+            g: anchors + 6 * hub + 0.01 * torch.randn(8, DIM, generator=generator)
+            for g in (Granularity.OBJECT,)
+        }
+        one_way = alignment_loss(anchors, views, CONTRACT, 0.1)
+        both = alignment_loss(anchors, views, CONTRACT, 0.1, symmetric=True)
+        back = info_nce(views[Granularity.OBJECT], anchors, CONTRACT[Granularity.OBJECT], 0.1)
+        assert torch.isclose(both, (one_way + back) / 2)
+        assert not torch.isclose(both, one_way)
 
     def test_ranking_is_zero_when_negatives_are_far_and_positive_when_close(self):
         anchors = torch.randn(4, DIM, generator=torch.Generator().manual_seed(0))

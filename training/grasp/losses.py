@@ -41,13 +41,20 @@ def alignment_loss(
     views: Mapping[Granularity, torch.Tensor],
     contract: Contract,
     temperature: float,
+    symmetric: bool = False,
 ) -> torch.Tensor:
     """Multi-granularity alignment: (1/|G|) Σ_g InfoNCE_{L(g)}(a, v_g).
 
     Each prefix is pulled to the view of its own granularity: D/16 to "a dog", D/8 to
-    "a brown dog", D/4 to "a dog chasing a ball", D/2 to the caption.
+    "a brown dog", D/4 to "a dog chasing a ball", D/2 to the caption. With `symmetric`, each
+    term is ½[InfoNCE_{L(g)}(a, v_g) + InfoNCE_{L(g)}(v_g, a)]: the second direction picks, for
+    each view, its anchor among the batch's anchors — what a routed search does (the query is
+    a view, the gallery holds whole items), as in CLIP's symmetric loss.
     """
     terms = [info_nce(anchors, views[g], contract[g], temperature) for g in views]
+    if symmetric:
+        back = [info_nce(views[g], anchors, contract[g], temperature) for g in views]
+        terms = [(a + b) / 2 for a, b in zip(terms, back, strict=True)]
     return torch.stack(terms).mean()
 
 

@@ -61,6 +61,8 @@ class GraspConfig(BaseModel):
     train_split: str = "train"
     validation_split: str = "val"
     weights: LossWeights = LossWeights()
+    # alignment in both directions (anchor -> view and view -> anchor); see alignment_loss
+    symmetric_alignment: bool = False
     contract: dict[str, int] | None = None
 
     def fingerprint(self) -> str:
@@ -100,7 +102,9 @@ def loss_terms(
     w = config.weights
     terms: dict[str, torch.Tensor] = {}
     if w.alignment:
-        terms["alignment"] = alignment_loss(anchors, views, contract, config.temperature)
+        terms["alignment"] = alignment_loss(
+            anchors, views, contract, config.temperature, config.symmetric_alignment
+        )
     if w.retention:
         terms["retention"] = retention_loss(anchors, views, contract, config.temperature)
     if w.ranking:
