@@ -65,7 +65,7 @@ DEMO_SEARCHES: dict[str, tuple[DemoSearch, ...]] = {
         DemoSearch("caption", "a brown dog runs through the water at the beach", "caption"),
         DemoSearch("full", "two children playing soccer on a grassy field", "full"),
         DemoSearch("auto", "a man riding a bicycle", "auto"),
-        DemoSearch("concept filter", "a dog running", "full", exclude=("water",)),
+        DemoSearch("concept filter", "a dog running", "full", exclude=("beach",)),
     ),
     "compositional": (
         DemoSearch("object", "a dog", "object"),
