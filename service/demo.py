@@ -121,10 +121,13 @@ def demo_corpus(settings: StrataSettings, scenes: int) -> tuple[str, Corpus]:
 
 
 def grasp_config(corpus: str, epochs: int) -> GraspConfig:
-    """The default config, validated on Flickr8k's dev images or the compositional val split.
-    (The compositional set's own config, tuned for the staircase, routes attribute queries
-    worse: `python -m service.benchmarks.routing_precision`, README.)"""
-    return GraspConfig(epochs=epochs, validation_split="dev" if corpus == "flickr8k" else "val")
+    """Symmetric alignment (the best attribute routing and staircase on the compositional set,
+    README), validated on Flickr8k's dev images or the compositional val split."""
+    return GraspConfig(
+        epochs=epochs,
+        validation_split="dev" if corpus == "flickr8k" else "val",
+        symmetric_alignment=True,
+    )
 
 
 def _artifact_ready(path: Path) -> bool:
