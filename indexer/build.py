@@ -6,31 +6,43 @@ whatever the chosen index types hold in RAM — see indexer/index_plan.py):
     x           the shard's embeddings of the gallery modality, float32 [n, D]
     z           = (x − mean_G) @ R_Gᵀ                          one matmul (GraSP-VL)
     p_L         = z[:, :L] / ‖z[:, :L]‖  for each prefix L      → prefix_{L}.faiss
-    (c, a)      = ConceptCoder.encode(x) at the artifact's k    → concept postings (CEDAR)
+    (c, a)      = the k active concepts of each row (CEDAR)     → concept postings
     metadata    the shard's rows, in order                      → ids.parquet
 
 Row r of the bundle is the r-th row of the cache (shards in manifest order); that position is
 the FAISS id and the postings' row id. Indexes that need training (IVF, PQ) are trained first
 on a reservoir sample of the first shards' rotated rows. The per-shard step (`process_shard`:
-rotation, CEDAR codes and the shard's postings run) is a pure function of a shard, so the
-engine that runs it is a choice: `--engine local` (the default) maps it over the shards in this
-process; `--engine ray` runs it as Ray tasks (indexer/distributed.py). Either way the results
-are consumed in shard order by the same writers, so both engines write the same files.
+rotation, CEDAR codes and the shard's postings run, indexer/codes.py) is a pure function of a
+shard, so the engine that runs it is a choice: `--engine local` (the default) maps it over the
+shards in this process, one shard ahead of the writers (its rotation and its CEDAR codes on two
+background threads); `--engine ray` runs it as Ray tasks (indexer/distributed.py). Either way
+the results are consumed in shard order by the same writers (the prefix indexes of a shard on
+WRITE_THREADS threads), so both engines write the same files. Numpy, BLAS, hashing and file
+writes release the GIL, so these threads use the cores; memory stays bounded by the few
+shards in flight.
 `strata index add` (indexer/update.py) maps it over the shards of the added cache.
 
 Then: fsync, verify, rename, switch CURRENT (and announce in Redis with a publisher), retention
-(indexer/release.py, indexer/publish.py, indexer/versions.py).
+(indexer/release.py, indexer/publish.py, indexer/versions.py). The Flat indexes and the
+postings are hashed as they are written; verification takes those digests instead of reading
+the files back, and checks everything else in full (`strata index verify` reads every file).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from queue import Empty, Full, Queue
+from typing import TypeVar
 
 import faiss
 import numpy as np
@@ -46,19 +58,21 @@ from indexer.bundle import (
     FileRecord,
     PrefixEntry,
 )
+from indexer.codes import check_codable, code_run
 from indexer.crashpoints import check_crash_setting, crash_point
 from indexer.durable import fsync_tree, sha256_file
 from indexer.ids import IDS, IdsWriter, unified_schema
 from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
-from indexer.postings import INDPTR, ROWS, VALUES, PostingRun, PostingsWriter, shard_postings
+from indexer.postings import INDPTR, ROWS, VALUES, PostingRun, PostingsWriter
 from indexer.prefix_index import (
+    FlatFileWriter,
     PrefixIndexWriter,
     default_search_parameters,
     gpu_available,
     open_writer,
     train_index,
 )
-from indexer.prefixes import prefix_vectors, rotate_rows
+from indexer.prefixes import ROW_BLOCK, prefix_vectors, rotate_blocks, rotate_rows
 from indexer.publish import Publisher
 from indexer.release import release_version
 from indexer.sampling import Reservoir
@@ -75,8 +89,10 @@ from training.errors import InputError
 log = logging.getLogger(__name__)
 
 SAMPLE_SPAN = 4  # the training reservoir reads the first shards until it has seen 4× its size
-CODE_BATCH = 8192  # rows CEDAR-encoded at a time: its top-k temporaries are ~20 bytes per cell
+PREFETCH = 1  # shards the local engine codes ahead of the writers (bounded memory)
+WRITE_THREADS = 2  # threads renormalising, hashing and writing the prefix indexes of a shard
 ENGINES = ("local", "ray")
+T = TypeVar("T")
 
 
 class BuildError(InputError):
@@ -139,13 +155,11 @@ class BuildSummary:
 
 @dataclass
 class ShardBatch:
-    """What one shard contributes, before any I/O: rotated rows, CEDAR codes and their postings
-    run, metadata."""
+    """What one shard contributes, before any I/O: rotated rows, the postings run of its CEDAR
+    codes, metadata."""
 
     first_row: int
     rotated: np.ndarray  # float32 [n, D], z = (x − mean) @ Rᵀ
-    concepts: np.ndarray  # int64 [n, k]
-    activations: np.ndarray  # float32 [n, k]
     metadata: pa.Table
     postings: PostingRun  # the shard's rows' postings (rows first_row, ...)
 
@@ -166,16 +180,66 @@ def process_shard(
     first_row: int,
     grasp: TransformArtifact,
     coder: ConceptCoder,
+    executor: Executor | None = None,
+    buffers: BufferPool | None = None,
 ) -> ShardBatch:
-    """The pure per-shard step: one GraSP matmul, the CEDAR codes of the shard's rows (coded
-    CODE_BATCH rows at a time, which bounds the coder's temporaries, not the result) and their
-    postings run."""
-    x = np.asarray(embeddings, dtype=np.float32)
-    codes = [coder.encode(x[start : start + CODE_BATCH]) for start in range(0, len(x), CODE_BATCH)]
-    concepts = np.concatenate([c for c, _ in codes]) if codes else np.zeros((0, coder.k), np.int64)
-    activations = np.concatenate([a for _, a in codes]) if codes else np.zeros((0, coder.k))
-    run = shard_postings(concepts, activations, first_row, 2 * coder.artifact.dim)
-    return ShardBatch(first_row, rotate_rows(x, grasp), concepts, activations, metadata, run)
+    """The pure per-shard step: one GraSP matmul, and the postings run of the CEDAR codes of
+    the shard's rows — the concepts and activations `coder.encode` gives, coded in blocks
+    (indexer/codes.py), refused as `coder.encode` refuses them. With an `executor`, the codes
+    are computed there while this thread rotates (the same result, on two cores); with
+    `buffers`, the rotated rows are written into pooled memory."""
+    x = np.asarray(embeddings)  # float16 or float32: widened block by block where used
+    cedar = coder.artifact
+    check_codable(x, cedar.dim)
+    out = None if buffers is None else buffers.take(len(x), grasp.dim)
+    if executor is None:
+        run = code_run(x, cedar.rotation, cedar.mean, coder.k, first_row)
+        return ShardBatch(first_row, rotate_blocks(x, grasp, out=out), metadata, run)
+    coding = executor.submit(code_run, x, cedar.rotation, cedar.mean, coder.k, first_row)
+    try:
+        rotated = rotate_blocks(x, grasp, out=out)
+    finally:
+        run = coding.result()
+    return ShardBatch(first_row, rotated, metadata, run)
+
+
+class BufferPool:
+    """float32 arrays over memory that is reused once no array uses it any more.
+
+    `take(rows, dim)` returns a new array over a free buffer of that size (else a new one).
+    The buffer goes back to the pool when the last array viewing it — the one returned, or any
+    slice or view of it — is garbage collected. So a shard's rotated rows land in memory a
+    written shard has left, already paged in (a fresh 100 MB array per shard costs page
+    faults, and their kernel locks, on every shard); a consumer that keeps its batches only
+    makes the pool allocate more. At most `keep` free buffers are kept."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: list[bytearray] = []
+        self._lock = threading.RLock()  # a finalizer may run inside `take` (a GC pass)
+
+    def take(self, rows: int, dim: int) -> np.ndarray:
+        size = rows * dim * np.dtype(np.float32).itemsize
+        raw = None
+        with self._lock:
+            for at, free in enumerate(self._free):
+                if len(free) == size:
+                    raw = self._free.pop(at)
+                    break
+        if raw is None:
+            raw = bytearray(size)
+        root = np.frombuffer(raw, dtype=np.float32)  # every view of it keeps `root` alive
+        weakref.finalize(root, self._give_back, raw)
+        return root.reshape(rows, dim)
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def _give_back(self, raw: bytearray) -> None:
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(raw)
 
 
 def local_batches(
@@ -186,10 +250,94 @@ def local_batches(
     first_row: int = 0,
 ) -> Iterator[ShardBatch]:
     """`process_shard` over the cache's shards in this process, in order (the local engine);
-    the first shard's rows are numbered from `first_row`."""
-    for data in cache.iter_shards():
-        yield process_shard(data.embeddings[modality], data.metadata, first_row, grasp, coder)
-        first_row += data.shard.rows
+    the first shard's rows are numbered from `first_row`.
+
+    Three threads share the work: the caller writes shard i while a background thread rotates
+    shard i + 1 (PREFETCH ahead) and a helper thread codes it. Numpy, BLAS, hashing and file
+    writes release the GIL, so they run on separate cores; BLAS is held to one thread each
+    meanwhile (`single_threaded_blas`), so the three threads share the cores instead of
+    oversubscribing them with BLAS's own workers (which spin while they wait)."""
+
+    def batches() -> Iterator[ShardBatch]:
+        row = first_row
+        coder_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codes")
+        buffers = BufferPool(keep=PREFETCH + 3)  # in flight: queued, written, being made
+        with single_threaded_blas(), coder_thread as executor:
+            for data in cache.iter_shards():
+                yield process_shard(
+                    data.embeddings[modality], data.metadata, row, grasp, coder, executor, buffers
+                )
+                row += data.shard.rows
+
+    return prefetched(batches(), PREFETCH)
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Every BLAS call of the process runs on one thread while the context lasts (threadpoolctl;
+    a no-op where it is not installed); the previous setting is restored after."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
+    """`items`, produced in a background thread (started at the first `next`) at most `depth`
+    items ahead of the consumer.
+
+    The producer's exception is raised to the consumer at its place in the sequence; closing
+    this generator (or dropping it) stops the producer after the item it is making."""
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    queue: Queue[tuple[bool, object]] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(entry: tuple[bool, object]) -> bool:
+        while not stop.is_set():
+            try:
+                queue.put(entry, timeout=0.1)
+            except Full:
+                continue
+            return True
+        return False
+
+    def produce() -> None:
+        iterator = iter(items)
+        try:
+            for item in iterator:
+                if not offer((False, item)):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            offer((True, exc))
+            return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:  # a generator's cleanup runs here, in its own thread
+                close()
+        offer((True, None))
+
+    thread = threading.Thread(target=produce, name="prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            last, value = queue.get()
+            if last:
+                if isinstance(value, BaseException):
+                    raise value
+                return
+            yield value  # type: ignore[misc]
+    finally:
+        stop.set()
+        while True:  # unblock a producer waiting to put, then wait for it
+            try:
+                queue.get_nowait()
+            except Empty:
+                break
+        thread.join()
 
 
 def shard_engine(engine: str, ray_address: str | None = None) -> ShardEngine:
@@ -310,9 +458,12 @@ def write_version(
     config: BuildConfig,
     started: float,
     engine: ShardEngine = local_batches,
+    written: dict[str, str] | None = None,
 ) -> BundleManifest:
     """Write every file of a version into `staging` (fsynced) and return its manifest; the
-    shards' work runs on `engine`, its results are written in shard order."""
+    shards' work runs on `engine`, its results are written in shard order. `written` receives
+    the files whose sha256 was computed from the bytes as they were written (name → digest),
+    for verification; the other files' digests are read back."""
     cache, rows = inputs.cache, inputs.cache.rows
     work = staging / "work"
     work.mkdir()
@@ -338,19 +489,28 @@ def write_version(
 
     files: dict[str, FileRecord] = {}
 
-    def record(digests: dict[Path, str | None], count: int | None) -> None:
+    def record(digests: Mapping[Path, str | None], count: int | None) -> None:
         for path, digest in digests.items():
-            files[path.relative_to(staging).as_posix()] = FileRecord(
-                digest or sha256_file(path), path.stat().st_size, count
-            )
+            name = path.relative_to(staging).as_posix()
+            files[name] = FileRecord(digest or sha256_file(path), path.stat().st_size, count)
+            if digest is not None and written is not None:
+                written[name] = digest
 
-    for writer in writers:
-        record(writer.close(), rows)
+    # the prefix indexes are closed one after the other (final writes, merges, fsyncs: mostly
+    # waiting on the disk) on one thread, while this one merges the postings
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="close") as pool:
+        closing = pool.submit(lambda: [writer.close() for writer in writers])
+        try:
+            postings_files = postings.close()
+        finally:
+            closed = closing.result()
+    for digests in closed:
+        record(digests, rows)
     crash_point("after-prefix-index")
     entries = int(postings.totals.sum())
     counts = {INDPTR: n_concepts + 1, ROWS: entries, VALUES: entries}
-    for path in postings.close():
-        record({path: None}, counts[path.name])
+    for path, digest in postings_files.items():
+        record({path: digest}, counts[path.name])
     crash_point("after-postings")
     record(ids.close(), ids.rows)
     artifacts = {}
@@ -448,15 +608,16 @@ def build_bundle(
         publisher.check()
     engine = shard_engine(config.engine, config.ray_address)
     store = BundleStore(config.out)
+    written: dict[str, str] = {}  # digests computed while writing, which verify need not redo
     try:
         with store.lock():
             release = release_version(
                 store,
                 lambda staging, version: write_version(
-                    staging, version, inputs, config, started, engine
+                    staging, version, inputs, config, started, engine, written
                 ),
                 lambda staging: verify_bundle(
-                    staging, cache_dir=config.cache, sample=config.verify_sample
+                    staging, cache_dir=config.cache, sample=config.verify_sample, written=written
                 ),
                 config.keep,
                 publisher,
@@ -492,15 +653,40 @@ def write_batches(
     error: type[InputError],
 ) -> int:
     """Feed shard batches, in row order from `first_row`, to the prefix-index writers, the
-    postings and the ids; returns the row after the last one written."""
-    for batch in batches:
-        if batch.first_row != first_row:
-            raise error(f"shard rows {batch.first_row}.. arrived out of order")
-        for writer in writers:
-            writer.add(prefix_vectors(batch.rotated, writer.plan.length))
-        postings.add(batch.postings)
-        ids.add(batch.metadata)
-        first_row += batch.rows
-        advance(batch.rows)
-        crash_point("after-first-shard")
+    postings and the ids; returns the row after the last one written. The batches are closed
+    when they are consumed or a write fails (an engine running ahead stops).
+
+    Each prefix index gets its p_L rows (renormalised, hashed, written) on WRITE_THREADS
+    threads, longest prefix first, while this thread writes the postings and ids; every write
+    of a shard ends before the next shard's begin, so each file is written in row order."""
+
+    def add(writer: PrefixIndexWriter, rotated: np.ndarray) -> None:
+        length = writer.plan.length
+        if isinstance(writer, FlatFileWriter):  # appends rows: renormalised block by block
+            for start in range(0, len(rotated), ROW_BLOCK):
+                writer.add(prefix_vectors(rotated[start : start + ROW_BLOCK], length))
+        else:  # one add per shard (an on-disk IVF writes a part file per add)
+            writer.add(prefix_vectors(rotated, length))
+
+    by_length = sorted(writers, key=lambda w: w.plan.length, reverse=True)
+    pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="write")
+    try:
+        for batch in batches:
+            if batch.first_row != first_row:
+                raise error(f"shard rows {batch.first_row}.. arrived out of order")
+            adding = [pool.submit(add, writer, batch.rotated) for writer in by_length]
+            try:
+                postings.add(batch.postings)
+                ids.add(batch.metadata)
+            finally:
+                for future in adding:
+                    future.result()
+            first_row += batch.rows
+            advance(batch.rows)
+            crash_point("after-first-shard")
+    finally:
+        pool.shutdown(cancel_futures=True)
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
     return first_row

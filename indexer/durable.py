@@ -1,4 +1,5 @@
-"""Durable files: sha256 of a file, fsync of files and directories, atomic small-file replace.
+"""Durable files: sha256 of a file (read back, or computed on the way as a file is written),
+fsync of files and directories, atomic small-file replace.
 
 A rename is only durable once the directory that holds the name is fsynced, and a file's
 bytes only once the file is; the bundle's crash safety rests on doing both in this order:
@@ -21,6 +22,29 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class HashedFile:
+    """A file written front to back whose sha256 is computed from the bytes as they are handed
+    to it, so a large file is never read back to be hashed. `close` fsyncs it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bytes = 0
+        self._digest = hashlib.sha256()
+        self._handle = path.open("wb")
+
+    def write(self, payload: bytes | memoryview) -> None:
+        self._handle.write(payload)
+        self._digest.update(payload)
+        self.bytes += len(payload)
+
+    def close(self) -> str:
+        """Flush and fsync the file, close it; its sha256 (hex)."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        return self._digest.hexdigest()
 
 
 def fsync_file(path: Path) -> None:

@@ -10,13 +10,15 @@ that [N, k] table, stored as CSR:
     postings_values.npy   float32 [N·k]      the matching activations, ≥ 0
 
 Built shard by shard: `shard_postings` (pure) turns a shard's codes into a run sorted by
-concept; `PostingsWriter` keeps only the per-concept counts in RAM, spills each run to a work
-file, and at the end scatters the runs into memory-mapped output arrays (shards arrive in row
-order, so rows stay sorted within each concept). `csr_from_runs` is the same merge in RAM.
+concept (the build makes the same run straight from the embeddings, indexer/codes.py);
+`PostingsWriter` keeps only the per-concept counts in RAM, spills each run to work files, and
+at the end merges the runs block of concepts by block and writes the files front to back,
+hashing them on the way (shards arrive in row order, so rows stay sorted within each concept).
+`csr_from_runs` is the same merge in RAM.
 
 Incremental updates (indexer/update.py): an existing CSR is itself a valid run of rows
 [0, N), so `strata index add` opens `PostingsWriter(..., base=old postings)` — the old entries
-are scattered first, in chunks, then the new shards' runs — which gives exactly
+come first in each block, then the new shards' runs — which gives exactly
 `csr_from_runs([old, *new])`. `strata index delete` calls `filter_postings`: entries of removed
 rows are dropped and the others renumbered, in one streaming pass (renumbering keeps the order
 of rows, so every concept's rows stay strictly increasing).
@@ -24,18 +26,19 @@ of rows, so every concept's rows stay strictly increasing).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.format import open_memmap
+from numpy.lib.format import dtype_to_descr, open_memmap, write_array_header_1_0
 
-from indexer.durable import fsync_file
+from indexer.durable import HashedFile, fsync_file
 
 INDPTR, ROWS, VALUES = "postings_indptr.npy", "postings_rows.npy", "postings_values.npy"
 FILES = (INDPTR, ROWS, VALUES)
 CHECK_CHUNK = 4 * 2**20
+MERGE_BLOCK = 4 * 2**20  # entries per block of PostingsWriter.close (48 MB of rows and values)
 
 
 @dataclass
@@ -101,8 +104,31 @@ def entry_concepts(indptr: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.searchsorted(indptr, np.arange(start, stop), side="right").astype(np.int64) - 1
 
 
+@dataclass(frozen=True)
+class SpilledRun:
+    """A run written to the work folder: counts kept in RAM, rows and values as raw files."""
+
+    counts: np.ndarray  # int64 [C]
+    rows: Path  # int64, raw little-endian
+    values: Path  # float32, raw little-endian
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Entries [start, stop) (read, not mapped: what is read is freed after the block)."""
+        n = stop - start
+        return (
+            np.fromfile(self.rows, dtype="<i8", count=n, offset=8 * start),
+            np.fromfile(self.values, dtype="<f4", count=n, offset=4 * start),
+        )
+
+
 class PostingsWriter:
-    """Accumulates shard runs on disk (`work/`), then writes the three CSR files.
+    """Accumulates shard runs on disk (`work/`), then writes the three CSR files front to back.
+
+    `close` walks the concepts in blocks of about MERGE_BLOCK entries: each run's entries of
+    the block's concepts are scattered into the block (runs in row order, so rows stay
+    ascending within a concept), and the block is appended to postings_rows.npy and
+    postings_values.npy with their sha256 computed on the way. In RAM: the per-run counts and
+    one block (a concept with more entries than MERGE_BLOCK is one block of its own).
 
     With `base` (a bundle's postings), the output starts from those entries — rows [0, N) of
     the base — and the runs added must hold the rows after them (an incremental add)."""
@@ -120,52 +146,106 @@ class PostingsWriter:
             else np.diff(base.indptr).astype(np.int64)
         )
         self.totals = self.base_counts.copy()
-        self.runs: list[Path] = []
+        self.runs: list[SpilledRun] = []
 
     def add(self, run: PostingRun) -> None:
-        path = self.work / f"postings-run-{len(self.runs):05d}.npz"
-        with path.open("wb") as handle:
-            np.savez(handle, counts=run.counts, rows=run.rows, values=run.values)
-        self.runs.append(path)
-        self.totals += run.counts
+        counts = np.asarray(run.counts, dtype=np.int64)
+        if len(counts) != self.n_concepts or not len(run.rows) == len(run.values) == counts.sum():
+            raise ValueError(
+                f"a run of {len(counts)} concepts, {len(run.rows)} rows and {len(run.values)} "
+                f"values does not fit {self.n_concepts} concepts"
+            )
+        stem = self.work / f"postings-run-{len(self.runs):05d}"
+        spilled = SpilledRun(counts.copy(), stem.with_suffix(".rows"), stem.with_suffix(".values"))
+        np.ascontiguousarray(run.rows, dtype="<i8").tofile(spilled.rows)
+        np.ascontiguousarray(run.values, dtype="<f4").tofile(spilled.values)
+        self.runs.append(spilled)
+        self.totals += counts
 
-    def close(self) -> list[Path]:
+    def close(self) -> dict[Path, str]:
+        """Write and fsync the three files, remove the work files; path → sha256."""
         indptr = np.concatenate([[0], np.cumsum(self.totals)]).astype(np.int64)
         entries = int(indptr[-1])
-        rows = open_memmap(self.folder / ROWS, "w+", np.int64, (entries,))
-        values = open_memmap(self.folder / VALUES, "w+", np.float32, (entries,))
-        cursor = indptr[:-1].copy()
+        sources: list[tuple[np.ndarray, RunReader]] = []
         if self.base is not None:
-            scatter_csr(self.base, rows, values, cursor)
-            cursor += self.base_counts
-        for path in self.runs:
-            with np.load(path) as data:
-                run = PostingRun(data["counts"], data["rows"], data["values"])
-            at = scatter_positions(run, cursor)
-            rows[at], values[at] = run.rows, run.values
-            cursor += run.counts
-            path.unlink()
-        rows.flush()
-        values.flush()
-        del rows, values
-        np.save(self.folder / INDPTR, indptr, allow_pickle=False)
-        paths = [self.folder / name for name in FILES]
-        for path in paths:
-            fsync_file(path)
-        return paths
+            base = self.base
+            sources.append((self.base_counts, lambda a, b: (base.rows[a:b], base.values[a:b])))
+        sources += [(run.counts, run.read) for run in self.runs]
+        rows = NpyStream(self.folder / ROWS, np.dtype("<i8"), entries)
+        values = NpyStream(self.folder / VALUES, np.dtype("<f4"), entries)
+        for block_rows, block_values in merged_blocks(sources, indptr, MERGE_BLOCK):
+            rows.write(block_rows)
+            values.write(block_values)
+        digests = {rows.path: rows.close(), values.path: values.close()}
+        indptr_file = HashedFile(self.folder / INDPTR)
+        np.lib.format.write_array(indptr_file, indptr, allow_pickle=False)
+        digests[indptr_file.path] = indptr_file.close()
+        for run in self.runs:
+            run.rows.unlink()
+            run.values.unlink()
+        return {self.folder / name: digests[self.folder / name] for name in FILES}
 
 
-def scatter_csr(base: Postings, rows: np.ndarray, values: np.ndarray, cursor: np.ndarray) -> None:
-    """Copy CSR postings into output arrays: entry i of concept c goes to
-    cursor[c] + (i − base.indptr[c]). Chunked, so memory stays bounded by the chunk."""
-    indptr = np.asarray(base.indptr)
-    entries = int(indptr[-1])
-    for start in range(0, entries, CHECK_CHUNK):
-        stop = min(start + CHECK_CHUNK, entries)
-        concept = entry_concepts(indptr, start, stop)
-        at = np.arange(start, stop, dtype=np.int64) - indptr[concept] + cursor[concept]
-        rows[at] = base.rows[start:stop]
-        values[at] = base.values[start:stop]
+RunReader = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def concept_blocks(indptr: np.ndarray, block: int) -> list[tuple[int, int]]:
+    """Consecutive concept ranges [c0, c1) covering all concepts, each holding at most `block`
+    entries, or a single concept when that one holds more."""
+    indptr = np.asarray(indptr)
+    concepts = len(indptr) - 1
+    blocks, c0 = [], 0
+    while c0 < concepts:
+        c1 = int(np.searchsorted(indptr, indptr[c0] + block, side="right")) - 1
+        c1 = min(max(c1, c0 + 1), concepts)
+        blocks.append((c0, c1))
+        c0 = c1
+    return blocks
+
+
+def merged_blocks(
+    sources: Sequence[tuple[np.ndarray, RunReader]], indptr: np.ndarray, block: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The CSR rows and values of runs (counts, reader of entries [a, b)) given in row order,
+    block of concepts by block: concatenated, the blocks are `csr_from_runs` of the runs."""
+    starts = [np.concatenate([[0], np.cumsum(counts)]).astype(np.int64) for counts, _ in sources]
+    for c0, c1 in concept_blocks(indptr, block):
+        low = int(indptr[c0])
+        rows = np.empty(int(indptr[c1]) - low, dtype=np.int64)
+        values = np.empty(len(rows), dtype=np.float32)
+        cursor = indptr[c0:c1] - low  # the next free slot of each concept in the block
+        for (counts, read), start in zip(sources, starts, strict=True):
+            a, b = int(start[c0]), int(start[c1])
+            if a == b:
+                continue
+            part = PostingRun(counts[c0:c1], *read(a, b))
+            at = scatter_positions(part, cursor)
+            rows[at], values[at] = part.rows, part.values
+            cursor += part.counts
+        yield rows, values
+
+
+class NpyStream:
+    """A 1-d .npy file of a known length written front to back (np.save's header and bytes),
+    hashed on the way."""
+
+    def __init__(self, path: Path, dtype: np.dtype, length: int) -> None:
+        self.path, self.dtype, self.length = path, dtype, length
+        self.written = 0
+        self._file = HashedFile(path)
+        header = {"descr": dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
+        write_array_header_1_0(self._file, header)
+
+    def write(self, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array, dtype=self.dtype)
+        self._file.write(memoryview(array).cast("B"))
+        self.written += len(array)
+
+    def close(self) -> str:
+        digest = self._file.close()
+        if self.written != self.length:
+            raise RuntimeError(f"{self.path.name}: wrote {self.written} of {self.length} entries")
+        return digest
 
 
 def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[Path]:
@@ -249,8 +329,10 @@ def postings_faults(
             return faults
         body = chunk[:CHECK_CHUNK]
         per_row += np.bincount(body, minlength=n_rows)
-        steps = np.arange(start + 1, start + len(chunk))
-        unsorted = (np.diff(chunk) <= 0) & ~np.isin(steps, starts)
+        # step i goes from entry start + i to start + i + 1; it may descend only where a
+        # concept starts, at start + i + 1
+        unsorted = np.diff(chunk) <= 0
+        unsorted[starts[(starts > start) & (starts < start + len(chunk))] - start - 1] = False
         if unsorted.any():
             faults.append(f"{ROWS}: rows not strictly increasing within a concept")
             break

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
 import os
 import struct
@@ -43,7 +42,7 @@ from typing import Protocol
 import faiss
 import numpy as np
 
-from indexer.durable import fsync_file
+from indexer.durable import HashedFile, fsync_file
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
 
 log = logging.getLogger(__name__)
@@ -120,30 +119,23 @@ class FlatFileWriter:
     def __init__(self, plan: PrefixPlan, path: Path, rows: int, layout: FlatLayout) -> None:
         self.plan, self.path, self.expected = plan, path, rows
         self.written = 0
-        self.digest = hashlib.sha256()
-        self._handle = path.open("wb")
-        self._write(layout.header(rows))
-
-    def _write(self, payload: bytes | memoryview) -> None:
-        self._handle.write(payload)
-        self.digest.update(payload)
+        self._file = HashedFile(path)
+        self._file.write(layout.header(rows))
 
     def add(self, vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype="<f4")
         if vectors.ndim != 2 or vectors.shape[1] != self.plan.length:
             raise ValueError(f"expected [n, {self.plan.length}] rows, got {vectors.shape}")
-        self._write(memoryview(vectors).cast("B"))
+        self._file.write(memoryview(vectors).cast("B"))
         self.written += len(vectors)
 
     def close(self) -> dict[Path, str | None]:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        digest = self._file.close()
         if self.written != self.expected:
             raise RuntimeError(
                 f"{self.path.name}: wrote {self.written} rows, expected {self.expected}"
             )
-        return {self.path: self.digest.hexdigest()}
+        return {self.path: digest}
 
 
 # --- in RAM, and IVF on disk ------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -233,10 +233,11 @@ class FileRecords:
                 digest or sha256_file(path), path.stat().st_size, rows
             )
 
-    def postings(self, paths: Iterable[Path], concepts: int, entries: int) -> None:
+    def postings(self, files: Mapping[Path, str | None], concepts: int, entries: int) -> None:
+        """The three postings files (path → sha256 when computed while writing, else None)."""
         counts = {INDPTR: concepts + 1, ROWS: entries, VALUES: entries}
-        for path in paths:
-            self.add({path: None}, counts[path.name])
+        for path, digest in files.items():
+            self.add({path: digest}, counts[path.name])
 
 
 def copy_artifacts(base: Bundle, records: FileRecords) -> None:
@@ -370,7 +371,7 @@ def write_deleted(
     base_postings = Postings(base.path)
     paths = filter_postings(base_postings, new_row, staging)
     entries = int(np.load(staging / INDPTR)[-1])
-    records.postings(paths, base_postings.concepts, entries)
+    records.postings(dict.fromkeys(paths), base_postings.concepts, entries)
     actions["postings_*.npy"] = "filtered: the deleted rows' entries dropped, rows renumbered"
     crash_point("after-postings")
     ids = IdsWriter(staging / IDS, unified_schema([pq.read_schema(base.path / IDS)]))

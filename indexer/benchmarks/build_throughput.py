@@ -4,11 +4,13 @@
    shard by shard, and makes a random GraSP-VL artifact and a CEDAR artifact (random rotation,
    catalog named from a random vocabulary).
 2. Build arm: `build_bundle` with five Flat prefix indexes + postings + ids + checksums +
-   verification + publish. Bare arm: the same reading, the one GraSP matmul per shard, the prefix
-   renormalisation and a FAISS IndexFlatIP `add` per prefix — nothing else (no postings, no
-   files, no checksums). Each arm runs in its own process, so each reports its own peak RSS
-   (VmHWM, else `ru_maxrss`; `baseline_rss` is what the imports alone take). Reported: build
-   seconds, the ratio build / bare, rows/s, bundle size.
+   verification + publish. Bare arm: the same reading, the one GraSP matmul per shard (in the
+   same 8,192-row blocks as the build), the prefix renormalisation and a FAISS IndexFlatIP
+   `add` per prefix — nothing else (no postings, no
+   files, no checksums). Each arm runs in its own process, with the same environment and FAISS
+   thread setting (each reports its `faiss_threads`), so each reports its own peak RSS (VmHWM,
+   else `ru_maxrss`; `baseline_rss` is what the imports alone take) and CPU seconds (user +
+   system, all threads). Reported: build seconds, the ratio build / bare, rows/s, bundle size.
 3. Single-query latency on the bundle's Flat indexes at D/16 and D (one query per call, median
    over --queries), and their ratio (goal ≥ 12: the prefix scans 16× fewer bytes).
 4. HNSW (`hnsw` rule) and IVF-PQ (`ivfpq-refine`, and `ivfpq-ondisk` without rerank) built over
@@ -53,7 +55,7 @@ from indexer.prefix_index import (
     read_prefix_index,
     train_index,
 )
-from indexer.prefixes import prefix_vectors, recall_at_k, rotate_rows
+from indexer.prefixes import ROW_BLOCK, prefix_vectors, recall_at_k, rotate_blocks, rotate_rows
 from indexer.sampling import Reservoir
 from indexer.verify import read_cache_rows
 from training.artifacts import TransformArtifact
@@ -61,6 +63,12 @@ from training.benchmarks import publish
 from training.embedding.cache import EmbeddingCache
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds this process has used (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_bytes() -> int:
@@ -85,7 +93,7 @@ def arm_baseline(_: argparse.Namespace) -> dict:
 def arm_build(args: argparse.Namespace) -> dict:
     work = Path(args.work)
     types = tuple(f"{n}=Flat" for n in random_grasp_artifact(args.dim).contract.values())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     summary = build_bundle(
         BuildConfig(
             work / "cache",
@@ -100,6 +108,8 @@ def arm_build(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "faiss_threads": faiss.omp_get_max_threads(),
         "rows_per_s": summary.rows / seconds,
         "bundle_bytes": summary.bytes_on_disk,
         "files": summary.files,
@@ -112,15 +122,21 @@ def arm_bare(args: argparse.Namespace) -> dict:
     cache = EmbeddingCache.open(work / "cache")
     grasp = TransformArtifact.load(work / "grasp")
     lengths = list(grasp.contract.values())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     indexes = {n: faiss.IndexFlatIP(n) for n in lengths}
     for data in cache.iter_shards():
-        z = rotate_rows(data.embeddings[cache.modalities[0]], grasp)
-        for n in lengths:
-            indexes[n].add(prefix_vectors(z, n))
+        # blocked like the build (indexer/prefixes.py), so neither arm pays for paging in
+        # whole-shard temporaries that the other avoids
+        z = rotate_blocks(data.embeddings[cache.modalities[0]], grasp)
+        for start in range(0, len(z), ROW_BLOCK):
+            block = z[start : start + ROW_BLOCK]
+            for n in lengths:
+                indexes[n].add(prefix_vectors(block, n))
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "faiss_threads": faiss.omp_get_max_threads(),
         "rows_per_s": cache.rows / seconds,
         "peak_rss_bytes": peak_rss_bytes(),
     }

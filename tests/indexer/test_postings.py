@@ -6,10 +6,15 @@ import itertools
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from indexer import postings
+from indexer.durable import sha256_file
 from indexer.postings import (
+    FILES,
     Postings,
     PostingsWriter,
+    concept_blocks,
     csr_from_runs,
     postings_faults,
     shard_postings,
@@ -73,3 +78,86 @@ def test_faults_are_found():
     negative[0] = -1
     assert "≥ 0" in " ".join(postings_faults(indptr, rows, negative, 30, 2))
     assert "expected rows·k" in " ".join(postings_faults(indptr, rows, values, 31, 2))
+
+
+def test_the_writer_streams_what_np_save_writes_whatever_the_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The files are np.save's bytes of the merged CSR, with the sha256 of what was written,
+    for blocks smaller than one concept, of a few concepts, and of everything."""
+    concepts, activations = random_codes(60, 3, 2)
+    runs = [
+        shard_postings(concepts[a:b], activations[a:b], a, CONCEPTS)
+        for a, b in itertools.pairwise([0, 25, 26, 60])
+    ]
+    indptr, rows, values = csr_from_runs(runs, CONCEPTS)
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    for name, array in zip(
+        (postings.INDPTR, postings.ROWS, postings.VALUES), (indptr, rows, values), strict=True
+    ):
+        np.save(reference / name, array)
+    for block in (1, 7, 10_000):
+        monkeypatch.setattr(postings, "MERGE_BLOCK", block)
+        folder = tmp_path / f"block-{block}"
+        folder.mkdir()
+        writer = PostingsWriter(folder, folder, CONCEPTS)
+        for run in runs:
+            writer.add(run)
+        digests = writer.close()
+        assert sorted(p.name for p in folder.iterdir()) == sorted(FILES)  # work files removed
+        for name in FILES:
+            assert (folder / name).read_bytes() == (reference / name).read_bytes(), (block, name)
+            assert digests[folder / name] == sha256_file(folder / name)
+
+
+def test_a_base_comes_first_in_every_concept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(postings, "MERGE_BLOCK", 5)
+    concepts, activations = random_codes(40, 2, 3)
+    old = shard_postings(concepts[:30], activations[:30], 0, CONCEPTS)
+    new = shard_postings(concepts[30:], activations[30:], 30, CONCEPTS)
+    (tmp_path / "base").mkdir()
+    writer = PostingsWriter(tmp_path / "base", tmp_path / "base", CONCEPTS)
+    writer.add(old)
+    writer.close()
+    (tmp_path / "added").mkdir()
+    writer = PostingsWriter(
+        tmp_path / "added", tmp_path, CONCEPTS, base=Postings(tmp_path / "base")
+    )
+    writer.add(new)
+    writer.close()
+    merged = Postings(tmp_path / "added")
+    indptr, rows, values = csr_from_runs([old, new], CONCEPTS)
+    np.testing.assert_array_equal(merged.indptr, indptr)
+    np.testing.assert_array_equal(merged.rows, rows)
+    np.testing.assert_array_equal(merged.values, values)
+
+
+def test_a_run_that_does_not_fit_is_refused(tmp_path: Path):
+    concepts, activations = random_codes(5, 2, 4)
+    run = shard_postings(concepts, activations, 0, CONCEPTS)
+    writer = PostingsWriter(tmp_path, tmp_path, CONCEPTS + 1)
+    with pytest.raises(ValueError, match="does not fit 11 concepts"):
+        writer.add(run)
+
+
+def test_concept_blocks_hold_at_most_a_block_or_one_concept():
+    indptr = np.array([0, 3, 3, 10, 11, 12, 30, 30])
+    assert concept_blocks(indptr, 5) == [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7)]
+    assert concept_blocks(indptr, 100) == [(0, 7)]
+    assert concept_blocks(np.array([0]), 5) == []
+
+
+def test_unsorted_rows_are_found_wherever_the_check_chunks_cut(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(postings, "CHECK_CHUNK", 4)
+    concepts, activations = random_codes(30, 2, 1)
+    indptr, rows, values = csr_from_runs(
+        [shard_postings(concepts, activations, 0, CONCEPTS)], CONCEPTS
+    )
+    assert postings_faults(indptr, rows, values, 30, 2) == []
+    for concept in range(CONCEPTS):
+        for at in range(indptr[concept], indptr[concept + 1] - 1):
+            swapped = rows.copy()
+            swapped[at], swapped[at + 1] = swapped[at + 1], swapped[at]
+            faults = postings_faults(indptr, swapped, values, 30, 2)
+            assert faults == [f"{postings.ROWS}: rows not strictly increasing within a concept"]

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_grasp_artifact
-from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k, rotate_rows
+from indexer.prefixes import (
+    exact_top_k,
+    prefix_vectors,
+    recall_at_k,
+    rotate_blocks,
+    rotate_rows,
+)
 
 
 def test_rotation_is_one_matmul_and_keeps_full_length_cosine():
@@ -34,3 +40,21 @@ def test_exact_top_k_and_recall():
     scores, rows = exact_top_k(gallery, np.array([[0.1, 0.9, 0.5, 0.0]]), 2)
     assert rows.tolist() == [[1, 2]] and scores[0, 0] == pytest.approx(0.9)
     assert recall_at_k(np.array([[1, 7], [3, -1]]), np.array([[1, 2], [3, 0]])) == 0.5
+
+
+def test_rotating_in_blocks_gives_the_rows_of_one_rotation():
+    grasp = random_grasp_artifact(64, seed=4)
+    x = np.random.default_rng(1).normal(size=(1000, 64)).astype(np.float16)
+    whole = rotate_rows(x, grasp)
+    np.testing.assert_array_equal(rotate_blocks(x, grasp, block=256), whole)
+    np.testing.assert_allclose(rotate_blocks(x, grasp, block=7), whole, rtol=1e-5, atol=1e-6)
+    out = np.full((1000, 64), np.nan, dtype=np.float32)
+    assert rotate_blocks(x, grasp, block=256, out=out) is out
+    np.testing.assert_array_equal(out, whole)
+    with pytest.raises(ValueError, match=r"out must be float32 \(1000, 64\)"):
+        rotate_blocks(x, grasp, out=np.zeros((999, 64), np.float32))
+    with pytest.raises(ValueError, match=r"shape \[N, 64\]"):
+        rotate_blocks(x[:, :8], grasp)
+    # renormalising blocks of rows is renormalising the rows
+    blocks = [prefix_vectors(whole[start : start + 256], 16) for start in range(0, 1000, 256)]
+    np.testing.assert_array_equal(np.concatenate(blocks), prefix_vectors(whole, 16))

@@ -14,6 +14,7 @@ import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error
 from safetensors.numpy import save_file
 
+from indexer.bundle import read_manifest
 from indexer.verify import verify_bundle
 
 
@@ -76,6 +77,22 @@ def test_a_whole_bundle_verifies(version: Path):
 def test_damaged_files_are_named(version: Path, damage, expected):
     damage(version)
     assert verify_bundle(version).faults == expected
+
+
+def test_digests_taken_from_the_writer_are_compared_and_the_rest_read_back(version: Path):
+    """What a build passes for the files it hashed while writing them: not read back, but
+    compared with the manifest; every other file is still read and hashed."""
+    files = read_manifest(version).files
+    written = {name: record.sha256 for name, record in files.items() if name.endswith(".faiss")}
+    assert verify_bundle(version, written=written).faults == []
+    wrong = written | {"prefix_16.faiss": "0" * 64}
+    assert verify_bundle(version, written=wrong).faults == ["prefix_16.faiss: checksum mismatch"]
+    flip_byte(version / "ids.parquet", 100)
+    flip_byte(version / "postings_rows.npy")
+    assert verify_bundle(version, written=written).faults == [
+        "postings_rows.npy: checksum mismatch",
+        "ids.parquet: checksum mismatch",
+    ]
 
 
 def test_a_wrong_row_count_is_caught_in_every_file(version: Path):
