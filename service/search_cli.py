@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
 from training.errors import InputError
@@ -47,8 +48,12 @@ def serve_command(
     ] = None,
     max_batch: Annotated[int, typer.Option(help="queries per encoder call at most")] = 32,
     max_wait_ms: Annotated[
-        float, typer.Option(help="longest a query waits for others to batch with")
-    ] = 2.0,
+        float,
+        typer.Option(
+            help="longest a query waits for others to batch with (0: none; queries that "
+            "arrive while a batch runs still form the next one)"
+        ),
+    ] = BatchingConfig.max_wait_ms,
     max_queue: Annotated[
         int, typer.Option(help="queries waiting at most; beyond, RESOURCE_EXHAUSTED")
     ] = 1024,
@@ -93,7 +98,6 @@ def serve_command(
     ] = 5.0,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
-    from service.batching import BatchingConfig
     from service.hot_swap import HotSwapper
     from service.query_cache import open_cache
     from service.search import SearchEngine

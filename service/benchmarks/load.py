@@ -1,10 +1,14 @@
 """Load on a real server: QPS and latency percentiles at several client concurrencies, with the
-encoder micro-batching on and off, side by side in one process.
+encoder micro-batching on and off, side by side in one script; and the gRPC overhead at
+concurrency 1 as the ratio of the service's latency to the same pipeline called in-process.
 
 The gallery is synthetic (N clustered 384-d rows in a float16 cache, random GraSP-VL and CEDAR
 artifacts, a bundle built by the indexer); the queries are real: caption-like texts embedded by
-MiniLM on the server, routed by AUTO. Each arm starts its own server on a free port; C client
-threads, each with its own channel, send queries back to back for a fixed count.
+MiniLM on the server, routed by AUTO. Each arm starts its own server on a free port. The load
+comes from a separate process (so the clients do not compete with the server for this
+process's GIL): one grpc.aio channel with C coroutines, each sending its next search as soon as
+the last one is answered, for a fixed count. The in-process arm calls `SearchEngine.search`
+on the same queries, one after another.
 
     python -m service.benchmarks.load                    # 100,000 rows, concurrency 1, 8, 32
     python -m service.benchmarks.load --rows 20000 --queries 64
@@ -13,10 +17,11 @@ threads, each with its own channel, send queries back to back for a fixed count.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import tempfile
-import threading
 import time
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +34,7 @@ from indexer.benchmarks.synthetic import (
 from indexer.build import BuildConfig, build_bundle
 from indexer.bundle import Bundle
 from service.batching import BatchingConfig
-from service.client import StrataClient
+from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
@@ -54,38 +59,79 @@ def build_gallery(work: Path, rows: int, dim: int) -> Path:
     return work / "bundles"
 
 
-def run_arm(engine: SearchEngine, batching: bool, concurrency: int, queries: int) -> dict:
-    """`concurrency` threads share `queries` searches; latency per call, QPS over the arm."""
-    config = ServerConfig(port=0, batching=BatchingConfig(enabled=batching))
-    latencies: list[float] = []
-    lock = threading.Lock()
-    per_thread = max(1, queries // concurrency)
-    with BackgroundServer(engine, config) as server:
+def drive_load(target: str, concurrency: int, queries: int) -> tuple[list[float], float]:
+    """In the load process: `concurrency` coroutines share `queries` searches over one
+    channel; each search's latency and the wall time of them all, in seconds (the channel is
+    connected and warmed first, outside the timing)."""
+    import asyncio
 
-        def worker(index: int) -> None:
-            with StrataClient(server.target) as client:
-                client.search(QUERIES[index % len(QUERIES)], k=10)  # connect and warm
+    import grpc
+
+    from service._generated.strata.v1 import search_pb2 as pb
+    from service._generated.strata.v1 import search_pb2_grpc
+
+    requests = [pb.SearchRequest(query=pb.Query(text=t), top_k=10) for t in QUERIES]
+    per_worker = max(1, queries // concurrency)
+
+    async def run() -> tuple[list[float], float]:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = search_pb2_grpc.SearchServiceStub(channel)
+            await stub.Search(requests[0], timeout=60)  # connect and warm
+
+            async def worker(index: int) -> list[float]:
                 own = []
-                for i in range(per_thread):
+                for i in range(per_worker):
                     started = time.perf_counter()
-                    client.search(QUERIES[(index + i) % len(QUERIES)], k=10)
+                    await stub.Search(requests[(index + i) % len(requests)], timeout=60)
                     own.append(time.perf_counter() - started)
-            with lock:
-                latencies.extend(own)
+                return own
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
+            started = time.perf_counter()
+            done = await asyncio.gather(*(worker(i) for i in range(concurrency)))
+            elapsed = time.perf_counter() - started
+        return [latency for own in done for latency in own], elapsed
+
+    return asyncio.run(run())
+
+
+def run_arm(
+    engine: SearchEngine,
+    batching: bool,
+    concurrency: int,
+    queries: int,
+    load: Executor,
+    max_wait_ms: float = BatchingConfig.max_wait_ms,
+) -> dict:
+    """A server with batching on or off; the load process drives it; QPS over the arm."""
+    config = ServerConfig(
+        port=0, batching=BatchingConfig(enabled=batching, max_wait_ms=max_wait_ms)
+    )
+    with BackgroundServer(engine, config) as server:
+        latencies, elapsed = load.submit(drive_load, server.target, concurrency, queries).result()
+    return {"batching": batching, "concurrency": concurrency, **_summary(latencies, elapsed)}
+
+
+def run_in_process(engine: SearchEngine, queries: int) -> dict:
+    """The same searches through `SearchEngine.search` in this process, one at a time."""
+    engine.search(SearchQuery.of(QUERIES[0], k=10))
+    latencies = []
+    started = time.perf_counter()
+    for i in range(queries):
+        begun = time.perf_counter()
+        engine.search(SearchQuery.of(QUERIES[i % len(QUERIES)], k=10))
+        latencies.append(time.perf_counter() - begun)
+    return {
+        "in_process": True,
+        "concurrency": 1,
+        **_summary(latencies, time.perf_counter() - started),
+    }
+
+
+def _summary(latencies: list[float], elapsed: float) -> dict:
     ordered = sorted(latencies)
     return {
-        "batching": batching,
-        "concurrency": concurrency,
-        "queries": len(latencies),
-        "qps": len(latencies) / elapsed,
+        "queries": len(ordered),
+        "qps": len(ordered) / elapsed,
         "p50_ms": 1000 * statistics.median(ordered),
         "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
     }
@@ -98,26 +144,48 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=256, help="searches per arm")
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=BatchingConfig.max_wait_ms,
+        help="the batcher's wait for company (service/batching.py)",
+    )
+    parser.add_argument(
+        "--overhead-queries", type=int, default=200, help="searches per arm of the overhead check"
+    )
     parser.add_argument("--json", type=Path, default=Path("runs/bench/service_load.json"))
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="strata-load-") as folder:
         bundles = build_gallery(Path(folder), args.rows, 384)
         engine = SearchEngine(Bundle.open(bundles), load_encoder("minilm", device="cpu"))
-        arms = [
-            run_arm(engine, batching, concurrency, args.queries)
-            for concurrency in levels
-            for batching in (True, False)  # side by side, alternating
-        ]
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
+            arms = [
+                run_arm(engine, batching, concurrency, args.queries, load, args.max_wait_ms)
+                for concurrency in levels
+                for batching in (True, False)  # side by side, alternating
+            ]
+            # gRPC overhead at concurrency 1: in-process, served, in-process again
+            before = run_in_process(engine, args.overhead_queries)
+            served = run_arm(engine, True, 1, args.overhead_queries, load, args.max_wait_ms)
+            after = run_in_process(engine, args.overhead_queries)
+        in_process_p50 = (before["p50_ms"] + after["p50_ms"]) / 2
     result = {
         "benchmark": "service_load",
         "rows": args.rows,
         "encoder": "minilm (cpu)",
+        "max_wait_ms": args.max_wait_ms,
         "arms": arms,
         "qps_ratio_batching_on_over_off": {
             str(c): next(a["qps"] for a in arms if a["concurrency"] == c and a["batching"])
             / next(a["qps"] for a in arms if a["concurrency"] == c and not a["batching"])
             for c in levels
+        },
+        "overhead_at_concurrency_1": {
+            "in_process": [before, after],
+            "served": served,
+            "p50_ratio_served_over_in_process": served["p50_ms"] / in_process_p50,
         },
     }
     return publish(result, args.json)

@@ -18,7 +18,7 @@ that completed in it and the ones that failed:
 then the server must still answer correctly: a vector query's hits equal a fresh in-process
 search of the served version, and GetIndexInfo names that version.
 
-    python -m service.benchmarks.soak                   # 5,000 rows, 4 clients: ~1.5 min
+    python -m service.benchmarks.soak                   # 5,000 rows, 4 clients, 10,000 fuzzed
     python -m service.benchmarks.soak --swaps 20 --threads 8 --json runs/bench/soak.json
 
 Exits 1 when any request failed or a check did not hold.
@@ -412,8 +412,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup-seconds", type=float, default=3.0)
     parser.add_argument("--cache-size", type=int, default=8, help="local LRU entries (small: "
                         "the repeated queries then come from Redis)")  # fmt: skip
-    parser.add_argument("--fuzz-requests", type=int, default=500)
-    parser.add_argument("--fuzz-seconds", type=float, default=30.0)
+    parser.add_argument("--fuzz-requests", type=int, default=10_000)
+    parser.add_argument("--fuzz-seconds", type=float, default=300.0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/service_soak.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="soak: %(levelname)s: %(name)s: %(message)s")
