@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import faiss
 import pytest
+import redis
 from search_gallery import build_text_bundle
+from serving_helpers import REDIS_URL
 
 from indexer.bundle import Bundle
 from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A Redis key prefix of this test's own; every key under it is deleted afterwards."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as exc:
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    name = f"strata-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    keys = list(client.scan_iter(f"{name}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 @pytest.fixture(scope="session")

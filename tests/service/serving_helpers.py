@@ -3,6 +3,7 @@ without pause, and waiting for a condition."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -11,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from service.client import StrataClient, StrataClientError
+
+REDIS_URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 QUERIES = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
 

@@ -5,15 +5,13 @@ versions made by the indexer and published with `indexer.publish`, zero failed r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from serving_helpers import REDIS_URL as URL
 from serving_helpers import Searching, wait_for
 
 from indexer.bundle import Bundle
@@ -26,24 +24,6 @@ from service.hot_swap import HotSwapper, VersionTracker
 from service.query_cache import QueryCache
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-
-URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    """A key prefix of this test's own; every key under it is deleted afterwards."""
-    client = redis.Redis.from_url(URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"no Redis at {URL}: {exc}")
-    name = f"strata-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    keys = list(client.scan_iter(f"{name}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ prefix, removed after."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
+from serving_helpers import REDIS_URL as URL
 from serving_helpers import CountingEncoder
 
 from indexer.bundle import Bundle
@@ -36,24 +35,7 @@ from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 
-URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 UNREACHABLE = "redis://127.0.0.1:1/0"
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    """A key prefix of this test's own; every key under it is deleted afterwards."""
-    client = redis.Redis.from_url(URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"no Redis at {URL}: {exc}")
-    name = f"strata-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    keys = list(client.scan_iter(f"{name}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 @pytest.fixture
