@@ -7,8 +7,10 @@ artifacts, a bundle built by the indexer); the queries are real: caption-like te
 MiniLM on the server, routed by AUTO. Each arm starts its own server on a free port. The load
 comes from a separate process (so the clients do not compete with the server for this
 process's GIL): one grpc.aio channel with C coroutines, each sending its next search as soon as
-the last one is answered, for a fixed count. The in-process arm calls `SearchEngine.search`
-on the same queries, one after another.
+the last one is answered, for a fixed count. The overhead check alternates, in rounds, searches
+through `SearchEngine.search` in this process with the same searches through a live server, so
+that drift in a shared machine's speed falls on both sides alike; the arms run in `--repeats`
+rounds for the same reason, and the batching ratios compare median QPS.
 
     python -m service.benchmarks.load                    # 100,000 rows, concurrency 1, 8, 32
     python -m service.benchmarks.load --rows 20000 --queries 64
@@ -111,20 +113,46 @@ def run_arm(
     return {"batching": batching, "concurrency": concurrency, **_summary(latencies, elapsed)}
 
 
-def run_in_process(engine: SearchEngine, queries: int) -> dict:
+def in_process_latencies(engine: SearchEngine, queries: int) -> list[float]:
     """The same searches through `SearchEngine.search` in this process, one at a time."""
     engine.search(SearchQuery.of(QUERIES[0], k=10))
     latencies = []
-    started = time.perf_counter()
     for i in range(queries):
         begun = time.perf_counter()
         engine.search(SearchQuery.of(QUERIES[i % len(QUERIES)], k=10))
         latencies.append(time.perf_counter() - begun)
+    return latencies
+
+
+def measure_overhead(
+    engine: SearchEngine, load: Executor, queries: int, rounds: int, max_wait_ms: float
+) -> dict:
+    """Served vs in-process latency at concurrency 1, interleaved: `rounds` times, a share of
+    the searches in this process, then as many through one live server (batching on) from the
+    load process, so that drift in the machine's speed falls on both sides alike."""
+    per_round = max(1, queries // rounds)
+    config = ServerConfig(port=0, batching=BatchingConfig(max_wait_ms=max_wait_ms))
+    local: list[float] = []
+    served: list[float] = []
+    with BackgroundServer(engine, config) as server:
+        for _ in range(rounds):
+            local += in_process_latencies(engine, per_round)
+            served += load.submit(drive_load, server.target, 1, per_round).result()[0]
+    local_p50, served_p50 = statistics.median(local), statistics.median(served)
     return {
-        "in_process": True,
-        "concurrency": 1,
-        **_summary(latencies, time.perf_counter() - started),
+        "rounds": rounds,
+        "queries_per_side": len(local),
+        "in_process_p50_ms": 1000 * local_p50,
+        "served_p50_ms": 1000 * served_p50,
+        "p50_ratio_served_over_in_process": served_p50 / local_p50,
     }
+
+
+def median_qps(arms: list[dict], concurrency: int, batching: bool) -> float:
+    """The median QPS over the repeats of one arm."""
+    return statistics.median(
+        a["qps"] for a in arms if a["concurrency"] == concurrency and a["batching"] == batching
+    )
 
 
 def _summary(latencies: list[float], elapsed: float) -> dict:
@@ -145,13 +173,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=256, help="searches per arm")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of every arm; ratios use the median QPS"
+    )
+    parser.add_argument(
         "--max-wait-ms",
         type=float,
         default=BatchingConfig.max_wait_ms,
         help="the batcher's wait for company (service/batching.py)",
     )
     parser.add_argument(
-        "--overhead-queries", type=int, default=200, help="searches per arm of the overhead check"
+        "--overhead-queries", type=int, default=300, help="searches per side of the overhead check"
+    )
+    parser.add_argument(
+        "--overhead-rounds", type=int, default=10, help="alternations of the two sides"
     )
     parser.add_argument("--json", type=Path, default=Path("runs/bench/service_load.json"))
     args = parser.parse_args(argv)
@@ -162,31 +196,30 @@ def main(argv: list[str] | None = None) -> dict:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
             arms = [
-                run_arm(engine, batching, concurrency, args.queries, load, args.max_wait_ms)
+                {"repeat": repeat}
+                | run_arm(engine, batching, concurrency, args.queries, load, args.max_wait_ms)
+                for repeat in range(args.repeats)
                 for concurrency in levels
                 for batching in (True, False)  # side by side, alternating
             ]
-            # gRPC overhead at concurrency 1: in-process, served, in-process again
-            before = run_in_process(engine, args.overhead_queries)
-            served = run_arm(engine, True, 1, args.overhead_queries, load, args.max_wait_ms)
-            after = run_in_process(engine, args.overhead_queries)
-        in_process_p50 = (before["p50_ms"] + after["p50_ms"]) / 2
+            overhead = measure_overhead(
+                engine, load, args.overhead_queries, args.overhead_rounds, args.max_wait_ms
+            )
     result = {
         "benchmark": "service_load",
         "rows": args.rows,
         "encoder": "minilm (cpu)",
         "max_wait_ms": args.max_wait_ms,
         "arms": arms,
-        "qps_ratio_batching_on_over_off": {
-            str(c): next(a["qps"] for a in arms if a["concurrency"] == c and a["batching"])
-            / next(a["qps"] for a in arms if a["concurrency"] == c and not a["batching"])
+        "median_qps": {
+            f"{c} {'on' if on else 'off'}": median_qps(arms, c, on)
             for c in levels
+            for on in (True, False)
         },
-        "overhead_at_concurrency_1": {
-            "in_process": [before, after],
-            "served": served,
-            "p50_ratio_served_over_in_process": served["p50_ms"] / in_process_p50,
+        "qps_ratio_batching_on_over_off": {
+            str(c): median_qps(arms, c, True) / median_qps(arms, c, False) for c in levels
         },
+        "overhead_at_concurrency_1": overhead,
     }
     return publish(result, args.json)
 
