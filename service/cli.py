@@ -17,6 +17,7 @@ from indexer.cli import index_app
 from service.demo import DemoConfig, DemoResult, run_demo
 from service.search_cli import format_result, search_command, serve_command
 from training.cli import embed_app, eval_app, format_summary, train_app
+from training.cosae.upgrade_cli import upgrade_command
 from training.errors import InputError
 from training.settings import load_settings
 
@@ -33,6 +34,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(index_app, name="index")
 app.command("serve")(serve_command)
 app.command("search")(search_command)
+app.command("upgrade")(upgrade_command)
 
 DEMO = DemoConfig()
 

@@ -133,16 +133,28 @@ class SearchEngine:
         batch_size: int = 128,
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
+        translator: Path | None = None,
     ) -> SearchEngine:
-        """The published version of a bundle directory, with the encoder its manifest names."""
+        """The published version of a bundle directory, with the encoder its manifest names.
+
+        With `translator` (a folder written by `strata upgrade`), queries are embedded by the
+        translator's source model and translated into the bundle's space instead.
+        """
         bundle = Bundle.open(bundles)
         spec = bundle.manifest.encoder
         if not spec:
             raise ServiceError(f"bundle {bundle.path} records no encoder to embed queries with")
-        encoder = load_encoder(spec, device=device, batch_size=batch_size)
+        encoder: Encoder
+        if translator is not None:
+            from service.translation import translated_encoder
+
+            encoder = translated_encoder(translator, spec, bundle.dim, device, batch_size)
+        else:
+            encoder = load_encoder(spec, device=device, batch_size=batch_size)
         log.info(
-            "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, spec, encoder.device
-        )
+            "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, encoder.id,
+            encoder.device,
+        )  # fmt: skip
         return cls(bundle, encoder, config, cache)
 
     # --- search ---

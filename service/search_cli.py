@@ -96,6 +96,13 @@ def serve_command(
     grace: Annotated[
         float, typer.Option(help="seconds running calls get to finish when stopping")
     ] = 5.0,
+    translator: Annotated[
+        Path | None,
+        typer.Option(
+            help="a query translator from `strata upgrade`: embed queries with its newer model "
+            "and answer them from this bundle"
+        ),
+    ] = None,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
     from service.hot_swap import HotSwapper
@@ -123,8 +130,9 @@ def serve_command(
     )
     cache = open_cache(redis_url, redis_prefix)  # a bad URL fails here, before the model loads
     engine = SearchEngine.open(
-        bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache
-    )
+        bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
+        translator=translator,
+    )  # fmt: skip
 
     def ready(server: StrataServer) -> None:
         bundle = engine.bundle
@@ -136,6 +144,8 @@ def serve_command(
             f"{engine.encoder.device if engine.encoder else 'no encoder'}; {mode}) "
             f"on {server.address}; Ctrl-C stops",
         )
+        if translator is not None and engine.encoder is not None:
+            typer.echo(f"queries: {engine.encoder.id} (translated by {translator})")
         if config.tls_cert is not None:
             typer.echo(f"TLS: certificate {config.tls_cert}")
         if server.metrics_port is not None:

@@ -12,6 +12,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from training.cedar import cli as cedar_cli
 from training.corpora import CORPUS_KINDS, open_corpus
 from training.cosae import cli as cosae_cli
+from training.cosae import upgrade_cli
 from training.embedding.cache import EmbeddingCache
 from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
@@ -28,6 +29,7 @@ train_app.command("cedar")(cedar_cli.train_command)
 eval_app.command("cedar")(cedar_cli.eval_command)
 train_app.command("cosae")(cosae_cli.train_command)
 eval_app.command("cosae")(cosae_cli.eval_command)
+eval_app.command("upgrade")(upgrade_cli.eval_upgrade_command)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")

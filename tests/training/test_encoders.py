@@ -20,6 +20,11 @@ class TestSpec:
     def test_minilm(self):
         assert EncoderSpec.parse("minilm") == EncoderSpec("minilm", "all-MiniLM-L6-v2", "builtin")
 
+    def test_truncated_minilm(self):
+        spec = EncoderSpec.parse("minilm@layer:3")
+        assert spec == EncoderSpec("minilm", "all-MiniLM-L6-v2", "layer:3")
+        assert spec.id == "minilm@layer:3" and EncoderSpec.parse(spec.id) == spec
+
     def test_open_clip_without_weights_is_seeded_random(self):
         spec = EncoderSpec.parse("open_clip:ViT-B-32")
         assert spec.weights == "random:0"
@@ -43,6 +48,9 @@ class TestSpec:
             ("open_clip:ViT-B-32@/no/such/file.pt", "checkpoint file not found"),
             ("open_clip:ViT-B-32@random:x", "integer seed"),
             ("open_clip:/no/such/config.json", "config not found"),
+            ("minilm@layer:6", "unknown MiniLM variant"),
+            ("minilm@layer:x", "unknown MiniLM variant"),
+            ("minilm@head:2", "unknown MiniLM variant"),
         ],
     )
     def test_bad_specs_name_the_fault(self, text: str, message: str):
@@ -57,6 +65,18 @@ class TestSpec:
 
 
 class TestMiniLM:
+    def test_truncated_model_is_the_mean_of_its_layer(self, minilm):
+        """minilm@layer:3 = the masked mean of hidden state 3 of the full network, normalised."""
+        from training.cosae.pairs import minilm_layer_embeddings
+
+        texts = ["a dog runs on the beach", "two children play football in a park"]
+        cut = load_encoder("minilm@layer:3", device="cpu")
+        full, layer3 = minilm_layer_embeddings(texts, minilm.model, layer=3)
+        np.testing.assert_allclose(cut.encode_text(texts), layer3, atol=1e-5)
+        np.testing.assert_allclose(minilm.encode_text(texts), full, atol=1e-5)
+        assert cut.id == "minilm@layer:3" and cut.provenance["layers"] == 3
+        assert float(np.min(np.sum(cut.encode_text(texts) * full, axis=1))) < 0.99
+
     def test_shape_norm_dtype(self, minilm):
         vectors = minilm.encode_text(["a dog", "a much longer sentence about a cat on a mat", "x"])
         assert vectors.shape == (3, 384) and vectors.dtype == np.float32

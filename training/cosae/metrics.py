@@ -8,7 +8,9 @@ All are computed on held-out rows where both sides of every pair are known (the 
   (Jaccard, F1), and per-concept Pearson correlation across pairs (mean over live concepts);
 - **cycle consistency**: FVU of x_i against its round trip i → j → i (and j → i → j);
 - **shared-factor recovery** (synthetic pair): share of the known shared factors that one
-  concept index tracks in both domains.
+  concept index tracks in both domains;
+- **grouped retrieval** (the upgrade table): R@1 and mAP of each item as a query against the
+  other items, relevant = the other items of its group (the other captions of its image).
 """
 
 from __future__ import annotations
@@ -55,6 +57,44 @@ def recall_at_1(queries: np.ndarray, gallery: np.ndarray, batch: int = 2048) -> 
         scores = q[start : start + batch] @ g.T
         hits += int((scores.argmax(axis=1) == np.arange(start, start + len(scores))).sum())
     return hits / len(q)
+
+
+def grouped_retrieval(
+    queries: np.ndarray, gallery: np.ndarray, groups: np.ndarray, batch: int = 1024
+) -> dict[str, float]:
+    """R@1 and mAP of query n against the gallery without its own row n; relevant = same group.
+
+    Row n of `queries` and of `gallery` is item n (the query side may come from another model,
+    or be translated). Cosine similarity; ties are broken by row index. For a query with
+    relevant rows at ranks r_1 < … < r_R (1-based, its own row left out):
+        R@1 = [r_1 = 1],    AP = (1/R) Σ_m m / r_m,
+    averaged over the queries that have at least one relevant row (the others are skipped).
+    """
+    q = np.asarray(queries, dtype=np.float32)
+    g = np.asarray(gallery, dtype=np.float32)
+    labels = np.unique(np.asarray(groups), return_inverse=True)[1]
+    if len(q) != len(g) or len(labels) != len(q):
+        raise ValueError(f"queries {q.shape}, gallery {g.shape}, groups {labels.shape} differ")
+    q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+    g = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
+    top1, precisions = [], []
+    for start in range(0, len(q), batch):
+        rows = np.arange(start, min(start + batch, len(q)))
+        scores = q[rows] @ g.T
+        scores[np.arange(len(rows)), rows] = -np.inf  # the query's own item is not a hit
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :-1]  # own row sorts last
+        relevant = labels[order] == labels[rows][:, None]
+        counts = relevant.sum(axis=1)
+        keep = counts > 0
+        hits = np.cumsum(relevant, axis=1)
+        ranks = np.arange(1, relevant.shape[1] + 1)
+        ap = (relevant * hits / ranks).sum(axis=1)[keep] / counts[keep]
+        top1.append(relevant[keep, 0])
+        precisions.append(ap)
+    top = np.concatenate(top1)
+    if not len(top):
+        raise ValueError("no query has a relevant item: every group has a single row")
+    return {"r1": float(top.mean()), "map": float(np.concatenate(precisions).mean())}
 
 
 def active_set_overlap(codes_i: np.ndarray, codes_j: np.ndarray) -> dict[str, float]:

