@@ -102,9 +102,11 @@ class StrataClient:
         exclude: Sequence[ConceptRef | str | int] = (),
         explain: bool = False,
         metadata_fields: Sequence[str] = (),
+        scope: str = "any",
     ) -> SearchResult:
         """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
-        label ("+12") or name."""
+        label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
+        that CDS scope."""
         query = SearchQuery.of(
             text,
             image=_image_bytes(image),
@@ -115,6 +117,7 @@ class StrataClient:
             exclude=exclude,
             explain=explain,
             metadata_fields=metadata_fields,
+            scope=scope,
         )
         response = self._call("Search", convert.search_request(query))
         return convert.search_result(response)

@@ -11,6 +11,7 @@ from service.errors import QueryError
 from service.results import (
     AUTO,
     DEFAULT_K,
+    SCOPES,
     ConceptActivation,
     ConceptInfo,
     ConceptPage,
@@ -109,6 +110,7 @@ def search_request(query: SearchQuery) -> pb.SearchRequest:
         filter=pb.ConceptFilter(
             require=[concept_ref_to_proto(r) for r in query.require],
             exclude=[concept_ref_to_proto(r) for r in query.exclude],
+            scope=scope_to_proto(query.scope),
         ),
         explain=query.explain,
         metadata_fields=list(query.metadata_fields),
@@ -124,18 +126,37 @@ def search_query(message: pb.SearchRequest) -> SearchQuery:
         exclude=tuple(concept_ref_from_proto(r) for r in message.filter.exclude),
         explain=message.explain,
         metadata_fields=tuple(message.metadata_fields),
+        scope=scope_from_proto(message.filter.scope),
     )
+
+
+def scope_to_proto(scope: str) -> int:
+    """'any' | 'local' | 'global' → ConceptScope; QueryError naming any other value."""
+    value = str(scope).strip().lower() or "any"
+    if value not in SCOPES:
+        raise QueryError(f"unknown concept scope {scope!r}; choose from {', '.join(SCOPES)}")
+    return pb.ConceptScope.Value(f"CONCEPT_SCOPE_{value.upper()}")
+
+
+def scope_from_proto(value: int) -> str:
+    """ConceptScope → 'any' | 'local' | 'global'; an unknown number is INVALID_ARGUMENT."""
+    try:
+        return pb.ConceptScope.Name(value).removeprefix("CONCEPT_SCOPE_").lower()
+    except ValueError:
+        return f"<unknown scope {value}>"  # refused with its number by the engine's validation
 
 
 # --- results ----------------------------------------------------------------------------------
 
 
 def _active(c: ConceptActivation) -> pb.ActiveConcept:
-    return pb.ActiveConcept(id=c.id, label=c.label, name=c.name, activation=c.activation)
+    return pb.ActiveConcept(
+        id=c.id, label=c.label, name=c.name, activation=c.activation, scope=c.scope or ""
+    )
 
 
 def _active_back(m: pb.ActiveConcept) -> ConceptActivation:
-    return ConceptActivation(m.id, m.label, m.name, m.activation)
+    return ConceptActivation(m.id, m.label, m.name, m.activation, m.scope or None)
 
 
 def _shared(c: SharedConcept) -> pb.SharedConcept:
@@ -146,13 +167,15 @@ def _shared(c: SharedConcept) -> pb.SharedConcept:
         query_activation=c.query_activation,
         item_activation=c.item_activation,
         contribution=c.contribution,
+        scope=c.scope or "",
     )
 
 
 def _shared_back(m: pb.SharedConcept) -> SharedConcept:
     return SharedConcept(
-        m.id, m.label, m.name, m.query_activation, m.item_activation, m.contribution
-    )
+        m.id, m.label, m.name, m.query_activation, m.item_activation, m.contribution,
+        m.scope or None,
+    )  # fmt: skip
 
 
 def search_response(result: SearchResult) -> pb.SearchResponse:

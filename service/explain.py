@@ -69,7 +69,9 @@ def activations_of(
         if concept < 0:
             continue
         entry = coder.catalog[int(concept)]
-        out.append(ConceptActivation(int(concept), entry.label, entry.name, float(value)))
+        out.append(
+            ConceptActivation(int(concept), entry.label, entry.name, float(value), entry.scope)
+        )
     out.sort(key=lambda c: -c.activation)
     return out[:limit] if limit is not None else out
 
@@ -89,7 +91,7 @@ def shared_concepts(
         if concept in item:
             entry = coder.catalog[concept]
             q, x = float(value), item[concept]
-            shared.append(SharedConcept(concept, entry.label, entry.name, q, x, q * x))
+            shared.append(SharedConcept(concept, entry.label, entry.name, q, x, q * x, entry.scope))
     shared.sort(key=lambda s: -s.contribution)
     return shared
 

@@ -4,8 +4,11 @@ whenever k rows qualify.
 The allowed rows come from the bundle's postings (concept → rows where it is among the k
 active concepts): a row qualifies when, for every required reference, one of its concepts is
 active (a name stands for every concept so named), and no concept of any excluded reference
-is. Without required references the allowed set is kept as its complement (every row but the
-excluded ones), so a gallery-wide exclusion never materialises N row ids.
+is. A filter's scope (local, global; CDS, `training.cds`) narrows every reference to its
+concepts of that scope, so "require dog, local" trusts only the dog concepts that look at the
+dog's own patches, not those that fire on dog-park scenes. Without required references the
+allowed set is kept as its complement (every row but the excluded ones), so a gallery-wide
+exclusion never materialises N row ids.
 
 The search then scores only allowed rows:
 
@@ -75,19 +78,35 @@ class AllowedRows:
         return selector
 
 
-def resolve_ref(bundle: Bundle, ref: ConceptRef, role: str = "filter") -> list[int]:
-    """The concept ids a reference stands for; QueryError naming it when the catalog lacks it."""
+def resolve_ref(
+    bundle: Bundle, ref: ConceptRef, role: str = "filter", scope: str = "any"
+) -> list[int]:
+    """The concept ids a reference stands for, only those of `scope` unless it is "any";
+    QueryError naming the reference when the catalog lacks it or has none of that scope."""
     coder = bundle.coder
     try:
         if ref.id is not None:
-            return coder.resolve(int(ref.id))
-        if ref.label is not None:
-            return [parse_concept_label(ref.label, bundle.dim)]
-        if ref.name is not None and ref.name.strip():
-            return coder.resolve(ref.name)
+            concepts = coder.resolve(int(ref.id))
+        elif ref.label is not None:
+            concepts = [parse_concept_label(ref.label, bundle.dim)]
+        elif ref.name is not None and ref.name.strip():
+            concepts = coder.resolve(ref.name)
+        else:
+            raise QueryError(f"an empty concept reference in {role}")
     except (InputError, ValueError) as exc:
         raise QueryError(f"unknown concept {ref} in {role}: {exc}") from None
-    raise QueryError(f"an empty concept reference in {role}")
+    if scope == "any":
+        return concepts
+    if all(entry.scope is None for entry in coder.catalog):
+        raise QueryError(
+            f"a {scope} filter needs concept scopes, and this bundle's catalog has none "
+            "(score them with `strata eval cds --artifact`, then rebuild the bundle)"
+        )
+    kept = [c for c in concepts if coder.catalog[c].scope == scope]
+    if not kept:
+        found = ", ".join(f"{coder.catalog[c].label} {coder.catalog[c].scope}" for c in concepts)
+        raise QueryError(f"concept {ref} in {role} has no {scope} concept ({found})")
+    return kept
 
 
 def concept_rows(bundle: Bundle, concepts: Sequence[int]) -> np.ndarray:
@@ -99,11 +118,15 @@ def concept_rows(bundle: Bundle, concepts: Sequence[int]) -> np.ndarray:
 
 
 def allowed_rows(
-    bundle: Bundle, require: Sequence[ConceptRef], exclude: Sequence[ConceptRef]
+    bundle: Bundle,
+    require: Sequence[ConceptRef],
+    exclude: Sequence[ConceptRef],
+    scope: str = "any",
 ) -> AllowedRows:
-    """The rows a filter allows (see the module docstring)."""
-    required = [concept_rows(bundle, resolve_ref(bundle, r, "require")) for r in require]
-    excluded = [concept_rows(bundle, resolve_ref(bundle, r, "exclude")) for r in exclude]
+    """The rows a filter allows (see the module docstring); with a `scope` other than "any",
+    each reference stands for its concepts of that scope only."""
+    required = [concept_rows(bundle, resolve_ref(bundle, r, "require", scope)) for r in require]
+    excluded = [concept_rows(bundle, resolve_ref(bundle, r, "exclude", scope)) for r in exclude]
     banned = functools.reduce(np.union1d, excluded, np.zeros(0, dtype=np.int64))
     if not required:
         return AllowedRows(bundle.rows, banned.astype(np.int64), complement=True)

@@ -18,6 +18,7 @@ AUTO = "auto"
 GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
 DEFAULT_K = 10
 MAX_K = 1000
+SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SearchQuery:
     exclude: tuple[ConceptRef, ...] = ()
     explain: bool = False
     metadata_fields: tuple[str, ...] = ()
+    scope: str = "any"  # the concept filter's references stand for concepts of this scope only
 
     @classmethod
     def of(
@@ -76,6 +78,7 @@ class SearchQuery:
         exclude: Sequence[ConceptRef | str | int] = (),
         explain: bool = False,
         metadata_fields: Sequence[str] = (),
+        scope: str = "any",
     ) -> SearchQuery:
         """A query with concept references given as ids, labels or names."""
         return cls(
@@ -88,6 +91,7 @@ class SearchQuery:
             exclude=tuple(ConceptRef.parse(r) for r in exclude),
             explain=explain,
             metadata_fields=tuple(metadata_fields),
+            scope=str(scope),
         )
 
     @property
@@ -108,6 +112,7 @@ class ConceptActivation:
     label: str
     name: str
     activation: float
+    scope: str | None = None  # local / global where CDS has scored the concept
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class SharedConcept:
     query_activation: float
     item_activation: float
     contribution: float
+    scope: str | None = None  # local / global where CDS has scored the concept
 
 
 @dataclass

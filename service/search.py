@@ -48,6 +48,7 @@ from service.results import (
     AUTO,
     GRANULARITY_CHOICES,
     MAX_K,
+    SCOPES,
     ConceptInfo,
     ConceptPage,
     ConceptRef,
@@ -182,7 +183,9 @@ class SearchEngine:
             self._validate(query)
             prepared.route = self.route(query)
             if query.require or query.exclude:
-                prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude)
+                prepared.allowed = allowed_rows(
+                    self.bundle, query.require, query.exclude, query.scope
+                )
         except ServiceError as exc:
             prepared.error = exc
         except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
@@ -209,6 +212,10 @@ class SearchEngine:
             raise QueryError(f"give one of text, image or vector, not {' and '.join(kinds)}")
         if not isinstance(query.k, int) or not 1 <= query.k <= MAX_K:
             raise QueryError(f"top_k must lie in [1, {MAX_K}], got {query.k}")
+        if query.scope not in SCOPES:
+            raise QueryError(
+                f"unknown concept scope {query.scope!r}; choose from {', '.join(SCOPES)}"
+            )
         unknown = [f for f in query.metadata_fields if f not in self.metadata_fields and f != "id"]
         if unknown:
             raise QueryError(

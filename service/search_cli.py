@@ -185,6 +185,13 @@ def search_command(
     exclude: Annotated[
         list[str] | None, typer.Option(help="a concept no hit may have; repeatable")
     ] = None,
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="--require/--exclude stand for concepts of this CDS scope only: any | local | "
+            "global"
+        ),
+    ] = "any",
     explain: Annotated[bool, typer.Option(help="show each hit's concepts and shared ones")] = False,
     fields: Annotated[
         str | None,
@@ -212,11 +219,17 @@ def search_command(
             exclude=exclude or (),
             explain=explain,
             metadata_fields=columns,
+            scope=scope,
         )
     if as_json:
         typer.echo(json.dumps(asdict(result), indent=2, default=str))
         return
     typer.echo(format_result(result, columns, explain))
+
+
+def _scoped(name: str, scope: str | None) -> str:
+    """A concept's name with its CDS scope marked: 'dog·L' local, 'beach·G' global."""
+    return f"{name}·{scope[0].upper()}" if scope else name
 
 
 def format_result(
@@ -246,8 +259,10 @@ def format_result(
         row = [str(rank), f"{hit.score:.3f}", hit.id]
         row += [_cut(hit.metadata.get(c, "")) for c in columns]
         if explain:
-            row.append(", ".join(c.name for c in hit.concepts))
-            shared = [f"{s.name} ({s.contribution:.3f})" for s in hit.shared_concepts]
+            row.append(", ".join(_scoped(c.name, c.scope) for c in hit.concepts))
+            shared = [
+                f"{_scoped(s.name, s.scope)} ({s.contribution:.3f})" for s in hit.shared_concepts
+            ]
             row.append(_listed(shared, max_concepts))
         rows.append(row)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

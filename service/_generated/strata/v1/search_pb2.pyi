@@ -16,6 +16,12 @@ class Granularity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GRANULARITY_CAPTION: _ClassVar[Granularity]
     GRANULARITY_FULL: _ClassVar[Granularity]
     GRANULARITY_AUTO: _ClassVar[Granularity]
+
+class ConceptScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONCEPT_SCOPE_ANY: _ClassVar[ConceptScope]
+    CONCEPT_SCOPE_LOCAL: _ClassVar[ConceptScope]
+    CONCEPT_SCOPE_GLOBAL: _ClassVar[ConceptScope]
 GRANULARITY_UNSPECIFIED: Granularity
 GRANULARITY_OBJECT: Granularity
 GRANULARITY_ATTRIBUTE: Granularity
@@ -23,6 +29,9 @@ GRANULARITY_RELATION: Granularity
 GRANULARITY_CAPTION: Granularity
 GRANULARITY_FULL: Granularity
 GRANULARITY_AUTO: Granularity
+CONCEPT_SCOPE_ANY: ConceptScope
+CONCEPT_SCOPE_LOCAL: ConceptScope
+CONCEPT_SCOPE_GLOBAL: ConceptScope
 
 class FloatVector(_message.Message):
     __slots__ = ("values",)
@@ -51,12 +60,14 @@ class ConceptRef(_message.Message):
     def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ConceptFilter(_message.Message):
-    __slots__ = ("require", "exclude")
+    __slots__ = ("require", "exclude", "scope")
     REQUIRE_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     require: _containers.RepeatedCompositeFieldContainer[ConceptRef]
     exclude: _containers.RepeatedCompositeFieldContainer[ConceptRef]
-    def __init__(self, require: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ...) -> None: ...
+    scope: ConceptScope
+    def __init__(self, require: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., scope: _Optional[_Union[ConceptScope, str]] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
     __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields")
@@ -116,32 +127,36 @@ class Hit(_message.Message):
     def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., row: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ...) -> None: ...
 
 class ActiveConcept(_message.Message):
-    __slots__ = ("id", "label", "name", "activation")
+    __slots__ = ("id", "label", "name", "activation", "scope")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
     activation: float
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., activation: _Optional[float] = ...) -> None: ...
+    scope: str
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., activation: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class SharedConcept(_message.Message):
-    __slots__ = ("id", "label", "name", "query_activation", "item_activation", "contribution")
+    __slots__ = ("id", "label", "name", "query_activation", "item_activation", "contribution", "scope")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUERY_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     ITEM_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
     query_activation: float
     item_activation: float
     contribution: float
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., query_activation: _Optional[float] = ..., item_activation: _Optional[float] = ..., contribution: _Optional[float] = ...) -> None: ...
+    scope: str
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., query_activation: _Optional[float] = ..., item_activation: _Optional[float] = ..., contribution: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class BatchSearchRequest(_message.Message):
     __slots__ = ("requests",)
