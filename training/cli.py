@@ -47,6 +47,9 @@ Strict = Annotated[
 ]
 
 
+embed_app.command("pairs")(cosae_cli.pairs_command)
+
+
 @embed_app.command("run")
 def run(
     out: Annotated[Path, typer.Option("--out", "-o", help="cache folder to create or resume")],

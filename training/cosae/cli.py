@@ -39,6 +39,7 @@ from training.cosae.pairs import (
     split_pair,
     synthetic_pair,
     tfidf_pair,
+    tfidf_svd_embeddings,
 )
 from training.cosae.train import CosaeConfig, train_coupled
 from training.embedding.cache import atomic_write_bytes
@@ -295,3 +296,40 @@ def eval_command(
     atomic_write_bytes(out / "report.md", table.encode())
     plot_against_fraction(report, out / "metrics.png")
     typer.echo(table + f"\nwrote {out}/report.md, {out}/report.json, {out}/metrics.png")
+
+
+def pairs_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder for layer.npz and tfidf.npz")],
+    flickr8k: Flickr8kOption = None,
+    captions: CaptionsOption = None,
+    layer: LayerOption = 3,
+    tfidf_dim: TfidfDimOption = 256,
+    device: DeviceOption = None,
+) -> None:
+    """Both Flickr8k caption pairs from one MiniLM pass: OUT/layer.npz and OUT/tfidf.npz.
+
+    The layer pair (MiniLM vs its layer LAYER) is built as `--pair layer` builds it and kept
+    with its recipe, so a rerun reuses it; the tfidf pair takes the same MiniLM rows as its
+    domain i. Give the files to `strata eval cosae --pair` and `strata eval upgrade --pair`.
+    """
+    device = resolve_device(device or load_settings().device)
+    layered = open_pair(
+        "layer", flickr8k, captions, 0, layer, tfidf_dim, device, 0, store=out / "layer.npz"
+    )
+    root = flickr8k or load_settings().data_dir / "flickr8k"
+    texts, _ = flickr8k_captions(root, limit=captions)
+    if len(texts) != len(layered.x_i):
+        raise InputError(f"{out / 'layer.npz'} holds {len(layered.x_i)} rows, not {len(texts)}")
+    tfidf = EmbeddingPair(
+        name="minilm-vs-tfidf",
+        x_i=layered.x_i,
+        x_j=tfidf_svd_embeddings(texts, tfidf_dim),
+        name_i=layered.name_i,
+        name_j=f"tfidf-svd{tfidf_dim}",
+        groups=layered.groups,
+    )
+    save_pair(out / "tfidf.npz", tfidf)
+    typer.echo(
+        f"wrote {out / 'layer.npz'} ({layered.name}) and {out / 'tfidf.npz'} ({tfidf.name}): "
+        f"{len(texts)} captions"
+    )

@@ -103,6 +103,8 @@ def eval_upgrade_command(
     B is domain i of the pair (MiniLM), A domain j (the old model). Query = one test caption,
     relevant = the other captions of its image; translators see the train captions only.
     """
+    if pair == "synthetic":
+        raise InputError("eval upgrade needs a Flickr8k caption pair: layer, tfidf or its .npz")
     fraction_list = parse_fractions(fractions)
     method_list = parse_translator_methods(methods)
     run_config = cosae_config(config, steps=steps)
