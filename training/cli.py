@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.cds import cli as cds_cli
 from training.cedar import cli as cedar_cli
 from training.corpora import CORPUS_KINDS, open_corpus
 from training.cosae import cli as cosae_cli
@@ -30,6 +31,7 @@ eval_app.command("cedar")(cedar_cli.eval_command)
 train_app.command("cosae")(cosae_cli.train_command)
 eval_app.command("cosae")(cosae_cli.eval_command)
 eval_app.command("upgrade")(upgrade_cli.eval_upgrade_command)
+eval_app.command("cds")(cds_cli.eval_command)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")

@@ -1,0 +1,451 @@
+"""The CDS pipeline over a set of images: crops → tokens → feature maps → top-m images → CDS.
+
+For each image x (in batches), the two shifted crops A and B (`training.cds.cropping`) go
+through the patch model to the chosen layer; each feature f gets its maps a_f(x, A) and
+a_f(x, B) over the p² patches, and the token norms of both crops are kept. Per feature, a
+running buffer keeps the m images of largest total activation on crop A, Σ_i a_f(x, A)_i,
+among the images where f has positive mass on the shared patches of *both* crops (elsewhere its
+EMD is undefined: the feature is inactive there, and the image is skipped for f). At the end:
+
+- the outlier-token threshold from the histogram of every token norm (`training.cds.outliers`);
+- per feature, CDS over its buffered images (`training.cds.emd.contextual_dependency_score`),
+  the number of images used (≤ m), and its outlier share over the same images (both crops);
+- the scope threshold from the CDS histogram and each feature's scope.
+
+Memory is O(F · m · p²) for the buffers plus O(images · p²) for the norms, whatever the number
+of images.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from training.cds.cropping import CropGeometry, shifted_crops
+from training.cds.emd import (
+    Threshold,
+    choose_threshold,
+    contextual_dependency_score,
+    roc_auc,
+    scopes,
+)
+from training.cds.outliers import (
+    DEFAULT_RATIO,
+    DEFAULT_ROBUST_Z,
+    OutlierRule,
+    outlier_mask,
+    outlier_positions,
+    outlier_rule,
+    outlier_share,
+    token_norms,
+)
+from training.cds.patches import FeatureSet, PatchModel
+from training.embedding.images import IMAGE_SUFFIXES, ImageDecodeError, decode_image
+from training.errors import InputError
+
+log = logging.getLogger(__name__)
+
+KIND_SCOPE = {"local": "local", "context": "global", "register": "global"}
+
+
+@dataclass(frozen=True)
+class CdsConfig:
+    """How CDS is measured: top-m images, shift s (patches), layer, threshold rule, batching,
+    and the outlier rule's z and ratio."""
+
+    top_m: int = 10
+    shift: int = 1
+    layer: int | None = None
+    threshold: str = "auto"
+    batch_size: int = 8
+    outlier_z: float = DEFAULT_ROBUST_Z
+    outlier_ratio: float = DEFAULT_RATIO
+
+    def __post_init__(self) -> None:
+        for name in ("top_m", "batch_size", "shift"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value}")
+        if not (self.outlier_z > 0 and self.outlier_ratio > 0):
+            raise InputError("the outlier rule's z and ratio must be > 0")
+
+
+# -- images ----------------------------------------------------------------------------------
+@dataclass
+class ImageSource:
+    """Named images, loaded one at a time (`load(i)` gives a PIL image or ImageDecodeError)."""
+
+    names: list[str]
+    load: Callable[[int], Any]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @classmethod
+    def from_folder(cls, folder: Path, limit: int | None = None) -> ImageSource:
+        """Every image file under `folder` (recursively, sorted by path), the first `limit`."""
+        folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            raise InputError(f"image folder not found: {folder}")
+        paths = sorted(
+            p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+        )
+        if limit is not None:
+            paths = paths[:limit]
+        if not paths:
+            raise InputError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
+        return cls([str(p.relative_to(folder)) for p in paths], lambda i: decode_image(paths[i]))
+
+    @classmethod
+    def from_images(cls, images: Sequence[Any], prefix: str = "image") -> ImageSource:
+        return cls([f"{prefix}-{i}" for i in range(len(images))], lambda i: images[i])
+
+    def batches(self, size: int) -> Iterator[tuple[list[int], list[Any], list[str]]]:
+        """(indices, images, skipped names) per batch; undecodable images are skipped."""
+        for start in range(0, len(self), size):
+            indices, images, skipped = [], [], []
+            for i in range(start, min(start + size, len(self))):
+                try:
+                    images.append(self.load(i))
+                    indices.append(i)
+                except ImageDecodeError as error:
+                    log.warning("skipping %s: %s", self.names[i], error)
+                    skipped.append(self.names[i])
+            yield indices, images, skipped
+
+
+# -- the top-m buffer --------------------------------------------------------------------------
+class TopImages:
+    """Per feature, the m highest-scoring images seen so far and both crops' maps on them."""
+
+    def __init__(self, n_features: int, m: int, n_patches: int) -> None:
+        self.m = m
+        self.score = np.full((n_features, m), -np.inf, dtype=np.float64)
+        self.image = np.full((n_features, m), -1, dtype=np.int64)
+        self.maps = np.zeros((n_features, m, 2, n_patches), dtype=np.float32)
+
+    def add(self, images: np.ndarray, scores: np.ndarray, maps: np.ndarray) -> None:
+        """Offer a batch: image ids [B], scores [B, F] (−inf = not eligible), maps [B, 2, P, F]."""
+        scores_t = scores.T
+        rows = np.flatnonzero((scores_t > self.score.min(axis=1, keepdims=True)).any(axis=1))
+        if len(rows) == 0:
+            return
+        batch = len(images)
+        score = np.concatenate([self.score[rows], scores_t[rows]], axis=1)
+        image = np.concatenate([self.image[rows], np.broadcast_to(images, (len(rows), batch))], 1)
+        new_maps = np.moveaxis(maps[..., rows], -1, 0)  # [R, B, 2, P]
+        candidates = np.concatenate([self.maps[rows], new_maps], axis=1)
+        keep = np.argsort(-score, axis=1, kind="stable")[:, : self.m]
+        self.score[rows] = np.take_along_axis(score, keep, axis=1)
+        self.image[rows] = np.take_along_axis(image, keep, axis=1)
+        self.maps[rows] = np.take_along_axis(candidates, keep[:, :, None, None], axis=1)
+
+    def of(self, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """(image ids [k], maps [k, 2, P]) of one feature's eligible images, best first."""
+        valid = np.isfinite(self.score[feature])
+        return self.image[feature][valid], self.maps[feature][valid]
+
+
+# -- results ---------------------------------------------------------------------------------
+@dataclass
+class FeatureScore:
+    """One feature's row of the table."""
+
+    index: int
+    id: str
+    name: str | None
+    cds: float
+    images: int
+    outlier_share: float
+    scope: str | None = None
+    kind: str | None = None  # ground truth, when known by construction
+
+    def to_json(self) -> dict[str, Any]:
+        def clean(value: float) -> float | None:
+            return None if not math.isfinite(value) else round(float(value), 6)
+
+        row = {
+            "feature": self.index,
+            "id": self.id,
+            "name": self.name,
+            "cds": clean(self.cds),
+            "outlier_share": clean(self.outlier_share),
+            "scope": self.scope,
+            "images": self.images,
+        }
+        if self.kind is not None:
+            row["truth"] = self.kind
+        return row
+
+
+@dataclass
+class CdsResult:
+    """Every feature's score plus what the summary reports."""
+
+    model: str
+    feature_kind: str
+    layer: int
+    geometry: CropGeometry
+    config: CdsConfig
+    features: list[FeatureScore]
+    threshold: Threshold
+    outliers: OutlierRule
+    positions: list[dict[str, Any]]
+    images: int
+    skipped: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cds(self) -> np.ndarray:
+        return np.array([f.cds for f in self.features], dtype=np.float64)
+
+    @property
+    def seconds_per_image(self) -> float:
+        return self.seconds.get("total", math.nan) / max(1, self.images)
+
+    def ground_truth(self) -> dict[str, Any] | None:
+        """AUC of CDS for global vs local features, and mean CDS / outlier share by kind."""
+        kinds = [f.kind for f in self.features]
+        if any(k is None for k in kinds):
+            return None
+        cds = self.cds
+        is_global = np.array([KIND_SCOPE[k] == "global" for k in kinds])
+        by_kind: dict[str, Any] = {}
+        for kind in [*dict.fromkeys(kinds), "global"]:
+            members = [
+                f
+                for f in self.features
+                if (f.kind == kind if kind != "global" else KIND_SCOPE[f.kind] == "global")
+            ]
+            finite = [f for f in members if math.isfinite(f.cds)]
+            by_kind[kind] = {
+                "features": len(members),
+                "scored": len(finite),
+                "mean_cds": _mean([f.cds for f in finite]),
+                "mean_outlier_share": _mean([f.outlier_share for f in finite]),
+                "called_global": sum(f.scope == "global" for f in finite),
+            }
+        predicted = np.array([f.scope == "global" for f in self.features])
+        scored = np.isfinite(cds)
+        if not scored.any():
+            return {"auc": math.nan, "accuracy_of_scope": math.nan, "by_kind": by_kind}
+        by_rule = {}
+        for rule in ("otsu", "median", "gmm"):
+            value = choose_threshold(cds, rule).value
+            by_rule[rule] = {
+                "threshold": value,
+                "accuracy": float(((cds >= value) == is_global)[scored].mean()),
+            }
+        return {
+            "auc": roc_auc(cds, is_global),
+            "accuracy_of_scope": float((predicted == is_global)[scored].mean()),
+            "accuracy_by_rule": by_rule,
+            "by_kind": by_kind,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        finite = self.cds[np.isfinite(self.cds)]
+        counts = {s: sum(f.scope == s for f in self.features) for s in ("local", "global")}
+        shares = {
+            scope: _mean(
+                [f.outlier_share for f in self.features if f.scope == scope and f.images > 0]
+            )
+            for scope in ("local", "global")
+        }
+        return {
+            "model": self.model,
+            "features": {
+                "kind": self.feature_kind,
+                "count": len(self.features),
+                "scored": len(finite),
+                "never_active": len(self.features) - len(finite),
+            },
+            "layer": self.layer,
+            "geometry": {
+                "grid_p": self.geometry.grid,
+                "patch_n": self.geometry.patch,
+                "shift_s": self.geometry.shift,
+                "canvas_px": self.geometry.canvas,
+                "crop_px": self.geometry.crop,
+                "shared_patches": self.geometry.shared_side**2,
+                "diagonal": self.geometry.diagonal,
+            },
+            "top_m": self.config.top_m,
+            "images": self.images,
+            "images_skipped": self.skipped,
+            "threshold": self.threshold.to_json(),
+            "scopes": counts,
+            "cds": {
+                "mean": _mean(finite.tolist()),
+                "median": float(np.median(finite)) if len(finite) else None,
+                "max": float(finite.max()) if len(finite) else None,
+            },
+            "outlier_tokens": {**self.outliers.to_json(), "top_positions": self.positions},
+            "mean_outlier_share": shares,
+            "ground_truth": self.ground_truth(),
+            "seconds": self.seconds,
+            "seconds_per_image": self.seconds_per_image,
+        }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+# -- the pipeline ------------------------------------------------------------------------------
+def crop_batch(images: Sequence[Any], geometry: CropGeometry) -> list[Any]:
+    """[A₀, B₀, A₁, B₁, …]: both shifted crops of each image, in order."""
+    return [crop for image in images for crop in shifted_crops(image, geometry)]
+
+
+def score_features(
+    model: PatchModel,
+    features: FeatureSet,
+    source: ImageSource,
+    config: CdsConfig,
+    progress: bool = True,
+) -> CdsResult:
+    """CDS, images used, outlier share and scope of every feature over the images."""
+    geometry = CropGeometry(model.grid, model.patch_size, config.shift)
+    layer = model.resolve_layer(config.layer)
+    n_patches = model.grid**2
+    top = TopImages(len(features), config.top_m, n_patches)
+    norms: list[np.ndarray] = []
+    skipped: list[str] = []
+    seconds = {"forward": 0.0, "features": 0.0, "emd": 0.0}
+    started = time.perf_counter()
+    bar = tqdm(total=len(source), desc="cds: crops and maps", unit="img", disable=not progress)
+    for _, images, bad in source.batches(config.batch_size):
+        skipped += bad
+        bar.update(len(images) + len(bad))
+        if not images:
+            continue
+        tick = time.perf_counter()
+        tokens, joint = model.forward(model.pixels(crop_batch(images, geometry)), layer)
+        seconds["forward"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        batch = len(images)
+        acts = features.activations(tokens, joint).cpu().numpy().astype(np.float32, copy=False)
+        acts = acts.reshape(batch, 2, n_patches, len(features))
+        ids = np.arange(len(norms), len(norms) + batch)
+        norms += list(token_norms(tokens.cpu().numpy()).reshape(batch, 2, n_patches))
+        mass_a = acts[:, 0][:, geometry.shared_a].sum(axis=1)  # [B, F]
+        mass_b = acts[:, 1][:, geometry.shared_b].sum(axis=1)
+        score = np.where((mass_a > 0) & (mass_b > 0), acts[:, 0].sum(axis=1), -np.inf)
+        top.add(ids, score, acts)
+        seconds["features"] += time.perf_counter() - tick
+    bar.close()
+    if not norms:
+        raise InputError("no image could be decoded")
+
+    norm_stack = np.stack(norms)  # [N, 2, P]
+    rule = outlier_rule(norm_stack, config.outlier_z, config.outlier_ratio)
+    mask = outlier_mask(norm_stack, rule)
+    tick = time.perf_counter()
+    rows = []
+    kinds = features.kinds
+    for f in tqdm(range(len(features)), desc="cds: EMD", unit="feat", disable=not progress):
+        image_ids, maps = top.of(f)
+        cds, used, share = math.nan, 0, math.nan
+        if len(image_ids):
+            shared_a, shared_b = geometry.shared(maps[:, 0], maps[:, 1])
+            cds, used = contextual_dependency_score(shared_a, shared_b, geometry.shared_side)
+            share = outlier_share(maps, mask[image_ids])
+        kind = kinds[f] if kinds else None
+        rows.append(
+            FeatureScore(f, features.ids[f], features.names[f], cds, used, share, None, kind)
+        )
+    seconds["emd"] = time.perf_counter() - tick
+    values = np.array([r.cds for r in rows])
+    threshold = choose_threshold(values, config.threshold)
+    for row, scope in zip(rows, scopes(values, threshold.value), strict=True):
+        row.scope = scope
+    seconds["total"] = time.perf_counter() - started
+    return CdsResult(
+        model=model.name,
+        feature_kind=features.kind,
+        layer=layer,
+        geometry=geometry,
+        config=config,
+        features=rows,
+        threshold=threshold,
+        outliers=rule,
+        positions=outlier_positions(mask, model.grid),
+        images=len(norms),
+        skipped=skipped,
+        seconds=seconds,
+    )
+
+
+def collect_patch_tokens(
+    model: PatchModel,
+    source: ImageSource,
+    config: CdsConfig,
+    max_tokens: int = 50_000,
+    seed: int = 0,
+    progress: bool = True,
+) -> np.ndarray:
+    """Patch tokens [T, width] of both crops of every image after the chosen layer, at most
+    ⌈max_tokens / images⌉ drawn at random from each image (for training an SAE)."""
+    geometry = CropGeometry(model.grid, model.patch_size, config.shift)
+    layer = model.resolve_layer(config.layer)
+    per_image = max(1, math.ceil(max_tokens / max(1, len(source))))
+    rng = np.random.default_rng(seed)
+    parts = []
+    bar = tqdm(total=len(source), desc="cds: tokens for the SAE", unit="img", disable=not progress)
+    for _, images, bad in source.batches(config.batch_size):
+        bar.update(len(images) + len(bad))
+        if not images:
+            continue
+        tokens, _ = model.forward(model.pixels(crop_batch(images, geometry)), layer)
+        rows = tokens.cpu().numpy().reshape(len(images), -1, tokens.shape[-1])
+        for image_tokens in rows:
+            take = rng.choice(len(image_tokens), min(per_image, len(image_tokens)), replace=False)
+            parts.append(image_tokens[np.sort(take)])
+    bar.close()
+    if not parts:
+        raise InputError("no image could be decoded")
+    return np.concatenate(parts).astype(np.float32)
+
+
+def fit_patch_sae(
+    tokens: np.ndarray,
+    n_latents: int,
+    k: int = 8,
+    epochs: int = 30,
+    seed: int = 0,
+    progress: bool = True,
+) -> Any:
+    """A TopK SAE with `n_latents` latents (a multiple of the token width) on patch tokens,
+    trained with `training.cedar.saes.train_sae` on 90% of them, early-stopped on the rest."""
+    from training.cedar.saes import SaeConfig, train_sae
+
+    width = tokens.shape[1]
+    if n_latents < width or n_latents % width:
+        raise InputError(
+            f"--sae-latents must be a positive multiple of the token width {width}, got {n_latents}"
+        )
+    if len(tokens) < 20:
+        raise InputError(f"too few patch tokens ({len(tokens)}) to train an SAE")
+    order = np.random.default_rng(seed).permutation(len(tokens))
+    cut = max(2, len(tokens) // 10)
+    try:
+        config = SaeConfig(
+            kind="topk", expansion=n_latents // width, k=k, epochs=epochs, patience=3,
+            batch_size=min(1024, max(16, len(tokens) // 16)), seed=seed,
+        )  # fmt: skip
+        with torch.random.fork_rng(devices=[]):
+            sae, _ = train_sae(tokens[order[cut:]], tokens[order[:cut]], config, progress)
+    except ValueError as error:
+        raise InputError(f"cannot train the SAE: {error}") from error
+    return sae
