@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file, save
 
 from training.errors import InputError
 from training.granularity import Contract, default_contract, validate_contract
@@ -99,27 +99,10 @@ class TransformArtifact:
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write the artifact atomically (temporary sibling directory, then rename)."""
-        path = Path(path).expanduser()
-        if path.exists() and not overwrite:
-            raise ArtifactError(f"{path} exists; pass overwrite to replace it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        save_file({"rotation": self.rotation, "mean": self.mean}, str(staging / WEIGHTS))
-        checksum = hashlib.sha256((staging / WEIGHTS).read_bytes()).hexdigest()
-        (staging / MANIFEST).write_text(json.dumps(self.manifest(checksum), indent=2) + "\n")
-        for name in (WEIGHTS, MANIFEST):
-            with (staging / name).open("rb") as handle:
-                os.fsync(handle.fileno())
-        if path.exists():
-            retired = path.with_name(f".{path.name}.old-{os.getpid()}")
-            path.rename(retired)
-            staging.rename(path)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(path)
-        return path
+        weights = save({"rotation": self.rotation, "mean": self.mean})
+        checksum = hashlib.sha256(weights).hexdigest()
+        manifest = (json.dumps(self.manifest(checksum), indent=2) + "\n").encode()
+        return write_folder(Path(path), {WEIGHTS: weights, MANIFEST: manifest}, overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> TransformArtifact:
@@ -167,6 +150,34 @@ class TransformArtifact:
             raise ArtifactError(f"{manifest_path} lacks {exc}") from exc
         except InputError as exc:
             raise ArtifactError(f"{path}: {exc}") from exc
+
+
+def write_folder(path: Path, files: dict[str, bytes], overwrite: bool = False) -> Path:
+    """A folder holding exactly `files` (name → bytes), written so a reader sees all or none.
+
+    The files go into a staging sibling, are fsynced, and the staging folder is renamed into
+    place; an existing folder (with `overwrite`) is renamed aside first and removed after.
+    """
+    path = path.expanduser()
+    if path.exists() and not overwrite:
+        raise ArtifactError(f"{path} exists; pass overwrite to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for name, payload in files.items():
+        with (staging / name).open("wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+    if path.exists():
+        retired = path.with_name(f".{path.name}.old-{os.getpid()}")
+        path.rename(retired)
+        staging.rename(path)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(path)
+    return path
 
 
 def check_weights(rotation: np.ndarray, mean: np.ndarray) -> None:

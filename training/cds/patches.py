@@ -238,7 +238,7 @@ def channel_features(width: int, kinds: Sequence[str] | None = None) -> FeatureS
     """The token channels themselves, max(t_j, 0), with their ground-truth kinds if known."""
     ids = [f"{kinds[j]}-{j}" if kinds else f"channel-{j}" for j in range(width)]
     return FeatureSet(
-        kind="channels",
+        kind="channel",
         ids=ids,
         names=[None] * width,
         source="tokens",

@@ -11,7 +11,7 @@ usually a small share of the gallery) and, for CoSAE, on every unpaired row of e
 
 Every translated query is L2-normalised, as the service's queries are.
 
-The artifact is a folder, written atomically (a staging sibling, then a rename):
+The artifact is a folder, written atomically (`training.artifacts.write_folder`):
 `manifest.json` (`format`, `method`, `source_encoder` = B, `target_encoder` = A, the dims, how
 many pairs and unpaired rows it saw, its held-out scores) and `weights.safetensors` (the coupled
 model's state, or `mean_source`, `mean_target`, `matrix`).
@@ -25,18 +25,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
+from safetensors.numpy import save as save_numpy
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from training.artifacts import write_folder
 from training.cosae.baselines import least_squares_map, orthogonal_procrustes
 from training.cosae.metrics import grouped_retrieval, mean_cosine, recall_at_1
 from training.cosae.model import CoupledSae, translate_rows
@@ -112,32 +112,14 @@ class QueryTranslator:
         }
 
     def save(self, path: Path, overwrite: bool = False) -> Path:
-        """Write the folder atomically: a staging sibling, fsynced, then renamed into place."""
-        path = Path(path).expanduser()
-        if path.exists() and not overwrite:
-            raise InputError(f"{path} exists; pass --overwrite to replace it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        """Write the folder atomically (`training.artifacts.write_folder`)."""
         if self.model is not None:
             state = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
-            (staging / WEIGHTS).write_bytes(save_safetensors(state))
+            weights = save_safetensors(state)
         else:
-            save_file({k: np.ascontiguousarray(v) for k, v in self.linear.items()},
-                      str(staging / WEIGHTS))  # fmt: skip
-        (staging / MANIFEST).write_text(json.dumps(self.manifest(), indent=2) + "\n")
-        for name in (WEIGHTS, MANIFEST):
-            with (staging / name).open("rb") as handle:
-                os.fsync(handle.fileno())
-        if path.exists():
-            retired = path.with_name(f".{path.name}.old-{os.getpid()}")
-            path.rename(retired)
-            staging.rename(path)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(path)
-        return path
+            weights = save_numpy({k: np.ascontiguousarray(v) for k, v in self.linear.items()})
+        manifest = (json.dumps(self.manifest(), indent=2) + "\n").encode()
+        return write_folder(Path(path), {WEIGHTS: weights, MANIFEST: manifest}, overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> QueryTranslator:
