@@ -16,6 +16,7 @@ from service.cli import app, main
 from training.artifacts import TransformArtifact
 from training.cds.constructed import random_cedar_artifact, synthetic_images
 from training.cedar.concepts import ConceptCoder, catalog_entry
+from training.embedding.encoders import load_encoder
 from training.errors import InputError
 
 TINY_VIT = {
@@ -108,6 +109,25 @@ def test_cedar_artifact_end_to_end(workdir: Path, tmp_path: Path):
     assert catalog_entry(first).scope == first["scope"] and "cds" in first
     assert reloaded.metrics["cds"]["layer"] == 2 and reloaded.metrics["cds"]["top_m"] == 4
     assert not list(artifact.parent.glob(".cedar.*"))  # no staging folder left behind
+
+
+def test_a_local_checkpoint_scores_as_the_model_it_holds(workdir: Path, tmp_path: Path):
+    """A user's checkpoint file (here: the seed-5 random weights saved) gives the same table."""
+    config = workdir / "tiny-vit.json"
+    random5 = load_encoder(f"open_clip:{config}@random:5", device="cpu")
+    checkpoint = tmp_path / "tiny.pt"
+    torch.save({"state_dict": random5.model.state_dict()}, checkpoint)
+    tables = []
+    for weights in ("random:5", str(checkpoint)):
+        out = tmp_path / weights.replace("/", "_")
+        result = invoke([
+            "--images", str(workdir / "images"), "--encoder", f"open_clip:{config}@{weights}",
+            "--artifact", str(fresh_artifact(tmp_path / "cedar")), "--no-write-scope",
+            "--top-m", "3", "--out", str(out), "--no-progress",
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        tables.append((out / "features.csv").read_text())
+    assert tables[0] == tables[1]
 
 
 def test_sae_latents_and_constructed(workdir: Path, tmp_path: Path):
