@@ -8,6 +8,11 @@ seconds per image of the whole scoring (crops, forward passes, maps, top-m buffe
 threshold), with its parts; model loading is reported apart. The EMD part grows with the
 number of features × m, not with the number of images, so it is also given per EMD.
 
+Baseline, side by side in the same process: open_clip's own `encode_image` on the same two
+crops of each image in batches of the same size — the two forward passes any crop-pair method
+pays at least. The figure to read is the ratio of CDS's scoring time to it (absolute seconds
+wander on a shared machine).
+
 Arm 2, the constructed model (`training.cds.constructed`): ROC AUC of CDS for its global
 (context + register) channels against its local ones, the outlier share of the global
 channels, and the scope accuracy of each threshold rule, on synthetic images and on the
@@ -33,6 +38,7 @@ import torch
 
 from training.benchmarks import publish
 from training.cds.constructed import ConstructedViT, random_cedar_artifact, synthetic_images
+from training.cds.cropping import CropGeometry, shifted_crops
 from training.cds.patches import OpenClipPatches, concept_features
 from training.cds.report import write_scopes
 from training.cds.score import CdsConfig, CdsResult, ImageSource, score_features
@@ -67,6 +73,19 @@ def constructed_figures(result: CdsResult) -> dict[str, Any]:
     }
 
 
+def encode_image_seconds(
+    encoder: Any, photos: ImageSource, geometry: CropGeometry, batch_size: int
+) -> float:
+    """Seconds of open_clip's `encode_image` over both shifted crops of every image."""
+    started = time.perf_counter()
+    for _, images, _ in photos.batches(batch_size):
+        crops = [crop for image in images for crop in shifted_crops(image, geometry)]
+        pixels = torch.stack([encoder.preprocess(crop) for crop in crops]).to(encoder.device)
+        with torch.inference_mode():
+            encoder.model.encode_image(pixels)
+    return time.perf_counter() - started
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -96,7 +115,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shutil.rmtree(artifact_path, ignore_errors=True)
     artifact.save(artifact_path)
     features = concept_features(artifact, model.embed_dim)
+    geometry = CropGeometry(model.grid, model.patch_size, config.shift)
+    baseline = encode_image_seconds(encoder, photos, geometry, config.batch_size)
     result = score_features(model, features, photos, config, progress=True)
+    baseline = (baseline + encode_image_seconds(encoder, photos, geometry, config.batch_size)) / 2
     tick = time.perf_counter()
     write_scopes(artifact_path, result, artifact, {"benchmark": "cds_runtime"})
     write_seconds = time.perf_counter() - tick
@@ -135,6 +157,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "write_scopes": write_seconds,
             },
             "forward_seconds_per_image": result.seconds["forward"] / result.images,
+            "encode_image_seconds_per_image": baseline / result.images,
+            "cds_over_encode_image": result.seconds["total"] / baseline,
+            "forward_over_encode_image": result.seconds["forward"] / baseline,
             "emds": emds,
             "milliseconds_per_emd": 1e3 * result.seconds["emd"] / emds if emds else math.nan,
             "threshold": summary["threshold"],
