@@ -35,9 +35,9 @@ def rotate_blocks(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """`rotate_rows`, `block` rows at a time into one output array (`out` when given, float32
-    [N, D]): each row's product is the same computation (bit for bit with OpenBLAS at blocks of
-    this size), but the temporaries are one block, which a large shard does not page in
-    afresh."""
+    [N, D]): each row's product is the same computation (equal up to float32 rounding: BLAS
+    may pick another kernel, summing in another order, for another block shape), but the
+    temporaries are one block, which a large shard does not page in afresh."""
     x = np.asarray(embeddings)  # float16 rows are widened block by block
     if x.ndim != 2 or x.shape[1] != grasp.dim:
         raise ValueError(f"expected embeddings of shape [N, {grasp.dim}], got {x.shape}")

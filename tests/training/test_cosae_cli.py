@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 import typer
 from typer.testing import CliRunner
 
@@ -20,12 +18,7 @@ TINY = ["--rows", "600", "--steps", "30", "--concepts", "16", "--k", "2", "--no-
         "--device", "cpu"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

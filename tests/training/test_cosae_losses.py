@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -25,12 +23,7 @@ from training.cosae.model import CoupledSae
 DIM_I, DIM_J, CONCEPTS, ACTIVE = 12, 16, 8, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sparse_codes(n: int, seed: int, concepts: int = CONCEPTS) -> torch.Tensor:

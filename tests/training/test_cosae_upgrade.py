@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from training.cosae.metrics import grouped_retrieval
 from training.cosae.train import CosaeConfig
@@ -22,13 +20,7 @@ from training.cosae.upgrade import (
 from training.embedding.encoders import l2_normalise
 from training.errors import InputError
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def grouped_rows(groups: int = 60, per_group: int = 5, dim: int = 16, seed: int = 0):

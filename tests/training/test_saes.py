@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cache
 from itertools import pairwise
 
@@ -23,13 +22,7 @@ from training.metrics import fraction_of_variance_unexplained
 DIM, ATOMS, ACTIVE = 16, 32, 3  # M = 8 · 16 = 128 latents
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny matrices: one thread is faster, and immune to a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sparse_rows(n: int, seed: int) -> np.ndarray:

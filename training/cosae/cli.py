@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,13 +106,14 @@ def parse_fractions(text: str) -> list[float]:
     return [checked_fraction(f) for f in fractions]
 
 
-def parse_methods(text: str) -> list[str]:
+def parse_methods(text: str, choices: Sequence[str] = METHODS) -> list[str]:
+    """'cosae, procrustes' → ['cosae', 'procrustes']; InputError naming any not in `choices`."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in METHODS]
+    unknown = [name for name in names if name not in choices]
     if unknown or not names:
         raise InputError(
             f"unknown method(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(METHODS)}"
+            f"choose from {', '.join(choices)}"
         )
     return names
 

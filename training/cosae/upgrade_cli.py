@@ -32,6 +32,7 @@ from training.cosae.cli import (
     cosae_config,
     open_pair,
     parse_fractions,
+    parse_methods,
 )
 from training.cosae.pairs import EmbeddingPair, checked_fraction
 from training.cosae.upgrade import (
@@ -49,17 +50,6 @@ from training.settings import load_settings
 log = logging.getLogger(__name__)
 
 HELD_OUT = 1000  # shared ids kept out of the pairs to score the translator on
-
-
-def parse_translator_methods(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TRANSLATOR_METHODS]
-    if unknown or not names:
-        raise InputError(
-            f"unknown method(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(TRANSLATOR_METHODS)}"
-        )
-    return names
 
 
 def official_split_rows(
@@ -106,7 +96,7 @@ def eval_upgrade_command(
     if pair == "synthetic":
         raise InputError("eval upgrade needs a Flickr8k caption pair: layer, tfidf or its .npz")
     fraction_list = parse_fractions(fractions)
-    method_list = parse_translator_methods(methods)
+    method_list = parse_methods(methods, TRANSLATOR_METHODS)
     run_config = cosae_config(config, steps=steps)
     device = resolve_device(device or load_settings().device)
     root = flickr8k or load_settings().data_dir / "flickr8k"
@@ -156,7 +146,7 @@ def upgrade_command(
     """Fit a query translator B → A so a bundle built with A answers queries embedded by B."""
     from indexer.bundle import Bundle
 
-    parse_translator_methods(method)
+    parse_methods(method, TRANSLATOR_METHODS)
     fraction = checked_fraction(paired_fraction)
     run_config = cosae_config(config, steps=steps)
     if out.exists() and not overwrite:
