@@ -63,3 +63,19 @@ def random_rotation(dim: int, seed: int = 0) -> np.ndarray:
     """Haar-random orthogonal matrix (QR of a Gaussian matrix with the sign fix)."""
     q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))
     return q * np.sign(np.diag(r))
+
+
+def centred_principal_axes(rows: np.ndarray) -> np.ndarray:
+    """R₀ for a gallery: its principal axes with the mean direction moved last.
+
+    The rows' uncentred second moment, with the mean direction m projected out, by decreasing
+    eigenvalue, then m itself as the last axis. The mean is what every row shares ("a photo of
+    something"); in a short prefix it only compresses cosines, so it goes where it costs least.
+    A rotation about the origin: full-length cosine is kept."""
+    x = np.asarray(rows, dtype=np.float64)
+    mean = x.mean(axis=0)
+    unit = mean / max(float(np.linalg.norm(mean)), 1e-12)
+    projected = x - np.outer(x @ unit, unit)
+    axes = pca_rotation(projected)
+    rest = axes[np.abs(axes @ unit) < 0.5][: x.shape[1] - 1]
+    return reorthogonalise(np.concatenate([rest, unit[None]]))

@@ -18,7 +18,7 @@ from training.errors import InputError
 from training.granularity import Contract, default_contract
 from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.agreement import agreement, read_expert_judgments
-from training.grasp.baselines import BASELINES, baseline_artifact
+from training.grasp.baselines import BASELINES, GALLERY_BASELINES, baseline_artifact
 from training.grasp.data import GraspSet, build_from_cache
 from training.grasp.evaluate import (
     Transform,
@@ -27,10 +27,12 @@ from training.grasp.evaluate import (
     markdown_table,
     plot_hn_curves,
 )
+from training.grasp.gallery import gallery_retrieval, gallery_table, plot_gallery_curves
 from training.grasp.train import GraspConfig, TrainResult, train_grasp
 from training.settings import load_settings
 
 log = logging.getLogger(__name__)
+DEFAULT_BASELINES = "identity,pca,random,mrl,mlp"
 
 CacheOption = Annotated[Path, typer.Option("--cache", help="embedding cache with view metadata")]
 EncoderOption = Annotated[
@@ -68,12 +70,20 @@ def fit_grasp(
     device: str = "auto",
     overwrite: bool = False,
     progress: bool = True,
+    gallery: Path | None = None,
+    gallery_split: str = "all",
 ) -> TrainResult:
-    """Train GraSP-VL on a cache and write the artifact to `out` (checkpoints in OUT.work)."""
+    """Train GraSP-VL on a cache and write the artifact to `out` (checkpoints in OUT.work).
+
+    With `gallery`, the rotation is fitted to that cache's rows (its `gallery_split`): the
+    gallery the bundle will index (see GalleryFit)."""
+    from training.grasp.fitting import gallery_fit
+
     data, spec = grasp_set(cache, encoder, views)
+    fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
     result = train_grasp(
         data, config, work or out.with_name(out.name + ".work"), encoder=spec,
-        device=device, progress=progress,
+        device=device, progress=progress, fit=fit,
     )  # fmt: skip
     result.artifact.save(out, overwrite=overwrite)
     return result
@@ -97,6 +107,13 @@ def train_command(
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    gallery: Annotated[
+        Path | None,
+        typer.Option(help="cache of the gallery to be indexed: fit the rotation to it"),
+    ] = None,
+    gallery_split: Annotated[
+        str, typer.Option(help="the gallery cache's split to fit (default all rows)")
+    ] = "all",
 ) -> None:
     """Learn the GraSP-VL rotation from a cache with views; resumes from its checkpoint."""
     settings = load_settings()
@@ -112,12 +129,15 @@ def train_command(
         result = fit_grasp(
             cache, out, grasp_config, work=work, views=views, encoder=encoder,
             device=device or settings.device, overwrite=overwrite, progress=progress,
+            gallery=gallery, gallery_split=gallery_split,
         )  # fmt: skip
     best = result.artifact.metrics["validation"]
     typer.echo(
         f"artifact     {out}\n"
         f"epochs       {result.epochs_run} run, best {result.best_epoch} (validation "
-        f"selectivity {best['val_selectivity']:.4f}, staircase {best['val_staircase']:.2f})\n"
+        f"selectivity {best['val_selectivity']:.4f}, staircase {best['val_staircase']:.2f}"
+        + (f", retrieval AP {best['val_retrieval_ap']:.4f}" if "val_retrieval_ap" in best else "")
+        + ")\n"
         f"time         {result.seconds:.1f} s"
     )
 
@@ -127,8 +147,12 @@ def eval_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="report folder")],
     artifact: Annotated[list[Path] | None, typer.Option(help="artifact(s) to score")] = None,
     baselines: Annotated[
-        str, typer.Option(help=f"comma list of {', '.join((*BASELINES, *ADAPTERS))}")
-    ] = "identity,pca,random,mrl,mlp",
+        str | None,
+        typer.Option(
+            help=f"comma list of {', '.join((*BASELINES, *GALLERY_BASELINES, *ADAPTERS))} "
+            f"(default {DEFAULT_BASELINES}, and with --gallery {', '.join(GALLERY_BASELINES)})"
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="split to score on")] = "test",
     views: Annotated[
         Path | None, typer.Option(help="embedded views file to reuse or write")
@@ -138,24 +162,43 @@ def eval_command(
         Path | None,
         typer.Option(help="Flickr8k ExpertAnnotations.txt (default: beside a Flickr8k corpus)"),
     ] = None,
+    gallery: Annotated[
+        Path | None,
+        typer.Option(
+            help="held-out gallery cache (captions grouped by image): granularity retrieval "
+            "and the hard negatives are scored on it"
+        ),
+    ] = None,
+    gallery_split: Annotated[str, typer.Option(help="the gallery cache's split")] = "test",
 ) -> None:
     """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG."""
+    from training.grasp.fitting import gallery_rows, retrieval_task_of
+
     data, spec = grasp_set(cache, encoder, views)
-    test, train = data.of_split(split), data.of_split("train")
+    train = data.of_split("train")
+    if gallery is None:
+        test = data.of_split(split)
+    else:  # the hard negatives of the gallery's own captions
+        test = grasp_set(gallery, spec, None)[0].of_split(gallery_split)
     dim = data.anchors.shape[1]
     contract = default_contract(dim)
     transforms: dict[str, tuple[Transform, Contract]] = {}
+    if baselines is None:
+        baselines = DEFAULT_BASELINES + ("," + ",".join(GALLERY_BASELINES) if gallery else "")
     names = [b.strip() for b in baselines.split(",") if b.strip()]
-    unknown = [n for n in names if n not in (*BASELINES, *ADAPTERS)]
+    known = (*BASELINES, *GALLERY_BASELINES, *ADAPTERS)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        known = ", ".join((*BASELINES, *ADAPTERS))
-        raise InputError(f"unknown baseline(s) {', '.join(unknown)}; choose from {known}")
+        raise InputError(
+            f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(known)}"
+        )
+    rows = gallery_rows(gallery, gallery_split) if gallery else None
     for name in names:
         if name in ADAPTERS:
             log.info("fitting the %s adapter on %d train rows", name, len(train))
             transforms[name] = (fit_adapter(name, train, contract, GraspConfig()), contract)
         else:
-            fitted = baseline_artifact(name, train, contract, spec)
+            fitted = baseline_artifact(name, train, contract, spec, gallery=rows)
             transforms[name] = (fitted.apply, contract)
     for path in artifact or []:
         loaded = TransformArtifact.load(path)
@@ -165,6 +208,14 @@ def eval_command(
     if not transforms:
         raise InputError("nothing to evaluate: give --artifact or --baselines")
     reports = {name: evaluate(f, test, c) for name, (f, c) in transforms.items()}
+    retrieval: dict[str, dict] = {}
+    if gallery is not None:
+        task = retrieval_task_of(gallery, gallery_split, spec)
+        log.info(
+            "granularity retrieval on %s (%s): %s queries", gallery, gallery_split, task.counts()
+        )
+        for name, (f, c) in transforms.items():
+            retrieval[name] = gallery_retrieval(f, task.pairs(), task.rows, c)
     judgments = judgments or _flickr_judgments(cache)
     if judgments is not None:
         expert = read_expert_judgments(judgments)
@@ -176,14 +227,21 @@ def eval_command(
             lengths = sorted(set(c.values()))
             reports[name]["agreement"] = agreement(f, expert, vectors, ids, groups, lengths)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({"split": split, "methods": reports}, indent=2))
+    scored = f"{gallery} ({gallery_split})" if gallery else split
+    (out / "report.json").write_text(
+        json.dumps({"split": scored, "methods": reports, "gallery": retrieval}, indent=2)
+    )
     table = markdown_table(reports)
+    if retrieval:
+        table = gallery_table(retrieval, contract) + "\nHard negatives:\n\n" + table
+        plot_gallery_curves(retrieval, contract, out / "gallery_ap.png")
     if judgments is not None:
         table += "\nAgreement with the Flickr8k expert judgments (Spearman / NDCG@10):\n\n"
         table += agreement_table(reports)
-    (out / "report.md").write_text(f"# GraSP-VL evaluation ({split}, {len(test)} rows)\n\n{table}")
+    (out / "report.md").write_text(f"# GraSP-VL evaluation ({scored}, {len(test)} rows)\n\n{table}")
     plot_hn_curves(reports, out / "hn_curves.png")
-    typer.echo(table + f"\nwrote {out}/report.json, report.md, hn_curves.png")
+    plots = "hn_curves.png" + (", gallery_ap.png" if retrieval else "")
+    typer.echo(table + f"\nwrote {out}/report.json, report.md, {plots}")
 
 
 def _flickr_judgments(cache_dir: Path) -> Path | None:

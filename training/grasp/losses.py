@@ -148,3 +148,39 @@ def preservation_loss(
         eye = torch.eye(rotation.shape[0], dtype=rotation.dtype, device=rotation.device)
         loss = loss + (rotation.T @ rotation - eye).square().sum() / rotation.shape[0]
     return loss
+
+
+def multi_positive_retrieval_loss(
+    queries: torch.Tensor,
+    rows: torch.Tensor,
+    relevant: torch.Tensor,
+    length: int,
+    temperature: float,
+) -> torch.Tensor:
+    """Granularity retrieval at prefix ℓ: −mean_q log(Σ_{j relevant} e^{s_ℓ(q,x_j)/τ} /
+    Σ_j e^{s_ℓ(q,x_j)/τ}) over the queries with a relevant row among `rows`.
+
+    The benchmark's task as a loss: "a dog" must rank the rows of dog images first at D/16,
+    with every other row of the batch as a negative (`relevant` is bool [queries, rows])."""
+    logits = prefix_normalised(queries, length) @ prefix_normalised(rows, length).T / temperature
+    has = relevant.any(dim=1)
+    if not has.any():
+        return logits.new_zeros(())
+    positive = torch.logsumexp(logits.masked_fill(~relevant, float("-inf")), dim=1)
+    return (torch.logsumexp(logits, dim=1) - positive)[has].mean()
+
+
+def ranking_distillation_loss(
+    queries: torch.Tensor, rows: torch.Tensor, length: int, temperature: float
+) -> torch.Tensor:
+    """Prefix ranking distillation: KL(softmax_j s_D(q,x_j)/τ ‖ softmax_j s_ℓ(q,x_j)/τ), mean
+    over queries.
+
+    Needs no labels: the prefix learns to rank the gallery's rows as the full vector ranks them,
+    for query-like texts. The full-length side is the target (no gradient flows into it)."""
+    with torch.no_grad():
+        target = F.log_softmax(
+            F.normalize(queries, dim=1) @ F.normalize(rows, dim=1).T / temperature, dim=1
+        )
+    logits = prefix_normalised(queries, length) @ prefix_normalised(rows, length).T / temperature
+    return F.kl_div(F.log_softmax(logits, dim=1), target, log_target=True, reduction="batchmean")
