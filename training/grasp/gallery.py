@@ -160,7 +160,7 @@ def ranking_scores(
     total = np.minimum(relevant.sum(axis=1), k)
     average_precision = (precision_at * hits).sum(axis=1) / np.maximum(total, 1)
     return {
-        "P@10": hits[:, :PRECISION_AT].mean(axis=1),
+        "P@10": hits[:, :PRECISION_AT].sum(axis=1) / PRECISION_AT,
         "AP@100": average_precision,
     }
 
