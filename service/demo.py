@@ -40,7 +40,7 @@ from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
 from training.errors import InputError
 from training.grasp.cli import fit_grasp
-from training.grasp.train import GraspConfig
+from training.grasp.train import GALLERY_RECIPE, GraspConfig
 from training.settings import StrataSettings
 
 log = logging.getLogger(__name__)
@@ -121,12 +121,10 @@ def demo_corpus(settings: StrataSettings, scenes: int) -> tuple[str, Corpus]:
 
 
 def grasp_config(corpus: str, epochs: int) -> GraspConfig:
-    """Symmetric alignment (the best attribute routing and staircase on the compositional set,
-    README), validated on Flickr8k's dev images or the compositional val split."""
-    return GraspConfig(
-        epochs=epochs,
-        validation_split="dev" if corpus == "flickr8k" else "val",
-        symmetric_alignment=True,
+    """The gallery recipe (fitted to the cache the demo indexes; README "Fitting the gallery"),
+    validated on Flickr8k's dev images or the compositional val split."""
+    return GALLERY_RECIPE.model_copy(
+        update={"epochs": epochs, "validation_split": "dev" if corpus == "flickr8k" else "val"}
     )
 
 
@@ -171,7 +169,7 @@ def run_demo(
         fit_grasp(
             cache_dir, grasp_dir, grasp_config(name, config.grasp_epochs),
             views=root / f"views-{name}.npz", device=settings.device, overwrite=True,
-            progress=config.progress,
+            progress=config.progress, gallery=cache_dir,
         )  # fmt: skip
     stages["grasp-vl"] = _took(started, reuse)
 

@@ -28,7 +28,7 @@ from training.grasp.evaluate import (
     plot_hn_curves,
 )
 from training.grasp.gallery import gallery_retrieval, gallery_table, plot_gallery_curves
-from training.grasp.train import GraspConfig, TrainResult, train_grasp
+from training.grasp.train import GALLERY_RECIPE, GraspConfig, TrainResult, train_grasp
 from training.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,11 @@ def train_command(
     cache: CacheOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="artifact folder to write")],
     config: Annotated[
-        Path | None, typer.Option(help="GraspConfig as JSON (weights, epochs, ...)")
+        Path | None,
+        typer.Option(
+            help="GraspConfig as JSON (weights, epochs, ...); default: the defaults, "
+            "or with --gallery the gallery recipe"
+        ),
     ] = None,
     epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
     validation_split: Annotated[
@@ -117,7 +121,10 @@ def train_command(
 ) -> None:
     """Learn the GraSP-VL rotation from a cache with views; resumes from its checkpoint."""
     settings = load_settings()
-    loaded = json.loads(config.read_text()) if config else {}
+    if config:
+        loaded = json.loads(config.read_text())
+    else:  # with a gallery and no config: the gallery recipe
+        loaded = GALLERY_RECIPE.model_dump() if gallery else {}
     if epochs is not None:
         loaded["epochs"] = epochs
     if validation_split is not None:

@@ -83,6 +83,14 @@ class GraspConfig(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
+# What `strata train grasp --gallery` and the demo train with when no config is given (chosen on
+# Flickr8k dev, README "Fitting the gallery"): no view alignment or retention (they pull the
+# object prefix towards the views and cost gallery retrieval), gentler steps.
+GALLERY_RECIPE = GraspConfig(
+    learning_rate=3e-3, epochs=20, patience=4, weights=LossWeights(alignment=0, retention=0)
+)
+
+
 @dataclass
 class GalleryFit:
     """What fitting to a gallery needs: the gallery's rows (unlabelled: only their geometry is
