@@ -39,6 +39,10 @@ VIEW_COLUMNS = {
     Granularity.RELATION: "view_relation",
 }
 NEGATIVE_COLUMNS = {kind: f"neg_{kind}" for kind in NEGATIVE_LEVELS}
+# Bumped whenever build_from_cache would build a different set from the same cache (the extractor's
+# rules, the negative types, which rows are kept), so that embedded views files saved before are
+# not reused. 2: seven negative types, rows kept with every view, missing negatives NaN.
+GRASP_SET_VERSION = 2
 
 
 @dataclass

@@ -24,6 +24,10 @@ Views (lower-case):
 Anything that fits no rule gives None rather than a guess: the subject head must be a known
 noun, every word between the determiner and the head must be a known adjective or noun, and a
 word after the subject that is not a known verb form ends the parse without a relation.
+
+`make_negatives` edits the same parse into hard negatives of seven kinds (NEGATIVE_KINDS; see its
+docstring), each a fluent sentence or None; their hand-judged precision is in
+NEGATIVES_PRECISION.md.
 """
 
 from __future__ import annotations
