@@ -12,12 +12,27 @@ import numpy as np
 
 from training.granularity import Contract, Granularity, previous_prefix
 
-# The prefix each hard-negative type must be separated at (design.md).
+# The prefix each hard-negative type must be separated at (design.md). The first four are the
+# compositional corpus's types and keep their names: object = replace object, attribute = replace
+# attribute, relation = replace relation, order = swap objects; the other three come from real
+# captions (training.views.extractor.make_negatives). A type goes to the coarsest level whose
+# view tells it from the caption:
+#   object, add_object -> object: a different or an extra thing is there ("a dog and a cat run");
+#     the object view ("a dog") already differs.
+#   attribute, add_attribute -> attribute: the same things, one described otherwise ("a black
+#     dog"); the object view is the same, the attribute view differs.
+#   relation -> relation: the same described things doing something else.
+#   order, swap_attribute -> caption: the same words in other places, so every view of a bag of
+#     words matches; only the binding of the whole sentence ("the black dog chases the white
+#     cat", not "the white dog ... the black cat") tells them apart.
 NEGATIVE_LEVELS: dict[str, Granularity] = {
     "object": Granularity.OBJECT,
     "attribute": Granularity.ATTRIBUTE,
     "relation": Granularity.RELATION,
     "order": Granularity.CAPTION,
+    "swap_attribute": Granularity.CAPTION,
+    "add_object": Granularity.OBJECT,
+    "add_attribute": Granularity.ATTRIBUTE,
 }
 CHANCE = 0.5  # HN "before the object prefix", where nothing can separate anything
 
@@ -30,12 +45,21 @@ def prefix_cosine(a: np.ndarray, b: np.ndarray, length: int) -> np.ndarray:
     return np.einsum("ij,ij->i", x, y) / np.maximum(norms, 1e-12)
 
 
+def present_rows(negative: np.ndarray) -> np.ndarray:
+    """The rows that hold a negative: a row whose caption yields none of a type is NaN there."""
+    return ~np.isnan(np.asarray(negative, dtype=np.float64)).any(axis=1)
+
+
 def hard_negative_accuracy(
     anchor: np.ndarray, positive: np.ndarray, negative: np.ndarray, length: int
 ) -> float:
-    """HN at one prefix: share of triples with s_ℓ(anchor, positive) > s_ℓ(anchor, negative)."""
-    wins = prefix_cosine(anchor, positive, length) > prefix_cosine(anchor, negative, length)
-    return float(wins.mean())
+    """HN at one prefix: share of triples with s_ℓ(anchor, positive) > s_ℓ(anchor, negative),
+    over the rows that hold a negative (NaN if none does)."""
+    rows = present_rows(negative)
+    if not rows.any():
+        return float("nan")
+    a, p, n = (np.asarray(x)[rows] for x in (anchor, positive, negative))
+    return float((prefix_cosine(a, p, length) > prefix_cosine(a, n, length)).mean())
 
 
 def hard_negative_table(
@@ -44,10 +68,11 @@ def hard_negative_table(
     negatives: Mapping[str, np.ndarray],
     lengths: list[int],
 ) -> dict[str, dict[int, float]]:
-    """HN(t, ℓ) for every negative type t and prefix length ℓ."""
+    """HN(t, ℓ) for every negative type t that some row holds, and prefix length ℓ."""
     return {
         kind: {n: hard_negative_accuracy(anchor, positive, neg, n) for n in lengths}
         for kind, neg in negatives.items()
+        if present_rows(neg).any()
     }
 
 
@@ -56,13 +81,14 @@ def _hn_at(table: Mapping[str, Mapping[int, float]], kind: str, length: int) -> 
 
 
 def selectivity(table: Mapping[str, Mapping[int, float]], contract: Contract) -> float:
-    """Mean over types of HN(t, L(t)), each type at its assigned prefix."""
+    """Mean over the types present of HN(t, L(t)), each type at its assigned prefix."""
     kinds = [k for k in table if k in NEGATIVE_LEVELS]
     return float(np.mean([table[k][contract[NEGATIVE_LEVELS[k]]] for k in kinds]))
 
 
 def staircase(table: Mapping[str, Mapping[int, float]], contract: Contract) -> float:
-    """100 × mean over types of [HN(t, L(t)) − HN(t, the prefix before L(t))], 0.5 before D/16."""
+    """100 × mean over the types present of [HN(t, L(t)) − HN(t, the prefix before L(t))], 0.5
+    before D/16."""
     steps = []
     for kind in (k for k in table if k in NEGATIVE_LEVELS):
         level = NEGATIVE_LEVELS[kind]

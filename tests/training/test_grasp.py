@@ -23,7 +23,8 @@ from training.grasp.losses import (
     retention_loss,
     selective_ranking_loss,
 )
-from training.grasp.train import GraspConfig, LossWeights, train_grasp
+from training.grasp.train import GraspConfig, LossWeights, train_grasp, transform_present_rows
+from training.metrics import NEGATIVE_LEVELS, present_rows
 from training.rotations import orthogonality_error, pca_rotation, random_rotation
 
 DIM = 32
@@ -110,6 +111,22 @@ class TestLosses:
         close = {"object": anchors.clone()}
         assert selective_ranking_loss(anchors, anchors, far, CONTRACT, 0.1) == 0
         assert selective_ranking_loss(anchors, anchors, close, CONTRACT, 0.1) == pytest.approx(0.1)
+
+    def test_rows_without_a_negative_are_skipped_and_keep_gradients_finite(self):
+        anchors = torch.randn(4, DIM, generator=torch.Generator().manual_seed(0))
+        close = anchors.clone()
+        close[2:] = float("nan")  # rows 2 and 3 have no negative of this type
+        loss = selective_ranking_loss(anchors, anchors, {"object": close}, CONTRACT, 0.1)
+        assert loss == pytest.approx(0.1)
+        none = {"object": torch.full_like(anchors, float("nan"))}
+        assert selective_ranking_loss(anchors, anchors, none, CONTRACT, 0.1) == 0
+        assert invariance_loss(anchors, anchors, none, CONTRACT) == 0
+        rotation = torch.eye(DIM, requires_grad=True)
+        negative = transform_present_rows(lambda x: x @ rotation.T, close)
+        assert torch.isnan(negative[2:]).all() and not torch.isnan(negative[:2]).any()
+        moved = anchors @ rotation.T
+        selective_ranking_loss(moved, anchors, {"object": negative}, CONTRACT, 0.1).backward()
+        assert rotation.grad is not None and torch.isfinite(rotation.grad).all()
 
     def test_invariance_rises_when_a_negative_is_separated_before_its_prefix(self):
         anchors = torch.zeros(4, DIM)
@@ -265,7 +282,7 @@ def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, 
     from training.grasp.data import build_from_cache
 
     captions = {
-        "a.jpg": ["A black dog is running through the grass .", "A dog runs on grass .", "Dog ."],
+        "a.jpg": ["A black dog is chasing a cat .", "A dog runs on grass .", "Dog ."],
         "b.jpg": ["A little girl is climbing the stairs .", "A girl climbs stairs .", "Stairs ."],
     }
     flickr = tmp_path / "flickr"
@@ -282,7 +299,10 @@ def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, 
     expected = l2_normalise(everything[[1, 2]].sum(axis=0, keepdims=True))[0]
     np.testing.assert_allclose(data.anchors[0], expected, atol=1e-5)
     np.testing.assert_allclose(data.views[Granularity.CAPTION][1], everything[3], atol=1e-6)
-    assert set(data.negatives) == {"object", "attribute", "relation", "order"}
+    # all seven types; a caption without one of a type is NaN there, not left out
+    assert set(data.negatives) == set(NEGATIVE_LEVELS)
+    assert present_rows(data.negatives["order"]).tolist() == [True, False]
+    assert present_rows(data.negatives["object"]).tolist() == [True, True]
 
 
 def test_agreement_with_expert_judgments(tmp_path: Path):

@@ -7,14 +7,17 @@ import pytest
 
 from training.granularity import validate_contract
 from training.metrics import (
+    NEGATIVE_LEVELS,
     drift,
     fraction_of_variance_unexplained,
     hard_negative_accuracy,
     hard_negative_table,
     prefix_cosine,
+    present_rows,
     selectivity,
     staircase,
 )
+from training.views.extractor import NEGATIVE_KINDS
 
 CONTRACT = validate_contract(
     {"object": 1, "attribute": 2, "relation": 3, "caption": 4, "full": 5}, 5
@@ -62,6 +65,33 @@ def test_table_from_constructed_embeddings():
     table = hard_negative_table(anchor, positive, {"attribute": negative}, [1, 2, 5])
     assert table["attribute"][1] == 0.0  # identical on the first coordinate: ties, no wins
     assert table["attribute"][2] == 1.0
+
+
+def test_rows_without_a_negative_are_left_out_and_absent_types_are_not_averaged():
+    rng = np.random.default_rng(0)
+    anchor = rng.normal(size=(10, 5))
+    negative = -anchor  # always beaten ...
+    negative[:4] = anchor[:4]  # ... except on four rows, where it ties with the positive
+    negative[:4] = np.nan  # which hold no negative of this type
+    assert present_rows(negative).tolist() == [False] * 4 + [True] * 6
+    assert hard_negative_accuracy(anchor, anchor, negative, 5) == 1.0
+    table = hard_negative_table(
+        anchor,
+        anchor,
+        {"swap_attribute": negative, "add_object": np.full_like(anchor, np.nan)},
+        [1, 2, 3, 4, 5],
+    )
+    assert set(table) == {"swap_attribute"}  # a type no row holds is no row of the table
+    # the compositional corpus has four types, real captions seven: each averages what it has
+    assert selectivity(table, CONTRACT) == 1.0
+    assert staircase(table, CONTRACT) == pytest.approx(100 * (1.0 - 1.0))
+
+
+def test_every_negative_type_has_a_level():
+    assert set(NEGATIVE_LEVELS) == set(NEGATIVE_KINDS)
+    assert NEGATIVE_LEVELS["add_object"] == NEGATIVE_LEVELS["object"]
+    assert NEGATIVE_LEVELS["add_attribute"] == NEGATIVE_LEVELS["attribute"]
+    assert NEGATIVE_LEVELS["swap_attribute"] == NEGATIVE_LEVELS["order"]
 
 
 def test_drift_of_a_rotation_and_of_a_nonlinear_map():

@@ -19,7 +19,7 @@ from training.granularity import Contract, default_contract
 from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.agreement import agreement, read_expert_judgments
 from training.grasp.baselines import BASELINES, GALLERY_BASELINES, baseline_artifact
-from training.grasp.data import GraspSet, build_from_cache
+from training.grasp.data import GRASP_SET_VERSION, GraspSet, build_from_cache
 from training.grasp.evaluate import (
     Transform,
     agreement_table,
@@ -50,7 +50,8 @@ def grasp_set(
         raise InputError(
             f"{cache_dir} records no encoder (a clip-retrieval cache?): pass --encoder"
         )
-    key = hashlib.sha256((cache.manifest.to_json() + spec).encode()).hexdigest()[:16]
+    fingerprint = f"{cache.manifest.to_json()}{spec}v{GRASP_SET_VERSION}"
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     path = views or load_settings().runs_dir / "grasp-views" / f"{cache_dir.name}-{key}.npz"
     if path.is_file():
         log.info("using the embedded views in %s", path)

@@ -4,7 +4,9 @@ Built from an embedding cache whose metadata carries the view and negative texts
 compositional corpus has them by construction: `view_object`, `view_attribute`,
 `view_relation`, `neg_object`, `neg_attribute`, `neg_relation`, `neg_order`, `anchor_text`).
 Real captions without view columns (Flickr8k) get theirs from the rule-based extractor of
-`training.views`; rows lacking any view or negative are left out. The caption view is the
+`training.views`, with hard negatives of seven types; rows lacking any view are left out, and a
+row whose caption yields no negative of a type holds NaN in that type's array (the metrics and
+losses skip it there; `training.metrics.present_rows`). The caption view is the
 cache's own text embedding; the other texts are embedded with the cache's encoder. The anchor
 is an image embedding when the cache has images, else the `anchor_text` paraphrase, else
 (Flickr-style, several captions per image) the mean embedding of all the other captions of the
@@ -37,11 +39,16 @@ VIEW_COLUMNS = {
     Granularity.RELATION: "view_relation",
 }
 NEGATIVE_COLUMNS = {kind: f"neg_{kind}" for kind in NEGATIVE_LEVELS}
+# Bumped whenever build_from_cache would build a different set from the same cache (the extractor's
+# rules, the negative types, which rows are kept), so that embedded views files saved before are
+# not reused. 2: seven negative types, rows kept with every view, missing negatives NaN.
+GRASP_SET_VERSION = 2
 
 
 @dataclass
 class GraspSet:
-    """Row-aligned arrays: anchors, views per granularity, negatives per type, split labels."""
+    """Row-aligned arrays: anchors, views per granularity, negatives per type (NaN rows where a
+    row has none of that type), split labels."""
 
     ids: np.ndarray
     split: np.ndarray
@@ -111,16 +118,16 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
     metadata = cache.metadata()
     columns = set(metadata.column_names)
     captions = cache.embeddings("text")
-    needed = [*VIEW_COLUMNS.values(), *NEGATIVE_COLUMNS.values()]
-    if all(c in columns for c in needed):
-        texts = {c: metadata.column(c).to_pylist() for c in needed}
+    if all(c in columns for c in VIEW_COLUMNS.values()):
+        kept = [*VIEW_COLUMNS.values(), *(c for c in NEGATIVE_COLUMNS.values() if c in columns)]
+        texts = {c: metadata.column(c).to_pylist() for c in kept}
     elif "caption" in columns:
         log.info("no view columns in %s: extracting views from the captions", cache.root)
         texts = extracted_view_texts(metadata.column("caption").to_pylist())
     else:
         raise InputError(f"{cache.root}: metadata has neither view columns nor captions")
-    # rows whose every view and negative exists (real captions do not always have all of them)
-    keep = np.array([all(texts[c][i] for c in needed) for i in range(len(captions))])
+    # rows whose every view exists (real captions do not always have all of them)
+    keep = np.array([all(texts[c][i] for c in VIEW_COLUMNS.values()) for i in range(len(captions))])
     if "image" in cache.modalities:
         anchors = cache.embeddings("image")
     elif "anchor_text" in columns:
@@ -129,8 +136,8 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
         anchors, has_anchor = leave_one_out_means(captions, metadata.column("group").to_pylist())
         keep &= has_anchor
     if not keep.any():
-        raise InputError(f"{cache.root}: no row has an anchor and every view and negative")
-    log.info("%d of %d rows have an anchor and every view and negative", keep.sum(), len(keep))
+        raise InputError(f"{cache.root}: no row has an anchor and every view")
+    log.info("%d of %d rows have an anchor and every view", keep.sum(), len(keep))
     rows = np.flatnonzero(keep)
 
     def pick(column: str) -> list[str | None]:
@@ -138,7 +145,14 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
 
     views = {g: _embed(encoder, pick(c), g.value) for g, c in VIEW_COLUMNS.items()}
     views[Granularity.CAPTION] = captions[rows]
-    negatives = {k: _embed(encoder, pick(c), f"{k} negatives") for k, c in NEGATIVE_COLUMNS.items()}
+    negatives = {
+        kind: embedded
+        for kind, column in NEGATIVE_COLUMNS.items()
+        if column in texts
+        and (embedded := _embed_present(encoder, pick(column), f"{kind} negatives")) is not None
+    }
+    if not negatives:
+        raise InputError(f"{cache.root}: no kept row has a hard negative of any type")
     split = metadata.column("split").to_pylist() if "split" in columns else ["all"] * len(captions)
     return GraspSet(
         ids=np.array(metadata.column("id").to_pylist())[rows],
@@ -151,7 +165,8 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
 
 def extracted_view_texts(captions: list[str], seed: int = 0) -> dict[str, list[str | None]]:
     """View and negative texts of real captions from the rule-based extractor (None where a
-    caption has no such view), under the metadata column names of the compositional corpus."""
+    caption has no such view or negative), under the metadata column names of the compositional
+    corpus (`neg_<type>` for all seven types)."""
     from training.views.extractor import extract_views, make_negatives
 
     rng = random.Random(seed)
@@ -166,6 +181,20 @@ def extracted_view_texts(captions: list[str], seed: int = 0) -> dict[str, list[s
         for kind, column in NEGATIVE_COLUMNS.items():
             texts[column].append(negatives.get(kind))
     return texts
+
+
+def _embed_present(encoder: Encoder, texts: list[str | None], what: str) -> np.ndarray | None:
+    """The embeddings of the texts that exist, NaN rows where a text is missing (None when none
+    exists): how a GraspSet marks the rows without a negative of a type."""
+    present = [i for i, t in enumerate(texts) if t and t.strip()]
+    if not present:
+        log.info("no %s", what)
+        return None
+    log.info("%d of %d rows have %s", len(present), len(texts), what)
+    embedded = _embed(encoder, [texts[i] for i in present], what)
+    out = np.full((len(texts), embedded.shape[1]), np.nan, dtype=embedded.dtype)
+    out[present] = embedded
+    return out
 
 
 def _embed(encoder: Encoder, texts: list[str | None], what: str) -> np.ndarray:

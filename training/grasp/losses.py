@@ -86,17 +86,19 @@ def _negative_gaps(
     contract: Contract,
     after: bool,
 ) -> list[torch.Tensor]:
-    """s_ℓ(a, p) − s_ℓ(a, n_t) for each type t at prefixes ℓ ≥ L(t) (after) or ℓ < L(t)."""
+    """s_ℓ(a, p) − s_ℓ(a, n_t) for each type t at prefixes ℓ ≥ L(t) (after) or ℓ < L(t), over
+    the rows that hold a negative of type t (a row without one is NaN there)."""
     lengths = sorted(set(contract.values()))
     gaps = []
     for kind, negative in negatives.items():
+        rows = ~torch.isnan(negative).any(dim=1)
+        if not rows.any():
+            continue
+        a, p, n = anchors[rows], positives[rows], negative[rows]
         level = contract[NEGATIVE_LEVELS[kind]]
         for length in lengths:
             if (length >= level) == after:
-                gaps.append(
-                    prefix_similarity(anchors, positives, length)
-                    - prefix_similarity(anchors, negative, length)
-                )
+                gaps.append(prefix_similarity(a, p, length) - prefix_similarity(a, n, length))
     return gaps
 
 
@@ -113,6 +115,8 @@ def selective_ranking_loss(
     its assigned prefix on, at every longer prefix too.
     """
     gaps = _negative_gaps(anchors, positives, negatives, contract, after=True)
+    if not gaps:
+        return anchors.new_zeros(())
     return torch.stack([F.relu(margin - g).mean() for g in gaps]).mean()
 
 

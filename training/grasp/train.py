@@ -133,7 +133,11 @@ def loss_terms(
     anchors = transform(batch["anchors"])
     views = {g: transform(batch[f"view_{g.value}"]) for g in VIEW_LEVELS}
     positives = views[Granularity.CAPTION]
-    negatives = {k[4:]: transform(v) for k, v in batch.items() if k.startswith("neg_")}
+    negatives = {
+        k[4:]: transform_present_rows(transform, v)
+        for k, v in batch.items()
+        if k.startswith("neg_")
+    }
     w = config.weights
     terms: dict[str, torch.Tensor] = {}
     if w.alignment:
@@ -153,6 +157,16 @@ def loss_terms(
         pairs = torch.stack([torch.arange(n), torch.roll(torch.arange(n), 1)], dim=1)
         terms["preservation"] = preservation_loss(matrix, batch["anchors"], anchors, pairs)
     return terms
+
+
+def transform_present_rows(
+    transform: Callable[[torch.Tensor], torch.Tensor], negative: torch.Tensor
+) -> torch.Tensor:
+    """`transform` of the rows that hold a negative; the NaN rows of captions without one stay
+    NaN without passing through the transform (a NaN input would make its gradient NaN)."""
+    present = ~torch.isnan(negative).any(dim=1, keepdim=True)
+    out = transform(torch.where(present, negative, torch.zeros_like(negative)))
+    return torch.where(present, out, torch.full_like(out, float("nan")))
 
 
 def gallery_terms(

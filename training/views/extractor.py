@@ -24,11 +24,16 @@ Views (lower-case):
 Anything that fits no rule gives None rather than a guess: the subject head must be a known
 noun, every word between the determiner and the head must be a known adjective or noun, and a
 word after the subject that is not a known verb form ends the parse without a relation.
+
+`make_negatives` edits the same parse into hard negatives of seven kinds (NEGATIVE_KINDS; see its
+docstring), each a fluent sentence or None; their hand-judged precision is in
+NEGATIVES_PRECISION.md.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from training.errors import InputError
@@ -346,6 +351,97 @@ VERB_GROUPS_BARE = (
 )  # fmt: skip
 
 
+# Negatives of the three added kinds (see make_negatives).
+YOUNG_PERSONS = _words(
+    """
+    boy girl child kid baby toddler infant youngster son daughter teenager teen youth"""
+)  # fmt: skip
+# Attribute classes that may describe a noun, by the noun's kind; colours on people only as hair
+# colours, hair colours only on people.
+CLASSES_BY_KIND = {
+    "person": frozenset(
+        ["colour", "size", "length", "age", "build", "mood", "sex", "hair", "hair colour",
+         "other", "wetness", "cleanliness"]
+    ),
+    "animal": frozenset(
+        ["colour", "shade", "pattern", "size", "length", "age", "build", "wetness",
+         "cleanliness", "coat", "sex", "mood", "hair"]
+    ),
+    "thing": frozenset(
+        ["colour", "shade", "pattern", "size", "length", "wetness", "cleanliness", "material"]
+    ),
+}  # fmt: skip
+CLASSES_BY_KIND["young person"] = CLASSES_BY_KIND["person"] - {"age"}
+CLASSES_BY_KIND["vehicle"] = CLASSES_BY_KIND["thing"]
+HAIR_COLOURS = _words("blond blonde brunette redheaded")
+# Things a colour or size naturally describes ("a red ball"; not places or substances).
+PROPS = _words(
+    """
+    ball frisbee stick toy rope kite skateboard surfboard snowboard bat racket umbrella bag
+    backpack bottle cup book sign flag tire bench chair table fence ladder bucket box blanket
+    towel balloon doll tent slide swing ramp bike bicycle car truck boat kayak canoe raft
+    sled wagon cart log rock pole building house door wall camera microphone phone guitar"""
+)  # fmt: skip
+# add_attribute draws from these, by the kind of the noun it describes.
+ADDED_ATTRIBUTES = {
+    "person": ("young", "old", "tall", "blond"),
+    "young person": ("blond", "redheaded", "happy", "sad"),
+    "animal": ("black", "white", "brown", "small", "large"),
+    "vehicle": ("red", "blue", "white", "black", "small", "large"),
+    "thing": ("red", "blue", "green", "yellow", "small", "large"),
+}
+PLURAL_AUXILIARIES = {"is": "are", "was": "were"}
+# Pronouns put in the gender a negative gives the subject ("her" is read as the possessive).
+PRONOUNS_OF = {
+    "female": {"his": "her", "him": "her", "he": "she", "himself": "herself"},
+    "male": {"her": "his", "she": "he", "herself": "himself"},
+}
+# Verbs whose meaning lies in their particle or object ("takes off", "gets wheel high"): no
+# 'relation' negative replaces them.
+LIGHT_VERBS = _words(
+    """
+    take takes taking put puts putting pick picks picking get gets getting make makes making
+    do does doing give gives giving turn turns turning set sets setting bring brings bringing
+    have has having"""
+)  # fmt: skip
+IRREGULAR_BARE_FORMS = {"has": "have", "does": "do", "goes": "go"}
+
+
+# Verbs a 'relation' negative may put in place of the caption's, by the verb's frame: a direct
+# object of some kind ("chases a dog", "kicks a ball", "rides a bike", "plays soccer", "does a
+# trick"), a preposition of motion ("runs through the grass"), of place, or nothing ("sits on the
+# grass", "runs"). Bare forms; _VERB_FORMS gives the others.
+RELATION_FRAMES = {
+    "person": ("chase", "watch", "hug", "push", "pull", "hold"),
+    "animal": ("chase", "watch", "hug", "push", "pull", "hold", "ride"),
+    "vehicle": ("ride", "push", "pull", "watch", "drive"),
+    "prop": ("hold", "kick", "throw", "catch", "pull", "push", "watch", "chase"),
+    "thing": ("watch",),
+    "motion": ("run", "jump", "walk", "swim", "crawl", "slide", "roll"),
+    "place": (
+        "run", "jump", "walk", "swim", "crawl", "slide", "roll", "sit", "stand", "lie", "kneel",
+        "sleep", "dance", "wait", "pose",
+    ),
+}  # fmt: skip
+_VERB_FORMS = {"lie": ("lies", "lying"), "catch": ("catches", "catching")}
+# Words that start an object the parser does not read ("biting each other", "chases another").
+OBJECT_STARTERS = DETERMINERS | _words(
+    "each another something someone it him her them one himself herself themselves"
+)
+MOTION_LINKS = _words(
+    "through into across down up over along past toward towards onto out off away around"
+)
+SPORTS = _words(
+    """
+    soccer football baseball basketball tennis hockey rugby volleyball softball cricket golf
+    lacrosse"""
+)  # fmt: skip
+# Nouns that name a group: never swapped into another role ("a person hugging other couples").
+COLLECTIVE_NOUNS = _words("couple crowd family team audience group")
+# The colours and patterns an animal's coat has ("a purple dog" is no hard negative).
+ANIMAL_COLOURS = _words("black white brown tan gray grey golden blond blonde spotted striped")
+
+
 def _pluralise(noun: str) -> str:
     """The plural of a singular noun: irregulars from the table, else the regular English rule."""
     if noun in IRREGULAR_PLURALS:
@@ -434,6 +530,8 @@ class _Parse:
     verb: int | None = None
     link: list[int] = field(default_factory=list)  # particle / preposition indices
     object: _NounPhrase | None = None
+    subject_end: int = 0  # after the subject's post-modifiers: where "and SUBJECT2" would go
+    auxiliary: int | None = None  # "is" / "are" before the verb
 
 
 def normalise_caption(caption: str) -> str:
@@ -498,74 +596,392 @@ def word_class(word: str) -> tuple[str, str] | None:
     return low, "noun"
 
 
-def make_negatives(views: CaptionViews, rng: random.Random) -> dict[str, str | None]:
-    """Hard negatives of the full caption by swapping words of the same role.
+NEGATIVE_KINDS = (
+    "object", "attribute", "relation", "order", "swap_attribute", "add_object", "add_attribute",
+)  # fmt: skip
 
-    'object': the subject head noun replaced by a noun of another kind-mate group: a man/woman/
-    boy/girl word by one of another gender or age; a role noun ("skier") by another role; a
-    generic person word ("person", "child", which any person word would still describe) by an
-    animal; an animal by another animal; a vehicle by another vehicle. Grammatical number kept.
-    'attribute': one attribute word replaced by a word of the same class from another synonym
-    group (colour<->colour, size<->size, ...); None when no attribute word can be swapped.
-    'relation': the verb replaced by a verb of another synonym group in the same form (-ing stays
-    -ing, "runs" stays 3rd person, "run" stays bare).
-    'order': subject and object nouns swapped, each taking the number of the place it moves to
-    (None when there is no object noun, or both nouns are the same word).
-    An article "a"/"an" right before a replaced word is re-chosen. Every non-None negative differs
-    from views.caption; the same rng state gives the same negatives.
+
+def make_negatives(views: CaptionViews, rng: random.Random) -> dict[str, str | None]:
+    """Hard negatives of the full caption of seven kinds (SugarCrepe's), each a fluent sentence
+    made from the caption's own parse, None where the kind cannot be made fluently.
+
+    The four kinds the compositional corpus also has keep its names:
+    'object' (replace object): the subject head noun replaced by a noun of another kind-mate
+    group: a man/woman/boy/girl word by one of another gender or age; a role noun ("skier") by
+    another role; a generic person word ("person", "child", which any person word would still
+    describe) by an animal; an animal by another animal; a vehicle by another vehicle.
+    Grammatical number kept.
+    'attribute' (replace attribute): one attribute word replaced by a word of the same class from
+    another synonym group (colour<->colour, size<->size, ...); None when none can be swapped.
+    'relation' (replace relation): the verb replaced by a verb of another synonym group in the
+    same form (-ing stays -ing, "runs" stays 3rd person, "run" stays bare).
+    'order' (swap objects): subject and object nouns swapped, each taking the number of the place
+    it moves to; only when the object is itself a person, animal or vehicle ("a man rides a
+    horse" -> "a horse rides a man"), since "the grass runs through the dog" is no sentence a
+    caption could be confused with.
+    Three kinds are new:
+    'swap_attribute': an attribute word of the subject (or of its clothing, "a man in a red shirt")
+    exchanged with one of the object's or of the second subject's ("a black dog chases a white
+    cat" -> "a white dog chases a black cat"); when only the subject has one, a pre-nominal
+    attribute moves to a bare object ("a black dog chases a cat" -> "a dog chases a black cat").
+    Only words of different synonym groups, each fitting the noun it lands on (no "a wooden dog",
+    no "a young ball", no colours on people but hair colours).
+    'add_object': a second subject conjoined, "a dog runs" -> "a dog and a cat run", the verb put
+    in agreement (3rd person -> bare, "is" -> "are", "there is" -> "there are"); a noun of the
+    subject's kind (persons, animals, vehicles) that the caption does not mention.
+    'add_attribute': an attribute word put before the noun of a bare subject or object phrase
+    ("a dog runs" -> "a black dog runs", "a man holds a ball" -> "an old man holds a ball"),
+    from a small list that fits the noun's kind.
+    Every edit re-chooses an "a"/"an" before the words it touches; every non-None negative
+    differs from views.caption; the same rng state gives the same negatives.
     """
     parse = _parse(views.caption)
     if _views_of(parse, views.caption) != views:
         raise InputError("views do not match their caption; make them with extract_views")
-    words = list(parse.words)
-    negatives: dict[str, str | None] = {
-        "object": None,
-        "attribute": None,
-        "relation": None,
-        "order": None,
+    return {
+        "object": _replace_object(parse, rng),
+        "attribute": _replace_attribute(parse, rng),
+        "relation": _replace_relation(parse, rng),
+        "order": _swap_objects(parse),
+        "swap_attribute": _swap_attribute(parse, rng),
+        "add_object": _add_object(parse, rng),
+        "add_attribute": _add_attribute(parse, rng),
     }
-    subject, obj = parse.subject, parse.object
-    if subject is not None:
-        noun = words[subject.head].lower()
-        replacement = _pick(
-            _object_pool(noun, words[parse.object.head].lower() if obj else None), rng
+
+
+def _replace_object(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'object' negative (see make_negatives)."""
+    subject, obj, low = parse.subject, parse.object, _lower(parse)
+    if subject is None:
+        return None
+    noun = low[subject.head]
+    pool = tuple(
+        candidate
+        for candidate in _object_pool(noun, low[obj.head] if obj else None)
+        if all(_fits(low[i], candidate) for i in subject.attributes)
+        and not (parse.modifier_spans and _kind_of_noun(candidate) == "animal")
+    )  # no "an old girl", no "bears in summer clothes"
+    replacement = _pick(pool, rng)
+    if replacement is None:
+        return None
+    edits = {subject.head: (_in_number_of(replacement, noun),)}
+    if subject.breed is not None:
+        edits[subject.breed] = ()
+    edits.update(_pronouns_after(parse, _gender(noun), _gender(replacement)))
+    return _rewrite(parse.words, edits)
+
+
+def _gender(word: str) -> str | None:
+    """ "male" or "female" for a gendered person noun or sex adjective, else None."""
+    group = _PERSON_GROUP_OF.get(_SINGULAR.get(word, word), word)
+    return next((sex for sex in ("female", "male") if group.endswith(sex)), None)
+
+
+def _pronouns_after(
+    parse: _Parse, before: str | None, after: str | None
+) -> dict[int, tuple[str, ...]]:
+    """Edits that put the pronouns after a singular subject in its new gender ("a man ... his
+    glasses" -> "a woman ... her glasses"); none when the gender does not change."""
+    if parse.subject is None or before is None or after is None or before == after:
+        return {}
+    if _is_plural_subject(parse):
+        return {}
+    low = _lower(parse)
+    change = PRONOUNS_OF[after]
+    return {k: (change[w],) for k in range(parse.subject.end, len(low)) if (w := low[k]) in change}
+
+
+def _subject_attributes(parse: _Parse) -> list[int]:
+    """Indices of the subject's attribute words, pre-nominal then in its post-modifiers."""
+    return parse.subject.attributes + _modifier_attributes(parse) if parse.subject else []
+
+
+def _replace_attribute(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'attribute' negative (see make_negatives): one of the subject's attribute words, and in
+    its place, from another synonym group of its class, the group's first word that fits the noun
+    it describes and is not in the caption already."""
+    low = _lower(parse)
+    present = set(low)
+    options = [
+        (index, choice)
+        for index in _subject_attributes(parse)
+        if _swappable(low[index])
+        for group in ATTRIBUTE_CLASSES[_ATTRIBUTE_CLASS_OF[low[index]]]
+        if low[index] not in group
+        and (choice := next((w for w in group if _fits(w, _attribute_noun(parse, index))), None))
+        and choice not in present
+    ]
+    if not options:
+        return None
+    index, choice = options[rng.randrange(len(options))]
+    gender_change = _pronouns_after(parse, _gender(low[index]), _gender(choice))
+    return _rewrite(parse.words, {index: (choice,), **gender_change})
+
+
+def _replace_relation(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'relation' negative (see make_negatives): a verb of another synonym group that fits
+    the verb's frame (RELATION_FRAMES), so that "a dog runs on the grass" may become "a dog sits
+    on the grass" but not "a dog kicks on the grass", nor "a man throws a motorbike"."""
+    if parse.verb is None or _lower(parse)[parse.verb] in LIGHT_VERBS:
+        return None
+    verb = _lower(parse)[parse.verb]
+    frame = {form for bare in RELATION_FRAMES[_relation_frame(parse)] for form in _forms_of(bare)}
+    groups = _verb_groups(verb)
+    pool = tuple(w for g in groups if verb not in g for w in g if w in frame)
+    choice = _pick(pool, rng)
+    return None if choice is None else _rewrite(parse.words, {parse.verb: (choice,)})
+
+
+def _relation_frame(parse: _Parse) -> str:
+    """The RELATION_FRAMES key of the caption's verb."""
+    low = _lower(parse)
+    obj = parse.object
+    if obj is not None and not parse.link:
+        noun = low[obj.head]
+        if _SINGULAR[noun] in SPORTS:
+            return "thing"
+        kind = _kind_of_noun(noun)
+        if kind in ("person", "young person"):
+            return "person"
+        if kind == "thing":
+            return "prop" if _SINGULAR[noun] in PROPS else "thing"
+        return kind
+    if any(low[k] in MOTION_LINKS for k in parse.link):
+        return "motion"
+    after = _at(low, parse.verb + 1) if parse.verb is not None else ""
+    if not parse.link and after in OBJECT_STARTERS:
+        return "person"  # an object the parser does not read: "biting each other"
+    return "place"
+
+
+def _forms_of(bare: str) -> tuple[str, str, str]:
+    """A verb's bare, 3rd-person and -ing forms: "chase" -> ("chase", "chases", "chasing")."""
+    if bare in _VERB_FORMS:
+        return (bare, *_VERB_FORMS[bare])
+    third = bare + ("es" if bare.endswith(("sh", "ch", "ss", "x")) else "s")
+    if bare.endswith("e") and not bare.endswith("ee"):
+        ing = bare[:-1] + "ing"
+    elif (
+        len(bare) >= 3 and bare[-1] in "bdgmnpt" and bare[-2] in "aeiou" and bare[-3] not in "aeiou"
+    ):
+        ing = bare + bare[-1] + "ing"
+    else:
+        ing = bare + "ing"
+    return bare, third, ing
+
+
+def _swap_objects(parse: _Parse) -> str | None:
+    """The 'order' negative (see make_negatives)."""
+    subject, obj, low = parse.subject, parse.object, _lower(parse)
+    if subject is None or obj is None:
+        return None
+    s_word, o_word = low[subject.head], low[obj.head]
+    s_noun, o_noun = _SINGULAR[s_word], _SINGULAR[o_word]
+    alive = ("person", "young person", "animal")
+    if (
+        s_noun == o_noun
+        or _kind_of_noun(s_word) not in alive
+        or _kind_of_noun(o_word) not in alive
+        or {s_noun, o_noun} & COLLECTIVE_NOUNS
+        or not all(_fits(low[i], o_noun) for i in subject.attributes)
+        or not all(_fits(low[i], s_noun) for i in obj.attributes)
+        or (parse.modifier_spans and "animal" in (_kind_of_noun(s_word), _kind_of_noun(o_word)))
+    ):  # no "an old kid", no "pigeons in uniforms"
+        return None
+    edits = {
+        subject.head: (_in_number_of(o_noun, s_word),),
+        obj.head: (_in_number_of(s_noun, o_word),),
+    }
+    for breed in (subject.breed, obj.breed):
+        if breed is not None:
+            edits[breed] = ()
+    return _rewrite(parse.words, edits)
+
+
+def _swap_attribute(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'swap_attribute' negative (see make_negatives)."""
+    subject, low = parse.subject, _lower(parse)
+    if subject is None:
+        return None
+    own = _subject_attributes(parse)
+    own_words = {low[k] for k in own}
+    partners = [p for p in (parse.conjunct, parse.object) if p is not None]
+    swaps = [
+        {i: (low[j],), j: (low[i],)}
+        for partner in partners
+        for i in own
+        for j in partner.attributes
+        if _synonym_group(low[i]) != _synonym_group(low[j])
+        and low[i] not in {low[k] for k in partner.attributes}
+        and low[j] not in own_words
+        and _fits(low[i], low[partner.head])
+        and _fits(low[j], _attribute_noun(parse, i))
+    ]
+    if swaps:
+        return _rewrite(parse.words, swaps[rng.randrange(len(swaps))])
+    moves = [
+        {i: (), _first_noun(low, partner): (low[i], parse.words[_first_noun(low, partner)])}
+        for partner in partners
+        if not partner.attributes and _takes_attributes(low[partner.head])
+        for i in subject.attributes
+        if _at(low, i - 1) not in ADJECTIVE_LINKS
+        and _at(low, i + 1) not in ADJECTIVE_LINKS
+        and _fits(low[i], low[partner.head])
+    ]
+    return _rewrite(parse.words, moves[rng.randrange(len(moves))]) if moves else None
+
+
+def _attribute_noun(parse: _Parse, index: int) -> str:
+    """The noun an attribute word of the subject describes: the subject head, or the clothing
+    noun of the post-modifier it sits in ("red" of "a man in a red shirt" -> "shirt"; "red" of
+    "a woman in red" -> "clothing")."""
+    low = _lower(parse)
+    for start, end in parse.modifier_spans:
+        if start <= index < end:
+            return next((low[k] for k in range(index, end) if low[k] in NOUNS), "clothing")
+    return low[parse.subject.head] if parse.subject else ""
+
+
+def _synonym_group(word: str) -> tuple[str, ...]:
+    """The synonym group of an attribute word."""
+    return next(g for groups in ATTRIBUTE_CLASSES.values() for g in groups if word in g)
+
+
+def _kind_of_noun(word: str) -> str:
+    """ "person", "young person", "animal", "vehicle" or "thing" for a noun form."""
+    noun = _SINGULAR.get(word, word)
+    if noun in YOUNG_PERSONS:
+        return "young person"
+    if noun in _PERSON_GROUP_OF or noun in PERSON_ROLES or noun in PERSON_GENERIC:
+        return "person"
+    if noun in _ANIMAL_GROUP_OF or noun in ANIMAL_GENERIC:
+        return "animal"
+    return "vehicle" if noun in VEHICLES else "thing"
+
+
+def _fits(attribute: str, noun: str) -> bool:
+    """Whether an attribute word can describe a noun (CLASSES_BY_KIND; colours on people only as
+    hair colours, hair colours only on people)."""
+    kind = _kind_of_noun(noun)
+    attribute_class = _ATTRIBUTE_CLASS_OF[attribute]
+    person = kind in ("person", "young person")
+    if attribute_class == "colour" and (attribute in HAIR_COLOURS) != person:
+        return False
+    if kind == "animal" and attribute_class in ("colour", "pattern"):
+        return attribute in ANIMAL_COLOURS
+    if attribute_class in ("size", "length") and _SINGULAR.get(noun, noun) in MASS_NOUNS:
+        return False
+    return attribute_class in CLASSES_BY_KIND[kind]
+
+
+def _takes_attributes(noun: str) -> bool:
+    """Whether a noun is something a colour or size naturally describes: a person, an animal, a
+    vehicle or a prop (not a place or a substance: no "the black grass")."""
+    return _kind_of_noun(noun) != "thing" or _SINGULAR.get(noun) in PROPS
+
+
+def _first_noun(low: list[str], phrase: _NounPhrase) -> int:
+    """Where an adjective goes in a phrase: before its breed modifier or its first noun
+    ("a football player" -> before "football")."""
+    if phrase.breed is not None:
+        return phrase.breed
+    k = phrase.head
+    while k - 1 >= phrase.start and low[k - 1] in NOUNS and k - 1 != phrase.det:
+        k -= 1
+    return k
+
+
+def _add_object(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'add_object' negative (see make_negatives)."""
+    subject, low = parse.subject, _lower(parse)
+    if subject is None or parse.verb is None or parse.conjunct is not None:
+        return None
+    if "and" in low[subject.start : parse.subject_end]:  # "a man in a shirt and cap and a girl"
+        return None
+    mentioned = {_SINGULAR[w] for w in low if w in _SINGULAR}
+    noun = _pick(tuple(n for n in _companion_pool(low[subject.head]) if n not in mentioned), rng)
+    if noun is None:
+        return None
+    at = parse.subject_end
+    edits: dict[int, tuple[str, ...]] = {}
+    if parse.auxiliary is not None:
+        edits[parse.auxiliary] = (
+            PLURAL_AUXILIARIES.get(low[parse.auxiliary], low[parse.auxiliary]),
         )
-        if replacement is not None:
-            form = _pluralise(replacement) if _is_plural(noun) else replacement
-            swap = {subject.head: form}
-            if subject.breed is not None:
-                swap[subject.breed] = ""
-            negatives["object"] = _replace(words, swap)
-        swappable = [
-            i for i in subject.attributes + _modifier_attributes(parse) if _swappable(words[i])
-        ]
-        if swappable:
-            index = swappable[rng.randrange(len(swappable))]
-            present = {words[i].lower() for i in subject.attributes + _modifier_attributes(parse)}
-            word = words[index].lower()
-            choice = _pick(
-                _groups_other_than(ATTRIBUTE_CLASSES[_ATTRIBUTE_CLASS_OF[word]], word, present), rng
-            )
-            if choice is not None:
-                negatives["attribute"] = _replace(words, {index: choice})
-    if parse.verb is not None:
-        verb = words[parse.verb].lower()
-        choice = _pick(_groups_other_than(_verb_groups(verb), verb, set()), rng)
-        if choice is not None:
-            negatives["relation"] = _replace(words, {parse.verb: choice})
-    if subject is not None and obj is not None:
-        s_word, o_word = words[subject.head].lower(), words[obj.head].lower()
-        s_noun, o_noun = _SINGULAR[s_word], _SINGULAR[o_word]
-        if s_noun != o_noun:
-            swap = {
-                subject.head: _in_number_of(o_noun, s_word),
-                obj.head: _in_number_of(s_noun, o_word),
-            }
-            for breed in (subject.breed, obj.breed):
-                if breed is not None:
-                    swap[breed] = ""
-            negatives["order"] = _replace(words, swap)
-    return negatives
+    elif low[parse.verb] in VERBS_3SG and not _is_plural_subject(parse):
+        edits[parse.verb] = (_bare_form(low[parse.verb]),)
+        for k in range(parse.verb + 2, len(low)):  # "holds a microphone and speaks"
+            if low[k - 1] == "and" and _is_third_person_verb(low[k]):
+                edits[k] = (_bare_form(low[k]),)
+    if low[:2] == ["there", "is"]:
+        edits[1] = ("are",)
+    following = edits.get(at, (parse.words[at],))
+    edits[at] = ("and", _article("a", noun), noun, *following)
+    return _rewrite(parse.words, edits)
+
+
+def _is_plural_subject(parse: _Parse) -> bool:
+    """Whether the subject phrase is plural ("dogs", "a group of people")."""
+    subject = parse.subject
+    return subject is not None and (_is_plural(_lower(parse)[subject.head]) or subject.quantity)
+
+
+def _companion_pool(word: str) -> tuple[str, ...]:
+    """Nouns an 'add_object' negative may conjoin to a subject: its own kind, another group."""
+    noun, kind = _SINGULAR[word], _kind_of_noun(word)
+    if kind in ("person", "young person"):
+        group = _PERSON_GROUP_OF.get(noun)
+        return tuple(p for p in PERSON_POOL if _PERSON_GROUP_OF[p] != group)
+    if kind == "animal":
+        group = _ANIMAL_GROUP_OF.get(noun)
+        return tuple(a for a in ANIMAL_POOL if _ANIMAL_GROUP_OF[a] != group)
+    return tuple(v for v in VEHICLE_POOL if v != noun)
+
+
+def _is_third_person_verb(word: str) -> bool:
+    """Whether a word after "and" reads as a 3rd-person present verb: a known one, or an unknown
+    word in -s that is no noun ("and pretends")."""
+    if word in VERBS_3SG:
+        return True
+    unknown = word not in NOUNS and word not in FUNCTION_WORDS and word not in ADJECTIVES
+    return unknown and word.endswith("s") and not word.endswith("ss") and word.isalpha()
+
+
+def _bare_form(verb: str) -> str:
+    """The bare form of a 3rd-person present verb: "runs" -> "run", "catches" -> "catch"."""
+    if verb in IRREGULAR_BARE_FORMS:
+        return IRREGULAR_BARE_FORMS[verb]
+    if verb.endswith("ies"):
+        return verb[:-1] if len(verb) <= 4 else verb[:-3] + "y"
+    if verb.endswith(("sses", "shes", "ches", "xes", "zzes")):
+        return verb[:-2]
+    return verb[:-1]
+
+
+def _add_attribute(parse: _Parse, rng: random.Random) -> str | None:
+    """The 'add_attribute' negative (see make_negatives)."""
+    subject, low = parse.subject, _lower(parse)
+    if subject is None:
+        return None
+    phrases = []
+    if not _subject_attributes(parse):
+        phrases.append(subject)
+    obj = parse.object
+    if obj is not None and not obj.attributes and _takes_attributes(low[obj.head]):
+        phrases.append(obj)
+    present = set(low)
+    edits = [
+        {_first_noun(low, phrase): (word, parse.words[_first_noun(low, phrase)])}
+        for phrase in phrases
+        for word in ADDED_ATTRIBUTES[_kind_of_noun(low[phrase.head])]
+        if not present & set(_synonym_group(word))
+    ]
+    return _rewrite(parse.words, edits[rng.randrange(len(edits))]) if edits else None
+
+
+def _lower(parse: _Parse) -> list[str]:
+    """The parse's words in lower case."""
+    return [w.lower() for w in parse.words]
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -769,6 +1185,7 @@ def _parse(text: str) -> _Parse:
         else:
             attribute_run = False
         i = end
+    parse.subject_end = i
     plural = low[subject.head] in _PLURAL_FORMS or subject.quantity
     if _at(low, i) == "and":
         conjunct = _parse_noun_phrase(low, i + 1, SUBJECT_NOUNS)
@@ -780,17 +1197,18 @@ def _parse(text: str) -> _Parse:
         parse.conjunct, i, plural = conjunct, j, True
     auxiliary = _at(low, i) in AUXILIARIES
     if auxiliary:
+        parse.auxiliary = i
         i += 1
     if _at(low, i) in ADVERBS:
         i += 1
     if not _is_verb(low, i, auxiliary, plural):
-        parse.conjunct = None
+        parse.conjunct, parse.auxiliary = None, None
         return parse
     found = _parse_object(low, i + 1)
     if found is not None:
         parse.link, parse.object = found
     if low[i] in ("wearing", "dressed") and parse.object is None:
-        parse.conjunct, parse.link = None, []
+        parse.conjunct, parse.link, parse.auxiliary = None, [], None
         return parse
     parse.verb = i
     return parse
@@ -907,6 +1325,8 @@ def _object_pool(word: str, object_word: str | None) -> tuple[str, ...]:
         pool = tuple(a for a in ANIMAL_POOL if _ANIMAL_GROUP_OF[a] != group)
     elif noun in VEHICLES:
         pool = tuple(v for v in VEHICLE_POOL if v != noun and not {v, noun} <= {"bike", "bicycle"})
+    elif noun in YOUNG_PERSONS:
+        pool = ("man", "woman")
     elif noun in PERSON_GENERIC or noun == "person":
         pool = ANIMAL_POOL
     else:
@@ -928,29 +1348,35 @@ def _verb_groups(verb: str) -> tuple[tuple[str, ...], ...]:
     return VERB_GROUPS_ING
 
 
-def _groups_other_than(
-    groups: tuple[tuple[str, ...], ...], word: str, present: set[str]
-) -> tuple[str, ...]:
-    """The first word of every group not holding `word`, minus words already present."""
-    return tuple(g[0] for g in groups if word not in g and g[0] not in present)
-
-
 def _pick(pool: tuple[str, ...], rng: random.Random) -> str | None:
     """One word of the pool drawn with rng, or None for an empty pool."""
     return pool[rng.randrange(len(pool))] if pool else None
 
 
-def _replace(words: list[str], replacements: dict[int, str]) -> str:
-    """The caption with words replaced (an empty replacement drops the word), capitalisation kept
-    and an "a"/"an" before a replaced word re-chosen."""
-    out = list(words)
-    for index, new in replacements.items():
-        out[index] = new.capitalize() if out[index][:1].isupper() else new
-    for index in replacements:
-        before, after = index - 1, index
-        while after < len(out) and not out[after]:
-            after += 1
-        if before >= 0 and after < len(out) and out[before].lower() in ("a", "an"):
-            article = _article(out[before].lower(), out[after].lower())
-            out[before] = article.capitalize() if out[before][:1].isupper() else article
-    return " ".join(w for w in out if w)
+def _rewrite(words: list[str], edits: Mapping[int, tuple[str, ...]]) -> str:
+    """The caption with the word at each edited index replaced by the edit's words (none: the word
+    is dropped; several: words inserted), the first word capitalised as it was, and an "a"/"an"
+    before every place an edit touched re-chosen ("a old man" -> "an old man", "an [old] man" ->
+    "a man")."""
+    out: list[str] = []
+    touched: list[bool] = []
+    pending = False
+    for index, word in enumerate(words):
+        if index not in edits:
+            out.append(word)
+            touched.append(pending)
+            pending = False
+            continue
+        new = list(edits[index])
+        if index == 0:
+            new = [w.lower() for w in new]
+        out += new
+        touched += [True] * len(new)
+        pending = not new
+    for k in range(1, len(out)):
+        if touched[k] and out[k - 1].lower() in ("a", "an"):
+            article = _article(out[k - 1].lower(), out[k].lower())
+            out[k - 1] = article.capitalize() if out[k - 1][:1].isupper() else article
+    if out and words[0][:1].isupper():
+        out[0] = out[0][:1].upper() + out[0][1:]
+    return " ".join(out)

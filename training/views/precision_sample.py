@@ -1,7 +1,11 @@
-"""Print a random sample of Flickr8k captions with their extracted views, as a Markdown table.
+"""Print a random sample of Flickr8k captions with their extracted views or their typed hard
+negatives, as a Markdown table, and how many captions yield each negative kind.
 
     python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt \
         --seed 0 -n 50
+    python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt \
+        --negatives --seed 0 -n 17
+    python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt --yields
 
 For judging the extractor's precision by hand; the script makes no judgement itself.
 """
@@ -10,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections import Counter
 from pathlib import Path
 
-from training.views.extractor import extract_views
+from training.views.extractor import NEGATIVE_KINDS, extract_views, make_negatives
 
 
 def read_captions(path: Path) -> list[str]:
@@ -35,14 +40,71 @@ def sample_table(captions: list[str], seed: int, n: int) -> str:
     return "\n".join(rows)
 
 
+def negatives_table(captions: list[str], seed: int, per_kind: int) -> str:
+    """A Markdown table of `per_kind` negatives of every kind: the captions are shuffled with
+    random.Random(seed) and each kind takes the first `per_kind` captions that yield one; each
+    caption's negatives are made with random.Random(seed + its position in the shuffle)."""
+    order = list(captions)
+    random.Random(seed).shuffle(order)
+    rows = ["| # | kind | caption | negative |", "|---|---|---|---|"]
+    taken = Counter[str]()
+    found: dict[str, list[tuple[str, str]]] = {kind: [] for kind in NEGATIVE_KINDS}
+    for position, caption in enumerate(order):
+        if all(taken[kind] >= per_kind for kind in NEGATIVE_KINDS):
+            break
+        views = extract_views(caption)
+        negatives = make_negatives(views, random.Random(seed + position))
+        for kind, negative in negatives.items():
+            if negative is not None and taken[kind] < per_kind:
+                taken[kind] += 1
+                found[kind].append((views.caption, negative))
+    number = 0
+    for kind in NEGATIVE_KINDS:
+        for caption, negative in found[kind]:
+            number += 1
+            rows.append(f"| {number} | {kind} | {caption} | {negative} |")
+    return "\n".join(rows)
+
+
+def negative_yields(captions: list[str], seed: int = 0) -> dict[str, int]:
+    """How many captions yield a negative of each kind (negatives drawn as
+    `training.grasp.data.extracted_view_texts` draws them: one rng seeded `seed` for all)."""
+    rng = random.Random(seed)
+    counts = Counter[str]()
+    for caption in captions:
+        negatives = make_negatives(extract_views(caption), rng)
+        counts.update(kind for kind, negative in negatives.items() if negative is not None)
+    return {kind: counts[kind] for kind in NEGATIVE_KINDS}
+
+
+def yields_table(captions: list[str]) -> str:
+    """A Markdown table of negative_yields over the captions."""
+    rows = ["| kind | captions yielding one | share |", "|---|---:|---:|"]
+    for kind, count in negative_yields(captions).items():
+        rows.append(f"| {kind} | {count} | {count / len(captions):.1%} |")
+    rows.append(f"| (all captions) | {len(captions)} | |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Command line: token-file path, --seed, -n."""
+    """Command line: token-file path, --seed, -n, --negatives, --yields."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="Flickr8k.token.txt")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("-n", type=int, default=50, help="how many captions (default 50)")
+    parser.add_argument(
+        "-n", type=int, default=None, help="captions (default 50), or negatives per kind (17)"
+    )
+    show = parser.add_mutually_exclusive_group()
+    show.add_argument("--negatives", action="store_true", help="sample negatives of each kind")
+    show.add_argument("--yields", action="store_true", help="count captions yielding each kind")
     args = parser.parse_args(argv)
-    print(sample_table(read_captions(args.path), args.seed, args.n))
+    captions = read_captions(args.path)
+    if args.yields:
+        print(yields_table(captions))
+    elif args.negatives:
+        print(negatives_table(captions, args.seed, 17 if args.n is None else args.n))
+    else:
+        print(sample_table(captions, args.seed, 50 if args.n is None else args.n))
 
 
 if __name__ == "__main__":
