@@ -167,6 +167,26 @@ def test_training_lifts_selectivity_and_staircase_above_truncation(tmp_path: Pat
     assert obj > truncation["retrieval"]["object"][str(CONTRACT[Granularity.OBJECT])]["R@1"]
 
 
+def test_training_and_scoring_skip_rows_without_a_negative(tmp_path: Path):
+    """Real captions yield some negative types only now and then: NaN rows train and score."""
+    from training.grasp.adapters import fit_adapter
+
+    data = constructed_set(300)
+    sparse = data.negatives["attribute"].copy()
+    sparse[np.arange(len(sparse)) % 7 != 0] = np.nan  # one row in seven holds this type
+    data.negatives["swap_attribute"] = sparse
+    config = GraspConfig(epochs=3, batch_size=8, patience=10)  # most batches lack the type
+    result = train_grasp(data, config, tmp_path / "w", progress=False, device="cpu")
+    assert np.isfinite(result.artifact.rotation).all()
+    assert orthogonality_error(result.artifact.rotation) < 1e-6
+    assert all(np.isfinite(v) for entry in result.history for v in entry.values())
+    report = evaluate(result.artifact.apply, data.of_split("test"), CONTRACT)
+    assert set(report["hn_at_level"]) == set(data.negatives)
+    assert np.isfinite(report["selectivity"]) and np.isfinite(report["staircase"])
+    mlp = fit_adapter("mlp", data.of_split("train"), CONTRACT, config, epochs=1)
+    assert np.isfinite(evaluate(mlp, data.of_split("test"), CONTRACT)["selectivity"])
+
+
 def test_training_is_deterministic_and_resumes(tmp_path: Path):
     data = constructed_set(300)
     config = GraspConfig(epochs=3, batch_size=64, patience=10)

@@ -365,3 +365,24 @@ def test_every_negative_is_fluent_and_differs(caption: str) -> None:
                 if article in ("a", "an") and following[0] in "aeio":
                     assert article == "an", (kind, negative)
             assert negative[0].isupper() == views.caption[0].isupper(), (kind, negative)
+
+
+def test_precision_sample_of_negatives_and_yields(tmp_path) -> None:
+    from training.views.precision_sample import negative_yields, negatives_table, read_captions
+
+    lines = [
+        "a.jpg#0\tA black dog chases a white cat .",
+        "a.jpg#1\tA dog runs on the grass .",
+        "b.jpg#0\tClose-up of a dog",
+        "b.jpg#1\tA man rides a horse",
+    ]
+    token_file = tmp_path / "Flickr8k.token.txt"
+    token_file.write_text("\n".join(lines) + "\n")
+    captions = read_captions(token_file)
+    yields = negative_yields(captions)
+    assert list(yields) == list(NEGATIVE_KINDS)
+    assert yields["order"] == 2 and yields["swap_attribute"] == 1 and yields["object"] == 3
+    table = negatives_table(captions, seed=0, per_kind=1).splitlines()
+    assert len(table) == 2 + len(NEGATIVE_KINDS)  # one of each kind, here
+    assert [row.split(" | ")[1] for row in table[2:]] == list(NEGATIVE_KINDS)
+    assert negatives_table(captions, seed=0, per_kind=1) == "\n".join(table)
