@@ -5,8 +5,11 @@
 
 `Admin` does the work on a `StrataServer` (plain methods, usable without gRPC);
 `AdminServicer` checks the token, converts and maps errors. Reload opens a version of the
-server's bundle directory (by name, or the one CURRENT names), loads it on a worker thread
-while the old version keeps serving, then hands the new engine to `StrataServer.swap_engine`.
+server's bundle directory (by name, or the one CURRENT names), verifies it
+(`indexer.verify.check_servable`; a version that fails is refused with FAILED_PRECONDITION
+naming the file, and counted in `strata_bundle_refused_total{reason}`), loads it on a worker
+thread while the old version keeps serving, then hands the new engine to
+`StrataServer.swap_engine`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from indexer.bundle import MANIFEST, Bundle, parse_version_name, read_current
+from indexer.verify import VersionRefusedError, check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.errors import QueryError, ServiceError
@@ -86,6 +90,11 @@ class Admin:
         if not (path / MANIFEST).is_file():
             raise ServiceError(f"no bundle version {name} in {root}")
         served = self.server.engine
+        try:
+            check_servable(path)
+        except VersionRefusedError as exc:
+            self.server.metrics.record_refusal(exc.reason)
+            raise ServiceError(str(exc)) from None
         try:
             bundle = Bundle.open_version(path)
             if bundle.manifest.encoder != served.bundle.manifest.encoder:

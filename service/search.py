@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
+from indexer.verify import check_servable
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError
 from service.explain import (
     activations_of,
@@ -135,13 +136,18 @@ class SearchEngine:
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
         translator: Path | None = None,
+        verify: bool = True,
     ) -> SearchEngine:
         """The published version of a bundle directory, with the encoder its manifest names.
 
-        With `translator` (a folder written by `strata upgrade`), queries are embedded by the
-        translator's source model and translated into the bundle's space instead.
+        The version is verified first (`indexer.verify.check_servable`; `VersionRefusedError`
+        naming the file when it fails) unless `verify` is False. With `translator` (a folder
+        written by `strata upgrade`), queries are embedded by the translator's source model and
+        translated into the bundle's space instead.
         """
         bundle = Bundle.open(bundles)
+        if verify:
+            check_servable(bundle.path)
         spec = bundle.manifest.encoder
         if not spec:
             raise ServiceError(f"bundle {bundle.path} records no encoder to embed queries with")
