@@ -117,8 +117,7 @@ def test_stored_vectors_are_checked_against_the_cache(version: Path, inputs: Inp
     faults = verify_bundle(version, sample=16).faults
     assert faults[0].startswith("prefix_8.faiss: row 0 disagrees with prefix_64.faiss by ")
     assert len(faults) == 17 and all(
-        f.startswith("prefix_8.faiss: row ") and "differs from the cache's" in f
-        for f in faults[1:]
+        f.startswith("prefix_8.faiss: row ") and "differs from the cache's" in f for f in faults[1:]
     )
 
 
