@@ -27,7 +27,7 @@ from indexer.bundle import MANIFEST, Bundle, parse_version_name, read_current
 from indexer.verify import VersionRefusedError, check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.errors import QueryError, ServiceError
+from service.errors import QueryError, ServiceError, bounded, echo
 from service.search import SearchEngine
 from training.errors import InputError
 
@@ -76,7 +76,7 @@ class Admin:
         root = self.server.bundles_dir
         if version:
             if parse_version_name(version) is None:
-                raise QueryError(f"{version!r} is not a bundle version name (like v000003)")
+                raise QueryError(f"{echo(version)} is not a bundle version name (like v000003)")
             name = version
         else:
             try:
@@ -179,11 +179,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def _refuse(self, context: grpc.aio.ServicerContext, error: Exception) -> None:
         if isinstance(error, QueryError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(error)))
         if isinstance(error, ServiceError):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(str(error)))
         log.exception("admin call failed", exc_info=error)
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {error}")
+        await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal error: {error}"))
 
     async def Reload(  # noqa: N802 (gRPC method names)
         self, request: pb.ReloadRequest, context: grpc.aio.ServicerContext
