@@ -24,7 +24,8 @@ in deploy/ are written against exactly these):
                                                because they do not verify; reason = the
                                                first fault's kind (indexer.verify.FAULT_KINDS)
     strata_serving                             gauge: 1 serving, 0 draining or stopped
-    strata_queue_depth                         gauge: queries waiting for the micro-batcher
+    strata_queue_depth                         gauge: requests waiting for the micro-batcher
+                                               (a BatchSearch counts once)
 
 Code outside the server (the query cache, the hot-swap watcher) feeds its series through the
 module-level functions `record_cache`, `set_redis_up` and `record_hot_swap`: they update every
@@ -141,7 +142,9 @@ class ServerMetrics:
             "strata_serving", "1 while the server reports SERVING, 0 otherwise.", registry=r
         )
         self.queue_depth = Gauge(
-            "strata_queue_depth", "Queries waiting for the micro-batcher.", registry=r
+            "strata_queue_depth",
+            "Requests waiting for the micro-batcher (a BatchSearch counts once).",
+            registry=r,
         )
         # every label set a dashboard plots exists from the start (at 0), not from its first use
         for tier in CACHE_TIERS:
