@@ -45,9 +45,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexer.bundle import MANIFEST, Bundle, parse_version_name
+from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
 from indexer.durable import sha256_file
 from indexer.publish import DEFAULT_PREFIX, PublishError, VersionChannel, one_line, redacted
 from indexer.verify import Fault, VersionRefusedError, check_servable
@@ -136,7 +137,11 @@ class SwapCounts:
 
 def load_engine(record: dict[str, Any], current: SearchEngine) -> SearchEngine:
     """The announced version as a new engine sharing `current`'s encoder, config and cache."""
-    bundle = Bundle.open_version(record["path"])
+    try:
+        bundle = Bundle.open_version(record["path"])
+    except BundleError as exc:  # no manifest (partly written, or gone), or not one
+        path = Path(record["path"])
+        raise VersionRefusedError(path, [Fault("manifest", str(exc))]) from None
     if bundle.name != record["name"]:
         raise SwapError(f"{record['path']} holds {bundle.name}, not the announced {record['name']}")
     expected = record.get("manifest_sha256")

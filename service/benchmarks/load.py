@@ -50,8 +50,10 @@ QUERIES = (
 )  # fmt: skip
 
 
-def build_gallery(work: Path, rows: int, dim: int) -> Path:
-    cache = write_synthetic_cache(work / "cache", rows, dim, modality="text")
+def build_gallery(work: Path, rows: int, dim: int = 384) -> Path:
+    """A bundle of `rows` synthetic text rows whose manifest names MiniLM (so `strata serve`
+    embeds queries with it): random GraSP-VL and CEDAR (k = 32) artifacts."""
+    cache = write_synthetic_cache(work / "cache", rows, dim, modality="text", encoder="minilm")
     sample = np.asarray(EmbeddingCache.open(cache).embeddings("text")[:5000], dtype=np.float32)
     random_grasp_artifact(dim).save(work / "grasp")
     random_cedar_artifact(dim, 32, sample).save(work / "cedar")
