@@ -12,16 +12,17 @@ CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no 
 little more than one query, as on a GPU.
 
 Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
-`submit_many(items)` (a BatchSearch) one request of many, which contributes at most
-`flow_share` items to any batch: a batch is filled round-robin from the waiting requests in
-arrival order, and a request with items left goes to the back. So a small query that arrives
-while a large request is being worked through waits for at most the batch being processed (at
-most `flow_share` of the large request's items, when nothing else waits) and then rides in the
-next one — never behind the large request's remaining items (no head-of-line blocking). A large
-request alone is processed `flow_share` items at a time, which costs it throughput (on CPU
-MiniLM, 4 texts take 1.4× one text, 32 take 5.5×) and buys everyone else a bounded wait; a
-caller that gives up (a deadline, a cancelled call, a server stopping at its grace) takes its
-items still waiting out of the queue at once, so its remaining work is never done.
+`submit_many(items)` (a BatchSearch) one request of many, worked through in chunks. Batches
+alternate: while single-item requests wait, every other batch is made of them alone (oldest
+first, up to `max_batch`); the batches between are one chunk of one multi-item request (those
+take turns, round-robin). A chunk is as many items as fit in `chunk_ms` by what that request's
+items have cost so far (the first chunk: one item; at most `max_batch`). So a small query that
+arrives while a large request is worked through waits for at most the chunk being processed
+(about `chunk_ms`, or one item where a single item costs more) and then runs in a batch of
+small queries — never behind the large request's remaining items, and never batched with them
+(no head-of-line blocking). A caller that gives up (a deadline, a cancelled call, a server
+stopping at its grace) takes its items still waiting out of the queue at once, so its remaining
+work is never done.
 
 Admission: a full queue (`max_queue` requests waiting, not counting the batch being processed)
 refuses a submission at once with `OverloadedError` (RESOURCE_EXHAUSTED) rather than letting
@@ -29,8 +30,8 @@ latency grow without bound. A submission may carry a deadline (event-loop time):
 waiting when it passes is dropped with `DeadlineError` instead of being processed for a caller
 that no longer waits; for `submit_many` the first failing item fails the request, and its
 other waiting items are dropped.
-With batching switched off (`enabled=False`, for load tests) every submission is processed
-alone (a multi-item one `flow_share` items per call), on the same executor.
+With batching switched off (`enabled=False`, for load tests) every item is processed alone,
+on the same executor.
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class BatchingConfig:
     """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
-    requests waiting at most, `flow_share` items of one request per call at most;
-    `enabled=False` processes every request alone."""
+    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
+    `enabled=False` processes every item alone."""
 
     enabled: bool = True
     max_batch: int = 32
     max_wait_ms: float = 0.0
     max_queue: int = 64
-    flow_share: int = 4
+    chunk_ms: float = 20.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -72,8 +73,8 @@ class BatchingConfig:
             raise InputError(f"max wait must lie in [0, 10000] ms, got {self.max_wait_ms}")
         if self.max_queue < 1:
             raise InputError(f"max queue must be at least 1, got {self.max_queue}")
-        if self.flow_share < 1:
-            raise InputError(f"flow share must be at least 1, got {self.flow_share}")
+        if not 0 < self.chunk_ms <= 10_000:
+            raise InputError(f"chunk time must lie in (0, 10000] ms, got {self.chunk_ms}")
 
 
 @dataclass
@@ -101,10 +102,19 @@ class _Waiting(Generic[T, R]):
 
 @dataclass
 class _Flow(Generic[T, R]):
-    """One request's items still waiting, oldest first (`futures`: all of its items')."""
+    """One request's items still waiting, oldest first (`futures`: all of its items');
+    `single`: a request of one item; `item_s`: what one of its items has cost (None: unknown)."""
 
     items: deque[_Waiting[T, R]] = field(default_factory=deque)
     futures: list[asyncio.Future[R]] = field(default_factory=list)
+    single: bool = True
+    item_s: float | None = None
+
+    def chunk(self, chunk_s: float, most: int) -> int:
+        """Items of this request in its next chunk: what fits in `chunk_s` (1 while unknown)."""
+        if self.item_s is None:
+            return 1
+        return max(1, min(most, int(chunk_s / max(self.item_s, 1e-6))))
 
 
 class ItemError(Exception):
@@ -116,20 +126,32 @@ class ItemError(Exception):
         self.index, self.error = index, error
 
 
-def take_batch(flows: deque[_Flow[T, R]], max_batch: int, share: int) -> list[_Waiting[T, R]]:
-    """Fill one batch round-robin from the waiting requests (`flows`, arrival order): at most
-    `share` items of each, at most `max_batch` in all; a request with items left moves to the
-    back, emptied ones are dropped. Mutates `flows`; pure otherwise."""
-    batch: list[_Waiting[T, R]] = []
-    rotated: list[_Flow[T, R]] = []
-    while flows and len(batch) < max_batch:
-        flow = flows.popleft()
-        for _ in range(min(share, max_batch - len(batch), len(flow.items))):
-            batch.append(flow.items.popleft())
-        if flow.items:
-            rotated.append(flow)
-    flows.extend(rotated)
-    return batch
+def take_batch(
+    flows: deque[_Flow[T, R]], max_batch: int, chunk_s: float, singles_first: bool
+) -> tuple[list[_Waiting[T, R]], _Flow[T, R] | None]:
+    """The next batch from the waiting requests (`flows`, arrival order): up to `max_batch`
+    single-item requests, oldest first, when `singles_first` or no multi-item request waits;
+    else one chunk of the first multi-item request, which then moves to the back. Returns the
+    batch and the multi-item request it came from (None: singles). Mutates `flows`."""
+    singles = [f for f in flows if f.single]
+    multis = [f for f in flows if not f.single]
+    if singles and (singles_first or not multis):
+        taken = singles[:max_batch]
+        rest = {id(f) for f in taken}
+        kept = [f for f in flows if id(f) not in rest]
+        flows.clear()
+        flows.extend(kept)
+        return [f.items.popleft() for f in taken], None
+    if not multis:
+        return [], None
+    flow = multis[0]
+    batch = [
+        flow.items.popleft() for _ in range(min(flow.chunk(chunk_s, max_batch), len(flow.items)))
+    ]
+    flows.remove(flow)
+    if flow.items:
+        flows.append(flow)
+    return batch, flow
 
 
 class MicroBatcher(Generic[T, R]):
@@ -190,7 +212,8 @@ class MicroBatcher(Generic[T, R]):
         self._start(loop)
         now = loop.time()
         flow: _Flow[T, R] = _Flow(
-            deque(_Waiting(item, loop.create_future(), now, deadline) for item in items)
+            deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
+            single=len(items) == 1,
         )
         futures = flow.futures = [w.future for w in flow.items]
         self._flows.append(flow)
@@ -216,12 +239,11 @@ class MicroBatcher(Generic[T, R]):
         flow.items.clear()
 
     async def _alone(self, items: list[T], loop: asyncio.AbstractEventLoop) -> list[R]:
-        """Batching off: `flow_share` items per call, in order, stopping at the first failure."""
+        """Batching off: one item per call, in order, stopping at the first failure."""
         out: list[R] = []
-        share = self.config.flow_share if len(items) > 1 else 1
-        for start in range(0, len(items), share):
+        for start in range(len(items)):
             results = await loop.run_in_executor(
-                self.executor, self._call, items[start : start + share]
+                self.executor, self._call, items[start : start + 1]
             )
             for offset, result in enumerate(results):
                 if isinstance(result, BaseException):
@@ -238,6 +260,8 @@ class MicroBatcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         assert self._arrived is not None
         wait = self.config.max_wait_ms / 1000
+        chunk_s = self.config.chunk_ms / 1000
+        singles_first = True
         while True:
             while not self._flows:
                 self._arrived.clear()
@@ -255,12 +279,14 @@ class MicroBatcher(Generic[T, R]):
                     break
                 if not self._flows:
                     break
-            batch = take_batch(self._flows, self.config.max_batch, self.config.flow_share)
+            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s, singles_first)
+            singles_first = source is not None  # alternate while both kinds wait
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
             batch = [w for w in batch if not self._expired(w, loop.time())]
             if not batch:
                 continue
             self._in_flight = batch
+            began = loop.time()
             try:
                 results = await loop.run_in_executor(
                     self.executor, self._call, [w.item for w in batch]
@@ -268,6 +294,8 @@ class MicroBatcher(Generic[T, R]):
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
                 results = [exc] * len(batch)
+            if source is not None:
+                source.item_s = (loop.time() - began) / len(batch)
             for waiting, result in zip(batch, results, strict=True):
                 if waiting.future.done():
                     continue

@@ -4,6 +4,7 @@ refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
     concept references   64 per query (require + exclude together), each id, label or name
                          at most 128 characters
     metadata fields      32 per query, each name at most 128 characters
+    explain              a search with explain returns at most 100 hits (top_k ≤ 100)
     BatchSearch          256 requests per call
     ids                  an Explain item id at most 256 characters
     text                 a text query at most 2,000 characters
@@ -38,6 +39,7 @@ class RequestLimits:
     ref_chars: int = 128
     metadata_fields: int = 32
     field_chars: int = 128
+    explain_hits: int = 100
     batch_requests: int = 256
     id_chars: int = 256
     text_chars: int = 2000

@@ -224,6 +224,10 @@ class SearchEngine:
                 f"unknown concept scope {echo(query.scope)}; choose from {', '.join(SCOPES)}"
             )
         limits = self.config.limits
+        if query.explain and query.k > limits.explain_hits:
+            raise QueryError(
+                f"explain covers at most {limits.explain_hits} hits; top_k is {query.k}"
+            )
         check_filter([*query.require, *query.exclude], limits)
         check_fields(query.metadata_fields, limits)
         unknown = [f for f in query.metadata_fields if f not in self.metadata_fields and f != "id"]
