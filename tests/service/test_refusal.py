@@ -110,12 +110,13 @@ def test_serve_refuses_to_start_on_a_damaged_current_version(bundles: Path, stra
 
 def test_reload_quotes_a_short_prefix_of_a_huge_version_name(text_bundle: Path, minilm):
     engine = SearchEngine(Bundle.open(text_bundle), minilm)
-    with BackgroundServer(engine, ServerConfig(port=0, admin_token=TOKEN)) as server:
-        with grpc.insecure_channel(server.target) as channel:
-            admin = admin_pb2_grpc.AdminServiceStub(channel)
-            with pytest.raises(grpc.RpcError) as caught:
-                request = apb.ReloadRequest(version="v" * 3_000_000)
-                admin.Reload(request, metadata=AUTH, timeout=30)
+    with (
+        BackgroundServer(engine, ServerConfig(port=0, admin_token=TOKEN)) as server,
+        grpc.insecure_channel(server.target) as channel,
+        pytest.raises(grpc.RpcError) as caught,
+    ):
+        request = apb.ReloadRequest(version="v" * 3_000_000)
+        admin_pb2_grpc.AdminServiceStub(channel).Reload(request, metadata=AUTH, timeout=30)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     details = caught.value.details()
     assert len(details) < 200 and "(3000000 characters)" in details, details[:300]
