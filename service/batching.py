@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from service.errors import DeadlineError, OverloadedError
 from training.errors import InputError
@@ -109,6 +109,7 @@ class _Flow(Generic[T, R]):
     futures: list[asyncio.Future[R]] = field(default_factory=list)
     single: bool = True
     item_s: float | None = None
+    finish: Callable[[R], Any] | None = None
 
     def chunk(self, chunk_s: float, most: int) -> int:
         """Items of this request in its next chunk: what fits in `chunk_s` (1 while unknown)."""
@@ -191,9 +192,16 @@ class MicroBatcher(Generic[T, R]):
         except ItemError as exc:
             raise exc.error from None
 
-    async def submit_many(self, items: Sequence[T], deadline: float | None = None) -> list[R]:
+    async def submit_many(
+        self,
+        items: Sequence[T],
+        deadline: float | None = None,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
         """The results of `process` for these items, in order, as one request (module
-        docstring): at most `flow_share` of them per batch. The first item that fails raises
+        docstring), worked through in chunks. `finish`, when given, is applied to each result
+        on the executor thread, chunk by chunk (what a caller would otherwise do to all of them
+        at the end, in one go, on the event loop). The first item that fails raises
         `ItemError` (its index and exception) and drops the request's items still waiting."""
         if self._closed:
             raise OverloadedError("the server is shutting down")
@@ -204,7 +212,7 @@ class MicroBatcher(Generic[T, R]):
         if not items:
             return []
         if not self.config.enabled:
-            return await self._alone(list(items), loop)
+            return await self._alone(list(items), loop, finish)
         if len(self._flows) >= self.config.max_queue:
             raise OverloadedError(
                 f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
@@ -214,6 +222,7 @@ class MicroBatcher(Generic[T, R]):
         flow: _Flow[T, R] = _Flow(
             deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
             single=len(items) == 1,
+            finish=finish,
         )
         futures = flow.futures = [w.future for w in flow.items]
         self._flows.append(flow)
@@ -238,12 +247,17 @@ class MicroBatcher(Generic[T, R]):
                 future.cancel()
         flow.items.clear()
 
-    async def _alone(self, items: list[T], loop: asyncio.AbstractEventLoop) -> list[R]:
+    async def _alone(
+        self,
+        items: list[T],
+        loop: asyncio.AbstractEventLoop,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
         """Batching off: one item per call, in order, stopping at the first failure."""
-        out: list[R] = []
+        out: list[Any] = []
         for start in range(len(items)):
             results = await loop.run_in_executor(
-                self.executor, self._call, items[start : start + 1]
+                self.executor, self._call, items[start : start + 1], finish
             )
             for offset, result in enumerate(results):
                 if isinstance(result, BaseException):
@@ -288,8 +302,9 @@ class MicroBatcher(Generic[T, R]):
             self._in_flight = batch
             began = loop.time()
             try:
+                finish = source.finish if source is not None else None
                 results = await loop.run_in_executor(
-                    self.executor, self._call, [w.item for w in batch]
+                    self.executor, self._call, [w.item for w in batch], finish
                 )
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
@@ -317,12 +332,14 @@ class MicroBatcher(Generic[T, R]):
         )
         return True
 
-    def _call(self, items: list[T]) -> Sequence[R | BaseException]:
+    def _call(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
         results = self.process(items)
         if len(results) != len(items):
             raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
         self.stats.add(len(items))
-        return results
+        if finish is None:
+            return results
+        return [_finished(finish, r) for r in results]
 
     async def close(self) -> None:
         """Stop the worker; queued callers get OverloadedError."""
@@ -336,3 +353,13 @@ class MicroBatcher(Generic[T, R]):
             if not item.future.done():
                 item.future.set_exception(OverloadedError("the server is shutting down"))
         self._flows.clear()
+
+
+def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
+    """`finish(result)`, or the exception it (or the item) raised."""
+    if isinstance(result, BaseException):
+        return result
+    try:
+        return finish(result)
+    except Exception as exc:
+        return exc

@@ -99,10 +99,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     def _observe(self, results: list[SearchResult], started: float) -> None:
+        self._observe_routed([r.granularity.value for r in results], started)
+
+    def _observe_routed(self, granularities: list[str], started: float) -> None:
         if self.metrics is not None:
             seconds = time.perf_counter() - started
-            for result in results:
-                self.metrics.observe_search(result.granularity.value, seconds)
+            for granularity in granularities:
+                self.metrics.observe_search(granularity, seconds)
 
     async def Search(  # noqa: N802 (gRPC method names)
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
@@ -123,18 +126,20 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             started = time.perf_counter()
             check_count("requests in one batch", len(request.requests), self.limits.batch_requests)
             deadline = loop_deadline(context)
-            # converting 256 requests, or 256 answers with explain, is tens to hundreds of ms
-            # of Python: on a worker thread, so the event loop keeps serving other calls
+            # converting 256 requests is tens of ms of Python: on a worker thread, so that the
+            # event loop keeps serving other calls (the answers: on the engine thread, below)
             queries = await asyncio.to_thread(batch_queries, request, self.limits)
             try:
-                results = await self.batcher.submit_many(queries, deadline=deadline)
+                results = await self.batcher.submit_many(
+                    queries, deadline=deadline, finish=routed_response
+                )  # each answer converted on the engine thread, chunk by chunk
             except ItemError as exc:
                 error = exc.error
                 if isinstance(error, ServiceError):
                     raise type(error)(f"request {exc.index}: {error}") from None
                 raise error from None
-            self._observe(results, started)
-            return await asyncio.to_thread(batch_response, results)
+            self._observe_routed([g for g, _ in results], started)
+            return pb.BatchSearchResponse(responses=[response for _, response in results])
 
         return await self._guarded(context, work())
 
@@ -196,8 +201,9 @@ def batch_queries(request: pb.BatchSearchRequest, limits: RequestLimits) -> list
     return queries
 
 
-def batch_response(results: list[SearchResult]) -> pb.BatchSearchResponse:
-    return pb.BatchSearchResponse(responses=[convert.search_response(r) for r in results])
+def routed_response(result: SearchResult) -> tuple[str, pb.SearchResponse]:
+    """A result's granularity (for the metrics) and its response message."""
+    return result.granularity.value, convert.search_response(result)
 
 
 def loop_deadline(context: grpc.aio.ServicerContext) -> float | None:

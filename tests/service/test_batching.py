@@ -181,3 +181,22 @@ def test_closing_fails_waiting_callers():
 def test_bad_settings_are_refused(settings: dict, message: str):
     with pytest.raises(InputError, match=message):
         BatchingConfig(**settings)
+
+
+def test_submit_many_finishes_each_result_on_the_executor():
+    recorder = Recorder()
+    threads: set[str] = set()
+
+    def finish(result: int) -> str:
+        threads.add(threading.current_thread().name)
+        return f"<{result}>"
+
+    async def main():
+        with ThreadPoolExecutor(1, thread_name_prefix="engine") as pool:
+            batcher = MicroBatcher(recorder, BatchingConfig(max_batch=4), pool)
+            results = await batcher.submit_many([1, 2, 3], finish=finish)
+            await batcher.close()
+        return results
+
+    assert run(main()) == ["<10>", "<20>", "<30>"]
+    assert threads and all(name.startswith("engine") for name in threads)
