@@ -176,7 +176,11 @@ def read_manifest(path: Path) -> BundleManifest:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise BundleError(f"not an index bundle version (no {MANIFEST}): {path}")
-    return BundleManifest.from_json(manifest_path.read_text(), manifest_path)
+    try:
+        text = manifest_path.read_text()
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{manifest_path} is not UTF-8 text ({exc.reason})") from None
+    return BundleManifest.from_json(text, manifest_path)
 
 
 class Bundle:

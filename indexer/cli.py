@@ -31,7 +31,7 @@ from indexer.update import (
     delete_rows,
     read_id_file,
 )
-from indexer.verify import resolve_version, verify_bundle
+from indexer.verify import check_servable, resolve_version, verify_bundle
 from indexer.versions import BundleStore
 
 index_app = typer.Typer(
@@ -248,13 +248,17 @@ def publish(
         str | None,
         typer.Option(help="the version to publish, v000007 or 7 (default: the current one)"),
     ] = None,
+    sample: Annotated[
+        int, typer.Option(help="rows recomputed from the source cache when verifying")
+    ] = 64,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = DEFAULT_PREFIX,
 ) -> None:
     """Publish a version already written: CURRENT, and Redis when configured.
 
     A rollback, or a version whose announcement failed. Without --version the current version
-    is announced again, which brings Redis level with CURRENT."""
+    is announced again, which brings Redis level with CURRENT. The version is verified first
+    (the checks of `strata index verify`); one that fails is refused, nothing changes."""
     store = BundleStore(bundles)
     if not store.root.is_dir():
         raise BundleError(f"bundle directory not found: {bundles}")
@@ -271,6 +275,7 @@ def publish(
         if parse_version_name(name) is None:
             raise BundleError(f"--version {version!r} is not a version name (v000007 or 7)")
         read_manifest(store.root / name)  # a whole version (its manifest is written last)
+        check_servable(store.root / name, sample=sample)  # what `verify` checks, or refused
         announced = publish_version(store, name, publisher)
     typer.echo(f"published    {store.root / name} (now CURRENT)")
     if announced:

@@ -21,6 +21,26 @@ Checks, each fault one line that names the file:
   on are the added cache's, and those are the rows sampled. A version made by `strata index
   delete` has no source cache (its rows were renumbered): the sample check is skipped, noted.
 
+- cross-checks that need no cache, so that a manifest edited to match a tampered file is still
+  caught where the files disagree with each other: every file's recorded row count against
+  what the file holds (index ntotal, ids rows, postings entries, indptr length), and for a
+  sample of rows (`consistency`, 256 by default, plus the first and last) the stored vectors
+  of every exactly stored prefix are unit length and equal the renormalised head of the
+  longest exactly stored prefix (p_L = normalise(p_M[:L]), design.md). What this cannot see:
+  a tampered file re-listed in the manifest whose damage is self-consistent — vectors changed
+  in rows the sample misses and in every prefix alike, a changed id (unique, not null), a
+  changed activation (finite, ≥ 0) or metadata column. The source-cache sample catches the
+  first two where the cache is still there; nothing here catches the last two.
+
+Every fault is a `Fault`: its text names the file, its `kind` (missing, size, checksum,
+unlisted, manifest, rows, index, postings, ids, artifact, vectors, sample) is the reason a
+serving replica reports when it refuses the version.
+
+`check_servable(path)` is what every path that makes a version current or serves it runs —
+`strata index publish`, a hot swap, AdminService.Reload and `strata serve` start-up: the same
+`verify_bundle`, without the source-cache sample (a replica need not see the cache; `publish`
+runs the sample too), raising `VersionRefusedError` (one line naming the first fault's file).
+
 FAISS indexes whose checksum fails are not opened (a corrupt file could crash the reader).
 """
 
@@ -47,7 +67,7 @@ from indexer.bundle import (
 from indexer.durable import sha256_file
 from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
-from indexer.postings import INDPTR, Postings, postings_faults
+from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
 from indexer.prefixes import prefix_vectors
 from training.artifacts import MANIFEST as ARTIFACT_MANIFEST
@@ -60,6 +80,37 @@ from training.errors import InputError
 
 VECTOR_TOLERANCE = 1e-4
 SEARCH_DEPTH = 10
+CONSISTENCY_SAMPLE = 256
+FAULT_KINDS = (
+    "manifest", "missing", "size", "checksum", "unlisted", "rows", "index", "postings", "ids",
+    "artifact", "vectors", "sample",
+)  # fmt: skip
+
+
+class Fault(str):
+    """One fault's text (naming its file), with its `kind` (one of FAULT_KINDS)."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> Fault:
+        fault = super().__new__(cls, text)
+        fault.kind = kind
+        return fault
+
+
+class VersionRefusedError(BundleError):
+    """A version that does not verify: never published, swapped in or served."""
+
+    def __init__(self, path: Path, faults: list[str]) -> None:
+        self.path, self.faults = path, list(faults)
+        first = faults[0]
+        self.reason = getattr(first, "kind", "manifest")
+        more = (
+            f" (+{len(faults) - 1} more; `strata index verify {path}` lists them)"
+            if len(faults) > 1
+            else ""
+        )
+        super().__init__(f"{path.name} does not verify, refused: {first}{more}")
 
 
 @dataclass
@@ -80,22 +131,26 @@ def verify_bundle(
     sample: int = 64,
     seed: int = 0,
     written: Mapping[str, str] | None = None,
+    consistency: int = CONSISTENCY_SAMPLE,
 ) -> VerifyReport:
     """Every fault of one bundle version (see the module docstring).
 
     `written`: for a version this process has just written, the sha256 of files computed from
     the bytes as they were written (relative name → digest); those files are checked for
-    presence, size and that digest, not read back. Everything else is checked in full."""
+    presence, size and that digest, not read back. Everything else is checked in full.
+    `consistency`: rows whose stored prefix vectors are checked against each other."""
     report = VerifyReport(path)
     try:
         manifest = read_manifest(path)
     except BundleError as exc:
-        report.faults.append(str(exc))
+        report.faults.append(Fault("manifest", str(exc)))
         return report
     intact = check_files(path, manifest, report.faults, written or {})
     indexes = check_indexes(path, manifest, intact, report.faults)
     check_postings(path, manifest, intact, report.faults)
     check_ids(path, manifest, intact, report.faults)
+    if consistency > 0:
+        check_prefix_consistency(manifest, indexes, consistency, seed, report.faults)
     artifacts = check_artifacts(path, manifest, intact, report.faults)
     if sample > 0 and artifacts is not None and IDS in intact:
         postings_ok = all(name in intact for name in POSTINGS_FILES)
@@ -114,18 +169,19 @@ def check_files(
     for name, record in manifest.files.items():
         file = path / name
         if not file.is_file():
-            faults.append(f"missing {name}")
+            faults.append(Fault("missing", f"missing {name}"))
         elif file.stat().st_size != record.bytes:
-            faults.append(f"{name}: {file.stat().st_size} bytes, manifest says {record.bytes}")
+            size = file.stat().st_size
+            faults.append(Fault("size", f"{name}: {size} bytes, manifest says {record.bytes}"))
         elif (written[name] if name in written else sha256_file(file)) != record.sha256:
-            faults.append(f"{name}: checksum mismatch")
+            faults.append(Fault("checksum", f"{name}: checksum mismatch"))
         else:
             intact.add(name)
     for folder, _, files in os.walk(path):
         for file in files:
             name = (Path(folder) / file).relative_to(path).as_posix()
             if name != MANIFEST and name not in manifest.files:
-                faults.append(f"unlisted file {name}")
+                faults.append(Fault("unlisted", f"unlisted file {name}"))
     return intact
 
 
@@ -136,11 +192,14 @@ def check_indexes(
     for entry in manifest.prefixes:
         record = manifest.files.get(entry.file)
         if record is None:
-            faults.append(f"{entry.file}: not listed in the manifest's files")
+            faults.append(Fault("manifest", f"{entry.file}: not listed in the manifest's files"))
             continue
         if record.rows != manifest.rows:
             faults.append(
-                f"{entry.file}: manifest lists {record.rows} rows, bundle {manifest.rows}"
+                Fault(
+                    "rows",
+                    f"{entry.file}: manifest lists {record.rows} rows, bundle {manifest.rows}",
+                )
             )
         data = Path(entry.file).with_suffix(".ivfdata").as_posix()
         if entry.file not in intact or (entry.ondisk and data not in intact):
@@ -148,14 +207,21 @@ def check_indexes(
         try:
             index = read_prefix_index(path / entry.file, entry.factory, entry.ondisk)
         except RuntimeError as exc:
-            faults.append(f"{entry.file}: FAISS cannot read it ({str(exc).strip()[-120:]})")
+            why = str(exc).strip()[-120:]
+            faults.append(Fault("index", f"{entry.file}: FAISS cannot read it ({why})"))
             continue
         if index.ntotal != manifest.rows:
-            faults.append(f"{entry.file} holds {index.ntotal} rows, manifest says {manifest.rows}")
+            faults.append(
+                Fault(
+                    "rows", f"{entry.file} holds {index.ntotal} rows, manifest says {manifest.rows}"
+                )
+            )
         if index.d != entry.length:
-            faults.append(f"{entry.file} has dimension {index.d}, prefix is {entry.length}")
+            faults.append(
+                Fault("index", f"{entry.file} has dimension {index.d}, prefix is {entry.length}")
+            )
         if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-            faults.append(f"{entry.file} does not use the inner product")
+            faults.append(Fault("index", f"{entry.file} does not use the inner product"))
         apply_search_parameters(index, entry.search)
         opened[entry.length] = index
     return opened
@@ -169,24 +235,119 @@ def check_postings(
     postings = Postings(path)
     concepts = 2 * manifest.dim
     if postings.concepts != concepts:
-        faults.append(f"{INDPTR}: {postings.concepts} concepts, expected 2·D = {concepts}")
+        faults.append(
+            Fault("postings", f"{INDPTR}: {postings.concepts} concepts, expected 2·D = {concepts}")
+        )
         return
-    faults.extend(
-        postings_faults(postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k)
+    held = {INDPTR: len(postings.indptr), ROWS: len(postings.rows), VALUES: len(postings.values)}
+    for name, count in held.items():
+        recorded = manifest.files[name].rows
+        if recorded is not None and recorded != count:
+            faults.append(Fault("rows", f"{name} holds {count} entries, manifest says {recorded}"))
+    found = postings_faults(
+        postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k
     )
+    faults.extend(Fault("rows" if "expected rows·k" in f else "postings", f) for f in found)
 
 
 def check_ids(path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]) -> None:
     if IDS not in intact:
         return
-    rows = pq.ParquetFile(path / IDS).metadata.num_rows
-    if rows != manifest.rows:
-        faults.append(f"{IDS} holds {rows} rows, manifest says {manifest.rows}")
-    ids = pq.read_table(path / IDS, columns=["id"]).column("id")
+    try:
+        rows = pq.ParquetFile(path / IDS).metadata.num_rows
+        ids = pq.read_table(path / IDS, columns=["id"]).column("id")
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's errors derive from these
+        faults.append(Fault("ids", f"{IDS}: unreadable ({' '.join(str(exc).split())[:120]})"))
+        return
+    recorded = manifest.files[IDS].rows
+    for count in {rows, len(ids)}:
+        if count != manifest.rows:
+            faults.append(Fault("rows", f"{IDS} holds {count} rows, manifest says {manifest.rows}"))
+    if recorded is not None and recorded != manifest.rows:
+        faults.append(
+            Fault("rows", f"{IDS}: manifest lists {recorded} rows, bundle {manifest.rows}")
+        )
     if ids.null_count:
-        faults.append(f"{IDS}: {ids.null_count} rows without an id")
+        faults.append(Fault("ids", f"{IDS}: {ids.null_count} rows without an id"))
     if pc.count_distinct(ids).as_py() != len(ids) - ids.null_count:
-        faults.append(f"{IDS}: ids are not unique")
+        faults.append(Fault("ids", f"{IDS}: ids are not unique"))
+
+
+def consistency_rows(rows: int, sample: int, seed: int) -> np.ndarray:
+    """The rows the prefix cross-check reads: a seeded sample, the first and the last."""
+    if rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    drawn = np.random.default_rng(seed).choice(rows, min(sample, rows), replace=False)
+    return np.unique(np.concatenate([drawn, [0, rows - 1]])).astype(np.int64)
+
+
+def prefix_faults(
+    stored: Mapping[int, np.ndarray], files: Mapping[int, str], rows: np.ndarray
+) -> list[str]:
+    """Faults of stored prefix vectors of the same rows ({L: [n, L]}): each unit length, and
+    each equal to the renormalised head of the longest one (pure)."""
+    faults: list[str] = []
+    if not stored:
+        return faults
+    longest = max(stored)
+    for length, vectors in sorted(stored.items()):
+        norms = np.linalg.norm(vectors, axis=1)
+        bad = np.flatnonzero(np.abs(norms - 1) > VECTOR_TOLERANCE * 10)
+        if len(bad):
+            faults.append(
+                Fault(
+                    "vectors",
+                    f"{files[length]}: row {rows[bad[0]]} is not unit length "
+                    f"(norm {norms[bad[0]]:.4g}; {len(bad)} of {len(rows)} checked rows)",
+                )
+            )
+            continue
+        if length == longest:
+            continue
+        expected = prefix_vectors(stored[longest], length)
+        error = np.abs(vectors - expected).max(axis=1)
+        bad = np.flatnonzero(error > VECTOR_TOLERANCE * 10)
+        if len(bad):
+            faults.append(
+                Fault(
+                    "vectors",
+                    f"{files[length]}: row {rows[bad[0]]} disagrees with {files[longest]} by "
+                    f"{error[bad[0]]:.3g} ({len(bad)} of {len(rows)} checked rows)",
+                )
+            )
+    return faults
+
+
+def check_prefix_consistency(
+    manifest: BundleManifest,
+    indexes: dict[int, faiss.Index],
+    sample: int,
+    seed: int,
+    faults: list[str],
+) -> None:
+    """Stored prefix vectors of a sample of rows against each other (see the docstring)."""
+    rows = consistency_rows(manifest.rows, sample, seed)
+    stored, files = {}, {}
+    for entry in manifest.prefixes:
+        index = indexes.get(entry.length)
+        storage = exact_storage(index) if index is not None else None
+        if storage is None or storage.ntotal != manifest.rows or len(rows) == 0:
+            continue
+        stored[entry.length] = np.asarray(storage.reconstruct_batch(rows), dtype=np.float32)
+        files[entry.length] = entry.file
+    faults.extend(prefix_faults(stored, files, rows))
+
+
+def check_servable(
+    path: Path, sample: int = 0, consistency: int = CONSISTENCY_SAMPLE
+) -> VerifyReport:
+    """`verify_bundle` (by default without the source-cache sample): what a version must pass
+    before it is made current or served; `VersionRefusedError` (its first fault's file named)
+    when it fails."""
+    report = verify_bundle(Path(path), sample=sample, consistency=consistency)
+    if report.faults:
+        raise VersionRefusedError(Path(path), report.faults)
+    return report
 
 
 def check_artifacts(
@@ -200,31 +361,43 @@ def check_artifacts(
         try:
             artifact = TransformArtifact.load(path / source.copy)
         except InputError as exc:
-            faults.append(f"{source.copy}: {exc}")
+            faults.append(Fault("artifact", f"{source.copy}: {exc}"))
             continue
-        if sha256_file(path / names[0]) != source.manifest_sha256:
-            faults.append(f"{names[0]}: not the {role} artifact the bundle was built from")
-        if sha256_file(path / names[1]) != source.weights_sha256:
-            faults.append(f"{names[1]}: not the {role} artifact the bundle was built from")
+        for name, digest in zip(
+            names, (source.manifest_sha256, source.weights_sha256), strict=True
+        ):
+            if manifest.files[name].sha256 != digest:  # read and checked by check_files
+                faults.append(
+                    Fault("artifact", f"{name}: not the {role} artifact the bundle was built from")
+                )
         if artifact.dim != manifest.dim:
-            faults.append(f"{source.copy}: {artifact.dim}-d, bundle is {manifest.dim}-d")
+            faults.append(
+                Fault("artifact", f"{source.copy}: {artifact.dim}-d, bundle is {manifest.dim}-d")
+            )
             continue
         loaded[role] = artifact
     grasp, cedar = loaded.get("grasp"), loaded.get("cedar")
     if grasp is not None:
         contract = {g.value: n for g, n in grasp.contract.items()}
         if contract != manifest.contract:
-            faults.append(f"{MANIFEST}: contract {manifest.contract} ≠ the GraSP copy's {contract}")
+            faults.append(
+                Fault(
+                    "manifest",
+                    f"{MANIFEST}: contract {manifest.contract} ≠ the GraSP copy's {contract}",
+                )
+            )
         if sorted(manifest.contract.values()) != sorted(p.length for p in manifest.prefixes):
-            faults.append(f"{MANIFEST}: prefixes do not match the contract")
+            faults.append(Fault("manifest", f"{MANIFEST}: prefixes do not match the contract"))
     if cedar is not None:
         try:
             coder = ConceptCoder(cedar)
         except InputError as exc:
-            faults.append(f"{manifest.artifacts['cedar'].copy}: {exc}")
+            faults.append(Fault("artifact", f"{manifest.artifacts['cedar'].copy}: {exc}"))
             return None
         if coder.k != manifest.k:
-            faults.append(f"{MANIFEST}: k = {manifest.k}, the CEDAR copy's k = {coder.k}")
+            faults.append(
+                Fault("manifest", f"{MANIFEST}: k = {manifest.k}, the CEDAR copy's k = {coder.k}")
+            )
     return loaded if grasp is not None and cedar is not None else None
 
 
@@ -280,7 +453,11 @@ def check_sample(
             error = np.abs(stored - expected).max(axis=1)
             bad = error > VECTOR_TOLERANCE
             for row, err in zip(rows[bad], error[bad], strict=True):
-                faults.append(f"{entry.file}: row {row} differs from the cache's by {err:.3g}")
+                faults.append(
+                    Fault(
+                        "sample", f"{entry.file}: row {row} differs from the cache's by {err:.3g}"
+                    )
+                )
         else:
             ivf = faiss.try_extract_index_ivf(index)
             if ivf is not None:
@@ -288,11 +465,15 @@ def check_sample(
             _, found = index.search(expected, SEARCH_DEPTH)
             for row, hits in zip(rows, found, strict=True):
                 if row not in hits:
-                    faults.append(f"{entry.file}: searching row {row}'s own vector misses it")
+                    faults.append(
+                        Fault("sample", f"{entry.file}: searching row {row}'s own vector misses it")
+                    )
     bundle_ids = pq.read_table(path / IDS, columns=["id"]).column("id").take(rows).to_pylist()
     for row, ours, theirs in zip(rows, bundle_ids, cache_ids, strict=True):
         if ours != theirs:
-            faults.append(f"{IDS}: row {row} has id {ours!r}, the cache has {theirs!r}")
+            faults.append(
+                Fault("sample", f"{IDS}: row {row} has id {ours!r}, the cache has {theirs!r}")
+            )
     if postings_ok and not any(f.startswith("postings_") for f in faults):
         check_sample_postings(path, ConceptCoder(artifacts["cedar"]), x, rows, faults)
 
@@ -307,9 +488,9 @@ def check_sample_postings(
             posted_rows, posted_values = postings.get(int(concept))
             at = np.searchsorted(posted_rows, row)
             if at >= len(posted_rows) or posted_rows[at] != row:
-                faults.append(f"postings_rows.npy: row {row} missing from concept {concept}")
+                faults.append(Fault("sample", f"{ROWS}: row {row} missing from concept {concept}"))
             elif abs(float(posted_values[at]) - float(value)) > VECTOR_TOLERANCE:
-                faults.append(f"postings_values.npy: row {row}, concept {concept} differs")
+                faults.append(Fault("sample", f"{VALUES}: row {row}, concept {concept} differs"))
 
 
 def read_cache_rows(

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from indexer.bundle import (
     CURRENT,
+    MANIFEST,
     BundleError,
     BundleManifest,
     parse_version_name,
@@ -151,6 +152,8 @@ class BundleStore:
         """Publish a version: CURRENT ← name, atomically."""
         if parse_version_name(name) is None or not (self.root / name).is_dir():
             raise BundleError(f"cannot publish {name!r}: no such version in {self.root}")
+        if not (self.root / name / MANIFEST).is_file():  # written last: a partial version
+            raise BundleError(f"cannot publish {name}: {self.root / name} has no {MANIFEST}")
         replace_small_file(self.root / CURRENT, f"{name}\n".encode())
 
     def retain(self, keep: int) -> list[str]:

@@ -5,8 +5,11 @@
 
 `Admin` does the work on a `StrataServer` (plain methods, usable without gRPC);
 `AdminServicer` checks the token, converts and maps errors. Reload opens a version of the
-server's bundle directory (by name, or the one CURRENT names), loads it on a worker thread
-while the old version keeps serving, then hands the new engine to `StrataServer.swap_engine`.
+server's bundle directory (by name, or the one CURRENT names), verifies it
+(`indexer.verify.check_servable`; a version that fails is refused with FAILED_PRECONDITION
+naming the file, and counted in `strata_bundle_refused_total{reason}`), loads it on a worker
+thread while the old version keeps serving, then hands the new engine to
+`StrataServer.swap_engine`.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from indexer.bundle import MANIFEST, Bundle, parse_version_name, read_current
+from indexer.verify import VersionRefusedError, check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.errors import QueryError, ServiceError
+from service.errors import QueryError, ServiceError, bounded, echo
 from service.search import SearchEngine
 from training.errors import InputError
 
@@ -72,7 +76,7 @@ class Admin:
         root = self.server.bundles_dir
         if version:
             if parse_version_name(version) is None:
-                raise QueryError(f"{version!r} is not a bundle version name (like v000003)")
+                raise QueryError(f"{echo(version)} is not a bundle version name (like v000003)")
             name = version
         else:
             try:
@@ -86,6 +90,11 @@ class Admin:
         if not (path / MANIFEST).is_file():
             raise ServiceError(f"no bundle version {name} in {root}")
         served = self.server.engine
+        try:
+            check_servable(path)
+        except VersionRefusedError as exc:
+            self.server.metrics.record_refusal(exc.reason)
+            raise ServiceError(str(exc)) from None
         try:
             bundle = Bundle.open_version(path)
             if bundle.manifest.encoder != served.bundle.manifest.encoder:
@@ -170,11 +179,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def _refuse(self, context: grpc.aio.ServicerContext, error: Exception) -> None:
         if isinstance(error, QueryError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(error)))
         if isinstance(error, ServiceError):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(str(error)))
         log.exception("admin call failed", exc_info=error)
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {error}")
+        await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal error: {error}"))
 
     async def Reload(  # noqa: N802 (gRPC method names)
         self, request: pb.ReloadRequest, context: grpc.aio.ServicerContext

@@ -11,12 +11,27 @@ CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no 
 32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
 little more than one query, as on a GPU.
 
-A full queue (`max_queue` items waiting, not counting the batch being processed) refuses the
-submission at once with `OverloadedError` rather than letting latency grow without bound.
-A submission may carry a deadline (event-loop time): one still waiting when it passes is dropped
-with `DeadlineError` instead of being processed for a caller that no longer waits.
-With batching switched off (`enabled=False`, for load tests) every submission is processed
-alone, on the same executor.
+Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
+`submit_many(items)` (a BatchSearch) one request of many, worked through in chunks. Batches
+alternate: while single-item requests wait, every other batch is made of them alone (oldest
+first, up to `max_batch`); the batches between are one chunk of one multi-item request (those
+take turns, round-robin). A chunk is as many items as fit in `chunk_ms` by what that request's
+items have cost so far (the first chunk: one item; at most `max_batch`). So a small query that
+arrives while a large request is worked through waits for at most the chunk being processed
+(about `chunk_ms`, or one item where a single item costs more) and then runs in a batch of
+small queries — never behind the large request's remaining items, and never batched with them
+(no head-of-line blocking). A caller that gives up (a deadline, a cancelled call, a server
+stopping at its grace) takes its items still waiting out of the queue at once, so its remaining
+work is never done.
+
+Admission: a full queue (`max_queue` requests waiting, not counting the batch being processed)
+refuses a submission at once with `OverloadedError` (RESOURCE_EXHAUSTED) rather than letting
+latency grow without bound. A submission may carry a deadline (event-loop time): an item still
+waiting when it passes is dropped with `DeadlineError` instead of being processed for a caller
+that no longer waits; for `submit_many` the first failing item fails the request, and its
+other waiting items are dropped.
+With batching switched off (`enabled=False`, for load tests) every item is processed alone,
+on the same executor.
 """
 
 from __future__ import annotations
@@ -27,8 +42,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from service.errors import DeadlineError, OverloadedError
 from training.errors import InputError
@@ -42,12 +57,14 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class BatchingConfig:
     """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
-    items waiting at most; `enabled=False` processes every item alone."""
+    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
+    `enabled=False` processes every item alone."""
 
     enabled: bool = True
     max_batch: int = 32
     max_wait_ms: float = 0.0
-    max_queue: int = 1024
+    max_queue: int = 64
+    chunk_ms: float = 20.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -56,6 +73,8 @@ class BatchingConfig:
             raise InputError(f"max wait must lie in [0, 10000] ms, got {self.max_wait_ms}")
         if self.max_queue < 1:
             raise InputError(f"max queue must be at least 1, got {self.max_queue}")
+        if not 0 < self.chunk_ms <= 10_000:
+            raise InputError(f"chunk time must lie in (0, 10000] ms, got {self.chunk_ms}")
 
 
 @dataclass
@@ -81,6 +100,61 @@ class _Waiting(Generic[T, R]):
     deadline: float | None = None
 
 
+@dataclass
+class _Flow(Generic[T, R]):
+    """One request's items still waiting, oldest first (`futures`: all of its items');
+    `single`: a request of one item; `item_s`: what one of its items has cost (None: unknown)."""
+
+    items: deque[_Waiting[T, R]] = field(default_factory=deque)
+    futures: list[asyncio.Future[R]] = field(default_factory=list)
+    single: bool = True
+    item_s: float | None = None
+    finish: Callable[[R], Any] | None = None
+
+    def chunk(self, chunk_s: float, most: int) -> int:
+        """Items of this request in its next chunk: what fits in `chunk_s` (1 while unknown)."""
+        if self.item_s is None:
+            return 1
+        return max(1, min(most, int(chunk_s / max(self.item_s, 1e-6))))
+
+
+class ItemError(Exception):
+    """`submit_many`: the item at `index` failed with `error` (the request's other items were
+    dropped)."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"item {index}: {error}")
+        self.index, self.error = index, error
+
+
+def take_batch(
+    flows: deque[_Flow[T, R]], max_batch: int, chunk_s: float, singles_first: bool
+) -> tuple[list[_Waiting[T, R]], _Flow[T, R] | None]:
+    """The next batch from the waiting requests (`flows`, arrival order): up to `max_batch`
+    single-item requests, oldest first, when `singles_first` or no multi-item request waits;
+    else one chunk of the first multi-item request, which then moves to the back. Returns the
+    batch and the multi-item request it came from (None: singles). Mutates `flows`."""
+    singles = [f for f in flows if f.single]
+    multis = [f for f in flows if not f.single]
+    if singles and (singles_first or not multis):
+        taken = singles[:max_batch]
+        rest = {id(f) for f in taken}
+        kept = [f for f in flows if id(f) not in rest]
+        flows.clear()
+        flows.extend(kept)
+        return [f.items.popleft() for f in taken], None
+    if not multis:
+        return [], None
+    flow = multis[0]
+    batch = [
+        flow.items.popleft() for _ in range(min(flow.chunk(chunk_s, max_batch), len(flow.items)))
+    ]
+    flows.remove(flow)
+    if flow.items:
+        flows.append(flow)
+    return batch, flow
+
+
 class MicroBatcher(Generic[T, R]):
     """Batches concurrent `submit` calls into `process(items) -> results` calls (one result or
     exception per item, in order). Use from one event loop; `close()` when done."""
@@ -95,7 +169,7 @@ class MicroBatcher(Generic[T, R]):
         self.config = config or BatchingConfig()
         self.executor = executor
         self.stats = BatchStats()
-        self._waiting: deque[_Waiting[T, R]] = deque()
+        self._flows: deque[_Flow[T, R]] = deque()
         self._in_flight: list[_Waiting[T, R]] = []
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -103,37 +177,93 @@ class MicroBatcher(Generic[T, R]):
 
     @property
     def waiting(self) -> int:
-        """Items queued and not yet taken into a batch."""
-        return len(self._waiting)
+        """Requests queued with items not yet taken into a batch."""
+        return len(self._flows)
+
+    @property
+    def waiting_items(self) -> int:
+        return sum(len(flow.items) for flow in self._flows)
 
     async def submit(self, item: T, deadline: float | None = None) -> R:
         """The result of `process` for this item (its exception is raised here). `deadline`:
         the event-loop time after which the item is dropped unprocessed (DeadlineError)."""
+        try:
+            return (await self.submit_many([item], deadline))[0]
+        except ItemError as exc:
+            raise exc.error from None
+
+    async def submit_many(
+        self,
+        items: Sequence[T],
+        deadline: float | None = None,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
+        """The results of `process` for these items, in order, as one request (module
+        docstring), worked through in chunks. `finish`, when given, is applied to each result
+        on the executor thread, chunk by chunk (what a caller would otherwise do to all of them
+        at the end, in one go, on the event loop). The first item that fails raises
+        `ItemError` (its index and exception) and drops the request's items still waiting."""
         if self._closed:
             raise OverloadedError("the server is shutting down")
         loop = asyncio.get_running_loop()
         if deadline is not None and deadline <= loop.time():
             self.stats.expired += 1
             raise DeadlineError("the deadline passed before the query was queued")
+        if not items:
+            return []
         if not self.config.enabled:
-            results = await loop.run_in_executor(self.executor, self._call, [item])
-            return _unwrap(results[0])
-        if len(self._waiting) >= self.config.max_queue:
+            return await self._alone(list(items), loop, finish)
+        if len(self._flows) >= self.config.max_queue:
             raise OverloadedError(
-                f"the query queue is full ({self.config.max_queue} waiting); retry later"
+                f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
             )
         self._start(loop)
-        future: asyncio.Future[R] = loop.create_future()
-        waiting = _Waiting(item, future, loop.time(), deadline)
-        self._waiting.append(waiting)
+        now = loop.time()
+        flow: _Flow[T, R] = _Flow(
+            deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
+            single=len(items) == 1,
+            finish=finish,
+        )
+        futures = flow.futures = [w.future for w in flow.items]
+        self._flows.append(flow)
         assert self._arrived is not None
         self._arrived.set()
         try:
-            return await future
-        except asyncio.CancelledError:  # the caller gave up (a deadline, a cancelled call):
-            with contextlib.suppress(ValueError):  # its place in the queue is free at once
-                self._waiting.remove(waiting)
-            raise
+            pending = set(futures)
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                for index, future in enumerate(futures):
+                    if future.done() and future.exception() is not None:
+                        raise ItemError(index, future.exception())  # type: ignore[arg-type]
+            return [future.result() for future in futures]
+        finally:  # done, failed, or the caller gave up: what still waits leaves the queue
+            self._drop(flow)
+
+    def _drop(self, flow: _Flow[T, R]) -> None:
+        with contextlib.suppress(ValueError):
+            self._flows.remove(flow)
+        for future in flow.futures:  # waiting or in a running batch: nobody awaits it now
+            if not future.done():
+                future.cancel()
+        flow.items.clear()
+
+    async def _alone(
+        self,
+        items: list[T],
+        loop: asyncio.AbstractEventLoop,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
+        """Batching off: one item per call, in order, stopping at the first failure."""
+        out: list[Any] = []
+        for start in range(len(items)):
+            results = await loop.run_in_executor(
+                self.executor, self._call, items[start : start + 1], finish
+            )
+            for offset, result in enumerate(results):
+                if isinstance(result, BaseException):
+                    raise ItemError(start + offset, result)
+                out.append(result)
+        return out
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._worker is None or self._worker.done():
@@ -144,12 +274,14 @@ class MicroBatcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         assert self._arrived is not None
         wait = self.config.max_wait_ms / 1000
+        chunk_s = self.config.chunk_ms / 1000
+        singles_first = True
         while True:
-            while not self._waiting:
+            while not self._flows:
                 self._arrived.clear()
                 await self._arrived.wait()
-            deadline = self._waiting[0].arrived + wait
-            while len(self._waiting) < self.config.max_batch:
+            deadline = self._flows[0].items[0].arrived + wait
+            while self.waiting_items < self.config.max_batch:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -159,20 +291,26 @@ class MicroBatcher(Generic[T, R]):
                         await self._arrived.wait()
                 except TimeoutError:
                     break
-            size = min(self.config.max_batch, len(self._waiting))
-            batch = [self._waiting.popleft() for _ in range(size)]
+                if not self._flows:
+                    break
+            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s, singles_first)
+            singles_first = source is not None  # alternate while both kinds wait
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
             batch = [w for w in batch if not self._expired(w, loop.time())]
             if not batch:
                 continue
             self._in_flight = batch
+            began = loop.time()
             try:
+                finish = source.finish if source is not None else None
                 results = await loop.run_in_executor(
-                    self.executor, self._call, [w.item for w in batch]
+                    self.executor, self._call, [w.item for w in batch], finish
                 )
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
                 results = [exc] * len(batch)
+            if source is not None:
+                source.item_s = (loop.time() - began) / len(batch)
             for waiting, result in zip(batch, results, strict=True):
                 if waiting.future.done():
                     continue
@@ -194,12 +332,14 @@ class MicroBatcher(Generic[T, R]):
         )
         return True
 
-    def _call(self, items: list[T]) -> Sequence[R | BaseException]:
+    def _call(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
         results = self.process(items)
         if len(results) != len(items):
             raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
         self.stats.add(len(items))
-        return results
+        if finish is None:
+            return results
+        return [_finished(finish, r) for r in results]
 
     async def close(self) -> None:
         """Stop the worker; queued callers get OverloadedError."""
@@ -208,13 +348,18 @@ class MicroBatcher(Generic[T, R]):
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-        for waiting in [*self._in_flight, *self._waiting]:
-            if not waiting.future.done():
-                waiting.future.set_exception(OverloadedError("the server is shutting down"))
-        self._waiting.clear()
+        waiting = [w for flow in self._flows for w in flow.items]
+        for item in [*self._in_flight, *waiting]:
+            if not item.future.done():
+                item.future.set_exception(OverloadedError("the server is shutting down"))
+        self._flows.clear()
 
 
-def _unwrap(result: R | BaseException) -> R:
+def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
+    """`finish(result)`, or the exception it (or the item) raised."""
     if isinstance(result, BaseException):
-        raise result
-    return result
+        return result
+    try:
+        return finish(result)
+    except Exception as exc:
+        return exc

@@ -7,7 +7,8 @@ requests and reads responses with them, so both ends agree by construction.
 from __future__ import annotations
 
 from service._generated.strata.v1 import search_pb2 as pb
-from service.errors import QueryError
+from service.errors import QueryError, echo
+from service.limits import LIMITS, RequestLimits, check_count
 from service.results import (
     AUTO,
     DEFAULT_K,
@@ -27,7 +28,7 @@ from service.results import (
 )
 from training.granularity import Granularity
 
-MAX_MESSAGE_BYTES = 16 * 2**20  # both ends of a channel: room for image queries
+MAX_MESSAGE_BYTES = 16 * 2**20  # responses (the server's send, a client's both ways)
 
 _TO_PROTO = {
     AUTO: pb.GRANULARITY_AUTO,
@@ -46,7 +47,7 @@ _FROM_PROTO = {v: k for k, v in _TO_PROTO.items()} | {pb.GRANULARITY_UNSPECIFIED
 def granularity_to_proto(value: Granularity | str) -> int:
     text = str(value).strip().lower() or AUTO
     if text not in _TO_PROTO:
-        raise QueryError(f"unknown granularity {value!r}; choose from {', '.join(_TO_PROTO)}")
+        raise QueryError(f"unknown granularity {echo(value)}; choose from {', '.join(_TO_PROTO)}")
     return _TO_PROTO[text]
 
 
@@ -117,7 +118,12 @@ def search_request(query: SearchQuery) -> pb.SearchRequest:
     )
 
 
-def search_query(message: pb.SearchRequest) -> SearchQuery:
+def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> SearchQuery:
+    """The query of a request; the counts of its lists are checked first (the engine checks
+    the rest of service/limits.py), so an oversized list is never converted."""
+    refs = len(message.filter.require) + len(message.filter.exclude)
+    check_count("concept references (require + exclude)", refs, limits.concept_refs)
+    check_count("metadata fields", len(message.metadata_fields), limits.metadata_fields)
     return SearchQuery(
         **query_fields(message.query),  # type: ignore[arg-type]
         granularity=granularity_from_proto(message.granularity),
@@ -134,7 +140,7 @@ def scope_to_proto(scope: str) -> int:
     """'any' | 'local' | 'global' → ConceptScope; QueryError naming any other value."""
     value = str(scope).strip().lower() or "any"
     if value not in SCOPES:
-        raise QueryError(f"unknown concept scope {scope!r}; choose from {', '.join(SCOPES)}")
+        raise QueryError(f"unknown concept scope {echo(scope)}; choose from {', '.join(SCOPES)}")
     return pb.ConceptScope.Value(f"CONCEPT_SCOPE_{value.upper()}")
 
 

@@ -31,3 +31,22 @@ class DeadlineError(ServiceError):
 
 class InternalError(ServiceError):
     """A fault of the server's own in one query (INTERNAL); logged with its traceback."""
+
+
+ECHO_CHARS = 40  # of any value a caller sent, a status message quotes at most this prefix
+MESSAGE_CHARS = 1000  # a status message's length at most, whatever it quotes
+
+
+def echo(value: object, most: int = ECHO_CHARS) -> str:
+    """How a message quotes a caller's value: its repr, cut to a prefix of `most` characters
+    with the full length said when it was cut (`'aaaa…' (10485760 characters)`)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}… ({len(text)} characters)"
+
+
+def bounded(message: str, most: int = MESSAGE_CHARS) -> str:
+    """A status message cut to `most` characters: the last guard, so that no path — a library's
+    message quoting an input included — sends a caller back more than a short message."""
+    return message if len(message) <= most else f"{message[: most - 1]}…"

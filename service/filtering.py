@@ -10,6 +10,15 @@ dog's own patches, not those that fire on dog-park scenes. Without required refe
 allowed set is kept as its complement (every row but the excluded ones), so a gallery-wide
 exclusion never materialises N row ids.
 
+Cost: the references are resolved to a set of concepts first (a concept named by several
+references counts once); the excluded concepts' postings are marked in one row mask (a bitmap
+union: each posting entry touched once, so at most N·k entries however many references), and
+the required references are intersected starting from the one with the fewest rows. So a
+filter's work is bounded by the postings of the distinct concepts it names — at most the whole
+postings, N·k entries — and never grows with repeated or overlapping references; the number of
+references is capped by service/limits.py. A complement is handed to FAISS as a bitmap
+selector (`IDSelectorBitmap`, N/8 bytes), not a hash set of the excluded rows.
+
 The search then scores only allowed rows:
 
 - few allowed rows (≤ `exact_max`) and an index that stores its vectors exactly (Flat, HNSW's
@@ -25,7 +34,6 @@ The search then scores only allowed rows:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +43,7 @@ import numpy as np
 
 from indexer.bundle import Bundle
 from indexer.prefix_index import exact_storage
-from service.errors import QueryError
+from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label
 from training.errors import InputError
@@ -69,12 +77,15 @@ class AllowedRows:
         return ~inside if self.complement else inside
 
     def selector(self) -> faiss.IDSelector:
-        """A FAISS ID selector of the allowed rows (hold a reference while it is used)."""
-        batch = faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
+        """A FAISS ID selector of the allowed rows (hold a reference while it is used): the
+        listed rows, or for a complement a bitmap of every allowed row."""
         if not self.complement:
-            return batch
-        selector = faiss.IDSelectorNot(batch)
-        selector.referenced = batch  # IDSelectorNot keeps a raw pointer: keep `batch` alive
+            return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
+        mask = np.ones(self.total, dtype=bool)
+        mask[self.rows] = False
+        bits = np.packbits(mask, bitorder="little")
+        selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
+        selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
         return selector
 
 
@@ -94,7 +105,7 @@ def resolve_ref(
         else:
             raise QueryError(f"an empty concept reference in {role}")
     except (InputError, ValueError) as exc:
-        raise QueryError(f"unknown concept {ref} in {role}: {exc}") from None
+        raise QueryError(f"unknown concept {ref} in {role}: {bounded(str(exc), 200)}") from None
     if scope == "any":
         return concepts
     if all(entry.scope is None for entry in coder.catalog):
@@ -114,7 +125,20 @@ def concept_rows(bundle: Bundle, concepts: Sequence[int]) -> np.ndarray:
     parts = [bundle.postings(c)[0] for c in concepts]
     if not parts:
         return np.zeros(0, dtype=np.int64)
+    if len(parts) == 1:
+        return np.asarray(parts[0], dtype=np.int64)  # a concept's rows are sorted and unique
     return np.unique(np.concatenate(parts)).astype(np.int64, copy=False)
+
+
+def union_rows(bundle: Bundle, concepts: set[int]) -> np.ndarray:
+    """Sorted rows where any of the concepts is active: one mask over the rows, each posting
+    entry marked once (a bitmap union, cost N + the concepts' entries)."""
+    if not concepts:
+        return np.zeros(0, dtype=np.int64)
+    mask = np.zeros(bundle.rows, dtype=bool)
+    for concept in sorted(concepts):
+        mask[bundle.postings(concept)[0]] = True
+    return np.flatnonzero(mask).astype(np.int64, copy=False)
 
 
 def allowed_rows(
@@ -125,12 +149,18 @@ def allowed_rows(
 ) -> AllowedRows:
     """The rows a filter allows (see the module docstring); with a `scope` other than "any",
     each reference stands for its concepts of that scope only."""
-    required = [concept_rows(bundle, resolve_ref(bundle, r, "require", scope)) for r in require]
-    excluded = [concept_rows(bundle, resolve_ref(bundle, r, "exclude", scope)) for r in exclude]
-    banned = functools.reduce(np.union1d, excluded, np.zeros(0, dtype=np.int64))
+    required = {frozenset(resolve_ref(bundle, r, "require", scope)) for r in require}
+    excluded = {c for r in exclude for c in resolve_ref(bundle, r, "exclude", scope)}
+    banned = union_rows(bundle, excluded)
     if not required:
-        return AllowedRows(bundle.rows, banned.astype(np.int64), complement=True)
-    rows = functools.reduce(lambda a, b: np.intersect1d(a, b, assume_unique=True), required)
+        return AllowedRows(bundle.rows, banned, complement=True)
+    sizes = {ref: sum(len(bundle.postings(c)[0]) for c in ref) for ref in required}
+    rows = np.zeros(0, dtype=np.int64)
+    for i, ref in enumerate(sorted(required, key=lambda r: (sizes[r], sorted(r)))):
+        found = concept_rows(bundle, sorted(ref))
+        rows = found if i == 0 else np.intersect1d(rows, found, assume_unique=True)
+        if len(rows) == 0:
+            break
     rows = np.setdiff1d(rows, banned, assume_unique=True)
     return AllowedRows(bundle.rows, rows.astype(np.int64))
 

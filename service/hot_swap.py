@@ -17,9 +17,11 @@ What `strata index build | add | delete | publish --redis-url` announce (indexer
    followed: use the AdminService's Reload, or restart); of several waiting, only the newest
    is loaded;
 3. load OFF the event loop (a worker thread): `Bundle.open_version(path)`, its manifest's
-   sha256 checked against the announcement's, its encoder checked to be the served bundle's, then
-   a new `SearchEngine` (everything loaded, see `Bundle.load`) sharing the served engine's
-   encoder, config and query cache;
+   sha256 checked against the announcement's, the version verified (`indexer.verify.
+   check_servable`: every file's size and checksum, row counts, indexes, postings, ids,
+   artifacts, prefix cross-checks — what `strata index verify` checks but the cache sample),
+   its encoder checked to be the served bundle's, then a new `SearchEngine` (everything loaded,
+   see `Bundle.load`) sharing the served engine's encoder, config and query cache;
 4. swap on the event loop: `StrataServer.swap_engine(new)`, the one place the served engine
    changes, replaces it for the servicer and the micro-batcher at once. A batch already
    running on the engine thread finishes on the old engine (it holds its own reference; the
@@ -27,7 +29,9 @@ What `strata index build | add | delete | publish --redis-url` announce (indexer
    no request fails, none waits for the load.
 
 A load that fails (a missing or unreadable folder, a different encoder, a manifest that is not
-the announced one) is logged and counted; the served version stays. When Redis goes away the
+the announced one, a version that does not verify) is logged and counted
+(`strata_hot_swaps_total{result="failed"}`, and for a refused version
+`strata_bundle_refused_total{reason}`); the served version stays. When Redis goes away the
 subscription raises `PublishError`: serving goes on unchanged, and the listener resubscribes
 with back-off (`backoff_s` doubling to `max_backoff_s`), reading the current key again.
 `state()` says what is served, whether Redis answers, and the counts.
@@ -41,11 +45,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexer.bundle import MANIFEST, Bundle, parse_version_name
+from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
 from indexer.durable import sha256_file
 from indexer.publish import DEFAULT_PREFIX, PublishError, VersionChannel, one_line, redacted
+from indexer.verify import Fault, VersionRefusedError, check_servable
 from service.errors import ServiceError
 from service.search import SearchEngine
 from training.errors import InputError
@@ -131,12 +137,18 @@ class SwapCounts:
 
 def load_engine(record: dict[str, Any], current: SearchEngine) -> SearchEngine:
     """The announced version as a new engine sharing `current`'s encoder, config and cache."""
-    bundle = Bundle.open_version(record["path"])
+    try:
+        bundle = Bundle.open_version(record["path"])
+    except BundleError as exc:  # no manifest (partly written, or gone), or not one
+        path = Path(record["path"])
+        raise VersionRefusedError(path, [Fault("manifest", str(exc))]) from None
     if bundle.name != record["name"]:
         raise SwapError(f"{record['path']} holds {bundle.name}, not the announced {record['name']}")
     expected = record.get("manifest_sha256")
     if expected and sha256_file(bundle.path / MANIFEST) != expected:
-        raise SwapError(f"{bundle.path / MANIFEST} is not the manifest announced for {bundle.name}")
+        fault = Fault("manifest", f"{MANIFEST}: not the manifest announced for {bundle.name}")
+        raise VersionRefusedError(bundle.path, [fault])
+    check_servable(bundle.path)
     spec, served = bundle.manifest.encoder, current.bundle.manifest.encoder
     if spec != served:
         raise SwapError(
@@ -313,6 +325,8 @@ class HotSwapper:
             self.counts.failures += 1
             self._event(SwapEvent(name, "failed", seconds, one_line(exc)))
             self.server.metrics.record_hot_swap(False)  # successes: swap_engine counts them
+            if isinstance(exc, VersionRefusedError):
+                self.server.metrics.record_refusal(exc.reason)
             log.error(
                 "could not swap to %s (%s): %s; still serving %s",
                 name,

@@ -20,8 +20,12 @@ in deploy/ are written against exactly these):
     strata_redis_up                            gauge: 1 connected, 0 not; NaN: no Redis
     strata_bundle_version, strata_bundle_rows, strata_bundle_bytes   gauges
     strata_hot_swaps_total{result}             counter (ok|failed)
+    strata_bundle_refused_total{reason}        counter: versions refused (hot swap, Reload)
+                                               because they do not verify; reason = the
+                                               first fault's kind (indexer.verify.FAULT_KINDS)
     strata_serving                             gauge: 1 serving, 0 draining or stopped
-    strata_queue_depth                         gauge: queries waiting for the micro-batcher
+    strata_queue_depth                         gauge: requests waiting for the micro-batcher
+                                               (a BatchSearch counts once)
 
 Code outside the server (the query cache, the hot-swap watcher) feeds its series through the
 module-level functions `record_cache`, `set_redis_up` and `record_hot_swap`: they update every
@@ -42,6 +46,8 @@ import grpc
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
+
+from indexer.verify import FAULT_KINDS
 
 GRPC_TYPES = ("unary", "client_stream", "server_stream", "bidi_stream")
 CACHE_TIERS = ("local", "redis")
@@ -125,11 +131,20 @@ class ServerMetrics:
             ("result",),
             registry=r,
         )
+        self.refused = Counter(
+            "strata_bundle_refused_total",
+            "Bundle versions refused by a hot swap or Reload because they do not verify, by "
+            "the first fault's kind.",
+            ("reason",),
+            registry=r,
+        )
         self.serving = Gauge(
             "strata_serving", "1 while the server reports SERVING, 0 otherwise.", registry=r
         )
         self.queue_depth = Gauge(
-            "strata_queue_depth", "Queries waiting for the micro-batcher.", registry=r
+            "strata_queue_depth",
+            "Requests waiting for the micro-batcher (a BatchSearch counts once).",
+            registry=r,
         )
         # every label set a dashboard plots exists from the start (at 0), not from its first use
         for tier in CACHE_TIERS:
@@ -137,6 +152,8 @@ class ServerMetrics:
                 self.cache_requests.labels(tier, result)
         for result in ("ok", "failed"):
             self.hot_swaps.labels(result)
+        for reason in FAULT_KINDS:
+            self.refused.labels(reason)
         for modality in MODALITIES:
             self.encoder_batch.labels(modality)
             self.encoder_seconds.labels(modality)
@@ -176,6 +193,10 @@ class ServerMetrics:
 
     def record_hot_swap(self, ok: bool) -> None:
         self.hot_swaps.labels("ok" if ok else "failed").inc()
+
+    def record_refusal(self, reason: str) -> None:
+        """A version refused because it does not verify (`VersionRefusedError.reason`)."""
+        self.refused.labels(reason if reason in FAULT_KINDS else "manifest").inc()
 
     def set_bundle(self, version: int, rows: int, size_bytes: int) -> None:
         self.bundle_version.set(version)

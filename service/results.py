@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.errors import echo
 from training.granularity import Granularity
 
 AUTO = "auto"
@@ -45,7 +46,7 @@ class ConceptRef:
     def __str__(self) -> str:
         if self.id is not None:
             return f"#{self.id}"
-        return self.label if self.label is not None else repr(self.name)
+        return echo(self.label) if self.label is not None else echo(self.name)
 
 
 @dataclass(frozen=True)

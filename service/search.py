@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
-from service.errors import InternalError, NotFoundError, QueryError, ServiceError
+from indexer.verify import check_servable
+from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
     activations_of,
     prefix_similarities,
@@ -43,6 +44,7 @@ from service.explain import (
     shared_concepts,
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search, resolve_ref
+from service.limits import LIMITS, RequestLimits, check_chars, check_fields, check_filter
 from service.query_cache import QueryCache, normalise_query
 from service.results import (
     AUTO,
@@ -68,7 +70,6 @@ from training.granularity import Granularity
 
 log = logging.getLogger(__name__)
 
-MAX_TEXT_CHARS = 2000
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
@@ -76,11 +77,12 @@ MAX_PAGE = 1000
 @dataclass(frozen=True)
 class EngineConfig:
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
-    `hit_concepts`: a hit's strongest concepts returned with explain."""
+    `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
+    request may ask for (service/limits.py)."""
 
     exact_max: int = EXACT_MAX
     hit_concepts: int = 5
-    max_text_chars: int = MAX_TEXT_CHARS
+    limits: RequestLimits = LIMITS
 
 
 @dataclass
@@ -135,13 +137,18 @@ class SearchEngine:
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
         translator: Path | None = None,
+        verify: bool = True,
     ) -> SearchEngine:
         """The published version of a bundle directory, with the encoder its manifest names.
 
-        With `translator` (a folder written by `strata upgrade`), queries are embedded by the
-        translator's source model and translated into the bundle's space instead.
+        The version is verified first (`indexer.verify.check_servable`; `VersionRefusedError`
+        naming the file when it fails) unless `verify` is False. With `translator` (a folder
+        written by `strata upgrade`), queries are embedded by the translator's source model and
+        translated into the bundle's space instead.
         """
         bundle = Bundle.open(bundles)
+        if verify:
+            check_servable(bundle.path)
         spec = bundle.manifest.encoder
         if not spec:
             raise ServiceError(f"bundle {bundle.path} records no encoder to embed queries with")
@@ -201,7 +208,7 @@ class SearchEngine:
             return Granularity(text)
         except ValueError:
             raise QueryError(
-                f"unknown granularity {value!r}; choose from {', '.join(GRANULARITY_CHOICES)}"
+                f"unknown granularity {echo(value)}; choose from {', '.join(GRANULARITY_CHOICES)}"
             ) from None
 
     def _validate(self, query: SearchQuery) -> None:
@@ -214,12 +221,20 @@ class SearchEngine:
             raise QueryError(f"top_k must lie in [1, {MAX_K}], got {query.k}")
         if query.scope not in SCOPES:
             raise QueryError(
-                f"unknown concept scope {query.scope!r}; choose from {', '.join(SCOPES)}"
+                f"unknown concept scope {echo(query.scope)}; choose from {', '.join(SCOPES)}"
             )
+        limits = self.config.limits
+        if query.explain and query.k > limits.explain_hits:
+            raise QueryError(
+                f"explain covers at most {limits.explain_hits} hits; top_k is {query.k}"
+            )
+        check_filter([*query.require, *query.exclude], limits)
+        check_fields(query.metadata_fields, limits)
         unknown = [f for f in query.metadata_fields if f not in self.metadata_fields and f != "id"]
         if unknown:
+            shown = ", ".join(map(echo, unknown[:3])) + (", …" if len(unknown) > 3 else "")
             raise QueryError(
-                f"unknown metadata field(s) {', '.join(map(repr, unknown))}; "
+                f"unknown metadata field(s) {shown}; "
                 f"the bundle has {', '.join(self.metadata_fields) or 'none'}"
             )
         self._check_query_input(query.text, query.image, query.vector)
@@ -230,9 +245,9 @@ class SearchEngine:
         if text is not None:
             if not text.strip():
                 raise QueryError("empty text query")
-            if len(text) > self.config.max_text_chars:
+            if len(text) > self.config.limits.text_chars:
                 raise QueryError(
-                    f"text query of {len(text)} characters; at most {self.config.max_text_chars}"
+                    f"text query of {len(text)} characters; at most {self.config.limits.text_chars}"
                 )
             self._need_encoder("text")
         elif image is not None:
@@ -436,9 +451,10 @@ class SearchEngine:
         if item_id is not None:
             if not item_id:
                 raise QueryError("empty item id")
+            check_chars("an item id", item_id, self.config.limits.id_chars)
             found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
             if found < 0:
-                raise NotFoundError(f"no item {item_id!r} in bundle {self.bundle.name}")
+                raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
             return int(found)
         if not 0 <= int(row) < self.bundle.rows:
             raise NotFoundError(f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}")
@@ -468,6 +484,8 @@ class SearchEngine:
         size = page_size or DEFAULT_PAGE
         if not 1 <= size <= MAX_PAGE:
             raise QueryError(f"page_size must lie in [1, {MAX_PAGE}], got {page_size}")
+        check_chars("name_contains", name_contains, self.config.limits.lookup_chars)
+        check_chars("a page token", page_token, self.config.limits.lookup_chars)
         needle = name_contains.strip().lower()
         matching = [e for e in self.coder.catalog if needle in e.name.lower()]
         start = _page_offset(page_token, len(matching))
@@ -482,6 +500,9 @@ class SearchEngine:
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
         """Every concept a reference stands for (a name: all so named, best score first)."""
         ref = ConceptRef.parse(ref)
+        for value in (ref.name, ref.label):
+            if value is not None:
+                check_chars("a concept reference", value, self.config.limits.lookup_chars)
         try:
             ids = resolve_ref(self.bundle, ref, "the catalog")
         except QueryError as exc:
@@ -521,5 +542,5 @@ def _page_offset(token: str, total: int) -> int:
     if not token:
         return 0
     if not token.isdigit() or int(token) > total:
-        raise QueryError(f"invalid page token {token!r}")
+        raise QueryError(f"invalid page token {echo(token)}")
     return int(token)

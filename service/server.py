@@ -40,6 +40,7 @@ from service.admin import Admin, AdminServicer
 from service.batching import BatchingConfig, MicroBatcher
 from service.convert import MAX_MESSAGE_BYTES
 from service.errors import ServiceError
+from service.limits import MAX_REQUEST_BYTES
 from service.metrics import MetricsInterceptor, ServerMetrics, bind_thread, instrument
 from service.results import SearchQuery, SearchResult
 from service.search import SearchEngine
@@ -57,7 +58,8 @@ class ServerConfig:
     port: int = 50051  # 0: any free port (read it back from `StrataServer.port`)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     grace_s: float = 5.0
-    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_message_bytes: int = MAX_REQUEST_BYTES  # a request message at most (RESOURCE_EXHAUSTED)
+    max_concurrent_rpcs: int = 256  # calls in progress at most; beyond: RESOURCE_EXHAUSTED
     metrics_port: int | None = None  # /metrics over HTTP: None off, 0 any free port
     metrics_host: str | None = None  # where /metrics listens; None: `host`
     admin_token: str | None = field(default=None, repr=False)  # None: no AdminService
@@ -91,7 +93,9 @@ class StrataServer:
         self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
             self._search_batch, self.config.batching, self.executor
         )
-        self.servicer = SearchServicer(engine, self.batcher, self.executor, self.metrics)
+        self.servicer = SearchServicer(
+            engine, self.batcher, self.executor, self.metrics, engine.config.limits
+        )
         self.health: health.aio.HealthServicer | None = None
         self.serving = False  # what the health service last reported
         self.draining = False
@@ -155,11 +159,15 @@ class StrataServer:
         """Bind and start serving; the bound port (useful with port 0)."""
         options = [
             ("grpc.max_receive_message_length", self.config.max_message_bytes),
-            ("grpc.max_send_message_length", self.config.max_message_bytes),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # a busy port is an error, not a silently shared one
         ]
         interceptors = [MetricsInterceptor(self.metrics), UndecodableRequestInterceptor()]
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        server = grpc.aio.server(
+            options=options,
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=self.config.max_concurrent_rpcs,
+        )
         search_pb2_grpc.add_SearchServiceServicer_to_server(self.servicer, server)
         services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
         self.metrics.preset_methods(SERVICE_NAME, _unary_methods(search_pb2, "SearchService"))

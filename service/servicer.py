@@ -1,8 +1,13 @@
 """The gRPC servicer of strata.v1.SearchService: thin — convert, delegate, map errors.
 
-Searches go through the micro-batcher to `SearchEngine.search_batch`; BatchSearch and Explain
-run on the same single engine thread (the encoder is used by one thread at a time); catalog
-and info calls read immutable data on the event loop. Engine errors become statuses:
+Search and BatchSearch go through the micro-batcher to `SearchEngine.search_batch` — a
+BatchSearch as one request of many queries, worked through a few at a time between other
+requests' queries (service/batching.py), so it never holds the queue, and dropped as soon as
+its call ends (deadline, cancellation, the server's grace); Explain runs on the same single
+engine thread (the encoder is used by one thread at a time); catalog and info calls read
+immutable data on the event loop. Every request is held to service/limits.py first. Engine
+errors become statuses, their messages cut by `errors.bounded` (and inputs quoted by
+`errors.echo`):
 
     QueryError      INVALID_ARGUMENT     NotFoundError   NOT_FOUND
     OverloadedError RESOURCE_EXHAUSTED   DeadlineError   DEADLINE_EXCEEDED
@@ -27,7 +32,7 @@ import grpc
 from service import convert
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
-from service.batching import MicroBatcher
+from service.batching import ItemError, MicroBatcher
 from service.errors import (
     DeadlineError,
     InternalError,
@@ -35,14 +40,15 @@ from service.errors import (
     OverloadedError,
     QueryError,
     ServiceError,
+    bounded,
 )
+from service.limits import LIMITS, RequestLimits, check_count
 from service.metrics import ServerMetrics
 from service.results import SearchQuery, SearchResult
 from service.search import SearchEngine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-MAX_BATCH_REQUESTS = 1024
 
 
 def status_of(error: BaseException) -> grpc.StatusCode:
@@ -71,37 +77,42 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         batcher: MicroBatcher[SearchQuery, SearchResult],
         executor: Executor,
         metrics: ServerMetrics | None = None,
+        limits: RequestLimits = LIMITS,
     ) -> None:
         self.engine = engine
         self.batcher = batcher
         self.executor = executor
         self.metrics = metrics
+        self.limits = limits
 
     async def _guarded(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
         try:
             return await work
         except ServiceError as exc:
-            await context.abort(status_of(exc), str(exc))
+            await context.abort(status_of(exc), bounded(str(exc)))
         except Exception as exc:
             log.exception("internal error")
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+            await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal error: {exc}"))
         raise AssertionError("unreachable: abort raises")
 
     async def _on_engine(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     def _observe(self, results: list[SearchResult], started: float) -> None:
+        self._observe_routed([r.granularity.value for r in results], started)
+
+    def _observe_routed(self, granularities: list[str], started: float) -> None:
         if self.metrics is not None:
             seconds = time.perf_counter() - started
-            for result in results:
-                self.metrics.observe_search(result.granularity.value, seconds)
+            for granularity in granularities:
+                self.metrics.observe_search(granularity, seconds)
 
     async def Search(  # noqa: N802 (gRPC method names)
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchResponse:
         async def work() -> pb.SearchResponse:
             started = time.perf_counter()
-            query = convert.search_query(request)
+            query = convert.search_query(request, self.limits)
             result = await self.batcher.submit(query, deadline=loop_deadline(context))
             self._observe([result], started)
             return convert.search_response(result)
@@ -113,32 +124,22 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     ) -> pb.BatchSearchResponse:
         async def work() -> pb.BatchSearchResponse:
             started = time.perf_counter()
-            if len(request.requests) > MAX_BATCH_REQUESTS:
-                raise QueryError(
-                    f"{len(request.requests)} requests in one batch; at most {MAX_BATCH_REQUESTS}"
-                )
-            queries = []
-            for i, message in enumerate(request.requests):
-                try:
-                    queries.append(convert.search_query(message))
-                except QueryError as exc:
-                    raise QueryError(f"request {i}: {exc}") from None
+            check_count("requests in one batch", len(request.requests), self.limits.batch_requests)
             deadline = loop_deadline(context)
-
-            def run() -> list[SearchResult | ServiceError]:
-                if deadline is not None and deadline <= loop.time():
-                    raise DeadlineError("the deadline passed before the batch was computed")
-                return self.engine.search_batch(queries)
-
-            loop = asyncio.get_running_loop()
-            results = await self._on_engine(run)
-            for i, result in enumerate(results):
-                if isinstance(result, ServiceError):
-                    raise type(result)(f"request {i}: {result}")
-            self._observe(results, started)  # type: ignore[arg-type]
-            return pb.BatchSearchResponse(
-                responses=[convert.search_response(r) for r in results]  # type: ignore[arg-type]
-            )
+            # converting 256 requests is tens of ms of Python: on a worker thread, so that the
+            # event loop keeps serving other calls (the answers: on the engine thread, below)
+            queries = await asyncio.to_thread(batch_queries, request, self.limits)
+            try:
+                results = await self.batcher.submit_many(
+                    queries, deadline=deadline, finish=routed_response
+                )  # each answer converted on the engine thread, chunk by chunk
+            except ItemError as exc:
+                error = exc.error
+                if isinstance(error, ServiceError):
+                    raise type(error)(f"request {exc.index}: {error}") from None
+                raise error from None
+            self._observe_routed([g for g, _ in results], started)
+            return pb.BatchSearchResponse(responses=[response for _, response in results])
 
         return await self._guarded(context, work())
 
@@ -189,6 +190,22 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         return await self._guarded(context, work())
 
 
+def batch_queries(request: pb.BatchSearchRequest, limits: RequestLimits) -> list[SearchQuery]:
+    """The queries of a BatchSearch; a bad one is named by its index."""
+    queries = []
+    for i, message in enumerate(request.requests):
+        try:
+            queries.append(convert.search_query(message, limits))
+        except QueryError as exc:
+            raise QueryError(f"request {i}: {exc}") from None
+    return queries
+
+
+def routed_response(result: SearchResult) -> tuple[str, pb.SearchResponse]:
+    """A result's granularity (for the metrics) and its response message."""
+    return result.granularity.value, convert.search_response(result)
+
+
 def loop_deadline(context: grpc.aio.ServicerContext) -> float | None:
     """The call's deadline in event-loop time; None when the client set none."""
     remaining = context.time_remaining()
@@ -235,7 +252,9 @@ class UndecodableRequestInterceptor(grpc.aio.ServerInterceptor):
                 if isinstance(request, _Undecodable):
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
-                        f"the request is not a valid {request.message_type}: {request.error}",
+                        bounded(
+                            f"the request is not a valid {request.message_type}: {request.error}"
+                        ),
                     )
                 result = behavior(request, context)
                 return await result if asyncio.iscoroutine(result) else result

@@ -46,10 +46,12 @@ def write_synthetic_cache(
     seed: int = 0,
     modality: str = "image",
     spread: float = 0.6,
+    encoder: str = "synthetic",
 ) -> Path:
-    """A complete embedding cache of `rows` clustered rows (ids `row-{i}`), shard by shard."""
+    """A complete embedding cache of `rows` clustered rows (ids `row-{i}`), shard by shard.
+    `encoder`: the encoder its manifest names (a bundle of it embeds queries with that one)."""
     centres = cluster_centres(clusters, dim, seed)
-    manifest = CacheManifest(encoder="synthetic", dim=dim, dtype=dtype, modalities=[modality])
+    manifest = CacheManifest(encoder=encoder, dim=dim, dtype=dtype, modalities=[modality])
     for index, start in enumerate(range(0, rows, shard_rows)):
         n = min(shard_rows, rows - start)
         x, labels = clustered_rows(centres, n, seed=seed * 100_003 + index, spread=spread)

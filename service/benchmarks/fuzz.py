@@ -47,6 +47,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service._generated.strata.v1 import search_pb2 as pb
 from service.convert import MAX_MESSAGE_BYTES
+from service.limits import LIMITS
 from training.benchmarks import publish
 
 SERVICE = "/strata.v1.SearchService/"
@@ -225,7 +226,7 @@ def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
         return FuzzRequest(kind, method, _bitflip(rng, whole))
     if kind == "batch":
         if rng.random() < 0.05:  # oversize: one request more than allowed
-            size = 1025
+            size = LIMITS.batch_requests + 1
             requests = [pb.SearchRequest(query=pb.Query(text="a dog"), top_k=1)] * size
         else:
             cheap = [k for k in SEARCH_KINDS if k not in ("good", "text_huge", "text_random")]

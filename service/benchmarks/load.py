@@ -7,12 +7,16 @@ artifacts, a bundle built by the indexer); the queries are real: caption-like te
 MiniLM on the server, routed by AUTO. Each arm starts its own server on a free port. The load
 comes from a separate process (so the clients do not compete with the server for this
 process's GIL): one grpc.aio channel with C coroutines, each sending its next search as soon as
-the last one is answered, for a fixed count. The overhead check alternates, in rounds, searches
+the last one is answered, for a fixed count. Every answer is counted by status: OK,
+RESOURCE_EXHAUSTED (the queue was full: admission control, service/batching.py — a client
+backs off `--backoff-ms` before its next search, as a retry policy would) and anything else
+(a failure); QPS, p50 and p99 are of the OK answers, and the rejections' own latency is kept
+apart (they must be fast). The overhead check alternates, in rounds, searches
 through `SearchEngine.search` in this process with the same searches through a live server, so
 that drift in a shared machine's speed falls on both sides alike; the arms run in `--repeats`
 rounds for the same reason, and the batching ratios compare median QPS.
 
-    python -m service.benchmarks.load                    # 100,000 rows, concurrency 1, 8, 32
+    python -m service.benchmarks.load                    # 100,000 rows, concurrency 1 … 128
     python -m service.benchmarks.load --rows 20000 --queries 64
 """
 
@@ -50,8 +54,24 @@ QUERIES = (
 )  # fmt: skip
 
 
-def build_gallery(work: Path, rows: int, dim: int) -> Path:
-    cache = write_synthetic_cache(work / "cache", rows, dim, modality="text")
+def set_threads(threads: int | None) -> None:
+    """Intra-op threads of torch and FAISS (one OpenMP runtime) in the server's process; None
+    leaves the libraries' default (all cores). On a 2-core machine shared with other jobs,
+    OpenMP's spinning barriers at 2 threads made single queries up to 25× slower (7 ms → 180
+    ms in-process, one check); `--threads 1` keeps a core for gRPC and the event loop."""
+    if threads is None:
+        return
+    import faiss
+    import torch
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+
+
+def build_gallery(work: Path, rows: int, dim: int = 384) -> Path:
+    """A bundle of `rows` synthetic text rows whose manifest names MiniLM (so `strata serve`
+    embeds queries with it): random GraSP-VL and CEDAR (k = 32) artifacts."""
+    cache = write_synthetic_cache(work / "cache", rows, dim, modality="text", encoder="minilm")
     sample = np.asarray(EmbeddingCache.open(cache).embeddings("text")[:5000], dtype=np.float32)
     random_grasp_artifact(dim).save(work / "grasp")
     random_cedar_artifact(dim, 32, sample).save(work / "cedar")
@@ -61,10 +81,13 @@ def build_gallery(work: Path, rows: int, dim: int) -> Path:
     return work / "bundles"
 
 
-def drive_load(target: str, concurrency: int, queries: int) -> tuple[list[float], float]:
+def drive_load(
+    target: str, concurrency: int, queries: int, backoff_ms: float = 20.0
+) -> tuple[list[float], float, dict[str, list[float]]]:
     """In the load process: `concurrency` coroutines share `queries` searches over one
-    channel; each search's latency and the wall time of them all, in seconds (the channel is
-    connected and warmed first, outside the timing)."""
+    channel; the OK searches' latencies, the wall time of them all, in seconds (the channel is
+    connected and warmed first, outside the timing), and every other status's latencies by
+    code (RESOURCE_EXHAUSTED: the client waits `backoff_ms` before its next search)."""
     import asyncio
 
     import grpc
@@ -74,6 +97,7 @@ def drive_load(target: str, concurrency: int, queries: int) -> tuple[list[float]
 
     requests = [pb.SearchRequest(query=pb.Query(text=t), top_k=10) for t in QUERIES]
     per_worker = max(1, queries // concurrency)
+    others: dict[str, list[float]] = {}
 
     async def run() -> tuple[list[float], float]:
         async with grpc.aio.insecure_channel(target) as channel:
@@ -84,7 +108,13 @@ def drive_load(target: str, concurrency: int, queries: int) -> tuple[list[float]
                 own = []
                 for i in range(per_worker):
                     started = time.perf_counter()
-                    await stub.Search(requests[(index + i) % len(requests)], timeout=60)
+                    try:
+                        await stub.Search(requests[(index + i) % len(requests)], timeout=60)
+                    except grpc.aio.AioRpcError as exc:
+                        others.setdefault(exc.code().name, []).append(time.perf_counter() - started)
+                        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            await asyncio.sleep(backoff_ms / 1000)
+                        continue
                     own.append(time.perf_counter() - started)
                 return own
 
@@ -93,7 +123,8 @@ def drive_load(target: str, concurrency: int, queries: int) -> tuple[list[float]
             elapsed = time.perf_counter() - started
         return [latency for own in done for latency in own], elapsed
 
-    return asyncio.run(run())
+    latencies, elapsed = asyncio.run(run())
+    return latencies, elapsed, others
 
 
 def run_arm(
@@ -109,8 +140,15 @@ def run_arm(
         port=0, batching=BatchingConfig(enabled=batching, max_wait_ms=max_wait_ms)
     )
     with BackgroundServer(engine, config) as server:
-        latencies, elapsed = load.submit(drive_load, server.target, concurrency, queries).result()
-    return {"batching": batching, "concurrency": concurrency, **_summary(latencies, elapsed)}
+        latencies, elapsed, others = load.submit(
+            drive_load, server.target, concurrency, queries
+        ).result()
+    return {
+        "batching": batching,
+        "concurrency": concurrency,
+        **_summary(latencies, elapsed),
+        **_others(others),
+    }
 
 
 def in_process_latencies(engine: SearchEngine, queries: int) -> list[float]:
@@ -155,14 +193,34 @@ def median_qps(arms: list[dict], concurrency: int, batching: bool) -> float:
     )
 
 
+def _p(ordered: list[float], q: float) -> float:
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def _summary(latencies: list[float], elapsed: float) -> dict:
     ordered = sorted(latencies)
     return {
         "queries": len(ordered),
         "qps": len(ordered) / elapsed,
         "p50_ms": 1000 * statistics.median(ordered),
-        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "p99_ms": _p(ordered, 0.99),
     }
+
+
+def _others(others: dict[str, list[float]]) -> dict:
+    """The answers that were not OK: rejected (RESOURCE_EXHAUSTED) with their latency, and
+    failed (any other code) by code."""
+    rejected = sorted(others.get("RESOURCE_EXHAUSTED", []))
+    failed = {code: len(v) for code, v in others.items() if code != "RESOURCE_EXHAUSTED"}
+    out: dict = {
+        "rejected": len(rejected),
+        "failed": sum(failed.values()),
+        "failed_by_code": failed,
+    }
+    if rejected:
+        out |= {"rejected_p50_ms": 1000 * statistics.median(rejected)}
+        out |= {"rejected_p99_ms": _p(rejected, 0.99)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -171,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=256, help="searches per arm")
-    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--concurrency", default="1,8,32,128")
     parser.add_argument(
         "--repeats", type=int, default=3, help="rounds of every arm; ratios use the median QPS"
     )
@@ -187,8 +245,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--overhead-rounds", type=int, default=10, help="alternations of the two sides"
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch/FAISS threads of the server (see set_threads)",
+    )
     parser.add_argument("--json", type=Path, default=Path("runs/bench/service_load.json"))
     args = parser.parse_args(argv)
+    set_threads(args.threads)
     levels = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="strata-load-") as folder:
         bundles = build_gallery(Path(folder), args.rows, 384)
@@ -197,7 +262,14 @@ def main(argv: list[str] | None = None) -> dict:
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
             arms = [
                 {"repeat": repeat}
-                | run_arm(engine, batching, concurrency, args.queries, load, args.max_wait_ms)
+                | run_arm(
+                    engine,
+                    batching,
+                    concurrency,
+                    max(args.queries, 4 * concurrency),
+                    load,
+                    args.max_wait_ms,
+                )
                 for repeat in range(args.repeats)
                 for concurrency in levels
                 for batching in (True, False)  # side by side, alternating
@@ -210,12 +282,29 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": args.rows,
         "encoder": "minilm (cpu)",
         "max_wait_ms": args.max_wait_ms,
+        "threads": args.threads,
         "arms": arms,
         "median_qps": {
             f"{c} {'on' if on else 'off'}": median_qps(arms, c, on)
             for c in levels
             for on in (True, False)
         },
+        "served_with_batching": {
+            str(c): {
+                key: statistics.median(
+                    a[key] for a in arms if a["concurrency"] == c and a["batching"]
+                )
+                for key in ("qps", "p50_ms", "p99_ms", "rejected", "failed")
+            }
+            | {
+                "rejected_p99_ms": max(
+                    (a.get("rejected_p99_ms", 0.0) for a in arms if a["concurrency"] == c),
+                    default=0.0,
+                )
+            }
+            for c in levels
+        },
+        "failed_in_all_arms": sum(a["failed"] for a in arms),
         "qps_ratio_batching_on_over_off": {
             str(c): median_qps(arms, c, True) / median_qps(arms, c, False) for c in levels
         },

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from indexer.verify import FAULT_KINDS
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
@@ -49,6 +51,7 @@ METRICS: dict[str, frozenset[str]] = {
     "strata_bundle_rows": frozenset(),
     "strata_bundle_bytes": frozenset(),
     "strata_hot_swaps_total": frozenset({"result"}),
+    "strata_bundle_refused_total": frozenset({"reason"}),
     "strata_serving": frozenset(),
     "strata_queue_depth": frozenset(),
 }
@@ -61,6 +64,7 @@ LABEL_VALUES: dict[tuple[str, str], frozenset[str]] = {
     ("strata_query_cache_requests_total", "tier"): frozenset({"local", "redis"}),
     ("strata_query_cache_requests_total", "result"): frozenset({"hit", "miss"}),
     ("strata_hot_swaps_total", "result"): frozenset({"ok", "failed"}),
+    ("strata_bundle_refused_total", "reason"): frozenset(FAULT_KINDS),
     ("grpc_server_handling_seconds_bucket", "grpc_type"): frozenset({"unary"}),
 }
 

@@ -102,7 +102,7 @@ def test_dashboard_has_the_required_panels() -> None:
     assert metrics("Redis up") == {"strata_redis_up"}
     assert metrics("Bundle version per pod") == {"strata_bundle_version"}
     assert "{{pod}}" in panels["Bundle version per pod"]["targets"][0]["legendFormat"]
-    assert metrics("Hot swaps") == {"strata_hot_swaps_total"}
+    assert metrics("Hot swaps") == {"strata_hot_swaps_total", "strata_bundle_refused_total"}
     assert metrics("Queue depth per pod") == {"strata_queue_depth"}
 
 

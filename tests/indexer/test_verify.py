@@ -115,8 +115,9 @@ def test_stored_vectors_are_checked_against_the_cache(version: Path, inputs: Inp
     faiss.write_index(wrong, str(version / "prefix_8.faiss"))
     relist(version, "prefix_8.faiss")
     faults = verify_bundle(version, sample=16).faults
-    assert len(faults) == 16 and all(
-        f.startswith("prefix_8.faiss: row ") and "differs from the cache's" in f for f in faults
+    assert faults[0].startswith("prefix_8.faiss: row 0 disagrees with prefix_64.faiss by ")
+    assert len(faults) == 17 and all(
+        f.startswith("prefix_8.faiss: row ") and "differs from the cache's" in f for f in faults[1:]
     )
 
 

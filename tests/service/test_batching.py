@@ -36,6 +36,28 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
+def test_batches_alternate_small_requests_and_chunks_of_a_large_one():
+    """A large request is worked through in chunks that fit the chunk time by its items' cost
+    so far; small requests waiting get batches of their own in between."""
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=8, chunk_ms=1000))
+
+    async def main():
+        large = asyncio.ensure_future(batcher.submit_many(list(range(100, 120))))
+        await asyncio.sleep(0.05)  # its first chunks run alone
+        small = await asyncio.gather(*(batcher.submit(i) for i in range(3)))
+        results = await large
+        await batcher.close()
+        return small, results
+
+    small, results = run(main())
+    assert small == [0, 10, 20] and results == [i * 10 for i in range(100, 120)]
+    assert recorder.calls[0] == [100]  # the first chunk: one item (its cost unknown)
+    assert max(len(c) for c in recorder.calls) == 8  # cheap items: chunks grow to max_batch
+    mixed = [c for c in recorder.calls if any(i < 100 for i in c)]
+    assert mixed == [[0, 1, 2]]  # the small ones together, with none of the large one's
+
+
 def test_concurrent_submits_become_one_call_with_results_in_place():
     recorder = Recorder()
     batcher = MicroBatcher(recorder, BatchingConfig(max_batch=64, max_wait_ms=200))
@@ -159,3 +181,22 @@ def test_closing_fails_waiting_callers():
 def test_bad_settings_are_refused(settings: dict, message: str):
     with pytest.raises(InputError, match=message):
         BatchingConfig(**settings)
+
+
+def test_submit_many_finishes_each_result_on_the_executor():
+    recorder = Recorder()
+    threads: set[str] = set()
+
+    def finish(result: int) -> str:
+        threads.add(threading.current_thread().name)
+        return f"<{result}>"
+
+    async def main():
+        with ThreadPoolExecutor(1, thread_name_prefix="engine") as pool:
+            batcher = MicroBatcher(recorder, BatchingConfig(max_batch=4), pool)
+            results = await batcher.submit_many([1, 2, 3], finish=finish)
+            await batcher.close()
+        return results
+
+    assert run(main()) == ["<10>", "<20>", "<30>"]
+    assert threads and all(name.startswith("engine") for name in threads)

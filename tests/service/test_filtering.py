@@ -100,3 +100,16 @@ def test_allowed_rows_from_the_bundle_postings(engine: SearchEngine):
     same_name = [c for c in range(2 * bundle.dim) if engine.coder.catalog[c].name == name]
     expected = np.unique(np.concatenate([bundle.postings(c)[0] for c in same_name]))
     assert named.materialise().tolist() == expected.tolist()
+
+
+def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: SearchEngine):
+    """64 references to a handful of concepts give the set of those concepts (the union of
+    their rows, each marked once), the same as naming each concept once."""
+    bundle = engine.bundle
+    concepts = list(range(0, 16, 2))
+    once = allowed_rows(bundle, [], [ConceptRef(id=c) for c in concepts])
+    repeated = allowed_rows(bundle, [], [ConceptRef(id=concepts[i % 8]) for i in range(64)])
+    expected = np.unique(np.concatenate([bundle.postings(c)[0] for c in concepts]))
+    assert once.rows.tolist() == repeated.rows.tolist() == expected.tolist()
+    required = allowed_rows(bundle, [ConceptRef(id=concepts[0])] * 64, [])
+    assert required.rows.tolist() == bundle.postings(concepts[0])[0].tolist()

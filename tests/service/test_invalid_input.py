@@ -142,8 +142,8 @@ def test_a_bad_search_is_invalid_argument_naming_the_fault(stub, case: str):
 
 
 def test_an_oversize_batch_is_refused_before_any_work(stub):
-    batch = pb.BatchSearchRequest(requests=[pb.SearchRequest(query=DOG)] * 1025)
-    assert refused(stub.BatchSearch, batch) == "1025 requests in one batch; at most 1024"
+    batch = pb.BatchSearchRequest(requests=[pb.SearchRequest(query=DOG)] * 257)
+    assert refused(stub.BatchSearch, batch) == "257 requests in one batch; at most 256"
 
 
 def test_bytes_that_are_no_message_are_invalid_argument(server: BackgroundServer):

@@ -19,6 +19,7 @@ from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service.client import StrataClient
 from service.errors import QueryError
+from service.limits import LIMITS
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
@@ -111,13 +112,18 @@ def test_explain_and_grpc_carry_the_scope(scoped_engine):
         StrataClient(server.target, timeout=60) as client,
     ):
         served = client.search(
-            "a dog on the grass", granularity="full", k=ALL, require=["thing"], scope="local",
-            explain=True,
-        )  # fmt: skip
+            "a dog on the grass", granularity="full", k=ALL, require=["thing"], scope="local"
+        )
         assert {h.row for h in served.hits} == hit_rows(
             scoped_engine, require=["thing"], scope="local"
         )
-        assert all(c.scope in ("local", "global") for h in served.hits for c in h.concepts)
+        explained = client.search(  # explain covers at most 100 hits (service/limits.py)
+            "a dog on the grass", granularity="full", k=LIMITS.explain_hits, require=["thing"],
+            scope="local", explain=True,
+        )  # fmt: skip
+        rows = [h.row for h in served.hits]
+        assert [h.row for h in explained.hits] == rows[: len(explained.hits)]
+        assert all(c.scope in ("local", "global") for h in explained.hits for c in h.concepts)
         request = pb.SearchRequest(
             query=pb.Query(text="a dog"),
             filter=pb.ConceptFilter(require=[pb.ConceptRef(name="thing")], scope=7),
