@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     split = np.array(metadata.column("split").to_pylist())
     rows = np.flatnonzero(split == args.split)
     groups = np.array(metadata.column("group").to_pylist())[rows]
-    captions = [metadata.column("caption").to_pylist()[i] for i in rows]
+    every_caption = metadata.column("caption").to_pylist()
+    captions = [every_caption[i] for i in rows]
     images = np.unique(groups)
     half_a = set(np.random.default_rng(args.seed).permutation(images)[: len(images) // 2])
     in_a = np.array([g in half_a for g in groups])

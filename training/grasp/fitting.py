@@ -11,13 +11,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
+import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from training.embedding.cache import EmbeddingCache
+from training.embedding.cache import EmbeddingCache, atomic_write_bytes
 from training.embedding.encoders import Encoder, load_encoder
 from training.errors import InputError
 from training.granularity import Granularity
@@ -62,12 +65,13 @@ def gallery_rows(cache_dir: Path, split: str = "all") -> np.ndarray:
 
 
 def _model(encoder: Encoder | str) -> Encoder:
-    """The encoder, loaded when given by its spec (only when something must be embedded)."""
-    return (
-        load_encoder(encoder, device=load_settings().device)
-        if isinstance(encoder, str)
-        else encoder
-    )
+    """The encoder, loaded once when given by its spec (only when something must be embedded)."""
+    return _loaded(encoder) if isinstance(encoder, str) else encoder
+
+
+@functools.cache
+def _loaded(spec: str) -> Encoder:
+    return load_encoder(spec, device=load_settings().device)
 
 
 def _cached_path(cache: EmbeddingCache, spec: str, what: str) -> Path:
@@ -129,17 +133,18 @@ def query_bank(
     spec = encoder if isinstance(encoder, str) else encoder.id
     bank: dict[Granularity, list[np.ndarray]] = {}
     if "vocabulary" in sources:
-        key = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        texts = vocabulary_queries()
+        key = hashlib.sha256((spec + json.dumps(texts)).encode()).hexdigest()[:16]
         path = load_settings().runs_dir / "grasp-views" / f"vocabulary-{key}.npz"
         if path.is_file():
             with np.load(path) as saved:
                 embedded = {g: saved[g] for g in saved.files}
         else:
             model = _model(encoder)
-            embedded = {g: model.encode_text(t) for g, t in vocabulary_queries().items()}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(path.with_suffix(".tmp.npz"), **embedded)
-            path.with_suffix(".tmp.npz").replace(path)
+            embedded = {g: model.encode_text(t) for g, t in texts.items()}
+            buffer = io.BytesIO()
+            np.savez(buffer, **embedded)
+            atomic_write_bytes(path, buffer.getvalue())
         for g, e in embedded.items():
             bank.setdefault(Granularity(g), []).append(e)
     if "training" in sources and task is not None:

@@ -158,7 +158,7 @@ def relation_query(relation: Relation) -> str:
     """ "a man riding a horse", for a relation no caption has written out (captions' own
     texts, `Mentions.relations`, keep their prepositions and are preferred)."""
     subject, verb, obj = relation
-    return f"{_with_article(subject)} {ing_form(verb)} {_with_article(obj)}"
+    return f"{_with_article(subject)} {ing_form(verb)} {object_query(obj)}"
 
 
 def vocabulary_queries(per_kind: int = 3000, seed: int = 0) -> dict[str, list[str]]:
@@ -174,8 +174,7 @@ def vocabulary_queries(per_kind: int = 3000, seed: int = 0) -> dict[str, list[st
         attribute_query((rng.choice(adjectives), rng.choice(nouns))) for _ in range(per_kind)
     }
     relations = {
-        f"{_with_article(rng.choice(subjects))} {ing_form(rng.choice(verbs))} "
-        f"{object_query(rng.choice(nouns))}"
+        relation_query((rng.choice(subjects), rng.choice(verbs), rng.choice(nouns)))
         for _ in range(per_kind)
     }
     return {
