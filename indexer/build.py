@@ -60,7 +60,6 @@ from indexer.bundle import (
 )
 from indexer.codes import check_codable, code_run
 from indexer.crashpoints import check_crash_setting, crash_point
-from indexer.durable import fsync_tree, sha256_file
 from indexer.ids import IDS, IdsWriter, unified_schema
 from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
 from indexer.postings import INDPTR, ROWS, VALUES, PostingRun, PostingsWriter
@@ -78,13 +77,14 @@ from indexer.release import release_version
 from indexer.sampling import Reservoir
 from indexer.verify import verify_bundle
 from indexer.versions import BundleStore
-from training.artifacts import MANIFEST as ARTIFACT_MANIFEST
-from training.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.embedding.cache import MANIFEST as CACHE_MANIFEST
-from training.embedding.cache import EmbeddingCache, Shard
-from training.errors import InputError
+from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
+from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
+from training.core.artifacts import TransformArtifact
+from training.core.cache import MANIFEST as CACHE_MANIFEST
+from training.core.cache import EmbeddingCache, Shard
+from training.core.errors import InputError
+from training.core.files import fsync_tree, sha256_file
 
 log = logging.getLogger(__name__)
 

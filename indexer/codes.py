@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from indexer.postings import PostingRun
-from training.errors import InputError
+from training.core.errors import InputError
 
 CODE_BATCH = 8192  # rows coded at a time: z, |z| and the mask are ~9 bytes per cell
 

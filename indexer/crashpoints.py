@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 ENVIRONMENT = "STRATA_INDEX_CRASH_AT"
 STAGES = (

@@ -35,10 +35,10 @@ from types import ModuleType
 from typing import Any
 
 from indexer.build import BuildError, ShardBatch, process_shard
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.embedding.cache import EmbeddingCache, Shard
-from training.errors import InputError
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache, Shard
+from training.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.errors import CacheError
+from training.core.errors import CacheError
 
 IDS = "ids.parquet"
 

@@ -38,7 +38,6 @@ import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
 from indexer.bundle import PrefixEntry
-from indexer.durable import fsync_file
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
 from indexer.prefix_index import (
     FlatFileWriter,
@@ -52,7 +51,8 @@ from indexer.prefix_index import (
     merge_into_ondisk,
     read_prefix_index,
 )
-from training.granularity import Granularity
+from training.core.files import fsync_file
+from training.core.granularity import Granularity
 
 COPY_ROWS = 65_536  # rows copied or reconstructed per chunk
 

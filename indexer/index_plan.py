@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import faiss
 
-from training.errors import InputError
-from training.granularity import Contract, Granularity
+from training.core.errors import InputError
+from training.core.granularity import Contract, Granularity
 
 TRAINING_ROWS_PER_LIST = 39
 PQ_CENTROIDS = 256

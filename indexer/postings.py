@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import dtype_to_descr, open_memmap, write_array_header_1_0
 
-from indexer.durable import HashedFile, fsync_file
+from training.core.files import HashedFile, fsync_file
 
 INDPTR, ROWS, VALUES = "postings_indptr.npy", "postings_rows.npy", "postings_values.npy"
 FILES = (INDPTR, ROWS, VALUES)

@@ -42,8 +42,8 @@ from typing import Protocol
 import faiss
 import numpy as np
 
-from indexer.durable import HashedFile, fsync_file
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
+from training.core.files import HashedFile, fsync_file
 
 log = logging.getLogger(__name__)
 # merge_ondisk logs every part file it reads at INFO; one line per shard and prefix is noise

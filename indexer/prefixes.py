@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.artifacts import TransformArtifact
+from training.core.artifacts import TransformArtifact
 
 ROW_BLOCK = 8192  # rows per block of the build's rotation and renormalisation
 

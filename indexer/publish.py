@@ -56,9 +56,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from indexer.bundle import CURRENT, MANIFEST, read_manifest
-from indexer.durable import fsync_dir, sha256_file
 from indexer.versions import BundleStore
-from training.errors import InputError
+from training.core.errors import InputError
+from training.core.files import fsync_dir, sha256_file
 
 if TYPE_CHECKING:
     import redis

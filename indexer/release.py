@@ -28,7 +28,7 @@ from indexer.crashpoints import crash_point
 from indexer.publish import Publisher, publish_version
 from indexer.verify import VerifyReport
 from indexer.versions import BundleStore
-from training.errors import InputError
+from training.core.errors import InputError
 
 WriteVersion = Callable[[Path, int], BundleManifest]
 VerifyVersion = Callable[[Path], VerifyReport]

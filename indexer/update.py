@@ -59,7 +59,6 @@ from indexer.build import (
 )
 from indexer.bundle import MANIFEST, Bundle, BundleManifest, FileRecord
 from indexer.crashpoints import check_crash_setting, crash_point
-from indexer.durable import fsync_tree, sha256_file
 from indexer.ids import IDS, IdsWriter, copy_ids, read_ids, unified_schema
 from indexer.index_edit import open_extended, write_filtered
 from indexer.index_plan import plan_indexes
@@ -68,8 +67,9 @@ from indexer.publish import Publisher
 from indexer.release import Release, release_version
 from indexer.verify import verify_bundle
 from indexer.versions import BundleStore
-from training.embedding.cache import EmbeddingCache
-from training.errors import InputError
+from training.core.cache import EmbeddingCache
+from training.core.errors import InputError
+from training.core.files import fsync_tree, sha256_file
 
 SHOWN_IDS = 5  # ids named in an error message
 

@@ -64,19 +64,19 @@ from indexer.bundle import (
     read_current,
     read_manifest,
 )
-from indexer.durable import sha256_file
 from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
 from indexer.prefixes import prefix_vectors
-from training.artifacts import MANIFEST as ARTIFACT_MANIFEST
-from training.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.embedding.cache import MANIFEST as CACHE_MANIFEST
-from training.embedding.cache import EmbeddingCache
-from training.errors import InputError
+from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
+from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
+from training.core.artifacts import TransformArtifact
+from training.core.cache import MANIFEST as CACHE_MANIFEST
+from training.core.cache import EmbeddingCache
+from training.core.errors import InputError
+from training.core.files import sha256_file
 
 VECTOR_TOLERANCE = 1e-4
 SEARCH_DEPTH = 10

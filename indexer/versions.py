@@ -42,7 +42,7 @@ from indexer.bundle import (
     read_manifest,
     version_name,
 )
-from indexer.durable import fsync_dir, replace_small_file
+from training.core.files import atomic_write_bytes, fsync_dir
 
 LOCK = ".lock"
 STAGING_PREFIX = ".tmp-"
@@ -154,7 +154,7 @@ class BundleStore:
             raise BundleError(f"cannot publish {name!r}: no such version in {self.root}")
         if not (self.root / name / MANIFEST).is_file():  # written last: a partial version
             raise BundleError(f"cannot publish {name}: {self.root / name} has no {MANIFEST}")
-        replace_small_file(self.root / CURRENT, f"{name}\n".encode())
+        atomic_write_bytes(self.root / CURRENT, f"{name}\n".encode())
 
     def retain(self, keep: int) -> list[str]:
         """Remove all but the newest `keep` whole versions; never the current one."""

@@ -29,7 +29,7 @@ from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.errors import QueryError, ServiceError, bounded, echo
 from service.search import SearchEngine
-from training.errors import InputError
+from training.core.errors import InputError
 
 if TYPE_CHECKING:
     from service.server import StrataServer

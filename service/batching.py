@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from service.errors import DeadlineError, OverloadedError
-from training.errors import InputError
+from training.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

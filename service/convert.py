@@ -26,7 +26,7 @@ from service.results import (
     SearchResult,
     SharedConcept,
 )
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 MAX_MESSAGE_BYTES = 16 * 2**20  # responses (the server's send, a client's both ways)
 

@@ -32,16 +32,16 @@ from service.client import StrataClient, StrataClientError
 from service.results import Explanation, SearchResult
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from training.artifacts import TransformArtifact
 from training.cedar.cli import fit_cedar
 from training.cedar.train import CedarConfig
+from training.core.artifacts import TransformArtifact
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
+from training.core.settings import StrataSettings
 from training.corpora import Corpus, open_corpus
-from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
-from training.errors import InputError
 from training.grasp.cli import fit_grasp
 from training.grasp.train import GALLERY_RECIPE, GraspConfig
-from training.settings import StrataSettings
 
 log = logging.getLogger(__name__)
 

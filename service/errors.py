@@ -5,7 +5,7 @@ All are `InputError`s, so the `strata` command prints them as one line and exits
 
 from __future__ import annotations
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 
 class ServiceError(InputError):

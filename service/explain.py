@@ -31,7 +31,7 @@ from indexer.prefix_index import exact_storage
 from indexer.prefixes import prefix_vectors
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 
 def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -46,7 +46,7 @@ from indexer.prefix_index import exact_storage
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label
-from training.errors import InputError
+from training.core.errors import InputError
 
 EXACT_MAX = 4096
 EXACT_FALLBACK_MAX = 200_000

@@ -18,7 +18,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 PROTO_ROOT = REPO / "proto"

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 if TYPE_CHECKING:
     import redis

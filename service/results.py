@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.errors import echo
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 AUTO = "auto"
 GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))

@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from training.errors import InputError
-from training.granularity import Granularity
+from training.core.errors import InputError
+from training.core.granularity import Granularity
 from training.views.extractor import (
     ADJECTIVES,
     APPEARANCE_NOUNS,

@@ -63,10 +63,10 @@ from service.results import (
 )
 from service.routing import Route, route_text
 from training.cedar.concepts import CatalogEntry
-from training.embedding.encoders import Encoder, load_encoder
-from training.embedding.images import decode_image
-from training.errors import InputError
-from training.granularity import Granularity
+from training.core.encoders import Encoder, load_encoder
+from training.core.encoders.images import decode_image
+from training.core.errors import InputError
+from training.core.granularity import Granularity
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import typer
 from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
-from training.errors import InputError
+from training.core.errors import InputError
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TEXT_WIDTH = 60
@@ -117,7 +117,7 @@ def serve_command(
     from service.query_cache import open_cache
     from service.search import SearchEngine
     from service.server import ServerConfig, StrataServer, serve
-    from training.settings import load_settings
+    from training.core.settings import load_settings
 
     settings = load_settings()
     for what, path in (("certificate", tls_cert), ("key", tls_key)):

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from service.errors import ServiceError
+from training.core.encoders import Encoder, load_encoder
 from training.cosae.upgrade import QueryTranslator
-from training.embedding.encoders import Encoder, load_encoder
 
 
 @dataclass

@@ -29,14 +29,14 @@ def tiny_clip_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_clip(tiny_clip_config: Path):
-    from training.embedding.encoders import load_encoder
+    from training.core.encoders import load_encoder
 
     return load_encoder(f"open_clip:{tiny_clip_config}", device="cpu", batch_size=16)
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    from training.embedding.encoders import load_encoder
+    from training.core.encoders import load_encoder
 
     return load_encoder("minilm", device="cpu", batch_size=32)
 

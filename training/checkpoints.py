@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from training.embedding.cache import atomic_write_bytes
+from training.core.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

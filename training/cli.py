@@ -11,15 +11,15 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.cds import cli as cds_cli
 from training.cedar import cli as cedar_cli
+from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
+from training.core.errors import CacheError, InputError
+from training.core.settings import load_settings
 from training.corpora import CORPUS_KINDS, open_corpus
 from training.cosae import cli as cosae_cli
 from training.cosae import upgrade_cli
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
-from training.errors import CacheError, InputError
 from training.grasp import cli as grasp_cli
-from training.settings import load_settings
 
 embed_app = typer.Typer(help="Embed a corpus into an embedding cache, and inspect caches.")
 train_app = typer.Typer(help="Learn transforms (GraSP-VL, CEDAR) from an embedding cache.")

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import build_catalog, catalog_json, name_concepts
-from training.embedding.cache import CacheManifest, write_manifest, write_shard
-from training.granularity import default_contract
-from training.rotations import random_rotation
+from training.core.artifacts import TransformArtifact
+from training.core.cache import CacheManifest, write_manifest, write_shard
+from training.core.granularity import default_contract
+from training.core.rotations import random_rotation
 
 
 def cluster_centres(clusters: int, dim: int, seed: int) -> np.ndarray:

@@ -35,7 +35,7 @@ from service.limits import LIMITS
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
-from training.embedding.encoders import load_encoder
+from training.core.encoders import load_encoder
 
 LONG = "a black dog chasing a red ball along the wet sand of a beach at sunset while "
 

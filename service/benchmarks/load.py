@@ -44,8 +44,8 @@ from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import load_encoder
+from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
 
 QUERIES = (
     "a dog", "a red car", "a man riding a bicycle", "two children playing in the snow",

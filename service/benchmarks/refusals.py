@@ -31,7 +31,6 @@ import redis
 
 from indexer.benchmarks.tamper import damages, edit_manifest
 from indexer.bundle import CURRENT, MANIFEST, Bundle, version_name
-from indexer.durable import sha256_file
 from indexer.publish import ChannelKeys
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
@@ -40,6 +39,7 @@ from service.hot_swap import HotSwapper
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
+from training.core.files import sha256_file
 
 TOKEN = "refusal-table"
 PATHS = ("publish", "hot swap", "Reload", "start-up")

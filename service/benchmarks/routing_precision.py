@@ -26,9 +26,9 @@ from indexer.bundle import Bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
 from training.benchmarks import publish
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
+from training.core.encoders import load_encoder
 from training.corpora.compositional import ATTRIBUTES, SUBJECTS, noun_phrase
-from training.embedding.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
-from training.embedding.encoders import load_encoder
 
 K = 10
 

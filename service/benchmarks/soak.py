@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from training.benchmarks import publish
-from training.errors import InputError
+from training.core.errors import InputError
 
 log = logging.getLogger("strata.soak")
 
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.query_cache import QueryCache
     from service.search import SearchEngine
     from service.server import BackgroundServer, ServerConfig
-    from training.embedding.encoders import load_encoder
+    from training.core.encoders import load_encoder
 
     phases: dict[str, dict[str, Any]] = {}
     with (

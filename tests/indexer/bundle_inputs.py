@@ -21,7 +21,7 @@ from indexer.benchmarks.synthetic import (
     write_synthetic_cache,
 )
 from indexer.build import BuildConfig, BuildSummary, build_bundle
-from training.embedding.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 
 DIM = 64  # default contract 4 / 8 / 16 / 32 / 64
 K = 4

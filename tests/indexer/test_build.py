@@ -17,13 +17,13 @@ from bundle_inputs import DIM, Inputs, K
 from indexer import build
 from indexer.build import BufferPool, prefetched
 from indexer.bundle import BUNDLE_FORMAT, Bundle, BundleError
-from indexer.durable import sha256_file
 from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k, rotate_rows
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.embedding.cache import EmbeddingCache
-from training.errors import CacheError
-from training.granularity import Granularity
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.errors import CacheError
+from training.core.files import sha256_file
+from training.core.granularity import Granularity
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.codes import check_codable, code_run, concept_dtype, top_k_mask
 from indexer.postings import PostingRun, shard_postings
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.errors import InputError
+from training.core.artifacts import TransformArtifact
+from training.core.errors import InputError
 
 DIM = 32
 

@@ -13,10 +13,10 @@ from bundle_inputs import Inputs, make_inputs
 from indexer.build import BuildConfig, build_bundle, local_batches
 from indexer.bundle import Bundle
 from indexer.distributed import RayEngine
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import ConceptCoder
-from training.embedding.cache import EmbeddingCache
-from training.errors import CacheError
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.errors import CacheError
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")

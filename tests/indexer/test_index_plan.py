@@ -13,7 +13,7 @@ from indexer.index_plan import (
     plan_indexes,
     pq_subquantizers,
 )
-from training.granularity import default_contract
+from training.core.granularity import default_contract
 
 CLIP = default_contract(512)  # 32 / 64 / 128 / 256 / 512
 GIB = 2**30

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from indexer import postings
-from indexer.durable import sha256_file
 from indexer.postings import (
     FILES,
     Postings,
@@ -19,6 +18,7 @@ from indexer.postings import (
     postings_faults,
     shard_postings,
 )
+from training.core.files import sha256_file
 
 CONCEPTS = 10
 

@@ -18,7 +18,7 @@ from indexer.prefix_index import (
     read_prefix_index,
     train_index,
 )
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:

@@ -17,7 +17,6 @@ from bundle_inputs import Inputs, assert_one_line_error
 
 from indexer.build import build_bundle
 from indexer.bundle import read_current
-from indexer.durable import sha256_file
 from indexer.publish import (
     ChannelKeys,
     PublishError,
@@ -26,6 +25,7 @@ from indexer.publish import (
     publish_version,
 )
 from indexer.versions import BundleStore
+from training.core.files import sha256_file
 
 URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 UNREACHABLE = "redis://127.0.0.1:1/0"

@@ -29,7 +29,7 @@ from indexer.update import (
     rows_to_delete,
 )
 from indexer.verify import verify_bundle
-from training.embedding.cache import EmbeddingCache
+from training.core.cache import EmbeddingCache
 
 APPROXIMATE = (
     "object=hnsw",

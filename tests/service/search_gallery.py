@@ -20,7 +20,6 @@ import numpy as np
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.build import BuildConfig, build_bundle
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import (
     build_catalog,
     catalog_json,
@@ -29,13 +28,14 @@ from training.cedar.concepts import (
 )
 from training.cedar.data import load_split_rows
 from training.cedar.train import CedarConfig, train_cedar
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.encoders import Encoder
+from training.core.granularity import default_contract
+from training.core.rotations import pca_rotation
 from training.corpora import open_corpus
 from training.corpora.compositional import CompositionalCorpus
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import Encoder
 from training.embedding.job import EmbedConfig, embed_corpus
-from training.granularity import default_contract
-from training.rotations import pca_rotation
 
 SCENES = 300
 CEDAR_K = 8

@@ -12,7 +12,7 @@ import pytest
 
 from service.batching import BatchingConfig, MicroBatcher
 from service.errors import OverloadedError
-from training.errors import InputError
+from training.core.errors import InputError
 
 
 class Recorder:

@@ -13,7 +13,7 @@ from service.errors import NotFoundError, QueryError
 from service.explain import row_concepts
 from service.results import SearchQuery
 from service.search import EngineConfig, SearchEngine
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 
 def fields(engine: SearchEngine, rows: list[int], name: str) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from service.routing import phrase_structure, route_text
-from training.errors import InputError
-from training.granularity import Granularity
+from training.core.errors import InputError
+from training.core.granularity import Granularity
 
 OBJECT, ATTRIBUTE, RELATION, CAPTION, FULL = (
     Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION, Granularity.CAPTION,

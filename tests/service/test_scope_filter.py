@@ -23,7 +23,7 @@ from service.limits import LIMITS
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from training.artifacts import TransformArtifact
+from training.core.artifacts import TransformArtifact
 
 ALL = 1000  # more than the gallery's rows: every allowed row comes back
 

@@ -22,7 +22,7 @@ from service.explain import row_concepts
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from training.granularity import Granularity
+from training.core.granularity import Granularity
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

@@ -19,10 +19,10 @@ from service.errors import ServiceError
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
+from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
 from training.corpora.compositional import CompositionalCorpus
 from training.cosae.upgrade import QueryTranslator
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import load_encoder
 from training.embedding.job import EmbedConfig, embed_corpus
 
 SCENES = 200

@@ -34,8 +34,8 @@ from training.cds.score import (
     fit_patch_sae,
     score_features,
 )
-from training.embedding.encoders import load_encoder
-from training.errors import InputError
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

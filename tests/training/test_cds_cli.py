@@ -12,11 +12,11 @@ import torch
 from typer.testing import CliRunner
 
 from service.cli import app, main
-from training.artifacts import TransformArtifact
 from training.cds.constructed import random_cedar_artifact, synthetic_images
 from training.cedar.concepts import ConceptCoder, catalog_entry
-from training.embedding.encoders import load_encoder
-from training.errors import InputError
+from training.core.artifacts import TransformArtifact
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
 
 TINY_VIT = {
     "embed_dim": 32,

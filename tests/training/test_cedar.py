@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from training.artifacts import TransformArtifact
 from training.cedar.concepts import (
     ConceptCoder,
     build_catalog,
@@ -27,14 +26,15 @@ from training.cedar.sparse_codes import (
     sparse_codes,
 )
 from training.cedar.train import CedarConfig, k_bounds, train_cedar
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.errors import InputError
+from training.core.granularity import default_contract
+from training.core.metrics import cknna, fraction_of_variance_unexplained
+from training.core.rotations import orthogonality_error, pca_rotation, random_rotation
 from training.corpora.compositional import CompositionalCorpus
-from training.embedding.cache import EmbeddingCache
 from training.embedding.job import EmbedConfig, embed_corpus
-from training.errors import InputError
-from training.granularity import default_contract
-from training.metrics import cknna, fraction_of_variance_unexplained
 from training.probes import encode_labels, fit_linear_probe
-from training.rotations import orthogonality_error, pca_rotation, random_rotation
 
 DIM = 16
 FAST = {"epochs": 6, "batch_size": 128, "k": 4, "k_min": 2, "k_max": 8, "patience": 6}

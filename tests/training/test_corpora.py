@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from training.core.errors import InputError
 from training.corpora import (
     CompositionalCorpus,
     MalformedInputError,
     open_corpus,
 )
 from training.corpora.compositional import ATTRIBUTES, RELATIONS, SUBJECTS, noun_phrase
-from training.errors import InputError
 
 FLICKR_LINES = [
     "img1.jpg#0\tA dog runs .",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from training.core.rotations import random_rotation
 from training.cosae.baselines import (
     least_squares_map,
     match_concepts,
@@ -19,7 +20,6 @@ from training.cosae.metrics import extraction_fvu, translation_fvu
 from training.cosae.model import CoupledSae, encode_rows
 from training.cosae.pairs import synthetic_pair
 from training.cosae.train import CosaeConfig
-from training.rotations import random_rotation
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

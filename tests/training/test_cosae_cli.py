@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from training.core.errors import InputError
 from training.cosae import cli, evaluate
 from training.cosae.model import load_cosae
-from training.errors import InputError
 
 TINY = ["--rows", "600", "--steps", "30", "--concepts", "16", "--k", "2", "--no-progress",
         "--device", "cpu"]  # fmt: skip

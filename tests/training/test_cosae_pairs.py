@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from training.core.errors import InputError
 from training.cosae.pairs import (
     EmbeddingPair,
     flickr8k_captions,
@@ -19,7 +20,6 @@ from training.cosae.pairs import (
     tfidf_pair,
     tfidf_svd_embeddings,
 )
-from training.errors import InputError
 
 CAPTIONS = [
     "a black dog runs across the grass",

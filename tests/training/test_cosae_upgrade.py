@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from training.core.encoders import l2_normalise
+from training.core.errors import InputError
 from training.cosae.metrics import grouped_retrieval
 from training.cosae.train import CosaeConfig
 from training.cosae.upgrade import (
@@ -17,8 +19,6 @@ from training.cosae.upgrade import (
     upgrade_markdown,
     upgrade_table,
 )
-from training.embedding.encoders import l2_normalise
-from training.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

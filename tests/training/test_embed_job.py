@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from training.core.cache import EmbeddingCache
+from training.core.errors import CacheError, InputError
 from training.corpora import CompositionalCorpus, Record, open_corpus
-from training.embedding.cache import EmbeddingCache
 from training.embedding.job import EmbedConfig, embed_corpus
-from training.errors import CacheError, InputError
 
 QUIET = {"progress": False}
 
@@ -215,7 +215,7 @@ def test_resume_after_the_process_is_killed(tiny_clip_config: Path, tmp_path: Pa
     assert resumed.rows == 500 and resumed.verify() == []
     assert resumed.metadata().column("id").to_pylist() == [f"t{i}" for i in range(500)]
 
-    from training.embedding.encoders import load_encoder
+    from training.core.encoders import load_encoder
 
     encoder = load_encoder(f"open_clip:{tiny_clip_config}", device="cpu")
     expected = encoder.encode_text([json.loads(line)["text"] for line in lines])

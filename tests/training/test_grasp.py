@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from training.artifacts import TransformArtifact
-from training.embedding.encoders import l2_normalise
-from training.errors import InputError
-from training.granularity import Granularity, default_contract
+from training.core.artifacts import TransformArtifact
+from training.core.encoders import l2_normalise
+from training.core.errors import InputError
+from training.core.granularity import Granularity, default_contract
+from training.core.metrics import NEGATIVE_LEVELS, present_rows
+from training.core.rotations import orthogonality_error, pca_rotation, random_rotation
 from training.grasp.baselines import baseline_artifact
 from training.grasp.data import GraspSet, leave_one_out_means
 from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves, retrieval_recall
@@ -24,8 +26,6 @@ from training.grasp.losses import (
     selective_ranking_loss,
 )
 from training.grasp.train import GraspConfig, LossWeights, train_grasp, transform_present_rows
-from training.metrics import NEGATIVE_LEVELS, present_rows
-from training.rotations import orthogonality_error, pca_rotation, random_rotation
 
 DIM = 32
 CONTRACT = default_contract(DIM)  # 2 / 4 / 8 / 16 / 32
@@ -296,8 +296,8 @@ def test_set_round_trip(tmp_path: Path):
 
 
 def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, tmp_path: Path):
+    from training.core.cache import EmbeddingCache
     from training.corpora import open_corpus
-    from training.embedding.cache import EmbeddingCache
     from training.embedding.job import EmbedConfig, embed_corpus
     from training.grasp.data import build_from_cache
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from test_grasp import CONTRACT, DIM, constructed_set
 
-from training.granularity import Granularity
+from training.core.granularity import Granularity
+from training.core.rotations import centred_principal_axes, orthogonality_error
 from training.grasp.evaluate import gallery_items
 from training.grasp.gallery import (
     QuerySet,
@@ -24,7 +25,6 @@ from training.grasp.gallery import (
 )
 from training.grasp.losses import multi_positive_retrieval_loss, ranking_distillation_loss
 from training.grasp.train import GalleryFit, GraspConfig, LossWeights, train_grasp
-from training.rotations import centred_principal_axes, orthogonality_error
 from training.views.mentions import caption_mentions, ing_form, verb_lemma, vocabulary_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -17,7 +17,7 @@ from training.cedar.saes import (
     reconstruct,
     train_sae,
 )
-from training.metrics import fraction_of_variance_unexplained
+from training.core.metrics import fraction_of_variance_unexplained
 
 DIM, ATOMS, ACTIVE = 16, 32, 3  # M = 8 · 16 = 128 latents
 

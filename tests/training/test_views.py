@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from training.errors import InputError
+from training.core.errors import InputError
 from training.views.extractor import (
     NEGATIVE_KINDS,
     VERB_GROUPS_BARE,

@@ -42,8 +42,8 @@ from training.cds.cropping import CropGeometry, shifted_crops
 from training.cds.patches import OpenClipPatches, concept_features
 from training.cds.report import write_scopes
 from training.cds.score import CdsConfig, CdsResult, ImageSource, score_features
-from training.embedding.encoders import load_encoder
-from training.settings import load_settings
+from training.core.encoders import load_encoder
+from training.core.settings import load_settings
 
 VARIANTS = {
     "plain": {},

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from training.benchmarks import publish
+from training.core.encoders import Encoder, load_encoder
+from training.core.errors import InputError
 from training.corpora import Corpus, Record, open_corpus
-from training.embedding.encoders import Encoder, load_encoder
 from training.embedding.job import EmbedConfig, embed_corpus
-from training.errors import InputError
 
 
 class FirstRecords(Corpus):

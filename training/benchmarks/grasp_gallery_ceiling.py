@@ -20,15 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from training.artifacts import TransformArtifact
 from training.benchmarks import publish
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import load_encoder
-from training.granularity import default_contract
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
+from training.core.granularity import default_contract
+from training.core.rotations import centred_principal_axes, pca_rotation
 from training.grasp.cli import grasp_set
 from training.grasp.gallery import gallery_retrieval, gallery_table, retrieval_task
 from training.grasp.train import GalleryFit, GraspConfig, LossWeights, train_grasp
-from training.rotations import centred_principal_axes, pca_rotation
 
 SUPERVISED_ONLY = LossWeights(
     alignment=0, retention=0, ranking=0, invariance=0, preservation=0, retrieval=1, distillation=1

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from training.benchmarks import publish
-from training.embedding.cache import EmbeddingCache
+from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp
 from training.grasp.train import GALLERY_RECIPE
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from training.benchmarks import publish
-from training.granularity import default_contract
+from training.core.granularity import default_contract
+from training.core.rotations import cayley
 from training.grasp.data import GraspSet
 from training.grasp.train import GraspConfig, LossWeights, linear_map, loss_terms
-from training.rotations import cayley
 
 
 def step_seconds(upper: torch.Tensor, batch: dict, contract, config: GraspConfig) -> float:

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from training.benchmarks import publish
+from training.core.encoders import load_encoder
+from training.core.encoders.openclip import OpenClipEncoder, encode_text_trimmed
 from training.corpora import open_corpus
-from training.embedding.encoders import load_encoder
-from training.embedding.openclip import OpenClipEncoder, encode_text_trimmed
 
 
 def rows_per_second(encode, batches: list[torch.Tensor]) -> tuple[float, torch.Tensor]:

@@ -20,7 +20,6 @@ from typing import Annotated, Any
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.artifacts import TransformArtifact
 from training.cds.constructed import ConstructedViT, synthetic_images
 from training.cds.cropping import CropGeometry
 from training.cds.patches import (
@@ -39,9 +38,10 @@ from training.cds.score import (
     fit_patch_sae,
     score_features,
 )
-from training.embedding.encoders import load_encoder
-from training.errors import InputError
-from training.settings import load_settings
+from training.core.artifacts import TransformArtifact
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
+from training.core.settings import load_settings
 
 log = logging.getLogger(__name__)
 

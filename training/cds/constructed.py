@@ -211,10 +211,10 @@ def random_cedar_artifact(
 ) -> Any:
     """A CEDAR-like artifact for exercising the pipeline: a Haar-random rotation, zero mean,
     and a complete catalog (2·dim entries) named from a random vocabulary (`word-0`, ...)."""
-    from training.artifacts import TransformArtifact
     from training.cedar.concepts import build_catalog, catalog_json, name_concepts
-    from training.granularity import default_contract
-    from training.rotations import random_rotation
+    from training.core.artifacts import TransformArtifact
+    from training.core.granularity import default_contract
+    from training.core.rotations import random_rotation
 
     rng = np.random.default_rng([seed, 7])
     rotation = random_rotation(dim, seed)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import ot
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 BIMODALITY_CUTOFF = 5 / 9  # Sarle's coefficient of a uniform distribution; above it: bimodal
 MIN_FOR_OTSU = 8  # fewer finite scores than this: the histogram says nothing, use the median

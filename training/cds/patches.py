@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 
 class PatchModel(abc.ABC):
@@ -102,7 +102,7 @@ class OpenClipPatches(PatchModel):
 
     @classmethod
     def from_encoder(cls, encoder: Any) -> OpenClipPatches:
-        """The image tower of an encoder from `training.embedding.encoders.load_encoder`."""
+        """The image tower of an encoder from `training.core.encoders.load_encoder`."""
         model = getattr(encoder, "model", None)
         if getattr(encoder, "spec", None) is None or encoder.spec.family != "open_clip":
             raise InputError(f"CDS needs an open_clip ViT encoder, got {encoder.id}")

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from training.artifacts import MANIFEST, WEIGHTS, TransformArtifact
 from training.cds.score import CdsResult
-from training.embedding.cache import atomic_write_bytes
-from training.errors import InputError
+from training.core.artifacts import MANIFEST, WEIGHTS, TransformArtifact
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
 
 TABLE_COLUMNS = ("feature", "id", "name", "cds", "outlier_share", "scope", "images", "truth")
 

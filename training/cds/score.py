@@ -49,8 +49,8 @@ from training.cds.outliers import (
     token_norms,
 )
 from training.cds.patches import FeatureSet, PatchModel
-from training.embedding.images import IMAGE_SUFFIXES, ImageDecodeError, decode_image
-from training.errors import InputError
+from training.core.encoders.images import IMAGE_SUFFIXES, ImageDecodeError, decode_image
+from training.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

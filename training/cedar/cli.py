@@ -17,7 +17,6 @@ import torch
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.artifacts import TransformArtifact, data_fingerprint
 from training.cedar.concepts import (
     CatalogEntry,
     ConceptCoder,
@@ -42,13 +41,14 @@ from training.cedar.evaluate import (
 )
 from training.cedar.saes import SAE_KINDS, SaeConfig, SparseAutoencoder, train_sae
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
-from training.embedding.cache import atomic_write_bytes
-from training.embedding.encoders import load_encoder
-from training.errors import InputError
-from training.granularity import default_contract
+from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
+from training.core.granularity import default_contract
+from training.core.rotations import pca_rotation, random_rotation
+from training.core.settings import load_settings
 from training.probes import encode_labels, fit_linear_probe
-from training.rotations import pca_rotation, random_rotation
-from training.settings import load_settings
 from training.views.extractor import extract_views
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from training.artifacts import TransformArtifact
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,
@@ -30,7 +29,8 @@ from training.cedar.sparse_codes import (
     parse_concept_label,
     sparse_codes,
 )
-from training.errors import InputError
+from training.core.artifacts import TransformArtifact
+from training.core.errors import InputError
 from training.views.extractor import word_class
 
 RUNNER_UPS = 4

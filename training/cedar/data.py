@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from training.embedding.cache import EmbeddingCache
-from training.errors import InputError
+from training.core.cache import EmbeddingCache
+from training.core.errors import InputError
 
 VALIDATION_NAMES = ("val", "dev")
 

@@ -3,7 +3,7 @@
 Every method is a `SparseMethod`: a reconstruction at a per-sample k, the active concepts at k,
 and one direction per concept for naming. Rotations (CEDAR, identity, PCA, random) have 2D
 signed concepts; the sparse autoencoders have one concept per latent. For each K of `KS`:
-FVU (training.metrics), CKNNA (k = 10, on a fixed subsample), and linear-probe cross-entropy
+FVU (training.core.metrics), CKNNA (k = 10, on a fixed subsample), and linear-probe cross-entropy
 on each labelled task; concept purity where the rows carry ground-truth factors.
 """
 
@@ -22,7 +22,7 @@ from training.cedar.concepts import name_directions, signed_directions
 from training.cedar.saes import SparseAutoencoder
 from training.cedar.saes import reconstruct as sae_reconstruct
 from training.cedar.sparse_codes import concept_ids, reconstruct, sparse_codes
-from training.metrics import cknna, fraction_of_variance_unexplained
+from training.core.metrics import cknna, fraction_of_variance_unexplained
 from training.probes import LinearProbe
 
 KS = (4, 8, 16, 32, 64, 128)

@@ -9,7 +9,7 @@ Every SAE maps an embedding x ∈ R^D to M = expansion·D non-negative codes f a
 All methods are compared at the same number of active features per sample: `reconstruct` keeps
 the k largest codes of each row for every kind (the ReLU SAE included), whatever sparsity
 mechanism the kind was trained with. Validation FVU, for early stopping, is the project's one
-definition (`training.metrics.fraction_of_variance_unexplained`) at `SaeConfig.k`.
+definition (`training.core.metrics.fraction_of_variance_unexplained`) at `SaeConfig.k`.
 
 References: Gao et al. 2024, "Scaling and evaluating sparse autoencoders" (TopK, AuxK);
 Bussmann, Leask & Nanda 2024, "BatchTopK Sparse Autoencoders"; Bricken et al. 2023, "Towards
@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from training.cedar.train import draw_k
-from training.metrics import fraction_of_variance_unexplained
+from training.core.metrics import fraction_of_variance_unexplained
 
 log = logging.getLogger(__name__)
 

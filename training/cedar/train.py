@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 from training.cedar.sparse_codes import reconstruct, reconstruct_torch
 from training.checkpoints import load_checkpoint, save_checkpoint
-from training.embedding.encoders import resolve_device
-from training.metrics import fraction_of_variance_unexplained
-from training.rotations import pca_rotation, reorthogonalise, skew_exponential
+from training.core.encoders import resolve_device
+from training.core.metrics import fraction_of_variance_unexplained
+from training.core.rotations import pca_rotation, reorthogonalise, skew_exponential
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from training.core.errors import InputError
 from training.corpora.coco import CocoCaptionsCorpus
 from training.corpora.compositional import CompositionalCorpus
 from training.corpora.files import ImageFolderCorpus, TextFileCorpus
 from training.corpora.flickr8k import Flickr8kCorpus
 from training.corpora.records import Corpus, MalformedInputError, OnMalformed, ReadReport, Record
-from training.errors import InputError
 
 CORPUS_KINDS = ("flickr8k", "coco", "images", "texts", "compositional")
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.core.errors import InputError
 from training.corpora.records import Corpus, OnMalformed, Record
-from training.errors import InputError
 
 
 class CocoCaptionsCorpus(Corpus):

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from training.core.errors import InputError
 from training.corpora.records import Corpus, Record
-from training.errors import InputError
 
 SUBJECTS = (
     "dog", "cat", "horse", "bird", "cow", "sheep", "goat", "bear",

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.core.encoders.images import IMAGE_SUFFIXES
+from training.core.errors import InputError
 from training.corpora.records import Corpus, OnMalformed, Record
-from training.embedding.images import IMAGE_SUFFIXES
-from training.errors import InputError
 
 RESERVED = ("id", "text", "group", "image_path")
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.core.errors import InputError
 from training.corpora.records import Corpus, OnMalformed, Record
-from training.errors import InputError
 
 TOKEN_FILE = "Flickr8k.token.txt"
 SPLIT_FILES = {

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

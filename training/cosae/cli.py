@@ -17,7 +17,11 @@ import typer
 from pydantic import ValidationError
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.artifacts import data_fingerprint
+from training.core.artifacts import data_fingerprint
+from training.core.encoders import load_encoder, resolve_device
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
+from training.core.settings import load_settings
 from training.cosae.evaluate import (
     DEFAULT_FRACTIONS,
     METHODS,
@@ -43,10 +47,6 @@ from training.cosae.pairs import (
     tfidf_svd_embeddings,
 )
 from training.cosae.train import CosaeConfig, train_coupled
-from training.embedding.cache import atomic_write_bytes
-from training.embedding.encoders import load_encoder, resolve_device
-from training.errors import InputError
-from training.settings import load_settings
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from training.core.files import atomic_write_bytes
 from training.cosae.baselines import (
     Crosscoder,
     LinearMap,
@@ -47,7 +48,6 @@ from training.cosae.metrics import (
 from training.cosae.model import CoupledSae, encode_rows, reconstruct_rows, translate_rows
 from training.cosae.pairs import EmbeddingPair, PairSplit, checked_fraction, split_pair
 from training.cosae.train import CosaeConfig, CoupledResult, train_coupled
-from training.embedding.cache import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

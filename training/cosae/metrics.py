@@ -1,7 +1,7 @@
 """CoSAE's metrics, one definition for CoSAE and every baseline. Pure functions on arrays.
 
 All are computed on held-out rows where both sides of every pair are known (the test split):
-- **extraction**: FVU of each domain's reconstruction (`training.metrics`' FVU);
+- **extraction**: FVU of each domain's reconstruction (`training.core.metrics`' FVU);
 - **translation**: FVU and mean cosine of the translated rows against the true rows of the
   other domain, and R@1 of the translated rows as queries against that domain's gallery;
 - **concept consistency**: overlap of the active concept sets of the two items of a pair
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.metrics import fraction_of_variance_unexplained
+from training.core.metrics import fraction_of_variance_unexplained
 
 RECOVERY_THRESHOLD = 0.7
 

@@ -24,8 +24,8 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from training.cedar.saes import SparseAutoencoder
-from training.embedding.cache import atomic_write_bytes
-from training.errors import InputError
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
 
 COSAE_FORMAT = "strata.cosae/1"
 DOMAINS = ("i", "j")

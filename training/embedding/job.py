@@ -22,8 +22,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from training.corpora import Corpus, Record
-from training.embedding.cache import (
+from training.core.cache import (
     DTYPES,
     MANIFEST,
     CacheManifest,
@@ -31,9 +30,10 @@ from training.embedding.cache import (
     write_manifest,
     write_shard,
 )
-from training.embedding.encoders import Encoder
-from training.embedding.images import ImageDecodeError, decode_image
-from training.errors import CacheError, InputError
+from training.core.encoders import Encoder
+from training.core.encoders.images import ImageDecodeError, decode_image
+from training.core.errors import CacheError, InputError
+from training.corpora import Corpus, Record
 
 log = logging.getLogger(__name__)
 

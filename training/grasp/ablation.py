@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from training.benchmarks import publish
-from training.granularity import Granularity, default_contract
+from training.core.granularity import Granularity, default_contract
 from training.grasp.data import GraspSet
 from training.grasp.evaluate import evaluate
 from training.grasp.train import TERMS, GraspConfig, train_grasp

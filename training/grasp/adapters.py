@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.errors import InputError
-from training.granularity import Contract, Granularity
+from training.core.errors import InputError
+from training.core.granularity import Contract, Granularity
 from training.grasp.data import GraspSet
 from training.grasp.losses import info_nce
 from training.grasp.train import GraspConfig, loss_terms

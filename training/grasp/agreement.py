@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.embedding.encoders import l2_normalise
-from training.errors import InputError
-from training.metrics import prefix_cosine
+from training.core.encoders import l2_normalise
+from training.core.errors import InputError
+from training.core.metrics import prefix_cosine
 
 
 @dataclass(frozen=True)

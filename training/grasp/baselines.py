@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.artifacts import TransformArtifact, data_fingerprint
-from training.errors import InputError
-from training.granularity import Contract, Granularity
+from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.errors import InputError
+from training.core.granularity import Contract, Granularity
+from training.core.rotations import centred_principal_axes, pca_rotation, random_rotation
 from training.grasp.data import GraspSet
-from training.rotations import centred_principal_axes, pca_rotation, random_rotation
 
 BASELINES = ("identity", "pca", "random")
 GALLERY_BASELINES = ("pca-gallery", "pca-gallery-centred")

@@ -11,11 +11,12 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.artifacts import TransformArtifact
-from training.embedding.cache import EmbeddingCache
-from training.embedding.encoders import load_encoder
-from training.errors import InputError
-from training.granularity import Contract, default_contract
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
+from training.core.errors import InputError
+from training.core.granularity import Contract, default_contract
+from training.core.settings import load_settings
 from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.agreement import agreement, read_expert_judgments
 from training.grasp.baselines import BASELINES, GALLERY_BASELINES, baseline_artifact
@@ -29,7 +30,6 @@ from training.grasp.evaluate import (
 )
 from training.grasp.gallery import gallery_retrieval, gallery_table, plot_gallery_curves
 from training.grasp.train import GALLERY_RECIPE, GraspConfig, TrainResult, train_grasp
-from training.settings import load_settings
 
 log = logging.getLogger(__name__)
 DEFAULT_BASELINES = "identity,pca,random,mrl,mlp"

@@ -6,7 +6,7 @@ compositional corpus has them by construction: `view_object`, `view_attribute`,
 Real captions without view columns (Flickr8k) get theirs from the rule-based extractor of
 `training.views`, with hard negatives of seven types; rows lacking any view are left out, and a
 row whose caption yields no negative of a type holds NaN in that type's array (the metrics and
-losses skip it there; `training.metrics.present_rows`). The caption view is the
+losses skip it there; `training.core.metrics.present_rows`). The caption view is the
 cache's own text embedding; the other texts are embedded with the cache's encoder. The anchor
 is an image embedding when the cache has images, else the `anchor_text` paraphrase, else
 (Flickr-style, several captions per image) the mean embedding of all the other captions of the
@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from training.embedding.cache import EmbeddingCache, atomic_write_bytes
-from training.embedding.encoders import Encoder, l2_normalise
-from training.errors import InputError
-from training.granularity import Granularity
-from training.metrics import NEGATIVE_LEVELS
+from training.core.cache import EmbeddingCache
+from training.core.encoders import Encoder, l2_normalise
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
+from training.core.granularity import Granularity
+from training.core.metrics import NEGATIVE_LEVELS
 
 log = logging.getLogger(__name__)
 

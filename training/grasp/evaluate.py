@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from training.granularity import Contract, Granularity
-from training.grasp.data import GraspSet
-from training.metrics import (
+from training.core.granularity import Contract, Granularity
+from training.core.metrics import (
     NEGATIVE_LEVELS,
     drift,
     hard_negative_table,
@@ -23,6 +22,7 @@ from training.metrics import (
     selectivity,
     staircase,
 )
+from training.grasp.data import GraspSet
 
 Transform = Callable[[np.ndarray], np.ndarray]
 RECALL_AT = (1, 10)

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from training.embedding.cache import EmbeddingCache, atomic_write_bytes
-from training.embedding.encoders import Encoder, load_encoder
-from training.errors import InputError
-from training.granularity import Granularity
+from training.core.cache import EmbeddingCache
+from training.core.encoders import Encoder, load_encoder
+from training.core.errors import InputError
+from training.core.files import atomic_write_bytes
+from training.core.granularity import Granularity
+from training.core.settings import load_settings
 from training.grasp.gallery import MIN_RELEVANT_ROWS, RetrievalTask, retrieval_task, scene_mentions
 from training.grasp.train import GalleryFit, GraspConfig
-from training.settings import load_settings
 from training.views.mentions import vocabulary_queries
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from training.embedding.cache import atomic_write_bytes
-from training.granularity import Contract, Granularity
+from training.core.files import atomic_write_bytes
+from training.core.granularity import Contract, Granularity
 from training.views.mentions import (
     Mentions,
     attribute_query,

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from training.granularity import Contract, Granularity
-from training.metrics import NEGATIVE_LEVELS
+from training.core.granularity import Contract, Granularity
+from training.core.metrics import NEGATIVE_LEVELS
 
 VIEW_LEVELS = (Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION, Granularity.CAPTION)
 

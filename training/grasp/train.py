@@ -20,10 +20,12 @@ import torch
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from training.artifacts import TransformArtifact, data_fingerprint
 from training.checkpoints import load_checkpoint, save_checkpoint
-from training.embedding.encoders import resolve_device
-from training.granularity import Contract, Granularity, default_contract, validate_contract
+from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.encoders import resolve_device
+from training.core.granularity import Contract, Granularity, default_contract, validate_contract
+from training.core.metrics import hard_negative_table, selectivity, staircase
+from training.core.rotations import cayley, centred_principal_axes, reorthogonalise
 from training.grasp.data import GraspSet
 from training.grasp.gallery import RetrievalTask, gallery_retrieval
 from training.grasp.losses import (
@@ -36,8 +38,6 @@ from training.grasp.losses import (
     retention_loss,
     selective_ranking_loss,
 )
-from training.metrics import hard_negative_table, selectivity, staircase
-from training.rotations import cayley, centred_principal_axes, reorthogonalise
 
 log = logging.getLogger(__name__)
 TERMS = ("alignment", "retention", "ranking", "invariance", "preservation")

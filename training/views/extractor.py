@@ -36,7 +36,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 # --- word lists -----------------------------------------------------------------------------
 

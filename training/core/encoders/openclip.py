@@ -21,8 +21,9 @@ from open_clip.model import CLIP
 from open_clip.transformer import text_global_pool
 from torch import nn
 
-from training.embedding.encoders import Encoder, EncoderSpec, file_sha256
-from training.errors import InputError
+from training.core.encoders.base import Encoder, EncoderSpec
+from training.core.errors import InputError
+from training.core.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class OpenClipEncoder(Encoder):
                 open_clip.convert_weights_to_lp(model, dtype=torch.float16)
         else:
             if kind == "file":
-                provenance.update(path=value, sha256=file_sha256(Path(value)))
+                provenance.update(path=value, sha256=sha256_file(Path(value)))
             else:
                 tags = open_clip.list_pretrained_tags_by_model(name)
                 if value not in tags:

@@ -16,7 +16,6 @@ An encoder spec is what a user types and what a cache manifest records, so that 
 from __future__ import annotations
 
 import abc
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 ENCODER_FAMILIES = ("minilm", "open_clip")
 
@@ -43,14 +42,6 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -167,7 +158,7 @@ class Encoder(abc.ABC):
         """Embed PIL images or image file paths."""
         if not self.has_image_tower:
             raise InputError(f"encoder {self.id} has no image tower")
-        from training.embedding.images import decode_image
+        from training.core.encoders.images import decode_image
 
         loaded = [decode_image(i) if isinstance(i, str | Path) else i for i in images]
         return self._batched(loaded, self._image_batch)
@@ -186,16 +177,3 @@ class Encoder(abc.ABC):
 
     def _image_batch(self, images: list[Any]) -> np.ndarray:
         raise InputError(f"encoder {self.id} has no image tower")
-
-
-def load_encoder(spec: str | EncoderSpec, device: str = "auto", batch_size: int = 128) -> Encoder:
-    """The one entry point: an encoder spec string in, a ready encoder out."""
-    parsed = spec if isinstance(spec, EncoderSpec) else EncoderSpec.parse(spec)
-    device = resolve_device(device)
-    if parsed.family == "minilm":
-        from training.embedding.minilm import MiniLMEncoder
-
-        return MiniLMEncoder.load(parsed, device=device, batch_size=batch_size)
-    from training.embedding.openclip import OpenClipEncoder
-
-    return OpenClipEncoder.load(parsed, device=device, batch_size=batch_size)

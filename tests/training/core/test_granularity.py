@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from training.errors import InputError
-from training.granularity import Granularity, default_contract, previous_prefix, validate_contract
+from training.core.errors import InputError
+from training.core.granularity import (
+    Granularity,
+    default_contract,
+    previous_prefix,
+    validate_contract,
+)
 
 
 def test_default_contract_matches_design():

@@ -1,5 +1,5 @@
 """Durable files: sha256 of a file (read back, or computed on the way as a file is written),
-fsync of files and directories, atomic small-file replace.
+fsync of files and directories, the atomic write of a whole file.
 
 A rename is only durable once the directory that holds the name is fsynced, and a file's
 bytes only once the file is; the bundle's crash safety rests on doing both in this order:
@@ -73,12 +73,13 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(folder)
 
 
-def replace_small_file(path: Path, payload: bytes) -> None:
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Replace `path` atomically: write a temporary sibling, fsync it, os.replace, fsync the dir.
 
     A reader sees the old content or the new one, never a mix; a crash leaves at most the
-    temporary (`.NAME.tmp-PID`), which the next writer removes.
+    temporary (`.NAME.tmp-PID`), which the next writer removes. Missing parents are made.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("wb") as handle:
         handle.write(payload)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from itertools import pairwise
 
-from training.errors import InputError
+from training.core.errors import InputError
 
 
 class Granularity(StrEnum):

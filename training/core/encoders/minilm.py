@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from training.embedding.encoders import Encoder, EncoderSpec
+from training.core.encoders.base import Encoder, EncoderSpec
 
 
 @dataclass

@@ -10,15 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from training.embedding.cache import (
+from training.core.cache import (
     CacheManifest,
     EmbeddingCache,
     remove_unlisted_files,
     write_manifest,
     write_shard,
 )
-from training.embedding.encoders import l2_normalise
-from training.errors import CacheError
+from training.core.encoders import l2_normalise
+from training.core.errors import CacheError
 
 
 def unit_rows(rows: int, dim: int, seed: int) -> np.ndarray:

@@ -25,9 +25,9 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
-from training.errors import InputError
-from training.granularity import Contract, default_contract, validate_contract
-from training.rotations import orthogonality_error
+from training.core.errors import InputError
+from training.core.granularity import Contract, default_contract, validate_contract
+from training.core.rotations import orthogonality_error
 
 ARTIFACT_FORMAT = "strata.transform-artifact/1"
 MANIFEST = "manifest.json"

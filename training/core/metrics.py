@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from training.granularity import Contract, Granularity, previous_prefix
+from training.core.granularity import Contract, Granularity, previous_prefix
 
 # The prefix each hard-negative type must be separated at (design.md). The first four are the
 # compositional corpus's types and keep their names: object = replace object, attribute = replace

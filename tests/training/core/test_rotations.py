@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.rotations import (
+from training.core.rotations import (
     cayley,
     orthogonality_error,
     reorthogonalise,

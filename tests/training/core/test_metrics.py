@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.granularity import validate_contract
-from training.metrics import (
+from training.core.granularity import validate_contract
+from training.core.metrics import (
     NEGATIVE_LEVELS,
     drift,
     fraction_of_variance_unexplained,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from training.artifacts import ArtifactError, TransformArtifact, data_fingerprint
-from training.granularity import default_contract
-from training.metrics import drift
-from training.rotations import reorthogonalise
+from training.core.artifacts import ArtifactError, TransformArtifact, data_fingerprint
+from training.core.granularity import default_contract
+from training.core.metrics import drift
+from training.core.rotations import reorthogonalise
 
 
 def random_rotation(dim: int, seed: int = 0) -> np.ndarray:

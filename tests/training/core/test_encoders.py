@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from training.embedding.encoders import EncoderSpec, load_encoder
-from training.errors import InputError
+from training.core.encoders import EncoderSpec, load_encoder
+from training.core.errors import InputError
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -150,7 +150,7 @@ class TestOpenClip:
             load_encoder(f"open_clip:{tiny_clip_config}@{checkpoint}", device="cpu")
 
     def test_trimmed_text_tower_equals_open_clips_own(self, tiny_clip):
-        from training.embedding.openclip import encode_text_trimmed, has_causal_text_tower
+        from training.core.encoders.openclip import encode_text_trimmed, has_causal_text_tower
 
         texts = ["a dog", "two children play football on a wet field next to an old red barn", ""]
         tokens = tiny_clip.tokenizer(texts)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -29,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.errors import CacheError
+from training.core.errors import CacheError
+from training.core.files import atomic_write_bytes
 
 CACHE_FORMAT = "strata.embedding-cache/1"
 MANIFEST = "manifest.json"
@@ -97,17 +97,6 @@ class CacheManifest:
             return cls(**data)
         except TypeError as exc:  # missing or unknown fields
             raise CacheError(f"{where}: malformed manifest ({exc})") from exc
-
-
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write `payload` so that `path` is either absent/old or complete, never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

@@ -1,0 +1,149 @@
+"""The package's shape: no circular imports, no arrow running back up the data flow.
+
+    training.core  ←  training.*  ←  indexer  ←  service
+
+`training.core` holds what every stage shares and imports nothing else of Strata; a stage may
+import the stages before it, never one after it. Imports inside functions count: a lazy import
+is still an arrow. Run as a script for the report (module and edge counts, cycles, upward arrows).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("training", "indexer", "service")
+SKIPPED = ("service/_generated",)
+
+
+def layer(module: str) -> int:
+    """0 for training.core, 1 for the rest of training, 2 for indexer, 3 for service."""
+    if module == "training.core" or module.startswith("training.core."):
+        return 0
+    return {"training": 1, "indexer": 2, "service": 3}[module.split(".")[0]]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(SKIPPED):
+                continue
+            name = relative[:-3].replace("/", ".").removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the Strata modules it imports (any depth in the file, relative ones resolved)."""
+    known = modules()
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            edges[name].update(t for t in targets if t in known and t != name)
+        edges.setdefault(name, set())
+    return dict(edges)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(edges)))
+    try:
+        for node in sorted(edges):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def upward_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of a later layer (or, from training.core, of anything outside it)."""
+    return sorted(
+        (source, target)
+        for source, targets in edges.items()
+        for target in targets
+        if layer(target) > layer(source) or (layer(source) == 0 and layer(target) != 0)
+    )
+
+
+def test_the_graph_covers_every_package() -> None:
+    edges = import_graph()
+    assert {name.split(".")[0] for name in edges} == set(PACKAGES)
+    assert "training.core" in edges
+
+
+def test_no_circular_imports() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_no_arrow_runs_back_up_the_data_flow() -> None:
+    assert upward_arrows(import_graph()) == []
+
+
+def test_a_planted_cycle_and_upward_arrow_are_found() -> None:
+    edges = {
+        "training.core.a": {"training.grasp.b"},
+        "training.grasp.b": {"training.core.a", "indexer.c"},
+        "indexer.c": set(),
+    }
+    assert cycles(edges) == [["training.core.a", "training.grasp.b"]]
+    assert upward_arrows(edges) == [
+        ("training.core.a", "training.grasp.b"),
+        ("training.grasp.b", "indexer.c"),
+    ]
+
+
+if __name__ == "__main__":
+    graph = import_graph()
+    print(f"modules {len(graph)}, imports {sum(len(t) for t in graph.values())}")
+    for package in PACKAGES:
+        print(f"  {package}: {sum(1 for name in graph if name.split('.')[0] == package)} modules")
+    print(f"  training.core: {sum(1 for name in graph if layer(name) == 0)} modules")
+    for component in cycles(graph):
+        print("cycle:", " <-> ".join(component))
+    for source, target in upward_arrows(graph):
+        print(f"upward: {source} -> {target}")
