@@ -12,4 +12,5 @@ through the module below that owns the format. This package sits under all three
     cache        the embedding cache: the embedding job's output format
     encoders     the one encoder interface, its factory and the MiniLM / open_clip families
     settings     StrataSettings, the process-wide settings read from the environment
+    config       ConfigModel and load_config: the one config style and its one loader
 """
