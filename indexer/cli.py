@@ -13,7 +13,8 @@ from typing import Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from indexer.build import BuildConfig, BuildSummary, build_bundle
+from indexer.build import BuildSummary, build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import BundleError, parse_version_name, read_manifest, version_name
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
@@ -23,13 +24,13 @@ from indexer.publish import (
     RedisPublisher,
     publish_version,
 )
+from indexer.row_changes import read_id_file
 from indexer.update import (
     AddConfig,
     DeleteConfig,
     UpdateSummary,
     add_rows,
     delete_rows,
-    read_id_file,
 )
 from indexer.verify import check_servable, resolve_version, verify_bundle
 from indexer.versions import BundleStore
