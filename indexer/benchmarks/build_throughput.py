@@ -58,7 +58,7 @@ from indexer.prefix_index import (
 )
 from indexer.prefixes import ROW_BLOCK, prefix_vectors, recall_at_k, rotate_blocks, rotate_rows
 from indexer.sampling import Reservoir
-from indexer.verify import read_cache_rows
+from indexer.verify_sample import read_cache_rows
 from training.benchmarks import publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
