@@ -13,7 +13,6 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow as pa
 import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
@@ -26,7 +25,6 @@ from indexer.update import (
     add_rows,
     delete_rows,
     replan_notes,
-    rows_to_delete,
 )
 from indexer.verify import verify_bundle
 from training.core.cache import EmbeddingCache
@@ -223,20 +221,6 @@ def test_an_add_refuses_ids_it_holds_and_caches_that_differ(
     with pytest.raises(UpdateError, match="no published bundle"):
         add_rows(AddConfig(bundles=tmp_path, cache=parts.caches["B"], progress=False))
     assert_unchanged(built_a)
-
-
-def test_rows_to_delete_renumbers_and_names_unknown_ids():
-    ids = pa.array(["a", "b", "c", "d", "e"])
-    new_row, missing = rows_to_delete(ids, ["d", "b", "b"], False, "v1")
-    assert new_row.tolist() == [0, -1, 1, -1, 2] and missing == []
-    with pytest.raises(UpdateError, match=r"2 of the 3 ids to delete are not in v1: 'x', 'y' "):
-        rows_to_delete(ids, ["a", "y", "x"], False, "v1")
-    new_row, missing = rows_to_delete(ids, ["a", "y", "x"], True, "v1")
-    assert new_row.tolist() == [-1, 0, 1, 2, 3] and missing == ["x", "y"]
-    with pytest.raises(UpdateError, match="none of the 1 ids are in v1: nothing to delete"):
-        rows_to_delete(ids, ["x"], True, "v1")
-    with pytest.raises(UpdateError, match="every row of v1 would leave an empty bundle"):
-        rows_to_delete(ids, list("abcde"), False, "v1")
 
 
 def test_the_summary_notes_where_a_build_would_choose_another_index(built_a: Path):
