@@ -1,9 +1,10 @@
 """What an add or a delete may change: the refusals, and which rows it keeps (pure but for
-reading a cache's ids or an id file).
+reading a cache's ids, an id file or the bundle directory's CURRENT).
 
-An add needs a cache of the bundle's encoder, dimension and modality whose ids are all new and
-none repeated; a delete needs known ids (unless --missing-ok), something to delete, and a row
-left. `rows_to_delete` gives the renumbering: row r becomes r − the deleted rows before it.
+Either needs a published version to start from (`open_base`). An add needs a cache of the
+bundle's encoder, dimension and modality whose ids are all new and none repeated; a delete
+needs known ids (unless --missing-ok), something to delete, and a row left. `rows_to_delete`
+gives the renumbering: row r becomes r − the deleted rows before it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer.bundle import Bundle
+from indexer.versions import BundleStore
 from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 
@@ -113,3 +115,16 @@ def cache_ids(cache: EmbeddingCache) -> pa.Array:
         for data in cache.iter_shards()
     ]
     return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
+
+
+def open_base(store: BundleStore) -> Bundle:
+    """The published version (call with the lock held, so that it stays the base)."""
+    if not store.root.is_dir():
+        raise UpdateError(f"bundle directory not found: {store.root}")
+    name = store.current()
+    if name is None:
+        raise UpdateError(
+            f"{store.root} has no published bundle (no CURRENT) to change; "
+            "make one with `strata index build`"
+        )
+    return Bundle.open_version(store.root / name)

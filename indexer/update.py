@@ -63,6 +63,7 @@ from indexer.row_changes import (
     cache_ids,
     check_addable,
     check_new_ids,
+    open_base,
     rows_to_delete,
 )
 from indexer.shard_step import ShardSource
@@ -301,19 +302,6 @@ def write_deleted(
 
 
 # --- the commands ------------------------------------------------------------------------------
-
-
-def open_base(store: BundleStore) -> Bundle:
-    """The published version (call with the lock held, so that it stays the base)."""
-    if not store.root.is_dir():
-        raise UpdateError(f"bundle directory not found: {store.root}")
-    name = store.current()
-    if name is None:
-        raise UpdateError(
-            f"{store.root} has no published bundle (no CURRENT) to change; "
-            "make one with `strata index build`"
-        )
-    return Bundle.open_version(store.root / name)
 
 
 def summarise(
