@@ -7,13 +7,15 @@ CURRENT pointer file alone publishes it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from indexer.build import BuildConfig, BuildSummary, build_bundle
+from indexer.build import BuildSummary, build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import BundleError, parse_version_name, read_manifest, version_name
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
@@ -23,16 +25,18 @@ from indexer.publish import (
     RedisPublisher,
     publish_version,
 )
+from indexer.row_changes import read_id_file
 from indexer.update import (
     AddConfig,
     DeleteConfig,
     UpdateSummary,
     add_rows,
     delete_rows,
-    read_id_file,
 )
 from indexer.verify import check_servable, resolve_version, verify_bundle
 from indexer.versions import BundleStore
+
+Summary = TypeVar("Summary", BuildSummary, UpdateSummary)
 
 index_app = typer.Typer(
     help="Build, update, publish, verify and inspect index bundles (a FAISS index per prefix "
@@ -65,6 +69,27 @@ Progress = Annotated[bool, typer.Option(help="show progress bars")]
 
 def publisher_for(url: str | None, prefix: str) -> RedisPublisher | None:
     return RedisPublisher(url, prefix) if url else None
+
+
+def run_streaming(
+    job: Callable[..., Summary], config: BuildConfig | AddConfig, url: str | None, prefix: str
+) -> Summary:
+    """A job that streams a cache (build, add), with its publisher, and its log lines written
+    around the progress bars."""
+    publisher = publisher_for(url, prefix)
+    with logging_redirect_tqdm():
+        return job(config, publisher=publisher)
+
+
+def file_lines(files: dict[str, int]) -> list[str]:
+    """A summary's files, each with its size, and their total."""
+    width = max(len(name) for name in files)
+    lines = ["files"]
+    lines += [
+        f"  {name:<{width}}  {format_bytes(size):>10}" for name, size in sorted(files.items())
+    ]
+    lines.append(f"on disk      {format_bytes(sum(files.values()))}")
+    return lines
 
 
 @index_app.command("build")
@@ -113,10 +138,7 @@ def build(
         engine=engine,
         ray_address=ray_address,
     )
-    publisher = publisher_for(redis_url, redis_prefix)
-    with logging_redirect_tqdm():
-        summary = build_bundle(config, publisher=publisher)
-    typer.echo(format_build_summary(summary))
+    typer.echo(format_build_summary(run_streaming(build_bundle, config, redis_url, redis_prefix)))
 
 
 def format_build_summary(summary: BuildSummary) -> str:
@@ -130,14 +152,8 @@ def format_build_summary(summary: BuildSummary) -> str:
         ),
         f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s"
         + (f" (shards on {summary.engine})" if summary.engine != "local" else ""),
-        "files",
+        *file_lines(summary.files),
     ]
-    width = max(len(name) for name in summary.files)
-    lines += [
-        f"  {name:<{width}}  {format_bytes(size):>10}"
-        for name, size in sorted(summary.files.items())
-    ]
-    lines.append(f"on disk      {format_bytes(summary.bytes_on_disk)}")
     lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)
 
@@ -178,9 +194,7 @@ def add(
         engine=engine,
         ray_address=ray_address,
     )
-    publisher = publisher_for(redis_url, redis_prefix)
-    with logging_redirect_tqdm():
-        summary = add_rows(config, publisher=publisher)
+    summary = run_streaming(add_rows, config, redis_url, redis_prefix)
     typer.echo(format_update_summary(summary, source=str(cache)))
 
 
@@ -229,13 +243,7 @@ def format_update_summary(summary: UpdateSummary, source: str | None = None) -> 
     lines.append("how")
     width = max(len(name) for name in summary.actions)
     lines += [f"  {name:<{width}}  {action}" for name, action in summary.actions.items()]
-    lines.append("files")
-    width = max(len(name) for name in summary.files)
-    lines += [
-        f"  {name:<{width}}  {format_bytes(size):>10}"
-        for name, size in sorted(summary.files.items())
-    ]
-    lines.append(f"on disk      {format_bytes(summary.bytes_on_disk)}")
+    lines += file_lines(summary.files)
     lines += [f"note         {note}" for note in summary.notes]
     lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)

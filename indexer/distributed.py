@@ -2,7 +2,7 @@
 
 Past one machine the shard work runs on Ray, an existing distributed engine; the default
 engine stays `local` (one process). Each shard's pure step — read the shard, rotate it with the
-GraSP artifact, CEDAR-encode it, make its postings run (`indexer.build.process_shard`) — is one
+GraSP artifact, CEDAR-encode it, make its postings run (`indexer.shard_step.process_shard`) — is one
 Ray task. The driver consumes the results IN SHARD ORDER and feeds them to the same writers as
 the local engine, so both engines write the same bytes into every index, postings and ids file
 (tests/indexer/test_distributed.py compares the checksums).
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from indexer.build import BuildError, ShardBatch, process_shard
+from indexer.shard_step import ShardBatch, ShardSource, process_shard
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache, Shard
@@ -43,6 +43,10 @@ from training.core.errors import InputError
 log = logging.getLogger(__name__)
 
 IN_FLIGHT = 3
+
+
+class RayError(InputError):
+    """`--engine ray` that cannot run: Ray missing or unreachable, or no shard in flight."""
 
 
 def shard_task(
@@ -62,18 +66,18 @@ def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
-        raise BuildError(
+        raise RayError(
             "--engine ray needs the ray package: pip install 'strata[distributed]'"
         ) from None
     return ray
 
 
 class RayEngine:
-    """A shard engine (see indexer.build.ShardEngine) that maps `shard_task` over Ray."""
+    """A shard engine (see indexer.engines.ShardEngine) that maps `shard_task` over Ray."""
 
     def __init__(self, address: str | None = None, ahead: int = IN_FLIGHT) -> None:
         if ahead < 1:
-            raise BuildError(f"at least one shard must be in flight, got {ahead}")
+            raise RayError(f"at least one shard must be in flight, got {ahead}")
         self.address, self.ahead = address, ahead
         self._ray = import_ray()
         self._started = False
@@ -91,24 +95,22 @@ class RayEngine:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = self.address or "a local Ray"
                 message = " ".join(str(exc).split())
-                raise BuildError(f"cannot start or join {where}: {message}") from None
+                raise RayError(f"cannot start or join {where}: {message}") from None
             self._started = True
         return ray
 
-    def __call__(
-        self,
-        cache: EmbeddingCache,
-        modality: str,
-        grasp: TransformArtifact,
-        coder: ConceptCoder,
-        first_row: int = 0,
-    ) -> Iterator[ShardBatch]:
+    def __call__(self, source: ShardSource) -> Iterator[ShardBatch]:
         """The shards' batches in shard order, `ahead` tasks running ahead of the reader."""
         ray = self.connect()
         task = ray.remote(num_cpus=1)(shard_task)
-        cache_ref, grasp_ref, coder_ref = ray.put(cache), ray.put(grasp), ray.put(coder)
+        cache_ref, grasp_ref, coder_ref = (
+            ray.put(source.cache),
+            ray.put(source.grasp),
+            ray.put(source.coder),
+        )
+        modality, first_row = source.modality, source.first_row
         starts = []
-        for shard in cache.manifest.shards:
+        for shard in source.cache.manifest.shards:
             starts.append((shard, first_row))
             first_row += shard.rows
         todo = iter(starts)

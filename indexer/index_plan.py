@@ -168,32 +168,17 @@ def plan_indexes(
     for granularity, length in contract.items():
         wanted = overrides.get(length)
         if wanted is not None and wanted in by_kind:
-            rule = by_kind[wanted]
-            plan = PrefixPlan(
-                length,
-                granularity,
-                rule.kind,
-                fill_factory(rule.factory, rows, length),
-                rule.ondisk,
-                f"--index-type {length}={wanted}",
-            )
+            rule, reason = by_kind[wanted], f"--index-type {length}={wanted}"
         elif wanted is not None:
-            factory = fill_factory(wanted, rows, length)
-            plan = PrefixPlan(
-                length, granularity, "override", factory, False, f"--index-type {length}={wanted}"
-            )
+            rule = IndexRule("override", wanted, fits_budget=False)  # any factory FAISS accepts
+            reason = f"--index-type {length}={wanted}"
         else:
             rule = next((r for r in rules if r.applies(rows, length, budget)), None)
             if rule is None:
                 raise IndexTypeError(f"no index rule applies to {rows} rows at prefix {length}")
-            plan = PrefixPlan(
-                length,
-                granularity,
-                rule.kind,
-                fill_factory(rule.factory, rows, length),
-                rule.ondisk,
-                rule_reason(rule, rows, length, budget),
-            )
+            reason = rule_reason(rule, rows, length, budget)
+        factory = fill_factory(rule.factory, rows, length)
+        plan = PrefixPlan(length, granularity, rule.kind, factory, rule.ondisk, reason)
         new_index(plan.factory, length)  # refuse what FAISS cannot build before any work
         plans.append(plan)
     return plans

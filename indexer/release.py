@@ -25,8 +25,8 @@ from pathlib import Path
 
 from indexer.bundle import MANIFEST, BundleManifest
 from indexer.crashpoints import crash_point
+from indexer.faults import VerifyReport
 from indexer.publish import Publisher, publish_version
-from indexer.verify import VerifyReport
 from indexer.versions import BundleStore
 from training.core.errors import InputError
 

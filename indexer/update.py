@@ -35,9 +35,8 @@ the lineage of operations since the last build.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,40 +45,41 @@ from typing import Any
 import faiss
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm import tqdm
+from pydantic import ConfigDict
 
-from indexer.build import (
-    ShardEngine,
-    metadata_schema,
-    shard_engine,
-    source_record,
-    write_batches,
-)
-from indexer.bundle import MANIFEST, Bundle, BundleManifest, FileRecord
+from indexer.build_inputs import source_record
+from indexer.bundle import MANIFEST, Bundle, BundleManifest
 from indexer.crashpoints import check_crash_setting, crash_point
-from indexer.ids import IDS, IdsWriter, copy_ids, read_ids, unified_schema
+from indexer.engines import ShardEngine, running_engine
+from indexer.ids import IDS, IdsWriter, copy_ids, read_ids, shard_schema, unified_schema
 from indexer.index_edit import open_extended, write_filtered
 from indexer.index_plan import plan_indexes
-from indexer.postings import INDPTR, ROWS, VALUES, Postings, PostingsWriter, filter_postings
+from indexer.postings import INDPTR, ROWS, Postings, PostingsWriter, filter_postings
 from indexer.publish import Publisher
 from indexer.release import Release, release_version
+from indexer.row_changes import (
+    UpdateError,
+    cache_ids,
+    check_addable,
+    check_new_ids,
+    open_base,
+    rows_to_delete,
+)
+from indexer.shard_step import ShardSource
 from indexer.verify import verify_bundle
+from indexer.version_writer import VersionWriter
 from indexer.versions import BundleStore
 from training.core.cache import EmbeddingCache
-from training.core.errors import InputError
-from training.core.files import fsync_tree, sha256_file
-
-SHOWN_IDS = 5  # ids named in an error message
+from training.core.config import ConfigModel
+from training.core.files import sha256_file
 
 
-class UpdateError(InputError):
-    """An add or delete the bundle cannot take (named inputs)."""
+class AddConfig(ConfigModel):
+    """What `strata index add` is asked to do (its flags); immutable once made."""
 
+    model_config = ConfigDict(frozen=True)
 
-@dataclass(frozen=True)
-class AddConfig:
     bundles: Path
     cache: Path
     keep: int = 3
@@ -89,8 +89,11 @@ class AddConfig:
     ray_address: str | None = None
 
 
-@dataclass(frozen=True)
-class DeleteConfig:
+class DeleteConfig(ConfigModel):
+    """What `strata index delete` is asked to do (its flags); immutable once made."""
+
+    model_config = ConfigDict(frozen=True)
+
     bundles: Path
     ids: tuple[str, ...]
     missing_ok: bool = False
@@ -121,67 +124,6 @@ class UpdateSummary:
     @property
     def bytes_on_disk(self) -> int:
         return sum(self.files.values())
-
-
-# --- pure parts --------------------------------------------------------------------------------
-
-
-def shown(ids: Sequence[str]) -> str:
-    """A few ids for a message: `a, b, c, … (12 in all)`."""
-    head = ", ".join(repr(i) for i in ids[:SHOWN_IDS])
-    return head if len(ids) <= SHOWN_IDS else f"{head}, … ({len(ids)} in all)"
-
-
-def check_new_ids(base_ids: pa.Array, new_ids: pa.Array, base: str, cache: Path) -> None:
-    """Refuse ids the cache repeats, lacks, or that the bundle already holds."""
-    if new_ids.null_count:
-        raise UpdateError(f"{new_ids.null_count} rows of the cache {cache} have no id")
-    counts = pc.value_counts(new_ids)
-    repeated = [
-        v.as_py()
-        for v, n in zip(counts.field("values"), counts.field("counts"), strict=True)
-        if n.as_py() > 1
-    ]
-    if repeated:
-        raise UpdateError(f"the cache {cache} repeats ids: {shown(repeated)}")
-    present = new_ids.filter(pc.is_in(new_ids, value_set=base_ids)).to_pylist()
-    if present:
-        raise UpdateError(
-            f"{len(present)} ids of the cache {cache} are already in {base}: {shown(present)} "
-            "(an add appends new rows; delete these first to replace them)"
-        )
-
-
-def rows_to_delete(
-    base_ids: pa.Array, ids: Sequence[str], missing_ok: bool, base: str
-) -> tuple[np.ndarray, list[str]]:
-    """(new_row: int64 [N], the new position of each row, −1 where deleted; the ids given that
-    the bundle lacks). Refuses unknown ids (unless missing_ok), nothing to delete, everything."""
-    wanted = pa.array(sorted(set(ids)), type=pa.string())
-    if len(wanted) == 0:
-        raise UpdateError("no ids to delete: give --id ID (repeatable) or --ids FILE")
-    missing = wanted.filter(pc.invert(pc.is_in(wanted, value_set=base_ids))).to_pylist()
-    if missing and not missing_ok:
-        raise UpdateError(
-            f"{len(missing)} of the {len(wanted)} ids to delete are not in {base}: "
-            f"{shown(missing)} (--missing-ok skips them)"
-        )
-    deleted = pc.is_in(base_ids, value_set=wanted).to_numpy(zero_copy_only=False)
-    if not deleted.any():
-        raise UpdateError(f"none of the {len(wanted)} ids are in {base}: nothing to delete")
-    if deleted.all():
-        raise UpdateError(f"deleting every row of {base} would leave an empty bundle")
-    new_row = np.where(deleted, -1, np.cumsum(~deleted) - 1).astype(np.int64)
-    return new_row, missing
-
-
-def read_id_file(path: Path) -> list[str]:
-    """Ids to delete, one a line (surrounding blanks stripped, empty lines skipped)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UpdateError(f"cannot read --ids {path}: {exc.strerror}") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def lineage(base: BundleManifest, step: dict[str, Any]) -> list[dict[str, Any]]:
@@ -220,53 +162,37 @@ def replan_notes(base: Bundle, rows: int) -> list[str]:
 # --- writing -----------------------------------------------------------------------------------
 
 
-class FileRecords:
-    """The manifest's `files` of a version being written into `staging`."""
-
-    def __init__(self, staging: Path) -> None:
-        self.staging = staging
-        self.files: dict[str, FileRecord] = {}
-
-    def add(self, digests: dict[Path, str | None], rows: int | None) -> None:
-        for path, digest in digests.items():
-            self.files[path.relative_to(self.staging).as_posix()] = FileRecord(
-                digest or sha256_file(path), path.stat().st_size, rows
-            )
-
-    def postings(self, files: Mapping[Path, str | None], concepts: int, entries: int) -> None:
-        """The three postings files (path → sha256 when computed while writing, else None)."""
-        counts = {INDPTR: concepts + 1, ROWS: entries, VALUES: entries}
-        for path, digest in files.items():
-            self.add({path: digest}, counts[path.name])
-
-
-def copy_artifacts(base: Bundle, records: FileRecords) -> None:
+def copy_artifacts(base: Bundle, writer: VersionWriter) -> None:
     """The base's artifact copies, byte for byte (the manifest keeps their sources)."""
     for source in base.manifest.artifacts.values():
-        folder = records.staging / source.copy
-        folder.mkdir(parents=True)
-        for file in sorted((base.path / source.copy).iterdir()):
-            shutil.copyfile(file, folder / file.name)
-            records.add({folder / file.name: None}, None)
+        writer.copy_artifact(source.copy, sorted((base.path / source.copy).iterdir()))
 
 
 def new_manifest(
     base: Bundle,
     version: int,
     rows: int,
-    records: FileRecords,
+    writer: VersionWriter,
     source: dict[str, Any],
-    build: dict[str, Any],
+    operation: str,
+    actions: dict[str, str],
+    started: float,
 ) -> BundleManifest:
+    """The base's manifest for the new version: its rows, source, files and how it was made."""
     manifest = base.manifest
+    build = {
+        "seconds": round(time.perf_counter() - started, 3),
+        "operation": operation,
+        "actions": dict(actions),
+    }
     return replace(
         manifest,
         version=version,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         rows=rows,
         source=source,
-        postings={**manifest.postings, "entries": records.files[ROWS].rows},
-        files=records.files,
+        postings={**manifest.postings, "entries": writer.files[ROWS].rows},
+        files=writer.files,
         build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
     )
 
@@ -290,42 +216,29 @@ def write_added(
     started: float,
 ) -> BundleManifest:
     """Write the base's rows plus the cache's into `staging` (fsynced); its manifest."""
-    work = staging / "work"
-    work.mkdir()
+    writer = VersionWriter(staging)
+    writer.work.mkdir()
     old, rows = base.rows, base.rows + cache.rows
-    records = FileRecords(staging)
     writers = []
     for entry in base.manifest.prefixes:
-        writer, actions[entry.file] = open_extended(entry, base.path, staging, rows, work)
-        writers.append(writer)
-    n_concepts = 2 * base.dim
-    postings = PostingsWriter(staging, work, n_concepts, base=Postings(base.path))
+        extended, actions[entry.file] = open_extended(entry, base.path, staging, rows, writer.work)
+        writers.append(extended)
+    postings = PostingsWriter(staging, writer.work, 2 * base.dim, base=Postings(base.path))
     actions["postings_*.npy"] = "merged: the base's CSR, then the new rows' runs"
     schema = unified_schema(
         [pq.read_schema(base.path / IDS)]
-        + [metadata_schema(cache, shard) for shard in cache.manifest.shards]
+        + [shard_schema(cache, shard) for shard in cache.manifest.shards]
     )
     ids = IdsWriter(staging / IDS, schema)
     copy_ids(base.path / IDS, ids)
     actions[IDS] = "the base's rows copied, the new rows appended"
-
-    with tqdm(
-        total=cache.rows, desc=f"add to {base.name}", unit="row", disable=not progress
-    ) as bar:
-        batches = engine(cache, base.manifest.modality, base.grasp, base.coder, old)
-        first_row = write_batches(batches, old, writers, postings, ids, bar.update, UpdateError)
-    if first_row != rows:
-        raise UpdateError(f"the cache yielded {first_row - old} rows, its manifest lists {rows}")
-    for writer in writers:
-        records.add(writer.close(), rows)
-    crash_point("after-prefix-index")
-    entries = int(postings.totals.sum())
-    records.postings(postings.close(), n_concepts, entries)
-    crash_point("after-postings")
-    records.add(ids.close(), ids.rows)
-    copy_artifacts(base, records)
-    work.rmdir()
-    source = source_record(cache) | {
+    source = ShardSource(cache, base.manifest.modality, base.grasp, base.coder, old)
+    writer.stream(
+        engine, source, rows, writers, postings, ids, f"add to {base.name}", progress, UpdateError
+    )
+    writer.close_streams(writers, postings, ids, rows)
+    copy_artifacts(base, writer)
+    record = source_record(cache) | {
         "operation": "add",
         "cache_first_row": old,
         "base": base_reference(base),
@@ -339,15 +252,7 @@ def write_added(
             },
         ),
     }
-    build = {
-        "seconds": round(time.perf_counter() - started, 3),
-        "operation": "add",
-        "actions": dict(actions),
-    }
-    manifest = new_manifest(base, version, rows, records, source, build)
-    (staging / MANIFEST).write_text(manifest.to_json())
-    fsync_tree(staging)
-    return manifest
+    return writer.finish(new_manifest(base, version, rows, writer, record, "add", actions, started))
 
 
 def write_deleted(
@@ -362,23 +267,23 @@ def write_deleted(
     """Write the base without the rows whose new_row is −1 into `staging`; its manifest."""
     keep = new_row >= 0
     rows = int(keep.sum())
-    records = FileRecords(staging)
+    writer = VersionWriter(staging)
     for entry in base.manifest.prefixes:
         edited = write_filtered(entry, base.path, staging, new_row)
-        records.add(edited.files, rows)
+        writer.record(edited.files, rows)
         actions[entry.file] = edited.action
     crash_point("after-prefix-index")
     base_postings = Postings(base.path)
     paths = filter_postings(base_postings, new_row, staging)
     entries = int(np.load(staging / INDPTR)[-1])
-    records.postings(dict.fromkeys(paths), base_postings.concepts, entries)
+    writer.record_postings(dict.fromkeys(paths), base_postings.concepts, entries)
     actions["postings_*.npy"] = "filtered: the deleted rows' entries dropped, rows renumbered"
     crash_point("after-postings")
     ids = IdsWriter(staging / IDS, unified_schema([pq.read_schema(base.path / IDS)]))
     copy_ids(base.path / IDS, ids, keep)
-    records.add(ids.close(), ids.rows)
+    writer.record(ids.close(), ids.rows)
     actions[IDS] = "the kept rows copied"
-    copy_artifacts(base, records)
+    copy_artifacts(base, writer)
     deleted = len(new_row) - rows
     source = {
         "operation": "delete",
@@ -391,62 +296,12 @@ def write_deleted(
             {"operation": "delete", "version": f"v{version:06d}", "rows": -deleted},
         ),
     }
-    build = {
-        "seconds": round(time.perf_counter() - started, 3),
-        "operation": "delete",
-        "actions": dict(actions),
-    }
-    manifest = new_manifest(base, version, rows, records, source, build)
-    (staging / MANIFEST).write_text(manifest.to_json())
-    fsync_tree(staging)
-    return manifest
+    return writer.finish(
+        new_manifest(base, version, rows, writer, source, "delete", actions, started)
+    )
 
 
 # --- the commands ------------------------------------------------------------------------------
-
-
-def open_base(store: BundleStore) -> Bundle:
-    """The published version (call with the lock held, so that it stays the base)."""
-    if not store.root.is_dir():
-        raise UpdateError(f"bundle directory not found: {store.root}")
-    name = store.current()
-    if name is None:
-        raise UpdateError(
-            f"{store.root} has no published bundle (no CURRENT) to change; "
-            "make one with `strata index build`"
-        )
-    return Bundle.open_version(store.root / name)
-
-
-def check_addable(base: Bundle, cache: EmbeddingCache) -> None:
-    modality = base.manifest.modality
-    if cache.rows == 0:
-        raise UpdateError(f"the embedding cache {cache.root} holds no rows")
-    if cache.dim != base.dim:
-        raise UpdateError(
-            f"dimension mismatch: {base.name} holds {base.dim}-d rows, the cache {cache.root} "
-            f"{cache.dim}-d embeddings"
-        )
-    encoder, ours = cache.manifest.encoder, base.manifest.encoder
-    if encoder and ours and encoder != ours:
-        raise UpdateError(
-            f"encoder mismatch: {base.name} was built from {ours!r} embeddings, the cache "
-            f"{cache.root} holds {encoder!r} ones"
-        )
-    if modality not in cache.modalities:
-        raise UpdateError(
-            f"the cache {cache.root} has no {modality} embeddings ({', '.join(cache.modalities)}),"
-            f" the modality of {base.name}"
-        )
-
-
-def cache_ids(cache: EmbeddingCache) -> pa.Array:
-    """Every id of a cache, in row order (the metadata read shard by shard)."""
-    arrays = [
-        data.metadata.column("id").cast(pa.string()).combine_chunks()
-        for data in cache.iter_shards()
-    ]
-    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
 
 
 def summarise(
@@ -480,30 +335,24 @@ def add_rows(
     cache = EmbeddingCache.open(config.cache)
     if publisher is not None:
         publisher.check()
-    engine = shard_engine(config.engine, config.ray_address)
     store = BundleStore(config.bundles)
     actions: dict[str, str] = {}
-    try:
-        with store.lock():
-            base = open_base(store)
-            check_addable(base, cache)
-            check_new_ids(read_ids(base.path / IDS), cache_ids(cache), base.name, cache.root)
-            release = release_version(
-                store,
-                lambda staging, version: write_added(
-                    staging, version, base, cache, engine, actions, config.progress, started
-                ),
-                lambda staging: verify_bundle(
-                    staging, cache_dir=cache.root, sample=config.verify_sample
-                ),
-                config.keep,
-                publisher,
-                on_published,
-            )
-    finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+    with running_engine(config.engine, config.ray_address) as engine, store.lock():
+        base = open_base(store)
+        check_addable(base, cache)
+        check_new_ids(read_ids(base.path / IDS), cache_ids(cache), base.name, cache.root)
+        release = release_version(
+            store,
+            lambda staging, version: write_added(
+                staging, version, base, cache, engine, actions, config.progress, started
+            ),
+            lambda staging: verify_bundle(
+                staging, cache_dir=cache.root, sample=config.verify_sample
+            ),
+            config.keep,
+            publisher,
+            on_published,
+        )
     summary = summarise("add", release, base, actions, started)
     summary.notes = replan_notes(base, summary.rows)
     return summary

@@ -13,13 +13,13 @@ Checks, each fault one line that names the file:
 - ids.parquet: N rows, ids unique and not null;
 - both artifact copies load (TransformArtifact.load checks their checksums and that the
   rotations are orthogonal) and match the hashes, dim, contract and k the manifest records;
-- a seeded sample of rows against the source cache (when it is still there and unchanged):
-  each stored prefix vector equals p_L recomputed from the cache row (read back with
-  `reconstruct` where the index stores vectors exactly, else found by searching for it), the
-  ids agree, and the row's k concepts are in the postings with the recomputed activations.
-  A version made by `strata index add` records `source.cache_first_row`: its rows from there
-  on are the added cache's, and those are the rows sampled. A version made by `strata index
-  delete` has no source cache (its rows were renumbered): the sample check is skipped, noted.
+- a seeded sample of rows against the source cache (when it is still there and unchanged:
+  indexer/verify_sample.py): each stored prefix vector equals p_L recomputed from the cache
+  row, the ids agree, and the row's k concepts are in the postings with the recomputed
+  activations. A version made by `strata index add` records `source.cache_first_row`: its
+  rows from there on are the added cache's, and those are the rows sampled. A version made by
+  `strata index delete` has no source cache (its rows were renumbered): the sample check is
+  skipped, noted.
 
 - cross-checks that need no cache, so that a manifest edited to match a tampered file is still
   caught where the files disagree with each other: every file's recorded row count against
@@ -32,9 +32,9 @@ Checks, each fault one line that names the file:
   changed activation (finite, ≥ 0) or metadata column. The source-cache sample catches the
   first two where the cache is still there; nothing here catches the last two.
 
-Every fault is a `Fault`: its text names the file, its `kind` (missing, size, checksum,
-unlisted, manifest, rows, index, postings, ids, artifact, vectors, sample) is the reason a
-serving replica reports when it refuses the version.
+Every fault is a `Fault` (indexer/faults.py): its text names the file, its `kind` (missing,
+size, checksum, unlisted, manifest, rows, index, postings, ids, artifact, vectors, sample) is
+the reason a serving replica reports when it refuses the version.
 
 `check_servable(path)` is what every path that makes a version current or serves it runs —
 `strata index publish`, a hot swap, AdminService.Reload and `strata serve` start-up: the same
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
@@ -64,65 +63,21 @@ from indexer.bundle import (
     read_current,
     read_manifest,
 )
+from indexer.faults import VECTOR_TOLERANCE, Fault, VerifyReport, VersionRefusedError
 from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
 from indexer.prefixes import prefix_vectors
+from indexer.verify_sample import check_sample
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
 from training.core.artifacts import TransformArtifact
-from training.core.cache import MANIFEST as CACHE_MANIFEST
-from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 from training.core.files import sha256_file
 
-VECTOR_TOLERANCE = 1e-4
-SEARCH_DEPTH = 10
-CONSISTENCY_SAMPLE = 256
-FAULT_KINDS = (
-    "manifest", "missing", "size", "checksum", "unlisted", "rows", "index", "postings", "ids",
-    "artifact", "vectors", "sample",
-)  # fmt: skip
-
-
-class Fault(str):
-    """One fault's text (naming its file), with its `kind` (one of FAULT_KINDS)."""
-
-    kind: str
-
-    def __new__(cls, kind: str, text: str) -> Fault:
-        fault = super().__new__(cls, text)
-        fault.kind = kind
-        return fault
-
-
-class VersionRefusedError(BundleError):
-    """A version that does not verify: never published, swapped in or served."""
-
-    def __init__(self, path: Path, faults: list[str]) -> None:
-        self.path, self.faults = path, list(faults)
-        first = faults[0]
-        self.reason = getattr(first, "kind", "manifest")
-        more = (
-            f" (+{len(faults) - 1} more; `strata index verify {path}` lists them)"
-            if len(faults) > 1
-            else ""
-        )
-        super().__init__(f"{path.name} does not verify, refused: {first}{more}")
-
-
-@dataclass
-class VerifyReport:
-    path: Path
-    faults: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    sampled_rows: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.faults
+CONSISTENCY_SAMPLE = 256  # rows whose stored prefix vectors are checked against each other
 
 
 def verify_bundle(
@@ -399,117 +354,6 @@ def check_artifacts(
                 Fault("manifest", f"{MANIFEST}: k = {manifest.k}, the CEDAR copy's k = {coder.k}")
             )
     return loaded if grasp is not None and cedar is not None else None
-
-
-def check_sample(
-    path: Path,
-    manifest: BundleManifest,
-    indexes: dict[int, faiss.Index],
-    artifacts: dict[str, TransformArtifact],
-    postings_ok: bool,
-    cache_dir: Path | None,
-    sample: int,
-    seed: int,
-    report: VerifyReport,
-) -> None:
-    """Recompute a sample of rows from the source cache and compare with what is stored."""
-    if cache_dir is None and not manifest.source.get("cache"):
-        operation = manifest.source.get("operation", "build")
-        report.notes.append(
-            f"sample check skipped: the version's rows map to no single cache ({operation})"
-        )
-        return
-    cache_dir = Path(cache_dir or manifest.source["cache"])
-    try:
-        cache = EmbeddingCache.open(cache_dir)
-    except InputError as exc:
-        report.notes.append(f"sample check skipped: {exc}")
-        return
-    recorded = manifest.source.get("cache_manifest_sha256")
-    current = (
-        sha256_file(cache.root / CACHE_MANIFEST)
-        if (cache.root / CACHE_MANIFEST).is_file()
-        else None
-    )
-    first = int(manifest.source.get("cache_first_row", 0))
-    if recorded != current or first + cache.rows != manifest.rows:
-        report.notes.append(f"sample check skipped: the cache {cache_dir} changed since the build")
-        return
-    rows = first + np.sort(
-        np.random.default_rng(seed).choice(cache.rows, min(sample, cache.rows), replace=False)
-    )
-    x, cache_ids = read_cache_rows(cache, manifest.modality, rows - first)
-    report.sampled_rows = len(rows)
-    rotated = artifacts["grasp"].apply(x)
-    faults = report.faults
-    for entry in manifest.prefixes:
-        index = indexes.get(entry.length)
-        if index is None:
-            continue
-        expected = prefix_vectors(rotated, entry.length)
-        storage = exact_storage(index)
-        if storage is not None:
-            stored = np.stack([storage.reconstruct(int(r)) for r in rows])
-            error = np.abs(stored - expected).max(axis=1)
-            bad = error > VECTOR_TOLERANCE
-            for row, err in zip(rows[bad], error[bad], strict=True):
-                faults.append(
-                    Fault(
-                        "sample", f"{entry.file}: row {row} differs from the cache's by {err:.3g}"
-                    )
-                )
-        else:
-            ivf = faiss.try_extract_index_ivf(index)
-            if ivf is not None:
-                ivf.nprobe = ivf.nlist
-            _, found = index.search(expected, SEARCH_DEPTH)
-            for row, hits in zip(rows, found, strict=True):
-                if row not in hits:
-                    faults.append(
-                        Fault("sample", f"{entry.file}: searching row {row}'s own vector misses it")
-                    )
-    bundle_ids = pq.read_table(path / IDS, columns=["id"]).column("id").take(rows).to_pylist()
-    for row, ours, theirs in zip(rows, bundle_ids, cache_ids, strict=True):
-        if ours != theirs:
-            faults.append(
-                Fault("sample", f"{IDS}: row {row} has id {ours!r}, the cache has {theirs!r}")
-            )
-    if postings_ok and not any(f.startswith("postings_") for f in faults):
-        check_sample_postings(path, ConceptCoder(artifacts["cedar"]), x, rows, faults)
-
-
-def check_sample_postings(
-    path: Path, coder: ConceptCoder, x: np.ndarray, rows: np.ndarray, faults: list[str]
-) -> None:
-    postings = Postings(path)
-    concepts, activations = coder.encode(x)
-    for row, row_concepts, row_values in zip(rows, concepts, activations, strict=True):
-        for concept, value in zip(row_concepts, row_values, strict=True):
-            posted_rows, posted_values = postings.get(int(concept))
-            at = np.searchsorted(posted_rows, row)
-            if at >= len(posted_rows) or posted_rows[at] != row:
-                faults.append(Fault("sample", f"{ROWS}: row {row} missing from concept {concept}"))
-            elif abs(float(posted_values[at]) - float(value)) > VECTOR_TOLERANCE:
-                faults.append(Fault("sample", f"{VALUES}: row {row}, concept {concept} differs"))
-
-
-def read_cache_rows(
-    cache: EmbeddingCache, modality: str, rows: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """float32 embeddings and ids of sorted row positions, reading only the shards they fall in."""
-    x = np.empty((len(rows), cache.dim), dtype=np.float32)
-    ids: list[str] = []
-    start = 0
-    for shard in cache.manifest.shards:
-        stop = start + shard.rows
-        lo, hi = np.searchsorted(rows, [start, stop])
-        if hi > lo:
-            data = cache.read_shard(shard)
-            local = rows[lo:hi] - start
-            x[lo:hi] = np.asarray(data.embeddings[modality][local], dtype=np.float32)
-            ids.extend(data.metadata.column("id").take(local).to_pylist())
-        start = stop
-    return x, ids
 
 
 def resolve_version(path: Path) -> Path:

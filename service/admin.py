@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import grpc
 
 from indexer.bundle import MANIFEST, Bundle, parse_version_name, read_current
-from indexer.verify import VersionRefusedError, check_servable
+from indexer.faults import VersionRefusedError
+from indexer.verify import check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.errors import QueryError, ServiceError, bounded, echo

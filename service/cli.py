@@ -14,12 +14,12 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.cli import index_app
+from indexer.upgrade_cli import upgrade_command
 from service.demo import DemoConfig, DemoResult, run_demo
 from service.search_cli import format_result, search_command, serve_command
 from training.cli import embed_app, eval_app, format_summary, train_app
 from training.core.errors import InputError
 from training.core.settings import load_settings
-from training.cosae.upgrade_cli import upgrade_command
 
 app = typer.Typer(
     name="strata",

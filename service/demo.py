@@ -26,7 +26,8 @@ from pathlib import Path
 
 import grpc
 
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle, BundleError
 from service.client import StrataClient, StrataClientError
 from service.results import Explanation, SearchResult
@@ -189,7 +190,13 @@ def run_demo(
     published = _published(bundles)
     if published is None:
         build_bundle(
-            BuildConfig(cache_dir, grasp_dir, cedar_dir, bundles, progress=config.progress)
+            BuildConfig(
+                cache=cache_dir,
+                grasp=grasp_dir,
+                cedar=cedar_dir,
+                out=bundles,
+                progress=config.progress,
+            )
         )
     stages["index"] = _took(started, published is not None)
 

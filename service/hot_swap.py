@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
-from indexer.publish import DEFAULT_PREFIX, PublishError, VersionChannel, one_line, redacted
-from indexer.verify import Fault, VersionRefusedError, check_servable
+from indexer.faults import Fault, VersionRefusedError
+from indexer.publish import DEFAULT_PREFIX, PublishError, one_line, redacted
+from indexer.verify import check_servable
+from indexer.version_channel import VersionChannel
 from service.errors import ServiceError
 from service.search import SearchEngine
 from training.core.errors import InputError

@@ -22,7 +22,7 @@ in deploy/ are written against exactly these):
     strata_hot_swaps_total{result}             counter (ok|failed)
     strata_bundle_refused_total{reason}        counter: versions refused (hot swap, Reload)
                                                because they do not verify; reason = the
-                                               first fault's kind (indexer.verify.FAULT_KINDS)
+                                               first fault's kind (indexer.faults.FAULT_KINDS)
     strata_serving                             gauge: 1 serving, 0 draining or stopped
     strata_queue_depth                         gauge: requests waiting for the micro-batcher
                                                (a BatchSearch counts once)
@@ -47,7 +47,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
-from indexer.verify import FAULT_KINDS
+from indexer.faults import FAULT_KINDS
 
 GRPC_TYPES = ("unary", "client_stream", "server_stream", "bidi_stream")
 CACHE_TIERS = ("local", "redis")

@@ -45,7 +45,8 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from indexer.index_plan import parse_index_types, plan_indexes
 from indexer.prefix_index import (
@@ -57,7 +58,7 @@ from indexer.prefix_index import (
 )
 from indexer.prefixes import ROW_BLOCK, prefix_vectors, recall_at_k, rotate_blocks, rotate_rows
 from indexer.sampling import Reservoir
-from indexer.verify import read_cache_rows
+from indexer.verify_sample import read_cache_rows
 from training.benchmarks import publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -96,10 +97,10 @@ def arm_build(args: argparse.Namespace) -> dict:
     started, cpu = time.perf_counter(), cpu_seconds()
     summary = build_bundle(
         BuildConfig(
-            work / "cache",
-            work / "grasp",
-            work / "cedar",
-            work / "bundles",
+            cache=work / "cache",
+            grasp=work / "grasp",
+            cedar=work / "cedar",
+            out=work / "bundles",
             index_types=types,
             progress=False,
             keep=1,

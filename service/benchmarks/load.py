@@ -37,7 +37,8 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service.batching import BatchingConfig
 from service.results import SearchQuery
@@ -76,7 +77,13 @@ def build_gallery(work: Path, rows: int, dim: int = 384) -> Path:
     random_grasp_artifact(dim).save(work / "grasp")
     random_cedar_artifact(dim, 32, sample).save(work / "cedar")
     build_bundle(
-        BuildConfig(cache, work / "grasp", work / "cedar", work / "bundles", progress=False)
+        BuildConfig(
+            cache=cache,
+            grasp=work / "grasp",
+            cedar=work / "cedar",
+            out=work / "bundles",
+            progress=False,
+        )
     )
     return work / "bundles"
 

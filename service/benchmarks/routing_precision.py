@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
@@ -69,7 +70,11 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="strata-routing-") as folder:
         gallery = test_gallery(args.cache, Path(folder) / "gallery")
         bundles = Path(folder) / "bundles"
-        build_bundle(BuildConfig(gallery, args.grasp, args.cedar, bundles, progress=False))
+        build_bundle(
+            BuildConfig(
+                cache=gallery, grasp=args.grasp, cedar=args.cedar, out=bundles, progress=False
+            )
+        )
         bundle = Bundle.open(bundles)
         engine = SearchEngine(bundle, load_encoder(bundle.manifest.encoder, device="cpu"))
         meta = bundle.metadata(np.arange(bundle.rows)).to_pydict()

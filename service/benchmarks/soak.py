@@ -237,7 +237,7 @@ def publish_delete(bundles: Path, row_id: str, redis_url: str) -> str:
     from indexer.publish import RedisPublisher
     from indexer.update import DeleteConfig, delete_rows
 
-    config = DeleteConfig(bundles, ids=(row_id,), verify_sample=8)
+    config = DeleteConfig(bundles=bundles, ids=(row_id,), verify_sample=8)
     return delete_rows(config, publisher=RedisPublisher(redis_url, PREFIX)).name
 
 

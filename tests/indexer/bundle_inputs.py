@@ -20,7 +20,8 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import BuildConfig, BuildSummary, build_bundle
+from indexer.build import BuildSummary, build_bundle
+from indexer.build_inputs import BuildConfig
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 
 DIM = 64  # default contract 4 / 8 / 16 / 32 / 64
@@ -38,7 +39,14 @@ class Inputs:
     cedar: Path
 
     def config(self, out: Path, **overrides) -> BuildConfig:
-        return BuildConfig(self.cache, self.grasp, self.cedar, out, progress=False, **overrides)
+        return BuildConfig(
+            cache=self.cache,
+            grasp=self.grasp,
+            cedar=self.cedar,
+            out=out,
+            progress=False,
+            **overrides,
+        )
 
     def build(self, out: Path, **overrides) -> BuildSummary:
         return build_bundle(self.config(out, **overrides))

@@ -3,10 +3,7 @@ ids are those of the cache, its manifest records where everything came from."""
 
 from __future__ import annotations
 
-import gc
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +12,10 @@ import pytest
 from bundle_inputs import DIM, Inputs, K
 
 from indexer import build
-from indexer.build import BufferPool, prefetched
 from indexer.bundle import BUNDLE_FORMAT, Bundle, BundleError
 from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k, rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
-from training.core.cache import EmbeddingCache
-from training.core.errors import CacheError
 from training.core.files import sha256_file
 from training.core.granularity import Granularity
 
@@ -176,100 +170,3 @@ def test_the_build_verifies_with_the_digests_it_computed_while_writing(
     assert written == actual
     manifest = Bundle.open(summary.path).manifest
     assert all(manifest.files[name].sha256 == digest for name, digest in written.items())
-
-
-def counted(n: int, produced: list[int]) -> Iterator[int]:
-    for item in range(n):
-        produced.append(item)
-        yield item
-
-
-def test_prefetching_keeps_the_order_and_runs_a_bounded_way_ahead():
-    produced: list[int] = []
-    for item in prefetched(counted(30, produced), 2):
-        # consumed: item + 1; queued: at most 2; the producer may hold one more
-        assert len(produced) <= item + 1 + 2 + 1
-    assert produced == list(range(30))
-
-
-def test_a_producer_error_arrives_in_its_place():
-    def failing() -> Iterator[int]:
-        yield 1
-        yield 2
-        raise CacheError("shard 3: not an array")
-
-    got = []
-    with pytest.raises(CacheError, match="shard 3: not an array"):
-        for item in prefetched(failing(), 1):
-            got.append(item)
-    assert got == [1, 2]
-
-
-def test_closing_stops_the_producer_and_closes_its_items():
-    produced: list[int] = []
-    cleaned = threading.Event()
-
-    def items() -> Iterator[int]:
-        try:
-            yield from counted(10_000, produced)
-        finally:
-            cleaned.set()
-
-    prefetching = prefetched(items(), 1)
-    assert [next(prefetching) for _ in range(3)] == [0, 1, 2]
-    prefetching.close()
-    assert not any(t.name == "prefetch" for t in threading.enumerate())
-    assert cleaned.is_set()  # the producer's generator ran its cleanup (a BLAS limit, a pool)
-    assert len(produced) <= 3 + 1 + 1
-
-
-def test_the_local_engine_leaves_blas_as_it_found_it(inputs: Inputs):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    before = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
-    cache = EmbeddingCache.open(inputs.cache)
-    grasp = TransformArtifact.load(inputs.grasp)
-    coder = ConceptCoder(TransformArtifact.load(inputs.cedar))
-    batches = build.local_batches(cache, "image", grasp, coder)
-    next(batches)
-    during = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
-    batches.close()
-    after = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
-    assert during == [1] * len(before) and after == before
-
-
-def test_pooled_memory_comes_back_only_when_no_view_of_it_is_left():
-    pool = BufferPool(keep=1)
-    first = pool.take(4, 3)
-    first[:] = 7.0
-    address = first.ctypes.data
-    column = first[1:, 2]  # a slice outlives the array it came from
-    del first
-    gc.collect()
-    assert pool.free == 0
-    other = pool.take(4, 3)  # the memory is still in use: a new buffer
-    assert other.ctypes.data != address and column.tolist() == [7.0, 7.0, 7.0]
-    del column
-    gc.collect()
-    assert pool.free == 1
-    again = pool.take(4, 3)
-    assert again.ctypes.data == address and again.shape == (4, 3) and again.dtype == np.float32
-    assert pool.free == 0
-    assert pool.take(2, 3).ctypes.data != address  # another size: its own buffer
-    del other, again
-    gc.collect()
-    assert pool.free == 1  # at most `keep` free buffers
-
-
-def test_the_local_engine_hands_out_batches_that_stay_valid(inputs: Inputs):
-    """Batches kept by the consumer (here all of them) are never overwritten by later shards."""
-    cache = EmbeddingCache.open(inputs.cache)
-    grasp = TransformArtifact.load(inputs.grasp)
-    coder = ConceptCoder(TransformArtifact.load(inputs.cedar))
-    kept = list(build.local_batches(cache, "image", grasp, coder))
-    assert [b.first_row for b in kept] == [0, 250, 500]
-    x = inputs.embeddings()
-    for batch in kept:
-        shard = x[batch.first_row : batch.first_row + batch.rows]
-        # BLAS may sum in another order here (the build holds it to one thread): equal up to
-        # rounding; a batch overwritten by a later shard would differ in every value
-        np.testing.assert_allclose(batch.rotated, rotate_rows(shard, grasp), rtol=0, atol=1e-6)

@@ -22,7 +22,8 @@ from bundle_inputs import DIM, Inputs, assert_one_line_error, run_strata_batch, 
 from indexer.benchmarks.synthetic import cluster_centres, clustered_rows
 from indexer.bundle import Bundle, read_current
 from indexer.crashpoints import ENVIRONMENT, STAGES
-from indexer.update import AddConfig, DeleteConfig, UpdateError, add_rows, delete_rows
+from indexer.row_changes import UpdateError
+from indexer.update import AddConfig, DeleteConfig, add_rows, delete_rows
 from indexer.verify import verify_bundle
 from indexer.versions import BundleStore
 
@@ -132,8 +133,10 @@ def update_args(operation: str, out: Path, extra: Path) -> list[str]:
 
 def rerun(operation: str, out: Path, extra: Path):
     if operation == "add":
-        return add_rows(AddConfig(out, extra, keep=1, progress=False, verify_sample=8))
-    return delete_rows(DeleteConfig(out, DELETED, keep=1, verify_sample=8))
+        return add_rows(
+            AddConfig(bundles=out, cache=extra, keep=1, progress=False, verify_sample=8)
+        )
+    return delete_rows(DeleteConfig(bundles=out, ids=DELETED, keep=1, verify_sample=8))
 
 
 def extra_cache(root: Path) -> Path:

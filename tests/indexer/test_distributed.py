@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, make_inputs
 
-from indexer.build import BuildConfig, build_bundle, local_batches
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from indexer.distributed import RayEngine
+from indexer.engines import local_batches
+from indexer.shard_step import ShardSource
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -47,10 +50,10 @@ def test_the_ray_build_writes_the_local_builds_files(local_ray, sharded: Inputs,
     local = build_bundle(sharded.config(tmp_path / "local", index_types=types))
     distributed = build_bundle(
         BuildConfig(
-            sharded.cache,
-            sharded.grasp,
-            sharded.cedar,
-            tmp_path / "ray",
+            cache=sharded.cache,
+            grasp=sharded.grasp,
+            cedar=sharded.cedar,
+            out=tmp_path / "ray",
             progress=False,
             index_types=types,
             engine="ray",
@@ -71,8 +74,8 @@ def test_shards_arrive_in_order_with_a_bounded_window(local_ray, sharded: Inputs
     grasp = TransformArtifact.load(sharded.grasp)
     coder = ConceptCoder(TransformArtifact.load(sharded.cedar))
     engine = RayEngine(ahead=2)
-    batches = list(engine(cache, "image", grasp, coder, 1000))
-    expected = list(local_batches(cache, "image", grasp, coder, 1000))
+    batches = list(engine(ShardSource(cache, "image", grasp, coder, 1000)))
+    expected = list(local_batches(ShardSource(cache, "image", grasp, coder, 1000)))
     assert [b.first_row for b in batches] == [1000, 1100, 1200, 1300, 1400]
     for ours, theirs in zip(batches, expected, strict=True):
         np.testing.assert_array_equal(ours.rotated, theirs.rotated)
@@ -85,7 +88,12 @@ def test_a_bad_shard_fails_with_the_cache_error(local_ray, sharded: Inputs, tmp_
     shutil.copytree(sharded.cache, broken)
     (broken / "img_emb" / "img_emb_00003.npy").write_bytes(b"not an array")
     config = BuildConfig(
-        broken, sharded.grasp, sharded.cedar, tmp_path / "out", progress=False, engine="ray"
+        cache=broken,
+        grasp=sharded.grasp,
+        cedar=sharded.cedar,
+        out=tmp_path / "out",
+        progress=False,
+        engine="ray",
     )
     with pytest.raises(CacheError, match=r"img_emb_00003\.npy"):
         build_bundle(config)

@@ -21,9 +21,9 @@ from indexer.publish import (
     ChannelKeys,
     PublishError,
     RedisPublisher,
-    VersionChannel,
     publish_version,
 )
+from indexer.version_channel import VersionChannel
 from indexer.versions import BundleStore
 from training.core.files import sha256_file
 

@@ -12,7 +12,8 @@ from bundle_inputs import Inputs, assert_one_line_error
 
 from indexer.benchmarks.tamper import damages
 from indexer.bundle import read_current
-from indexer.verify import VersionRefusedError, check_servable
+from indexer.faults import VersionRefusedError
+from indexer.verify import check_servable
 
 # damage → (the reason a replica reports, a text the refusal names)
 EXPECTED = {

@@ -13,20 +13,18 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow as pa
 import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
 from indexer.bundle import MANIFEST, Bundle, read_current
 from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k
+from indexer.row_changes import UpdateError
 from indexer.update import (
     AddConfig,
     DeleteConfig,
-    UpdateError,
     add_rows,
     delete_rows,
     replan_notes,
-    rows_to_delete,
 )
 from indexer.verify import verify_bundle
 from training.core.cache import EmbeddingCache
@@ -79,7 +77,7 @@ def gallery(parts: Parts, cache: str) -> np.ndarray:
 def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
     parts.build("A", out)
-    summary = add_rows(AddConfig(out, parts.caches["B"], progress=False))
+    summary = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
     assert (summary.name, summary.base, summary.rows, summary.changed_rows) == (
         "v000002",
         "v000001",
@@ -108,7 +106,7 @@ def test_delete_equals_a_full_build_of_the_kept_rows(parts: Parts, tmp_path: Pat
     out = tmp_path / "bundles"
     parts.build("AB", out)
     ids = (*parts.b_ids, *parts.dropped)
-    summary = delete_rows(DeleteConfig(out, ids, keep=1))
+    summary = delete_rows(DeleteConfig(bundles=out, ids=ids, keep=1))
     assert summary.rows == 300 - len(parts.dropped) and summary.changed_rows == len(ids)
     assert summary.removed_versions == ["v000001"]
     assert summary.actions["prefix_64.faiss"].startswith("copied: the kept stored rows")
@@ -125,8 +123,8 @@ def test_delete_equals_a_full_build_of_the_kept_rows(parts: Parts, tmp_path: Pat
 def test_add_then_delete_returns_to_the_first_build(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
     first = parts.build("A", out)
-    add_rows(AddConfig(out, parts.caches["B"], progress=False))
-    last = delete_rows(DeleteConfig(out, tuple(parts.b_ids)))
+    add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
+    last = delete_rows(DeleteConfig(bundles=out, ids=tuple(parts.b_ids)))
     assert last.name == "v000003"
     assert checksums(Bundle.open(out)) == checksums(Bundle.open(first.path))
 
@@ -142,7 +140,7 @@ def exhaustive(bundle: Bundle, length: int) -> faiss.Index:
 def test_approximate_indexes_take_adds_and_deletes(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
     parts.build("A", out, index_types=APPROXIMATE)
-    added = add_rows(AddConfig(out, parts.caches["B"], progress=False))
+    added = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
     assert "HNSW graph" in added.actions["prefix_4.faiss"]
     assert ".ivfdata" in added.actions["prefix_32.faiss"]
     bundle = Bundle.open(out)
@@ -165,7 +163,7 @@ def test_approximate_indexes_take_adds_and_deletes(parts: Parts, tmp_path: Path)
         assert np.mean([q in r for q, r in zip(queries, rows, strict=True)]) >= 0.95
 
     before = {n: exhaustive(bundle, n).search(prefix_vectors(z, n)[queries], 30) for n in (32, 64)}
-    deleted = delete_rows(DeleteConfig(out, (*parts.b_ids, *parts.dropped)))
+    deleted = delete_rows(DeleteConfig(bundles=out, ids=(*parts.b_ids, *parts.dropped)))
     assert deleted.actions["prefix_4.faiss"].startswith("rebuilt from its stored vectors")
     assert "refine rows removed" in deleted.actions["prefix_16.faiss"]
     after = Bundle.open(out)
@@ -212,31 +210,17 @@ def test_an_add_refuses_ids_it_holds_and_caches_that_differ(
     parts: Parts, built_a: Path, tmp_path: Path
 ):
     with pytest.raises(UpdateError, match=r"258 ids of the cache .* are already in v000001: "):
-        add_rows(AddConfig(built_a, parts.caches["A_KEPT"], progress=False))
+        add_rows(AddConfig(bundles=built_a, cache=parts.caches["A_KEPT"], progress=False))
     x = gallery(parts, "B")[:3]
     twice = write_cache(tmp_path / "twice", [(x, ["n-1", "n-2", "n-1"])])
     with pytest.raises(UpdateError, match=r"repeats ids: 'n-1'"):
-        add_rows(AddConfig(built_a, twice, progress=False))
+        add_rows(AddConfig(bundles=built_a, cache=twice, progress=False))
     other = write_cache(tmp_path / "other", [(x, ["n-1", "n-2", "n-3"])], encoder="open_clip:x")
     with pytest.raises(UpdateError, match="encoder mismatch: v000001 was built from 'synthetic'"):
-        add_rows(AddConfig(built_a, other, progress=False))
+        add_rows(AddConfig(bundles=built_a, cache=other, progress=False))
     with pytest.raises(UpdateError, match="no published bundle"):
-        add_rows(AddConfig(tmp_path, parts.caches["B"], progress=False))
+        add_rows(AddConfig(bundles=tmp_path, cache=parts.caches["B"], progress=False))
     assert_unchanged(built_a)
-
-
-def test_rows_to_delete_renumbers_and_names_unknown_ids():
-    ids = pa.array(["a", "b", "c", "d", "e"])
-    new_row, missing = rows_to_delete(ids, ["d", "b", "b"], False, "v1")
-    assert new_row.tolist() == [0, -1, 1, -1, 2] and missing == []
-    with pytest.raises(UpdateError, match=r"2 of the 3 ids to delete are not in v1: 'x', 'y' "):
-        rows_to_delete(ids, ["a", "y", "x"], False, "v1")
-    new_row, missing = rows_to_delete(ids, ["a", "y", "x"], True, "v1")
-    assert new_row.tolist() == [-1, 0, 1, 2, 3] and missing == ["x", "y"]
-    with pytest.raises(UpdateError, match="none of the 1 ids are in v1: nothing to delete"):
-        rows_to_delete(ids, ["x"], True, "v1")
-    with pytest.raises(UpdateError, match="every row of v1 would leave an empty bundle"):
-        rows_to_delete(ids, list("abcde"), False, "v1")
 
 
 def test_the_summary_notes_where_a_build_would_choose_another_index(built_a: Path):

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from training.cedar.concepts import (
     build_catalog,
     catalog_json,
@@ -93,7 +94,11 @@ def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: 
         extra={"k": CEDAR_K, "catalog": catalog_json(catalog)},
     ).save(root / "cedar")
     out = root / "bundles"
-    build_bundle(BuildConfig(cache, root / "grasp", root / "cedar", out, progress=False))
+    build_bundle(
+        BuildConfig(
+            cache=cache, grasp=root / "grasp", cedar=root / "cedar", out=out, progress=False
+        )
+    )
     return out
 
 
@@ -123,5 +128,9 @@ def build_image_bundle(
     TransformArtifact.identity(dim, method="grasp-vl").save(root / "grasp")
     random_cedar_artifact(dim, 4, x, seed=1).save(root / "cedar")
     out = root / "bundles"
-    build_bundle(BuildConfig(cache, root / "grasp", root / "cedar", out, progress=False))
+    build_bundle(
+        BuildConfig(
+            cache=cache, grasp=root / "grasp", cedar=root / "cedar", out=out, progress=False
+        )
+    )
     return out

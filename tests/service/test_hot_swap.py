@@ -35,7 +35,7 @@ def bundles(text_bundle: Path, tmp_path: Path) -> Path:
 def delete_and_publish(bundles: Path, row: int, prefix: str) -> str:
     """A new version (the current one without one row), made and announced by the indexer."""
     row_id = Bundle.open(bundles).ids([row])[0]
-    config = DeleteConfig(bundles, ids=(row_id,), verify_sample=4)
+    config = DeleteConfig(bundles=bundles, ids=(row_id,), verify_sample=4)
     return delete_rows(config, publisher=RedisPublisher(URL, prefix)).name
 
 

@@ -80,7 +80,7 @@ def test_redis_killed_mid_load_then_restarted(
 
                     row_id = Bundle.open(bundles).ids([0])[0]
                     name = delete_rows(
-                        DeleteConfig(bundles, ids=(row_id,), verify_sample=4),
+                        DeleteConfig(bundles=bundles, ids=(row_id,), verify_sample=4),
                         publisher=RedisPublisher(redis_server.url, PREFIX),
                     ).name
                     wait_for(lambda: server.server.engine.bundle.name == name, 30, name)

@@ -42,7 +42,9 @@ def bundles(text_bundle: Path, tmp_path: Path) -> Path:
     paths = []
     for row in range(len(CASES)):
         row_id = Bundle.open(root).ids([row])[0]
-        paths.append(delete_rows(DeleteConfig(root, ids=(row_id,), verify_sample=0, keep=10)).path)
+        paths.append(
+            delete_rows(DeleteConfig(bundles=root, ids=(row_id,), verify_sample=0, keep=10)).path
+        )
     for path, damage in zip(paths, CASES, strict=True):
         damages(path)[damage](path)
     return root

@@ -14,7 +14,8 @@ import grpc
 import numpy as np
 import pytest
 
-from indexer.build import BuildConfig, build_bundle
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service.client import StrataClient
@@ -49,9 +50,14 @@ def scoped(text_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
     faiss.omp_set_num_threads(1)
     try:
         build_bundle(
-            BuildConfig(root / "cache", root / "grasp", out / "cedar", out / "bundles",
-                        progress=False)
-        )  # fmt: skip
+            BuildConfig(
+                cache=root / "cache",
+                grasp=root / "grasp",
+                cedar=out / "cedar",
+                out=out / "bundles",
+                progress=False,
+            )
+        )
     finally:
         faiss.omp_set_num_threads(before)
     return out / "bundles", local, glob

@@ -50,6 +50,7 @@ TRANSLATOR_FORMAT = "strata.query-translator/1"
 TRANSLATOR_METHODS = ("cosae", "procrustes", "least-squares")
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
+HELD_OUT = 1000  # shared ids kept out of the pairs to score the translator on
 
 
 @dataclass
@@ -208,6 +209,49 @@ def fit_translator(
         "matrix": linear.i_to_j.astype(np.float32),
     }
     return QueryTranslator(linear=weights, **common)
+
+
+@dataclass
+class SharedRows:
+    """The rows of caches A and B whose item ids they share: the pairs a translator is fitted
+    on (`pair_a[i]` of A is `pair_b[i]` of B) and the held-out pairs it is scored on."""
+
+    shared: int  # ids the two caches share
+    pair_a: np.ndarray
+    pair_b: np.ndarray
+    held_a: np.ndarray
+    held_b: np.ndarray
+
+    def paired_first(self, x_a: np.ndarray, x_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(target, source): each cache's rows with its paired rows first, in pair order, then
+        its other rows (the unpaired data CoSAE also trains on)."""
+        target = np.concatenate([x_a[self.pair_a], np.delete(x_a, self.pair_a, axis=0)])
+        source = np.concatenate([x_b[self.pair_b], np.delete(x_b, self.pair_b, axis=0)])
+        return target, source
+
+
+def shared_rows(
+    ids_a: np.ndarray, ids_b: np.ndarray, fraction: float, seed: int, held_out: int = HELD_OUT
+) -> SharedRows | None:
+    """Pair ⌈fraction · |A|⌉ shared ids (at least one), drawn in a seeded order, and hold out
+    the last min(held_out, shared / 5) of that order for scoring (never paired); None when the
+    caches share no id. Pairs are capped by the shared ids left after the held-out ones."""
+    _, rows_a, rows_b = np.intersect1d(
+        ids_a.astype(str), ids_b.astype(str), assume_unique=True, return_indices=True
+    )
+    if not len(rows_a):
+        return None
+    order = np.random.default_rng(seed).permutation(len(rows_a))
+    wanted = max(1, int(np.ceil(fraction * len(ids_a) - 1e-9)))
+    held = min(held_out, len(rows_a) // 5)
+    paired = min(wanted, len(rows_a) - held)
+    return SharedRows(
+        shared=len(rows_a),
+        pair_a=rows_a[order[:paired]],
+        pair_b=rows_b[order[:paired]],
+        held_a=rows_a[order[len(order) - held :]],
+        held_b=rows_b[order[len(order) - held :]],
+    )
 
 
 def held_out_scores(

@@ -1,8 +1,5 @@
-"""`strata upgrade` (write a query translator for a bundle) and `strata eval upgrade` (its table).
-
-`strata upgrade` reads the bundle built with model A, the cache A it was built from and a cache
-embedded by model B whose rows share ids with A's (the paired sample; its other rows count as
-unpaired B data), fits the translator B → A and writes it; `strata serve --translator` loads it.
+"""`strata eval upgrade`: the table of query translators (`strata upgrade`, which writes one for
+a bundle, is indexer/upgrade_cli.py).
 
 `strata eval upgrade` measures translators on a Flickr8k caption pair (`--pair layer`: B =
 MiniLM, A = MiniLM cut after layer 3; `--pair tfidf`: A = TF-IDF + SVD), training on the
@@ -12,7 +9,6 @@ official train images and scoring on the official test images.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +16,6 @@ import numpy as np
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.core.cache import EmbeddingCache
 from training.core.encoders import resolve_device
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
@@ -39,18 +34,12 @@ from training.cosae.cli import (
     parse_fractions,
     parse_methods,
 )
-from training.cosae.pairs import EmbeddingPair, checked_fraction
+from training.cosae.pairs import EmbeddingPair
 from training.cosae.upgrade import (
     TRANSLATOR_METHODS,
-    fit_translator,
-    held_out_scores,
     upgrade_markdown,
     upgrade_table,
 )
-
-log = logging.getLogger(__name__)
-
-HELD_OUT = 1000  # shared ids kept out of the pairs to score the translator on
 
 
 def official_split_rows(
@@ -115,107 +104,3 @@ def eval_upgrade_command(
     atomic_write_bytes(out / "upgrade.json", (json.dumps(table, indent=2) + "\n").encode())
     atomic_write_bytes(out / "upgrade.md", text.encode())
     typer.echo(text + f"\nwrote {out}/upgrade.md, {out}/upgrade.json")
-
-
-def upgrade_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="translator folder to write")],
-    bundles: Annotated[
-        Path, typer.Option("--bundles", help="bundle directory built with model A (CURRENT)")
-    ],
-    cache_b: Annotated[
-        Path, typer.Option("--cache-b", help="embedding cache of model B; ids shared with A's")
-    ],
-    cache_a: Annotated[
-        Path | None, typer.Option("--cache-a", help="A's cache (default: the bundle's source)")
-    ] = None,
-    paired_fraction: Annotated[
-        float, typer.Option(help="pairs used, as a share of A's rows (capped by shared ids)")
-    ] = 0.01,
-    method: Annotated[
-        str,
-        typer.Option(
-            help=f"{' | '.join(TRANSLATOR_METHODS)} (procrustes: the best of them in `strata "
-            "eval upgrade` on Flickr8k at every paired fraction)"
-        ),
-    ] = "procrustes",
-    config: ConfigOption = None,
-    steps: StepsOption = None,
-    device: DeviceOption = None,
-    overwrite: Annotated[bool, typer.Option(help="replace an existing translator")] = False,
-    progress: ProgressOption = True,
-) -> None:
-    """Fit a query translator B → A so a bundle built with A answers queries embedded by B."""
-    from indexer.bundle import Bundle
-
-    parse_methods(method, TRANSLATOR_METHODS)
-    fraction = checked_fraction(paired_fraction)
-    run_config = cosae_config(config, steps=steps)
-    if out.exists() and not overwrite:
-        raise InputError(f"{out} exists; pass --overwrite to replace it")
-    bundle = Bundle.open(bundles)
-    manifest = bundle.manifest
-    if not manifest.encoder:
-        raise InputError(f"bundle {bundle.path} records no encoder (model A)")
-    source_cache = manifest.source.get("cache")
-    if cache_a is None and not source_cache:
-        raise InputError(f"bundle {bundle.path} records no source cache; pass --cache-a")
-    old = EmbeddingCache.open(cache_a or Path(source_cache))
-    new = EmbeddingCache.open(cache_b)
-    if old.manifest.encoder != manifest.encoder or old.dim != manifest.dim:
-        raise InputError(
-            f"cache {old.root} holds {old.manifest.encoder} ({old.dim}-d) but the bundle was "
-            f"built with {manifest.encoder} ({manifest.dim}-d)"
-        )
-    if new.manifest.encoder == manifest.encoder:
-        raise InputError(f"cache {new.root} is embedded by model A ({manifest.encoder}) too")
-    modality = manifest.modality
-    if modality not in new.modalities:
-        raise InputError(f"cache {new.root} has no {modality} embeddings (the bundle's modality)")
-    ids_a = np.asarray(old.metadata().column("id").to_pylist(), dtype=object)
-    ids_b = np.asarray(new.metadata().column("id").to_pylist(), dtype=object)
-    _, rows_a, rows_b = np.intersect1d(
-        ids_a.astype(str), ids_b.astype(str), assume_unique=True, return_indices=True
-    )
-    if not len(rows_a):
-        raise InputError(f"caches {old.root} and {new.root} share no item ids: nothing is paired")
-    order = np.random.default_rng(run_config.seed).permutation(len(rows_a))
-    wanted = max(1, int(np.ceil(fraction * len(ids_a) - 1e-9)))
-    held = min(HELD_OUT, len(rows_a) // 5)  # scored, never paired
-    paired = min(wanted, len(rows_a) - held)
-    pair_a, pair_b = rows_a[order[:paired]], rows_b[order[:paired]]
-    held_a, held_b = rows_a[order[len(order) - held :]], rows_b[order[len(order) - held :]]
-    x_a, x_b = old.embeddings(modality), new.embeddings(modality)
-    target = np.concatenate([x_a[pair_a], np.delete(x_a, pair_a, axis=0)])
-    source = np.concatenate([x_b[pair_b], np.delete(x_b, pair_b, axis=0)])
-    log.info("fitting %s: %d pairs, %d rows of A, %d rows of B", method, paired, len(x_a), len(x_b))
-    device = resolve_device(device or load_settings().device)
-    with logging_redirect_tqdm():
-        translator = fit_translator(
-            source, target, paired, method, new.manifest.encoder, manifest.encoder, run_config,
-            out.with_name(out.name + ".work"), device, progress,
-        )  # fmt: skip
-    scores = held_out_scores(translator, x_b[held_b], x_a[held_a]) if held >= 2 else None
-    translator.info = {
-        "bundle": {"path": str(bundle.path.resolve()), "version": manifest.version},
-        "caches": {"a": str(old.root.resolve()), "b": str(new.root.resolve())},
-        "modality": modality,
-        "paired": {"fraction": fraction, "pairs": paired, "shared_ids": len(rows_a),
-                   "rows_a": len(x_a), "rows_b": len(x_b)},
-        "held_out": scores,
-        "config": run_config.model_dump() if method == "cosae" else None,
-    }  # fmt: skip
-    translator.save(out, overwrite=overwrite)
-    score_text = "held out     too few shared ids to score"
-    if scores:
-        score_text = (
-            f"held out     {scores['pairs']} pairs: cosine {scores['cosine']:.3f}, "
-            f"R@1 {scores['r1']:.3f}"
-        )
-    typer.echo(
-        f"translator   {out} ({method})\n"
-        f"queries by   {new.manifest.encoder} ({new.dim}-d) → {manifest.encoder} "
-        f"({manifest.dim}-d), bundle {bundle.path}\n"
-        f"pairs        {paired} of {len(x_a)} rows of A ({len(rows_a)} shared ids)\n"
-        f"{score_text}\n"
-        f"serve with   strata serve --bundles {bundles} --translator {out}"
-    )

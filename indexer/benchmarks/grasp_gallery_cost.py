@@ -5,7 +5,7 @@ Both run in this one process, back to back, `--repeats` times alternating: `fit_
 itself plus loading) and `build_bundle` of the gallery cache with the fitted rotation and a
 CEDAR artifact. Reports the median of each and their ratio.
 
-    python -m training.benchmarks.grasp_gallery_cost --cache runs/flickr8k-minilm \\
+    python -m indexer.benchmarks.grasp_gallery_cost --cache runs/flickr8k-minilm \\
         --validation-split dev --gallery runs/flickr8k-test --cedar runs/cedar-flickr
 """
 
@@ -17,6 +17,8 @@ import statistics
 import time
 from pathlib import Path
 
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from training.benchmarks import publish
 from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp
@@ -24,8 +26,6 @@ from training.grasp.train import GALLERY_RECIPE
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from indexer.build import BuildConfig, build_bundle
-
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -47,8 +47,15 @@ def main(argv: list[str] | None = None) -> dict:
         fit_grasp(args.cache, grasp, config, device="cpu", progress=False, gallery=args.gallery)
         fit_seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
-        build_bundle(BuildConfig(args.gallery, grasp, args.cedar, args.work / "bundles",
-                                 progress=False))  # fmt: skip
+        build_bundle(
+            BuildConfig(
+                cache=args.gallery,
+                grasp=grasp,
+                cedar=args.cedar,
+                out=args.work / "bundles",
+                progress=False,
+            )
+        )
         build_seconds.append(time.perf_counter() - started)
     fit, build = statistics.median(fit_seconds), statistics.median(build_seconds)
     return publish(
