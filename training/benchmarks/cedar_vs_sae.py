@@ -17,8 +17,9 @@ from pathlib import Path
 
 from training.benchmarks import publish
 from training.cedar.data import load_split_rows
-from training.cedar.saes import SaeConfig, train_sae
 from training.cedar.train import CedarConfig, train_cedar
+from training.sae.config import SaeConfig
+from training.sae.train import train_sae
 
 
 def main(argv: list[str] | None = None) -> dict:
