@@ -27,8 +27,10 @@ from training.core.encoders import load_encoder
 from training.core.granularity import default_contract
 from training.core.rotations import centred_principal_axes, pca_rotation
 from training.grasp.cli import grasp_set
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.gallery import gallery_retrieval, gallery_table, retrieval_task
-from training.grasp.train import GalleryFit, GraspConfig, LossWeights, train_grasp
+from training.grasp.objective import GalleryFit
+from training.grasp.train import train_grasp
 
 SUPERVISED_ONLY = LossWeights(
     alignment=0, retention=0, ranking=0, invariance=0, preservation=0, retrieval=1, distillation=1

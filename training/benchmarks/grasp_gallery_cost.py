@@ -20,7 +20,7 @@ from pathlib import Path
 from training.benchmarks import publish
 from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp
-from training.grasp.train import GALLERY_RECIPE
+from training.grasp.config import GALLERY_RECIPE
 
 
 def main(argv: list[str] | None = None) -> dict:

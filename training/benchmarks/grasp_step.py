@@ -16,16 +16,16 @@ import torch
 from training.benchmarks import publish
 from training.core.granularity import default_contract
 from training.core.rotations import cayley
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.data import GraspSet
-from training.grasp.train import GraspConfig, LossWeights, linear_map, loss_terms
+from training.grasp.objective import linear_map, loss_terms, weighted_total
 
 
 def step_seconds(upper: torch.Tensor, batch: dict, contract, config: GraspConfig) -> float:
     started = time.perf_counter()
     rotation = cayley(upper, batch["anchors"].shape[1])
     terms = loss_terms(linear_map(rotation), batch, contract, config, rotation)
-    total = sum(getattr(config.weights, k) * v for k, v in terms.items())
-    total.backward()
+    weighted_total(terms, config).backward()
     upper.grad = None
     return time.perf_counter() - started
 

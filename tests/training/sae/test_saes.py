@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from training.core.metrics import fraction_of_variance_unexplained
 from training.sae.base import SparseAutoencoder
 from training.sae.config import SaeConfig
 from training.sae.matryoshka import matryoshka_prefixes
 from training.sae.registry import SAE_KINDS, make_sae
 from training.sae.train import reconstruct, train_sae
-from training.core.metrics import fraction_of_variance_unexplained
 
 DIM, ATOMS, ACTIVE = 16, 32, 3  # M = 8 · 16 = 128 latents
 
