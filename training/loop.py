@@ -155,6 +155,33 @@ class Trainer(Protocol):
         """Put back what `checkpoint_state` returned."""
 
 
+class SkewParameterTrainer:
+    """The part of a `Trainer` shared by the rotation learners (GraSP-VL's Cayley(A), CEDAR's
+    exp(A − Aᵀ)): the weights are the strict upper triangle of A, `upper` [D(D − 1)/2], from
+    zero (R = R₀), learnt by Adam."""
+
+    def init_upper(self, dim: int, device: str, learning_rate: float) -> None:
+        self.upper = torch.zeros(dim * (dim - 1) // 2, device=device, requires_grad=True)
+        self.optimizer = torch.optim.Adam([self.upper], lr=learning_rate)
+
+    def begin_round(self, index: int) -> None:
+        pass
+
+    def initial_record(self) -> dict[str, float] | None:
+        return None
+
+    def snapshot(self) -> torch.Tensor:
+        return self.upper.detach().clone()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"upper": self.upper.detach(), "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.upper.copy_(saved["upper"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+
+
 @dataclass
 class LoopResult:
     state: LoopState

@@ -14,13 +14,12 @@ No real deployment has these labels: it bounds what the gallery recipe could rea
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
@@ -38,9 +37,7 @@ SUPERVISED_ONLY = LossWeights(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, required=True, help="Flickr-style caption cache")
     parser.add_argument("--split", default="test")
     parser.add_argument("--artifact", type=Path, action="append", default=[])

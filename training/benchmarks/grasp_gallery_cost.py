@@ -11,13 +11,12 @@ CEDAR artifact. Reports the median of each and their ratio.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import time
 from pathlib import Path
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp
 from training.grasp.config import GALLERY_RECIPE
@@ -26,9 +25,7 @@ from training.grasp.config import GALLERY_RECIPE
 def main(argv: list[str] | None = None) -> dict:
     from indexer.build import BuildConfig, build_bundle
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, required=True, help="training cache with views")
     parser.add_argument("--validation-split", default="dev")
     parser.add_argument("--gallery", type=Path, required=True, help="cache of the gallery")

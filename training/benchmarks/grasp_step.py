@@ -6,14 +6,13 @@ a ratio to one forward/backward of the alignment term alone, same batch, alterna
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.granularity import default_contract
 from training.core.rotations import cayley
 from training.grasp.config import GraspConfig, LossWeights
@@ -31,9 +30,7 @@ def step_seconds(upper: torch.Tensor, batch: dict, contract, config: GraspConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--views", type=Path, required=True)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=30)

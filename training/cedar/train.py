@@ -18,7 +18,6 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +28,7 @@ from training.core.config import ConfigModel
 from training.core.encoders import resolve_device
 from training.core.metrics import fraction_of_variance_unexplained
 from training.core.rotations import pca_rotation, reorthogonalise, skew_exponential
-from training.loop import Checkpointing, Schedule, Selection, run_loop
+from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
 
 
 class CedarConfig(ConfigModel):
@@ -90,7 +89,7 @@ class CedarResult:
     history: list[dict[str, float]]
 
 
-class CedarTrainer:
+class CedarTrainer(SkewParameterTrainer):
     """CEDAR's step, validation and checkpoint for `run_loop`: U = exp(A − Aᵀ)·U₀, A learnt."""
 
     label = "cedar"
@@ -103,8 +102,7 @@ class CedarTrainer:
         identity = config.init == "identity"
         self.base = np.eye(self.dim) if identity else pca_rotation(train - self.mean)
         self.u0 = torch.as_tensor(self.base, dtype=torch.float32, device=device)
-        self.upper = torch.zeros(self.dim * (self.dim - 1) // 2, device=device, requires_grad=True)
-        self.optimizer = torch.optim.Adam([self.upper], lr=config.learning_rate)
+        self.init_upper(self.dim, device, config.learning_rate)
         self.batches = max(1, len(train) // config.batch_size)
         self.curriculum_steps = max(1, config.curriculum_epochs * self.batches)
 
@@ -135,20 +133,6 @@ class CedarTrainer:
             self.val, reconstruct(self.val, rotation, self.mean, k)
         )
         return {"epoch": index + 1, "l1": means["l1"], f"val_fvu_k{k}": fvu}
-
-    def initial_record(self) -> None:
-        return None
-
-    def snapshot(self) -> torch.Tensor:
-        return self.upper.detach().clone()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {"upper": self.upper.detach(), "optimizer": self.optimizer.state_dict()}
-
-    def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
-        with torch.no_grad():
-            self.upper.copy_(saved["upper"])
-        self.optimizer.load_state_dict(saved["optimizer"])
 
 
 def train_cedar(

@@ -122,22 +122,20 @@ def _centred_pairs(
 # --- universal SAE and uncoupled SAEs -----------------------------------------------------------
 
 
+def with_terms_on(config: CosaeConfig, *terms: str) -> CosaeConfig:
+    """The coupled config with only `terms` on (weight 1) and its AuxK weight kept."""
+    weights = {name: float(name in terms) for name in LossWeights.model_fields if name != "aux"}
+    return config.model_copy(update={"weights": LossWeights(**weights, aux=config.weights.aux)})
+
+
 def universal_sae_config(config: CosaeConfig) -> CosaeConfig:
     """The coupled config with only reconstruction, translation (and AuxK) on."""
-    weights = LossWeights(
-        reconstruction=1.0, translation=1.0, consistency=0.0, distribution=0.0, cycle=0.0,
-        aux=config.weights.aux,
-    )  # fmt: skip
-    return config.model_copy(update={"weights": weights})
+    return with_terms_on(config, "reconstruction", "translation")
 
 
 def uncoupled_config(config: CosaeConfig) -> CosaeConfig:
     """The coupled config with only reconstruction (and AuxK) on: two independent SAEs."""
-    weights = LossWeights(
-        reconstruction=1.0, translation=0.0, consistency=0.0, distribution=0.0, cycle=0.0,
-        aux=config.weights.aux,
-    )  # fmt: skip
-    return config.model_copy(update={"weights": weights})
+    return with_terms_on(config, "reconstruction")
 
 
 def train_universal_sae(

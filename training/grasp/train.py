@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +30,7 @@ from training.grasp.objective import (
     loss_terms,
     weighted_total,
 )
-from training.loop import Checkpointing, Schedule, Selection, run_loop
+from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
 
 
 @dataclass
@@ -80,7 +79,7 @@ def initial_rotation(config: GraspConfig, dim: int, fit: GalleryFit | None) -> n
     return np.eye(dim)
 
 
-class GraspTrainer:
+class GraspTrainer(SkewParameterTrainer):
     """GraSP-VL's step, validation and checkpoint for `run_loop`."""
 
     label = "grasp"
@@ -96,9 +95,7 @@ class GraspTrainer:
         self.validation_task = fit.validation if fit is not None else None
         self.fit_tensors = fit_tensors(fit, device)
         torch.manual_seed(config.seed)
-        size = self.dim * (self.dim - 1) // 2
-        self.upper = torch.zeros(size, device=device, requires_grad=True)
-        self.optimizer = torch.optim.Adam([self.upper], lr=config.learning_rate)
+        self.init_upper(self.dim, device, config.learning_rate)
         self.tensors = self.train.tensors(device)
         self.device = device
         self.batches = max(1, len(self.train) // config.batch_size)
@@ -140,17 +137,6 @@ class GraspTrainer:
 
     def initial_record(self) -> dict[str, float]:
         return self.record(0, self.start)
-
-    def snapshot(self) -> torch.Tensor:
-        return self.upper.detach().clone()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {"upper": self.upper.detach(), "optimizer": self.optimizer.state_dict()}
-
-    def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
-        with torch.no_grad():
-            self.upper.copy_(saved["upper"])
-        self.optimizer.load_state_dict(saved["optimizer"])
 
 
 def train_grasp(

@@ -7,7 +7,7 @@ Every SAE maps an embedding x ∈ R^D to M non-negative codes f and back:
     x̂  = (W_dec f + b_dec) / s
 
 A variant (one small sibling per file of this package) says how it sparsifies in training
-(`training_codes`) and at inference (`inference_codes`), and may change the activations, the
+(`sparsify`) and at inference (`inference_codes`), and may change the activations, the
 reconstruction loss, the penalty and what happens after training. All variants keep one state
 layout (w_enc, b_enc, w_dec, b_dec, input_scale, threshold), so every saved SAE loads as before.
 `encode(x, k)` with k given is the per-sample top-k for every variant: methods are compared at
@@ -86,8 +86,8 @@ class SparseAutoencoder(torch.nn.Module):
         """The decoder at init from unit random directions (kept unit by default)."""
         return directions
 
-    def training_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(codes, dense activations) as the variant is trained."""
+    def sparsify(self, acts: torch.Tensor, k: int) -> torch.Tensor:
+        """The codes of dense activations in training, at k active per row (or on average)."""
         raise NotImplementedError
 
     def inference_codes(self, acts: torch.Tensor) -> torch.Tensor:
@@ -120,6 +120,11 @@ class SparseAutoencoder(torch.nn.Module):
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"expected rows [N, {self.dim}], got {tuple(x.shape)}")
         return torch.relu(self.pre_activations(x) + self.b_enc)
+
+    def training_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes, dense activations) as the variant is trained."""
+        acts = self.activations(x)
+        return self.sparsify(acts, k), acts
 
     def encode(self, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
         """Codes [N, M] ≥ 0. With k: the k largest activations of each row, for every variant;

@@ -17,9 +17,8 @@ from training.sae.base import SparseAutoencoder, batch_top_k, per_sample_top_k
 class BatchTopKSae(SparseAutoencoder):
     kind = "batchtopk"
 
-    def training_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        acts = self.activations(x)
-        return batch_top_k(acts, k), acts
+    def sparsify(self, acts: torch.Tensor, k: int) -> torch.Tensor:
+        return batch_top_k(acts, k)
 
     def inference_codes(self, acts: torch.Tensor) -> torch.Tensor:
         """JumpReLU at θ; per-sample top-k at the model's k while θ is not estimated."""

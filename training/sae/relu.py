@@ -33,9 +33,8 @@ class ReluSae(SparseAutoencoder):
     def activations(self, x: torch.Tensor) -> torch.Tensor:
         return super().activations(x) * self.column_norms()
 
-    def training_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        acts = self.activations(x)
-        return acts, acts
+    def sparsify(self, acts: torch.Tensor, k: int) -> torch.Tensor:
+        return acts
 
     def inference_codes(self, acts: torch.Tensor) -> torch.Tensor:
         return acts

@@ -14,9 +14,8 @@ from training.sae.base import SparseAutoencoder, per_sample_top_k
 class TopKSae(SparseAutoencoder):
     kind = "topk"
 
-    def training_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        acts = self.activations(x)
-        return per_sample_top_k(acts, k), acts
+    def sparsify(self, acts: torch.Tensor, k: int) -> torch.Tensor:
+        return per_sample_top_k(acts, k)
 
     def inference_codes(self, acts: torch.Tensor) -> torch.Tensor:
         return per_sample_top_k(acts, self.k)
