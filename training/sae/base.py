@@ -41,10 +41,15 @@ def batch_top_k(acts: torch.Tensor, k: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class PenaltyContext:
-    """What a variant's training penalty may need beside the batch: the normaliser E‖x' − x̄'‖²,
-    the dead latents (AuxK), the position in the run (a warm-up) and λ (L1)."""
+class PenaltyInputs:
+    """What a variant's training penalty may need: the batch x, its codes and dense activations,
+    the reconstruction x̂', the normaliser E‖x' − x̄'‖², the dead latents (AuxK), the position
+    in the run (a warm-up) and λ (L1)."""
 
+    x: torch.Tensor
+    codes: torch.Tensor
+    acts: torch.Tensor
+    recon: torch.Tensor
     variance: float
     dead: torch.Tensor
     step: int
@@ -94,16 +99,10 @@ class SparseAutoencoder(torch.nn.Module):
         """The codes `encode(x)` gives without k."""
         raise NotImplementedError
 
-    def penalty(
-        self,
-        x: torch.Tensor,
-        codes: torch.Tensor,
-        acts: torch.Tensor,
-        recon: torch.Tensor,
-        context: PenaltyContext,
-    ) -> torch.Tensor:
+    def penalty(self, inputs: PenaltyInputs) -> torch.Tensor:
         """The term added to the reconstruction loss in training: α·AuxK by default."""
-        return AUX_COEFFICIENT * self.aux_loss(x, recon, acts, context.dead, context.variance)
+        i = inputs
+        return AUX_COEFFICIENT * self.aux_loss(i.x, i.recon, i.acts, i.dead, i.variance)
 
     @torch.no_grad()
     def finish_training(self, x: torch.Tensor, k: int, batch_size: int) -> None:

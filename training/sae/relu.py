@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from training.sae.base import PenaltyContext, SparseAutoencoder
+from training.sae.base import PenaltyInputs, SparseAutoencoder
 
 L1_WARMUP = 0.05  # share of the steps over which λ ramps up from 0 (April update)
 
@@ -49,18 +49,11 @@ class ReluSae(SparseAutoencoder):
         recon = self.decode_scaled(codes)
         return (x * self.input_scale - recon).square().sum(dim=1).mean(), recon
 
-    def penalty(
-        self,
-        x: torch.Tensor,
-        codes: torch.Tensor,
-        acts: torch.Tensor,
-        recon: torch.Tensor,
-        context: PenaltyContext,
-    ) -> torch.Tensor:
+    def penalty(self, inputs: PenaltyInputs) -> torch.Tensor:
         """λ(t) Σ_i f_i, mean over rows."""
-        warmup = max(1.0, L1_WARMUP * context.total_steps)
-        ramp = min(1.0, (context.step + 1) / warmup)
-        return context.l1 * ramp * codes.sum(dim=1).mean()
+        warmup = max(1.0, L1_WARMUP * inputs.total_steps)
+        ramp = min(1.0, (inputs.step + 1) / warmup)
+        return inputs.l1 * ramp * inputs.codes.sum(dim=1).mean()
 
     @torch.no_grad()
     def finish_training(self, x: torch.Tensor, k: int, batch_size: int) -> None:

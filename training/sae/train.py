@@ -19,7 +19,7 @@ from training.cedar.train import draw_k
 from training.core.metrics import fraction_of_variance_unexplained
 from training.loop import Schedule, Selection, run_loop
 from training.sae.base import (
-    PenaltyContext,
+    PenaltyInputs,
     SparseAutoencoder,
     checked_k,
     checked_rows,
@@ -54,16 +54,16 @@ class SaeTrainer:
         within = step % self.batches
         rows = self.order[within * size : (within + 1) * size]
         x = self.x[rows]
-        k = (
-            self.config.k
-            if self.config.k_range is None
-            else draw_k(*self.config.k_range, self.generator)
-        )
+        k = self.config.k  # or log-uniform in k_range, the schedule CEDAR's training draws from
+        if self.config.k_range is not None:
+            k = draw_k(*self.config.k_range, self.generator)
         codes, acts = model.training_codes(x, k)
         loss, recon = model.reconstruction_loss(x, codes, self.variance)
         dead = (self.seen - self.last_fired) >= len(self.x)
-        context = PenaltyContext(self.variance, dead, step, self.total_steps, self.config.l1)
-        loss = loss + model.penalty(x, codes, acts, recon, context)
+        loss = loss + model.penalty(
+            PenaltyInputs(x, codes, acts, recon, self.variance, dead, step, self.total_steps,
+                          self.config.l1)
+        )  # fmt: skip
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         constrained_step(self.optimizer, [model])
