@@ -223,3 +223,15 @@ def test_bad_inference_input_is_refused():
         reconstruct(model, np.full_like(VAL, np.nan), 4)
     with pytest.raises(ValueError, match="unknown SAE kind 'gated'"):
         make_sae("gated", DIM, 8 * DIM)
+
+
+def test_the_registry_maps_every_typed_name_to_its_class_with_one_state_layout():
+    """The names users type keep working, and every variant saves the same tensors, so a file
+    saved by one version loads into the class its name gives."""
+    assert SAE_KINDS == ("topk", "batchtopk", "relu", "matryoshka")
+    layouts = set()
+    for kind in SAE_KINDS:
+        model = make_sae(kind, DIM, 8 * DIM, k=4)
+        assert model.kind == kind and isinstance(model, SparseAutoencoder)
+        layouts.add(tuple(sorted(model.state_dict())))
+    assert layouts == {("b_dec", "b_enc", "input_scale", "threshold", "w_dec", "w_enc")}
