@@ -42,7 +42,7 @@ from training.core.settings import StrataSettings
 from training.corpora import Corpus, open_corpus
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
 from training.grasp.cli import fit_grasp
-from training.grasp.train import GALLERY_RECIPE, GraspConfig
+from training.grasp.config import GALLERY_RECIPE, GraspConfig
 
 log = logging.getLogger(__name__)
 

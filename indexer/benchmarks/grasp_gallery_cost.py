@@ -11,7 +11,6 @@ CEDAR artifact. Reports the median of each and their ratio.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import time
@@ -19,16 +18,14 @@ from pathlib import Path
 
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp
-from training.grasp.train import GALLERY_RECIPE
+from training.grasp.config import GALLERY_RECIPE
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, required=True, help="training cache with views")
     parser.add_argument("--validation-split", default="dev")
     parser.add_argument("--gallery", type=Path, required=True, help="cache of the gallery")

@@ -11,15 +11,15 @@ from training.cosae.baselines import (
     least_squares_map,
     match_concepts,
     orthogonal_procrustes,
-    train_crosscoder,
     train_universal_sae,
     universal_sae_config,
     with_domain_j_reordered,
 )
+from training.cosae.config import CosaeConfig
+from training.cosae.crosscoder import train_crosscoder
 from training.cosae.metrics import extraction_fvu, translation_fvu
 from training.cosae.model import CoupledSae, encode_rows
 from training.cosae.pairs import synthetic_pair
-from training.cosae.train import CosaeConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

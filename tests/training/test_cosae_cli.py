@@ -56,7 +56,7 @@ def test_eval_refuses_bad_fractions_methods_pairs_and_configs(app, tmp_path: Pat
     message = one_line_error(app, ["eval", "-o", out, "--concepts", "4", "--k", "8"])
     assert "exceeds n_concepts" in message
     message = one_line_error(app, ["eval", "-o", out, "--distribution", "gaussian"])
-    assert message.startswith("invalid CoSAE config: distribution")
+    assert message.startswith("CosaeConfig: distribution")
 
 
 def test_train_writes_a_loadable_artifact_with_its_test_metrics(app, tmp_path: Path):

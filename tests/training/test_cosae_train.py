@@ -11,20 +11,13 @@ import torch
 from pydantic import ValidationError
 
 from training.cosae.baselines import match_concepts, train_uncoupled, with_domain_j_reordered
+from training.cosae.config import CosaeConfig, LossWeights
 from training.cosae.evaluate import SplitData
 from training.cosae.metrics import recall_at_1, shared_factor_recovery, translation_fvu
 from training.cosae.model import CoupledSae, encode_rows, load_cosae, save_cosae, translate_rows
+from training.cosae.objective import CoupledBatch, coupled_objective, prepare_half, weighted_total
 from training.cosae.pairs import split_pair, synthetic_pair
-from training.cosae.train import (
-    CosaeConfig,
-    CoupledBatch,
-    CoupledResult,
-    LossWeights,
-    coupled_objective,
-    prepare_half,
-    train_coupled,
-    weighted_total,
-)
+from training.cosae.train import CoupledResult, train_coupled
 
 TERMS = ("reconstruction", "translation", "consistency", "distribution", "cycle", "aux")
 # the synthetic comparison: 3000 items (2373 training rows), 10% of them paired, 400 steps

@@ -10,8 +10,8 @@ import pytest
 
 from training.core.encoders import l2_normalise
 from training.core.errors import InputError
+from training.cosae.config import CosaeConfig
 from training.cosae.metrics import grouped_retrieval
-from training.cosae.train import CosaeConfig
 from training.cosae.upgrade import (
     QueryTranslator,
     fit_translator,

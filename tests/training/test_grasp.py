@@ -15,6 +15,7 @@ from training.core.granularity import Granularity, default_contract
 from training.core.metrics import NEGATIVE_LEVELS, present_rows
 from training.core.rotations import orthogonality_error, pca_rotation, random_rotation
 from training.grasp.baselines import baseline_artifact
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.data import GraspSet, leave_one_out_means
 from training.grasp.evaluate import evaluate, markdown_table, plot_hn_curves, retrieval_recall
 from training.grasp.losses import (
@@ -25,7 +26,8 @@ from training.grasp.losses import (
     retention_loss,
     selective_ranking_loss,
 )
-from training.grasp.train import GraspConfig, LossWeights, train_grasp, transform_present_rows
+from training.grasp.objective import transform_present_rows
+from training.grasp.train import train_grasp
 
 DIM = 32
 CONTRACT = default_contract(DIM)  # 2 / 4 / 8 / 16 / 32
@@ -202,7 +204,7 @@ def test_training_is_deterministic_and_resumes(tmp_path: Path):
 
 
 def test_switching_a_term_off_removes_it(tmp_path: Path):
-    from training.grasp.train import loss_terms
+    from training.grasp.objective import loss_terms
 
     data = constructed_set(64)
     batch = data.tensors()

@@ -12,6 +12,7 @@ from test_grasp import CONTRACT, DIM, constructed_set
 
 from training.core.granularity import Granularity
 from training.core.rotations import centred_principal_axes, orthogonality_error
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.evaluate import gallery_items
 from training.grasp.gallery import (
     QuerySet,
@@ -24,7 +25,8 @@ from training.grasp.gallery import (
     scene_mentions,
 )
 from training.grasp.losses import multi_positive_retrieval_loss, ranking_distillation_loss
-from training.grasp.train import GalleryFit, GraspConfig, LossWeights, train_grasp
+from training.grasp.objective import GalleryFit
+from training.grasp.train import train_grasp
 from training.views.mentions import caption_mentions, ing_form, verb_lemma, vocabulary_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -14,3 +15,10 @@ def publish(result: dict[str, Any], path: Path) -> dict[str, Any]:
     path.write_text(text + "\n")
     print(text)
     return result
+
+
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser of a benchmark script, its module docstring as the help text."""
+    return argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )

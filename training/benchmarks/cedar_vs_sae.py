@@ -10,21 +10,19 @@ spell of this shared machine hits both; the figure is the median of the per-pair
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.cedar.data import load_split_rows
-from training.cedar.saes import SaeConfig, train_sae
 from training.cedar.train import CedarConfig, train_cedar
+from training.sae.config import SaeConfig
+from training.sae.train import train_sae
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=3)

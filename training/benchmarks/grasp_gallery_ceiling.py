@@ -14,21 +14,22 @@ No real deployment has these labels: it bounds what the gallery recipe could rea
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
 from training.core.granularity import default_contract
 from training.core.rotations import centred_principal_axes, pca_rotation
 from training.grasp.cli import grasp_set
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.gallery import gallery_retrieval, gallery_table, retrieval_task
-from training.grasp.train import GalleryFit, GraspConfig, LossWeights, train_grasp
+from training.grasp.objective import GalleryFit
+from training.grasp.train import train_grasp
 
 SUPERVISED_ONLY = LossWeights(
     alignment=0, retention=0, ranking=0, invariance=0, preservation=0, retrieval=1, distillation=1
@@ -36,9 +37,7 @@ SUPERVISED_ONLY = LossWeights(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, required=True, help="Flickr-style caption cache")
     parser.add_argument("--split", default="test")
     parser.add_argument("--artifact", type=Path, action="append", default=[])

@@ -6,34 +6,31 @@ a ratio to one forward/backward of the alignment term alone, same batch, alterna
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from training.benchmarks import publish
+from training.benchmarks import benchmark_parser, publish
 from training.core.granularity import default_contract
 from training.core.rotations import cayley
+from training.grasp.config import GraspConfig, LossWeights
 from training.grasp.data import GraspSet
-from training.grasp.train import GraspConfig, LossWeights, linear_map, loss_terms
+from training.grasp.objective import linear_map, loss_terms, weighted_total
 
 
 def step_seconds(upper: torch.Tensor, batch: dict, contract, config: GraspConfig) -> float:
     started = time.perf_counter()
     rotation = cayley(upper, batch["anchors"].shape[1])
     terms = loss_terms(linear_map(rotation), batch, contract, config, rotation)
-    total = sum(getattr(config.weights, k) * v for k, v in terms.items())
-    total.backward()
+    weighted_total(terms, config).backward()
     upper.grad = None
     return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--views", type=Path, required=True)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=30)

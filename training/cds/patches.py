@@ -20,7 +20,7 @@ Features (`FeatureSet`): non-negative activation maps over the patch grid.
   z_i = U(e_i − b), concept 2j (+ axis j) has activation max(z_ij, 0) and concept 2j + 1
   (− axis j) has max(−z_ij, 0) at patch i (`concept_activations`);
 - SAE latents of a sparse autoencoder trained on the patch tokens t_i (`sae_activations`:
-  the SAE's k largest codes of each token, `training.cedar.saes`);
+  the SAE's k largest codes of each token, `training.sae`);
 - plain channels max(t_ij, 0) (the constructed model's ground-truth features).
 """
 

@@ -427,8 +427,9 @@ def fit_patch_sae(
     progress: bool = True,
 ) -> Any:
     """A TopK SAE with `n_latents` latents (a multiple of the token width) on patch tokens,
-    trained with `training.cedar.saes.train_sae` on 90% of them, early-stopped on the rest."""
-    from training.cedar.saes import SaeConfig, train_sae
+    trained with `training.sae.train.train_sae` on 90% of them, early-stopped on the rest."""
+    from training.sae.config import SaeConfig
+    from training.sae.train import train_sae
 
     width = tokens.shape[1]
     if n_latents < width or n_latents % width:

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,16 +39,21 @@ from training.cedar.evaluate import (
     rotation_method,
     sae_method,
 )
-from training.cedar.saes import SAE_KINDS, SaeConfig, SparseAutoencoder, train_sae
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.config import load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import default_contract
 from training.core.rotations import pca_rotation, random_rotation
 from training.core.settings import load_settings
+from training.loop import work_folder
 from training.probes import encode_labels, fit_linear_probe
+from training.sae.base import SparseAutoencoder
+from training.sae.config import SaeConfig
+from training.sae.registry import SAE_KINDS, make_sae
+from training.sae.train import train_sae
 from training.views.extractor import extract_views
 
 log = logging.getLogger(__name__)
@@ -102,9 +107,7 @@ def train_command(
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Learn the CEDAR rotation, name its concepts, and write the artifact with its catalog."""
-    loaded = json.loads(config.read_text()) if config else {}
-    loaded.update({n: v for n, v in (("k", k), ("epochs", epochs)) if v is not None})
-    cedar_config = CedarConfig.model_validate(loaded)
+    cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     with logging_redirect_tqdm():
@@ -150,7 +153,7 @@ def fit_cedar(
     x = data.embeddings
     result = train_cedar(
         x[train_rows], x[val_rows], config,
-        work_dir=work or out.with_name(out.name + ".work"), device=device, progress=progress,
+        work_dir=work_folder(out, work), device=device, progress=progress,
     )  # fmt: skip
     words, word_embeddings, vocab_info = vocabulary_embeddings(
         data, train_rows, vocabulary, encoder
@@ -182,13 +185,13 @@ def trained_sae(
     """Train an SAE baseline, or reuse the one trained earlier with this config on these rows
     (kept in `folder`, keyed by both), with the training time it took then."""
     key = hashlib.sha256(
-        repr(asdict(config)).encode() + train.tobytes() + val.tobytes()
+        repr(config.model_dump()).encode() + train.tobytes() + val.tobytes()
     ).hexdigest()[:16]
     path = folder / f"{config.kind}-{key}.pt"
     dim = train.shape[1]
     if path.is_file():
         saved = torch.load(path, weights_only=True)
-        model = SparseAutoencoder(config.kind, dim, config.expansion * dim, config.k, config.seed)
+        model = make_sae(config.kind, dim, config.expansion * dim, config.k, config.seed)
         model.load_state_dict(saved["state"])
         log.info("reusing the %s SAE trained earlier (%s)", config.kind, path)
         return model, float(saved["seconds"])

@@ -19,11 +19,11 @@ import pyarrow as pa
 import torch
 
 from training.cedar.concepts import name_directions, signed_directions
-from training.cedar.saes import SparseAutoencoder
-from training.cedar.saes import reconstruct as sae_reconstruct
 from training.cedar.sparse_codes import concept_ids, reconstruct, sparse_codes
 from training.core.metrics import cknna, fraction_of_variance_unexplained
 from training.probes import LinearProbe
+from training.sae.base import SparseAutoencoder
+from training.sae.train import reconstruct as sae_reconstruct
 
 KS = (4, 8, 16, 32, 64, 128)
 CKNNA_ROWS = 2000

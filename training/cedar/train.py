@@ -15,27 +15,23 @@ the default k. Seeded and deterministic on the CPU; resumable from per-epoch che
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, model_validator
-from tqdm import tqdm
+from pydantic import Field, model_validator
 
 from training.cedar.sparse_codes import reconstruct, reconstruct_torch
-from training.checkpoints import load_checkpoint, save_checkpoint
+from training.core.config import ConfigModel
 from training.core.encoders import resolve_device
 from training.core.metrics import fraction_of_variance_unexplained
 from training.core.rotations import pca_rotation, reorthogonalise, skew_exponential
+from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
 
-log = logging.getLogger(__name__)
 
-
-class CedarConfig(BaseModel):
+class CedarConfig(ConfigModel):
     k: int = Field(32, ge=1, description="the default (target) number of active concepts")
     k_min: int = Field(4, ge=1, description="smallest k drawn per batch after the curriculum")
     k_max: int = Field(128, ge=1, description="largest k drawn per batch after the curriculum")
@@ -93,6 +89,52 @@ class CedarResult:
     history: list[dict[str, float]]
 
 
+class CedarTrainer(SkewParameterTrainer):
+    """CEDAR's step, validation and checkpoint for `run_loop`: U = exp(A − Aᵀ)·U₀, A learnt."""
+
+    label = "cedar"
+
+    def __init__(self, train: np.ndarray, val: np.ndarray, config: CedarConfig, device: str):
+        self.val, self.config, self.dim = val, config, train.shape[1]
+        self.mean = train.mean(axis=0)
+        self.x = torch.as_tensor(train, device=device)
+        self.b = torch.as_tensor(self.mean, device=device)
+        identity = config.init == "identity"
+        self.base = np.eye(self.dim) if identity else pca_rotation(train - self.mean)
+        self.u0 = torch.as_tensor(self.base, dtype=torch.float32, device=device)
+        self.init_upper(self.dim, device, config.learning_rate)
+        self.batches = max(1, len(train) // config.batch_size)
+        self.curriculum_steps = max(1, config.curriculum_epochs * self.batches)
+
+    def rotation(self) -> torch.Tensor:
+        return skew_exponential(self.upper, self.dim) @ self.u0
+
+    def begin_round(self, index: int) -> None:
+        self.generator = torch.Generator().manual_seed(self.config.seed + index)
+        self.order = torch.randperm(len(self.x), generator=self.generator)
+
+    def step(self, step: int) -> dict[str, float]:
+        config = self.config
+        progress = 1.0 if config.curriculum_epochs == 0 else step / self.curriculum_steps
+        k = draw_k(*k_bounds(progress, self.dim, config.k_min, config.k_max), self.generator)
+        within = step % self.batches
+        rows = self.order[within * config.batch_size : (within + 1) * config.batch_size]
+        loss = l1_reconstruction_loss(self.x[rows.to(self.x.device)], self.rotation(), self.b, k)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return {"l1": loss.item()}
+
+    def end_round(self, index: int, step: int, means: dict[str, float]) -> dict[str, float]:
+        with torch.no_grad():
+            rotation = self.rotation().cpu().numpy()
+        k = self.config.k
+        fvu = fraction_of_variance_unexplained(
+            self.val, reconstruct(self.val, rotation, self.mean, k)
+        )
+        return {"epoch": index + 1, "l1": means["l1"], f"val_fvu_k{k}": fvu}
+
+
 def train_cedar(
     train: np.ndarray,
     val: np.ndarray,
@@ -110,89 +152,28 @@ def train_cedar(
         raise ValueError(f"k_max {config.k_max} exceeds the dimension {dim}")
     device = resolve_device(device)
     torch.manual_seed(config.seed)
-    mean = train.mean(axis=0)
-    x = torch.as_tensor(train, device=device)
-    b = torch.as_tensor(mean, device=device)
-    base = np.eye(dim) if config.init == "identity" else pca_rotation(train - mean)
-    u0 = torch.as_tensor(base, dtype=torch.float32, device=device)
-    upper = torch.zeros(dim * (dim - 1) // 2, device=device, requires_grad=True)
-    optimizer = torch.optim.Adam([upper], lr=config.learning_rate)
-    state = {
-        "epoch": 0, "best": math.inf, "best_epoch": 0, "bad_epochs": 0, "history": [],
-        "seconds": 0.0,  # training time over every run that led here (resumes add up)
-    }  # fmt: skip
-    best_upper = upper.detach().clone()
+    trainer = CedarTrainer(train, val, config, device)
     fingerprint = hashlib.sha256(train.tobytes() + val.tobytes()).hexdigest()
-    checkpoint = work_dir / "checkpoint.pt" if work_dir else None
-    saved = checkpoint and load_checkpoint(checkpoint, config.fingerprint(), fingerprint, device)
-    if saved:
-        with torch.no_grad():
-            upper.copy_(saved["upper"])
-        optimizer.load_state_dict(saved["optimizer"])
-        best_upper, state = saved["best_upper"], saved["state"]
-        log.info("resuming CEDAR training at epoch %d", state["epoch"])
-
-    batches = max(1, len(train) // config.batch_size)
-    total_curriculum = max(1, config.curriculum_epochs * batches)
-    started = time.perf_counter()
-    while state["epoch"] < config.epochs and state["bad_epochs"] < config.patience:
-        epoch = state["epoch"]
-        generator = torch.Generator().manual_seed(config.seed + epoch)
-        order = torch.randperm(len(train), generator=generator)
-        running = 0.0
-        bar = tqdm(
-            range(batches), desc=f"cedar epoch {epoch + 1}", disable=not progress, leave=False
-        )
-        for step in bar:
-            progress_t = (epoch * batches + step) / total_curriculum
-            if config.curriculum_epochs == 0:
-                progress_t = 1.0
-            k = draw_k(*k_bounds(progress_t, dim, config.k_min, config.k_max), generator)
-            rows = order[step * config.batch_size : (step + 1) * config.batch_size].to(device)
-            loss = l1_reconstruction_loss(x[rows], skew_exponential(upper, dim) @ u0, b, k)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            running += loss.item()
-            bar.set_postfix(l1=f"{running / (step + 1):.4f}", k=k)
-        with torch.no_grad():
-            rotation = (skew_exponential(upper, dim) @ u0).cpu().numpy()
-        fvu = fraction_of_variance_unexplained(val, reconstruct(val, rotation, mean, config.k))
-        in_curriculum = epoch + 1 < config.curriculum_epochs
-        record = {"epoch": epoch + 1, "l1": running / batches, f"val_fvu_k{config.k}": fvu}
-        state["history"].append(record)
-        log.info(
-            "epoch %d: l1 %.4f, validation FVU@%d %.4f", epoch + 1, record["l1"], config.k, fvu
-        )
-        if in_curriculum or fvu < state["best"]:
-            state.update(best=fvu, best_epoch=epoch + 1, bad_epochs=0)
-            best_upper = upper.detach().clone()
-        else:
-            state["bad_epochs"] += 1
-        state["epoch"] = epoch + 1
-        state["seconds"] = state.get("seconds", 0.0) + time.perf_counter() - started
-        started = time.perf_counter()
-        if checkpoint:
-            save_checkpoint(
-                checkpoint,
-                config.fingerprint(),
-                fingerprint,
-                {
-                    "upper": upper.detach(),
-                    "optimizer": optimizer.state_dict(),
-                    "best_upper": best_upper,
-                    "state": state,
-                },
-            )
+    checkpointing = (
+        Checkpointing(work_dir, config.fingerprint(), fingerprint, device) if work_dir else None
+    )
+    result = run_loop(
+        trainer,
+        Schedule(config.epochs * trainer.batches, trainer.batches),
+        Selection(f"val_fvu_k{config.k}", "min", config.patience, config.curriculum_epochs),
+        checkpointing,
+        progress,
+    )
     with torch.no_grad():
-        rotation = reorthogonalise(skew_exponential(best_upper.double(), dim).cpu().numpy() @ base)
+        upper = result.best.double()
+        rotation = reorthogonalise(skew_exponential(upper, dim).cpu().numpy() @ trainer.base)
     return CedarResult(
         rotation=rotation,
-        mean=mean.astype(np.float32),
-        epochs_run=state["epoch"],
-        best_epoch=state["best_epoch"],
-        seconds=state.get("seconds", 0.0),
-        history=state["history"],
+        mean=trainer.mean.astype(np.float32),
+        epochs_run=result.state.rounds,
+        best_epoch=result.state.best_round,
+        seconds=result.state.seconds,
+        history=result.state.history,
     )
 
 

@@ -7,8 +7,11 @@ alignment of the concept activations on all (unpaired) data tie the two together
 
     losses      the loss terms, one pure function each
     model       the coupled model (two TopK SAEs sharing a concept index)
-    train       its config, objective and training loop (checkpointed, resumable)
-    baselines   Procrustes, least squares, crosscoder, universal SAE, matched uncoupled SAEs
+    config      the loss weights and the run's config
+    objective   the weighted loss terms of one step
+    train       its training on the shared loop (checkpointed, resumable)
+    crosscoder  the crosscoder baseline (one code from both domains)
+    baselines   Procrustes, least squares, universal SAE, matched uncoupled SAEs
     metrics     extraction, translation, concept consistency, cycle, shared-factor recovery
     pairs       the data pairs: synthetic (known factors), MiniLM vs TF-IDF, MiniLM vs a layer
     evaluate    every method on one split per paired fraction: table, JSON, plot

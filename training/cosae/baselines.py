@@ -5,8 +5,8 @@
   domain), with its least-squares scale;
 - **least squares**: the minimum-norm (or ridge) linear map fitted on the centred pairs, each
   direction separately;
-- **crosscoder**: one code from the sum of both domains' encoders, a decoder per domain, trained
-  on the pairs (Lindsey et al. 2024, "Sparse crosscoders"); one-sided codes for translation;
+- **crosscoder** (`training.cosae.crosscoder`): one code from the sum of both domains' encoders,
+  a decoder per domain, trained on the pairs (Lindsey et al. 2024, "Sparse crosscoders");
 - **universal SAE** (Thasarathan et al. 2025): encode with one domain's encoder, decode with
   every decoder, trained on the pairs: the coupled model with only reconstruction and
   translation on, and the paired rows as its only data;
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,17 +26,10 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from training.cedar.saes import SparseAutoencoder, per_sample_top_k
-from training.cosae.losses import reconstruction_loss
+from training.cosae.config import CosaeConfig, LossWeights
 from training.cosae.metrics import cross_correlations
 from training.cosae.model import DOMAINS, CoupledSae
-from training.cosae.train import (
-    CosaeConfig,
-    CoupledResult,
-    LossWeights,
-    prepare_half,
-    train_coupled,
-)
+from training.cosae.train import CoupledResult, train_coupled
 
 log = logging.getLogger(__name__)
 
@@ -127,113 +119,23 @@ def _centred_pairs(
     return p_i - mu_i, p_j - mu_j, mu_i, mu_j
 
 
-# --- crosscoder --------------------------------------------------------------------------------
-
-
-class Crosscoder(torch.nn.Module):
-    """f = TopK_k(ReLU(Σ_d W_enc,d (s_d x_d − b_dec,d) + b)), x̂_d = D_d(f) for each domain.
-
-    The two halves are TopK SAEs (for their decoders, scales and unit-norm constraint); the
-    shared encoder bias b is domain i's b_enc (domain j's stays 0). With one domain missing its
-    term is left out: the one-sided code used for translation and per-domain concepts.
-    """
-
-    def __init__(self, dim_i: int, dim_j: int, n_concepts: int, k: int, seed: int = 0) -> None:
-        super().__init__()
-        self.domain_i = SparseAutoencoder("topk", dim_i, n_concepts, k=k, seed=seed)
-        self.domain_j = SparseAutoencoder("topk", dim_j, n_concepts, k=k, seed=seed + 1)
-        self.domain_j.b_enc.requires_grad_(False)
-        self.k = k
-
-    def encode(self, x_i: torch.Tensor | None, x_j: torch.Tensor | None) -> torch.Tensor:
-        """The shared TopK code from whichever domains are given."""
-        if x_i is None and x_j is None:
-            raise ValueError("the crosscoder needs rows of at least one domain")
-        pre = self.domain_i.b_enc
-        for half, x in ((self.domain_i, x_i), (self.domain_j, x_j)):
-            if x is not None:
-                pre = pre + (x * half.input_scale) @ half.w_enc.T - half.w_enc @ half.b_dec
-        return per_sample_top_k(torch.relu(pre), self.k)
-
-    def decode(self, codes: torch.Tensor, domain: str) -> torch.Tensor:
-        return (self.domain_i if domain == "i" else self.domain_j).decode(codes)
-
-
-@dataclass
-class CrosscoderResult:
-    model: Crosscoder
-    seconds: float
-
-
-def train_crosscoder(
-    pair_i: np.ndarray,
-    pair_j: np.ndarray,
-    config: CosaeConfig,
-    reference: tuple[np.ndarray, np.ndarray] | None = None,
-    device: str = "cpu",
-) -> CrosscoderResult:
-    """Train on the pairs: L = L_rec,i(D_i(f)) + L_rec,j(D_j(f)), f the joint code.
-
-    M = `config.n_concepts`, k = max(k_i, k_j), `config.steps` Adam steps on paired batches of
-    `config.paired_batch_size` drawn with replacement. Means and scales from `reference` (all
-    training rows of each domain; default the pairs).
-    """
-    started = time.perf_counter()
-    torch.manual_seed(config.seed)
-    rows_i = np.ascontiguousarray(pair_i, dtype=np.float32)
-    rows_j = np.ascontiguousarray(pair_j, dtype=np.float32)
-    if len(rows_i) != len(rows_j) or len(rows_i) == 0:
-        raise ValueError("the crosscoder needs row-aligned, non-empty pairs")
-    model = Crosscoder(
-        rows_i.shape[1], rows_j.shape[1], config.n_concepts, max(config.k_i, config.k_j),
-        config.seed,
-    )  # fmt: skip
-    stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
-    scale_i = prepare_half(model.domain_i, torch.as_tensor(np.asarray(stats_i, np.float32)))
-    scale_j = prepare_half(model.domain_j, torch.as_tensor(np.asarray(stats_j, np.float32)))
-    model.to(device)
-    data_i, data_j = torch.as_tensor(rows_i, device=device), torch.as_tensor(rows_j, device=device)
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(parameters, lr=config.learning_rate)
-    generator = torch.Generator().manual_seed(config.seed)
-    for _ in range(config.steps):
-        rows = torch.randint(len(rows_i), (config.paired_batch_size,), generator=generator)
-        rows = rows.to(device)
-        x_i, x_j = data_i[rows], data_j[rows]
-        codes = model.encode(x_i, x_j)
-        loss = reconstruction_loss(
-            x_i, model.decode(codes, "i"), scale_i.variance
-        ) + reconstruction_loss(x_j, model.decode(codes, "j"), scale_j.variance)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        for half in (model.domain_i, model.domain_j):
-            half.remove_parallel_gradient()
-        optimizer.step()
-        for half in (model.domain_i, model.domain_j):
-            half.normalise_decoder()
-    model.eval()
-    return CrosscoderResult(model, time.perf_counter() - started)
-
-
 # --- universal SAE and uncoupled SAEs -----------------------------------------------------------
+
+
+def with_terms_on(config: CosaeConfig, *terms: str) -> CosaeConfig:
+    """The coupled config with only `terms` on (weight 1) and its AuxK weight kept."""
+    weights = {name: float(name in terms) for name in LossWeights.model_fields if name != "aux"}
+    return config.model_copy(update={"weights": LossWeights(**weights, aux=config.weights.aux)})
 
 
 def universal_sae_config(config: CosaeConfig) -> CosaeConfig:
     """The coupled config with only reconstruction, translation (and AuxK) on."""
-    weights = LossWeights(
-        reconstruction=1.0, translation=1.0, consistency=0.0, distribution=0.0, cycle=0.0,
-        aux=config.weights.aux,
-    )  # fmt: skip
-    return config.model_copy(update={"weights": weights})
+    return with_terms_on(config, "reconstruction", "translation")
 
 
 def uncoupled_config(config: CosaeConfig) -> CosaeConfig:
     """The coupled config with only reconstruction (and AuxK) on: two independent SAEs."""
-    weights = LossWeights(
-        reconstruction=1.0, translation=0.0, consistency=0.0, distribution=0.0, cycle=0.0,
-        aux=config.weights.aux,
-    )  # fmt: skip
-    return config.model_copy(update={"weights": weights})
+    return with_terms_on(config, "reconstruction")
 
 
 def train_universal_sae(

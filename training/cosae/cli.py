@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.core.artifacts import data_fingerprint
+from training.core.config import load_config
 from training.core.encoders import load_encoder, resolve_device
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.settings import load_settings
+from training.cosae.config import CosaeConfig
 from training.cosae.evaluate import (
     DEFAULT_FRACTIONS,
     METHODS,
@@ -46,7 +47,8 @@ from training.cosae.pairs import (
     tfidf_pair,
     tfidf_svd_embeddings,
 )
-from training.cosae.train import CosaeConfig, train_coupled
+from training.cosae.train import train_coupled
+from training.loop import work_folder
 
 log = logging.getLogger(__name__)
 
@@ -75,24 +77,14 @@ ProgressOption = Annotated[bool, typer.Option(help="show progress bars")]
 
 
 def cosae_config(path: Path | None, **overrides: Any) -> CosaeConfig:
-    """The config from a JSON file (or defaults) with the given overrides; InputError if bad."""
-    if path is not None and not path.is_file():
-        raise InputError(f"config file not found: {path}")
-    try:
-        loaded = json.loads(path.read_text()) if path else {}
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path} is not valid JSON: {error}") from error
-    if "paired_fraction" in overrides and overrides["paired_fraction"] is not None:
+    """The config from a JSON file (or defaults) with the given overrides (`k` sets both
+    domains' k); InputError naming the file and the field if bad."""
+    if overrides.get("paired_fraction") is not None:
         checked_fraction(overrides["paired_fraction"])
     if overrides.get("k") is not None:
-        overrides["k_i"] = overrides["k_j"] = overrides.pop("k")
-    loaded.update({name: value for name, value in overrides.items() if value is not None})
-    try:
-        return CosaeConfig.model_validate(loaded)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "config"
-        raise InputError(f"invalid CoSAE config: {where}: {first['msg']}") from None
+        overrides["k_i"] = overrides["k_j"] = overrides["k"]
+    overrides.pop("k", None)
+    return load_config(CosaeConfig, path, **overrides)
 
 
 def parse_fractions(text: str) -> list[float]:
@@ -210,7 +202,7 @@ def train_command(
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     device = resolve_device(device or load_settings().device)
-    work = work or out.with_name(out.name + ".work")
+    work = work_folder(out, work)
     data = open_pair(
         pair, flickr8k, captions, rows, layer, tfidf_dim, device, run_config.seed,
         store=work / "pair.npz",

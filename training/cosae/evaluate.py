@@ -26,16 +26,16 @@ import torch
 
 from training.core.files import atomic_write_bytes
 from training.cosae.baselines import (
-    Crosscoder,
     LinearMap,
     least_squares_map,
     match_concepts,
     orthogonal_procrustes,
-    train_crosscoder,
     train_uncoupled,
     train_universal_sae,
     with_domain_j_reordered,
 )
+from training.cosae.config import CosaeConfig
+from training.cosae.crosscoder import Crosscoder, train_crosscoder
 from training.cosae.metrics import (
     concept_consistency,
     cycle_fvu,
@@ -47,7 +47,7 @@ from training.cosae.metrics import (
 )
 from training.cosae.model import CoupledSae, encode_rows, reconstruct_rows, translate_rows
 from training.cosae.pairs import EmbeddingPair, PairSplit, checked_fraction, split_pair
-from training.cosae.train import CosaeConfig, CoupledResult, train_coupled
+from training.cosae.train import CoupledResult, train_coupled
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """The coupled model: two TopK SAEs, one per domain, with one shared concept index.
 
-Each half is a `training.cedar.saes.SparseAutoencoder` of kind `topk` (Gao et al. 2024): codes
+Each half is a TopK SAE (`training.sae.topk.TopKSae`, Gao et al. 2024): codes
 f_d = TopK_{k_d}(ReLU(W_enc,d (s_d x_d − b_dec,d) + b_enc,d)), reconstruction
 x̂_d = (W_dec,d f_d + b_dec,d) / s_d with unit-norm decoder columns. Both halves have M concepts;
 concept c of domain i and concept c of domain j are the same concept by construction of the
-training objective (`training.cosae.train`), so a code of one domain can be decoded by the
+training objective (`training.cosae.objective`), so a code of one domain can be decoded by the
 other: translation i → j is D_j(E_i(x_i)).
 
 On disk (`save_cosae` / `load_cosae`): a folder with `manifest.json` (format, method, the two
@@ -23,9 +23,9 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from training.cedar.saes import SparseAutoencoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
+from training.sae.topk import TopKSae
 
 COSAE_FORMAT = "strata.cosae/1"
 DOMAINS = ("i", "j")
@@ -38,11 +38,11 @@ class CoupledSae(torch.nn.Module):
         self, dim_i: int, dim_j: int, n_concepts: int, k_i: int, k_j: int, seed: int = 0
     ) -> None:
         super().__init__()
-        self.domain_i = SparseAutoencoder("topk", dim_i, n_concepts, k=k_i, seed=seed)
-        self.domain_j = SparseAutoencoder("topk", dim_j, n_concepts, k=k_j, seed=seed + 1)
+        self.domain_i = TopKSae(dim_i, n_concepts, k=k_i, seed=seed)
+        self.domain_j = TopKSae(dim_j, n_concepts, k=k_j, seed=seed + 1)
         self.n_concepts = n_concepts
 
-    def half(self, domain: str) -> SparseAutoencoder:
+    def half(self, domain: str) -> TopKSae:
         """The SAE of domain `i` or `j`."""
         if domain not in DOMAINS:
             raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")

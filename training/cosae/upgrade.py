@@ -40,9 +40,10 @@ from training.core.artifacts import write_folder
 from training.core.encoders import l2_normalise
 from training.core.errors import InputError
 from training.cosae.baselines import least_squares_map, orthogonal_procrustes
+from training.cosae.config import CosaeConfig
 from training.cosae.metrics import grouped_retrieval, mean_cosine, recall_at_1
 from training.cosae.model import CoupledSae, translate_rows
-from training.cosae.train import CosaeConfig, train_coupled
+from training.cosae.train import train_coupled
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from training.benchmarks import publish
 from training.core.granularity import Granularity, default_contract
+from training.grasp.config import TERMS, GraspConfig
 from training.grasp.data import GraspSet
 from training.grasp.evaluate import evaluate
-from training.grasp.train import TERMS, GraspConfig, train_grasp
+from training.grasp.train import train_grasp
 
 
 def main(argv: list[str] | None = None) -> dict:

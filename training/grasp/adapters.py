@@ -19,9 +19,10 @@ from torch import nn
 
 from training.core.errors import InputError
 from training.core.granularity import Contract, Granularity
+from training.grasp.config import GraspConfig
 from training.grasp.data import GraspSet
 from training.grasp.losses import info_nce
-from training.grasp.train import GraspConfig, loss_terms
+from training.grasp.objective import loss_terms, weighted_total
 
 ADAPTERS = ("mrl", "mlp")
 Transform = Callable[[np.ndarray], np.ndarray]
@@ -71,7 +72,7 @@ def fit_adapter(
                 ).mean()
             else:
                 terms = loss_terms(model, batch, contract, no_preservation)
-                loss = sum(getattr(no_preservation.weights, k) * v for k, v in terms.items())
+                loss = weighted_total(terms, no_preservation)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

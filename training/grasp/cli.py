@@ -13,6 +13,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
+from training.core.config import build_config, load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.granularity import Contract, default_contract
@@ -20,6 +21,7 @@ from training.core.settings import load_settings
 from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.agreement import agreement, read_expert_judgments
 from training.grasp.baselines import BASELINES, GALLERY_BASELINES, baseline_artifact
+from training.grasp.config import GALLERY_RECIPE, GraspConfig
 from training.grasp.data import GRASP_SET_VERSION, GraspSet, build_from_cache
 from training.grasp.evaluate import (
     Transform,
@@ -29,7 +31,8 @@ from training.grasp.evaluate import (
     plot_hn_curves,
 )
 from training.grasp.gallery import gallery_retrieval, gallery_table, plot_gallery_curves
-from training.grasp.train import GALLERY_RECIPE, GraspConfig, TrainResult, train_grasp
+from training.grasp.train import TrainResult, train_grasp
+from training.loop import work_folder
 
 log = logging.getLogger(__name__)
 DEFAULT_BASELINES = "identity,pca,random,mrl,mlp"
@@ -83,7 +86,7 @@ def fit_grasp(
     data, spec = grasp_set(cache, encoder, views)
     fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
     result = train_grasp(
-        data, config, work or out.with_name(out.name + ".work"), encoder=spec,
+        data, config, work_folder(out, work), encoder=spec,
         device=device, progress=progress, fit=fit,
     )  # fmt: skip
     result.artifact.save(out, overwrite=overwrite)
@@ -122,15 +125,13 @@ def train_command(
 ) -> None:
     """Learn the GraSP-VL rotation from a cache with views; resumes from its checkpoint."""
     settings = load_settings()
-    if config:
-        loaded = json.loads(config.read_text())
-    else:  # with a gallery and no config: the gallery recipe
-        loaded = GALLERY_RECIPE.model_dump() if gallery else {}
-    if epochs is not None:
-        loaded["epochs"] = epochs
-    if validation_split is not None:
-        loaded["validation_split"] = validation_split
-    grasp_config = GraspConfig.model_validate(loaded)
+    overrides = {"epochs": epochs, "validation_split": validation_split}
+    if config is None and gallery is not None:  # with a gallery and no config: the gallery recipe
+        given = {name: value for name, value in overrides.items() if value is not None}
+        recipe = GALLERY_RECIPE.model_dump() | given
+        grasp_config = build_config(GraspConfig, recipe, "the gallery recipe")
+    else:
+        grasp_config = load_config(GraspConfig, config, **overrides)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     with logging_redirect_tqdm():

@@ -26,8 +26,9 @@ from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import Granularity
 from training.core.settings import load_settings
+from training.grasp.config import GraspConfig
 from training.grasp.gallery import MIN_RELEVANT_ROWS, RetrievalTask, retrieval_task, scene_mentions
-from training.grasp.train import GalleryFit, GraspConfig
+from training.grasp.objective import GalleryFit
 from training.views.mentions import vocabulary_queries
 
 log = logging.getLogger(__name__)

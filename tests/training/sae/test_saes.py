@@ -9,15 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from training.cedar.saes import (
-    SAE_KINDS,
-    SaeConfig,
-    SparseAutoencoder,
-    matryoshka_prefixes,
-    reconstruct,
-    train_sae,
-)
 from training.core.metrics import fraction_of_variance_unexplained
+from training.sae.base import SparseAutoencoder
+from training.sae.config import SaeConfig
+from training.sae.matryoshka import matryoshka_prefixes
+from training.sae.registry import SAE_KINDS, make_sae
+from training.sae.train import reconstruct, train_sae
 
 DIM, ATOMS, ACTIVE = 16, 32, 3  # M = 8 · 16 = 128 latents
 
@@ -135,7 +132,7 @@ def test_batch_top_k_keeps_k_per_sample_on_average(kind: str):
 
 
 def test_auxk_reconstructs_the_residual_with_dead_latents_only():
-    model = SparseAutoencoder("topk", DIM, 8 * DIM, k=4)
+    model = make_sae("topk", DIM, 8 * DIM, k=4)
     x = torch.as_tensor(TRAIN[:32])
     codes, acts = model.training_codes(x, 4)
     _, recon = model.reconstruction_loss(x, codes, variance=1.0)
@@ -215,7 +212,7 @@ def test_bad_training_input_is_refused(train, val, config: SaeConfig, fault: str
 
 
 def test_bad_inference_input_is_refused():
-    model = SparseAutoencoder("topk", DIM, 8 * DIM, k=4)
+    model = make_sae("topk", DIM, 8 * DIM, k=4)
     with pytest.raises(ValueError, match="k must"):
         reconstruct(model, VAL, 0)
     with pytest.raises(ValueError, match="k must"):
@@ -225,4 +222,16 @@ def test_bad_inference_input_is_refused():
     with pytest.raises(ValueError, match="NaN"):
         reconstruct(model, np.full_like(VAL, np.nan), 4)
     with pytest.raises(ValueError, match="unknown SAE kind 'gated'"):
-        SparseAutoencoder("gated", DIM, 8 * DIM)
+        make_sae("gated", DIM, 8 * DIM)
+
+
+def test_the_registry_maps_every_typed_name_to_its_class_with_one_state_layout():
+    """The names users type keep working, and every variant saves the same tensors, so a file
+    saved by one version loads into the class its name gives."""
+    assert SAE_KINDS == ("topk", "batchtopk", "relu", "matryoshka")
+    layouts = set()
+    for kind in SAE_KINDS:
+        model = make_sae(kind, DIM, 8 * DIM, k=4)
+        assert model.kind == kind and isinstance(model, SparseAutoencoder)
+        layouts.add(tuple(sorted(model.state_dict())))
+    assert layouts == {("b_dec", "b_enc", "input_scale", "threshold", "w_dec", "w_enc")}
