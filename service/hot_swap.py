@@ -181,7 +181,7 @@ class HotSwapper:
         self.server, self.url, self.loader = server, url, loader
         self.channel = VersionChannel(url, prefix, timeout_s)  # PublishError: a bad URL
         self.backoff_s, self.max_backoff_s, self.poll_s = backoff_s, max_backoff_s, poll_s
-        bundle = server.engine.bundle
+        bundle = server.served.engine.bundle
         self.tracker = VersionTracker(bundle.name, bundle.version)
         self.counts = SwapCounts()
         self.connected = False
@@ -306,7 +306,7 @@ class HotSwapper:
             waiting = [await self._pending.get()]
             while not self._pending.empty():
                 waiting.append(self._pending.get_nowait())
-            served = self.server.engine.bundle  # an admin Reload may have swapped meanwhile
+            served = self.server.served.engine.bundle  # an admin Reload may have swapped meanwhile
             self.tracker.served_name, self.tracker.served_version = served.name, served.version
             record = self.tracker.choose(waiting)
             if record is not None:
@@ -316,7 +316,7 @@ class HotSwapper:
         name = record["name"]
         started = time.perf_counter()
         try:
-            engine = await asyncio.to_thread(self.loader, record, self.server.engine)
+            engine = await asyncio.to_thread(self.loader, record, self.server.served.engine)
             self.server.swap_engine(engine)
         except asyncio.CancelledError:
             raise

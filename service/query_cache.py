@@ -33,9 +33,8 @@ skipped (the LRU and the encoder serve alone) while a background thread PINGs it
 (`backoff_s` doubling up to `max_backoff_s`); the first answer closes the breaker and look-ups
 use Redis again. `redis_state` says "connected", "disconnected" or "disabled" (no URL).
 
-Counts: `stats()` (plain ints), and, when the Prometheus module is loaded, the module-level
-feeds of service/metrics.py (`strata_query_cache_requests_total{tier,result}`,
-`strata_redis_up`).
+Counts: `stats()` (plain ints), and, in the metrics the cache is given (`metrics=`, the server's
+`ServerMetrics`), `strata_query_cache_requests_total{tier,result}` and `strata_redis_up`.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -185,17 +184,12 @@ class RedisCounts(TierCounts):
     reconnects: int = 0
 
 
-def _feed_metrics(name: str, *args: Any) -> None:
-    """Call service.metrics.`name` when that module is in use (a server imports it)."""
-    import sys
+class CacheMetrics(Protocol):
+    """Where the cache's counts go (`service.metrics.ServerMetrics` is one)."""
 
-    module = sys.modules.get("service.metrics")
-    feed = getattr(module, name, None) if module is not None else None
-    if feed is not None:
-        try:
-            feed(*args)
-        except Exception:  # metrics must never fail a request
-            log.debug("metrics feed %s failed", name, exc_info=True)
+    def record_cache(self, tier: str, hit: bool, count: int = 1) -> None: ...
+
+    def set_redis_up(self, up: bool | None) -> None: ...
 
 
 # --- Redis (the I/O edge) ------------------------------------------------------------------------
@@ -245,12 +239,14 @@ class QueryCache:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = DEFAULT_BACKOFF_S,
         max_backoff_s: float = DEFAULT_MAX_BACKOFF_S,
+        metrics: CacheMetrics | None = None,
     ) -> None:
         if redis_url is not None and not prefix:
             raise QueryCacheError("the Redis key prefix must not be empty")
         if not ttl_s > 0 or not timeout_s > 0 or not backoff_s > 0:
             raise QueryCacheError("the cache's TTL, timeout and back-off must be positive")
         self.local = LocalLRU(size)
+        self.metrics = metrics
         self.url, self.prefix, self.ttl_s, self.timeout_s = redis_url, prefix, ttl_s, timeout_s
         self.local_counts = TierCounts()
         self.redis_counts = RedisCounts()
@@ -288,9 +284,26 @@ class QueryCache:
             }
 
     def report_state(self) -> None:
-        """Set strata_redis_up (every live server's) to this cache's state."""
+        """Set strata_redis_up to this cache's state."""
         state = self.redis_state
-        _feed_metrics("set_redis_up", None if state == DISABLED else state == CONNECTED)
+        up = None if state == DISABLED else state == CONNECTED
+        self._feed(lambda metrics: metrics.set_redis_up(up))
+
+    def _feed(self, record: Callable[[CacheMetrics], None]) -> None:
+        """`record` into the metrics, if any; a failure is logged, never raised."""
+        if self.metrics is None:
+            return
+        try:
+            record(self.metrics)
+        except Exception:  # metrics must never fail a request
+            log.debug("a query-cache metrics feed failed", exc_info=True)
+
+    def _count(self, tier: str, hits: int, misses: int) -> None:
+        def record(metrics: CacheMetrics) -> None:
+            metrics.record_cache(tier, True, hits)
+            metrics.record_cache(tier, False, misses)
+
+        self._feed(record)
 
     # --- look-up and store ---
 
@@ -302,8 +315,7 @@ class QueryCache:
         with self._lock:
             self.local_counts.hits += local_hits
             self.local_counts.misses += len(keys) - local_hits
-        _feed_metrics("record_cache", "local", True, local_hits)
-        _feed_metrics("record_cache", "local", False, len(keys) - local_hits)
+        self._count("local", local_hits, len(keys) - local_hits)
         missing = [i for i, row in enumerate(found) if row is None]
         if missing and self._client is not None:
             fetched = self._redis_get([keys[i] for i in missing], dim)
@@ -344,8 +356,7 @@ class QueryCache:
             self.redis_counts.rejected += rejected
         if rejected:
             log.warning("query cache: %d Redis value(s) of the wrong size ignored", rejected)
-        _feed_metrics("record_cache", "redis", True, hits)
-        _feed_metrics("record_cache", "redis", False, len(keys) - hits)
+        self._count("redis", hits, len(keys) - hits)
         return rows
 
     def _redis_set(self, keys: list[str], rows: np.ndarray) -> None:
@@ -430,7 +441,10 @@ class QueryCache:
 
 
 def open_cache(
-    redis_url: str | None, prefix: str = DEFAULT_PREFIX, size: int = DEFAULT_SIZE
+    redis_url: str | None,
+    prefix: str = DEFAULT_PREFIX,
+    size: int = DEFAULT_SIZE,
+    metrics: CacheMetrics | None = None,
 ) -> QueryCache:
     """`strata serve`'s cache: local always, Redis when a URL is given (an empty one: none)."""
-    return QueryCache(size=size, redis_url=redis_url or None, prefix=prefix)
+    return QueryCache(size=size, redis_url=redis_url or None, prefix=prefix, metrics=metrics)

@@ -36,6 +36,7 @@ from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
 from indexer.verify import check_servable
+from service.encoder_timing import timed
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
     activations_of,
@@ -109,7 +110,7 @@ class SearchEngine:
         cache: QueryCache | None = None,
     ):
         self.bundle = bundle.load()
-        self.encoder = encoder
+        self.encoder = timed(encoder)  # its calls count in the serving thread's metrics
         self.config = config or EngineConfig()
         self.cache = cache  # text queries' embeddings (service/query_cache.py); None: no cache
         if encoder is not None and encoder.dim != bundle.dim:

@@ -114,6 +114,7 @@ def serve_command(
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
     from service.hot_swap import HotSwapper
+    from service.metrics import ServerMetrics
     from service.query_cache import open_cache
     from service.search import SearchEngine
     from service.server import ServerConfig, StrataServer, serve
@@ -136,7 +137,8 @@ def serve_command(
         tls_cert=tls_cert.expanduser() if tls_cert else None,
         tls_key=tls_key.expanduser() if tls_key else None,
     )
-    cache = open_cache(redis_url, redis_prefix)  # a bad URL fails here, before the model loads
+    metrics = ServerMetrics()  # the server's series; the cache records into them too
+    cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine = SearchEngine.open(
         bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
         translator=translator,
@@ -171,7 +173,7 @@ def serve_command(
     swappers: list[HotSwapper] = []
 
     try:
-        asyncio.run(serve(engine, config, on_ready=ready))
+        asyncio.run(serve(engine, config, on_ready=ready, metrics=metrics))
     finally:
         cache.close()
     typer.echo("stopped")

@@ -37,14 +37,20 @@ from grpc_reflection.v1alpha import reflection
 
 from service._generated.strata.v1 import admin_pb2, admin_pb2_grpc, search_pb2, search_pb2_grpc
 from service.admin import Admin, AdminServicer
+from service.admin_auth import AdminAuthInterceptor
 from service.batching import BatchingConfig, MicroBatcher
 from service.convert import MAX_MESSAGE_BYTES
+from service.encoder_timing import bind_thread
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
-from service.metrics import MetricsInterceptor, ServerMetrics, bind_thread, instrument
+from service.metrics import ServerMetrics
+from service.request_decoding import UndecodableRequestInterceptor
 from service.results import SearchQuery, SearchResult
+from service.rpc_errors import ErrorStatusInterceptor
+from service.rpc_metrics import MetricsInterceptor
 from service.search import SearchEngine
-from service.servicer import SearchServicer, UndecodableRequestInterceptor
+from service.served_engine import ServedEngine
+from service.servicer import SearchServicer
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +81,21 @@ class ServerConfig:
 
 
 class StrataServer:
-    """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop)."""
+    """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop).
 
-    def __init__(self, engine: SearchEngine, config: ServerConfig | None = None) -> None:
-        engine.encoder = instrument(engine.encoder)  # encoder calls feed the metrics
-        self.engine = engine
+    `metrics`: the series this server records (a new `ServerMetrics` when not given); pass the
+    one the query cache was given, so that the cache's series are this server's."""
+
+    def __init__(
+        self,
+        engine: SearchEngine,
+        config: ServerConfig | None = None,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.served = ServedEngine(engine)
         self.config = config or ServerConfig()
         self.port: int | None = None
-        self.metrics = ServerMetrics()
+        self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
         self.executor = ThreadPoolExecutor(
             max_workers=1,
@@ -94,14 +107,12 @@ class StrataServer:
             self._search_batch, self.config.batching, self.executor
         )
         self.servicer = SearchServicer(
-            engine, self.batcher, self.executor, self.metrics, engine.config.limits
+            self.served, self.batcher, self.executor, self.metrics, engine.config.limits
         )
         self.health: health.aio.HealthServicer | None = None
         self.serving = False  # what the health service last reported
         self.draining = False
-        self.hot_swaps = 0
         self.started_at = time.monotonic()
-        self._swap_lock = threading.Lock()
         self._server: grpc.aio.Server | None = None
         self.metrics.track_queue(lambda: self.batcher.waiting)
         self._publish_bundle()
@@ -109,13 +120,13 @@ class StrataServer:
     @property
     def bundles_dir(self) -> Path:
         """The bundle directory Reload reads versions (and CURRENT) from."""
-        return self.config.bundles_dir or self.engine.bundle.path.parent
+        return self.config.bundles_dir or self.served.engine.bundle.path.parent
 
     def _search_batch(self, queries: list[SearchQuery]) -> list[SearchResult | ServiceError]:
-        return self.engine.search_batch(queries)  # the engine of the moment (see swap_engine)
+        return self.served.engine.search_batch(queries)  # the engine of the moment
 
     def _publish_bundle(self) -> None:
-        bundle = self.engine.bundle
+        bundle = self.served.engine.bundle
         size = sum(record.bytes for record in bundle.manifest.files.values())
         self.metrics.set_bundle(bundle.version, bundle.rows, size)
 
@@ -124,11 +135,7 @@ class StrataServer:
         changes. Calls and batches already running finish on the engine they started with. Safe
         from any thread; counts strata_hot_swaps_total{result="ok"} and sets the bundle gauges
         (a failed swap attempt is counted by its caller: `metrics.record_hot_swap(False)`)."""
-        new_engine.encoder = instrument(new_engine.encoder)
-        with self._swap_lock:
-            old, self.engine = self.engine, new_engine
-            self.servicer.engine = new_engine
-            self.hot_swaps += 1
+        old = self.served.swap(new_engine)
         self._publish_bundle()
         self.metrics.record_hot_swap(True)
         log.info("swapped bundle %s for %s", old.bundle.name, new_engine.bundle.name)
@@ -162,7 +169,13 @@ class StrataServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # a busy port is an error, not a silently shared one
         ]
-        interceptors = [MetricsInterceptor(self.metrics), UndecodableRequestInterceptor()]
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            MetricsInterceptor(self.metrics),  # outermost: it sees every status, aborts included
+            UndecodableRequestInterceptor(),
+        ]
+        if self.config.admin_token is not None:
+            interceptors.append(AdminAuthInterceptor(ADMIN_SERVICE_NAME, self.config.admin_token))
+        interceptors.append(ErrorStatusInterceptor({SERVICE_NAME, ADMIN_SERVICE_NAME}))
         server = grpc.aio.server(
             options=options,
             interceptors=interceptors,
@@ -172,7 +185,7 @@ class StrataServer:
         services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
         self.metrics.preset_methods(SERVICE_NAME, _unary_methods(search_pb2, "SearchService"))
         if self.config.admin_token is not None:
-            admin = AdminServicer(Admin(self), self.config.admin_token)
+            admin = AdminServicer(Admin(self))
             admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
             services.append(ADMIN_SERVICE_NAME)
             self.metrics.preset_methods(
@@ -194,9 +207,9 @@ class StrataServer:
         self._server, self.port = server, port
         log.info(
             "serving bundle %s (%d rows, %s) on %s",
-            self.engine.bundle.name,
-            self.engine.bundle.rows,
-            self.engine.bundle.manifest.encoder,
+            self.served.engine.bundle.name,
+            self.served.engine.bundle.rows,
+            self.served.engine.bundle.manifest.encoder,
             self.address,
         )
         return port
@@ -259,9 +272,10 @@ async def serve(
     engine: SearchEngine,
     config: ServerConfig | None = None,
     on_ready: Callable[[StrataServer], None] | None = None,
+    metrics: ServerMetrics | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then stop gracefully."""
-    server = StrataServer(engine, config)
+    server = StrataServer(engine, config, metrics)
     await server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -285,8 +299,13 @@ class BackgroundServer:
         client = StrataClient(server.target)
     """
 
-    def __init__(self, engine: SearchEngine, config: ServerConfig | None = None) -> None:
-        self.server = StrataServer(engine, config)
+    def __init__(
+        self,
+        engine: SearchEngine,
+        config: ServerConfig | None = None,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.server = StrataServer(engine, config, metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 

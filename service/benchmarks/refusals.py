@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         assert time.monotonic() < deadline, f"no swap outcome for {name}"
                         time.sleep(0.02)
                     event = swapper.counts.events[-1]
-                    served = server.server.engine.bundle.name
+                    served = server.server.served.engine.bundle.name
                     if event.result == "ok":
                         row["hot swap"] = f"swapped: serves {served}"
                         admin.Reload(

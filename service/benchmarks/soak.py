@@ -323,7 +323,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     began = time.monotonic()
                     name = publish_delete(bundles, f"row-{deleted}", redis_server.url)
                     deleted += 1
-                    wait_for(lambda: server.server.engine.bundle.name == name, 60, f"{name} served")
+                    wait_for(
+                        lambda: server.server.served.engine.bundle.name == name,
+                        60,
+                        f"{name} served",
+                    )
                     return time.monotonic() - began
 
                 phases["hot_swaps"] = hot = {"published": args.swaps}
@@ -333,7 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         time.sleep(args.swap_gap_seconds)
                         seconds.append(round(swap_once(), 2))
                 hot["publish_to_served_s"] = seconds
-                hot["served"] = server.server.engine.bundle.name
+                hot["served"] = server.server.served.engine.bundle.name
 
                 phases["redis_outage"] = outage = {}
                 with load.phase(outage):
@@ -376,7 +380,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 load.stop()
                 swapper.close()
-            served = server.server.engine.bundle.name
+            served = server.server.served.engine.bundle.name
             check = final_check(server.target, bundles, served)
         cache.close()
     total = load.snapshot()

@@ -18,6 +18,7 @@ from serving_helpers import CountingEncoder
 
 from indexer.bundle import Bundle
 from service.client import StrataClient
+from service.metrics import ServerMetrics
 from service.query_cache import (
     CONNECTED,
     DISABLED,
@@ -223,10 +224,11 @@ def test_an_unreachable_redis_costs_nothing_and_serves_on(text_bundle: Path, min
 
 
 def test_the_cache_feeds_the_server_metrics(text_bundle: Path, minilm, prefix: str, caches):
-    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix))
+    metrics = ServerMetrics()
+    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix, metrics=metrics))
     engine = SearchEngine(Bundle.open(text_bundle), minilm, cache=cache)
     with (
-        BackgroundServer(engine, ServerConfig(port=0)) as server,
+        BackgroundServer(engine, ServerConfig(port=0), metrics=metrics) as server,
         StrataClient(server.target) as client,
     ):
         client.search("a green tree", k=3)

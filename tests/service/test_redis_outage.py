@@ -83,7 +83,7 @@ def test_redis_killed_mid_load_then_restarted(
                         DeleteConfig(bundles, ids=(row_id,), verify_sample=4),
                         publisher=RedisPublisher(redis_server.url, PREFIX),
                     ).name
-                    wait_for(lambda: server.server.engine.bundle.name == name, 30, name)
+                    wait_for(lambda: server.server.served.engine.bundle.name == name, 30, name)
                     wait_for(
                         lambda: all(seen and seen[-1] == 2 for seen in load.versions),
                         30,
