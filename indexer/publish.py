@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -53,19 +52,21 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from indexer.bundle import CURRENT, MANIFEST, read_manifest
 from indexer.versions import BundleStore
 from training.core.errors import InputError
 from training.core.files import fsync_dir, sha256_file
-
-if TYPE_CHECKING:
-    import redis
+from training.core.redis_connection import (
+    async_redis_connection,
+    redacted,
+    redis_connection,
+    redis_errors,
+)
 
 log = logging.getLogger(__name__)
 
-URL_ENVIRONMENT = "STRATA_REDIS_URL"
 PREFIX_ENVIRONMENT = "STRATA_REDIS_PREFIX"
 DEFAULT_PREFIX = "strata"
 LOCK_TTL = 60.0  # seconds; the lock is held from before the switch to after the announcement
@@ -100,11 +101,6 @@ return 0
 
 class PublishError(InputError):
     """Redis unreachable, misconfigured or busy, or a publish that could not complete."""
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
 
 
 def one_line(exc: BaseException) -> str:
@@ -164,24 +160,6 @@ def parse_announcement(data: str | bytes | None) -> dict[str, Any] | None:
     return record
 
 
-def redis_client(url: str, timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
-    """A client for `url` (redis-py, imported here so that a job without Redis never pays it)."""
-    import redis
-
-    try:
-        return redis.Redis.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout, decode_responses=True
-        )
-    except ValueError as exc:
-        raise PublishError(f"bad Redis URL {redacted(url)!r}: {one_line(exc)}") from None
-
-
-def redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.exceptions.RedisError, OSError)
-
-
 class Publisher(Protocol):
     """Where a version is announced beyond the pointer file (RedisPublisher)."""
 
@@ -212,7 +190,7 @@ class RedisPublisher:
         if not prefix:
             raise PublishError("the Redis key prefix must not be empty")
         self.url, self.keys, self.wait, self.lock_ttl = url, ChannelKeys(prefix), wait, lock_ttl
-        self.client = redis_client(url, timeout)
+        self.client = redis_connection(url, timeout, error=PublishError, decode_responses=True)
 
     def describe(self) -> str:
         return f"{redacted(self.url)} key {self.keys.current}, channel {self.keys.channel}"
@@ -369,7 +347,7 @@ class VersionChannel:
 
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, timeout: float = SOCKET_TIMEOUT):
         self.url, self.keys, self.timeout = url, ChannelKeys(prefix), timeout
-        self.client = redis_client(url, timeout)
+        self.client = redis_connection(url, timeout, error=PublishError, decode_responses=True)
 
     def fail(self, exc: BaseException) -> PublishError:
         return PublishError(f"cannot read Redis at {redacted(self.url)}: {one_line(exc)}")
@@ -408,14 +386,7 @@ class VersionChannel:
         self, idle_timeout: float | None = None, include_current: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         """`listen` for asyncio (redis.asyncio): the same records, the same timeout."""
-        import redis.asyncio as aredis
-
-        client = aredis.Redis.from_url(
-            self.url,
-            socket_connect_timeout=self.timeout,
-            socket_timeout=self.timeout,
-            decode_responses=True,
-        )
+        client = async_redis_connection(self.url, self.timeout)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             try:

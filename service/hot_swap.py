@@ -49,12 +49,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
-from indexer.publish import DEFAULT_PREFIX, PublishError, VersionChannel, one_line, redacted
+from indexer.publish import DEFAULT_PREFIX, PublishError, VersionChannel, one_line
 from indexer.verify import Fault, VersionRefusedError, check_servable
 from service.errors import ServiceError
 from service.search import SearchEngine
 from training.core.errors import InputError
 from training.core.files import sha256_file
+from training.core.redis_connection import redacted
 
 if TYPE_CHECKING:
     from service.server import StrataServer

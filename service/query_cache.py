@@ -47,14 +47,12 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from training.core.errors import InputError
-
-if TYPE_CHECKING:
-    import redis
+from training.core.redis_connection import redacted, redis_connection, redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -195,38 +193,6 @@ class CacheMetrics(Protocol):
 # --- Redis (the I/O edge) ------------------------------------------------------------------------
 
 
-def redacted(url: str) -> str:
-    from indexer.publish import redacted as redact
-
-    return redact(url)
-
-
-def cache_redis_client(url: str, timeout_s: float) -> redis.Redis:
-    """A client that fails fast: short timeouts, no retries, bytes values."""
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    try:
-        return redis.Redis.from_url(
-            url,
-            socket_connect_timeout=timeout_s,
-            socket_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_error=[],
-            health_check_interval=0,
-        )
-    except ValueError as exc:
-        reason = " ".join(str(exc).split())
-        raise QueryCacheError(f"bad Redis URL {redacted(url)!r}: {reason}") from None
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.exceptions.RedisError, OSError)
-
-
 class QueryCache:
     """The two tiers and the breaker (see the module docstring). Thread-safe."""
 
@@ -254,7 +220,11 @@ class QueryCache:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._probe: threading.Thread | None = None
-        self._client = cache_redis_client(redis_url, timeout_s) if redis_url else None
+        self._client = (
+            redis_connection(redis_url, timeout_s, error=QueryCacheError, fail_fast=True)
+            if redis_url
+            else None
+        )
         if self._client is not None:
             self._try_connect()
         self.report_state()
@@ -344,7 +314,7 @@ class QueryCache:
         assert self._client is not None
         try:
             raw = self._client.mget([self.redis_key(k) for k in keys])
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("read", exc)
             return [None] * len(keys)
         rows = [decode_value(r, dim) for r in raw]
@@ -369,7 +339,7 @@ class QueryCache:
             for key, row in zip(keys, rows, strict=True):
                 pipe.set(self.redis_key(key), encode_value(row), px=ttl_ms)
             pipe.execute()
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("write", exc)
             return
         with self._lock:
@@ -399,7 +369,7 @@ class QueryCache:
         assert self._client is not None
         try:
             self._client.ping()
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("reach", exc)
             return False
         return True
@@ -419,7 +389,7 @@ class QueryCache:
         while not self._stop.wait(self.breaker.wait()):
             try:
                 self._client.ping()
-            except _redis_errors():
+            except redis_errors():
                 with self._lock:
                     self.breaker.failure()
                 continue

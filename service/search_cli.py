@@ -15,15 +15,17 @@ from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
 from training.core.errors import InputError
+from training.core.settings import StrataSettings, load_settings
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TEXT_WIDTH = 60
 ADMIN_TOKEN_ENV = "STRATA_ADMIN_TOKEN"
 
 
-def read_admin_token(path: Path | None, environ: dict[str, str] | None = None) -> str | None:
-    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN, else None (no
-    AdminService). A file, not a command-line argument, so the secret stays out of `ps`."""
+def read_admin_token(path: Path | None, settings: StrataSettings | None = None) -> str | None:
+    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN (the settings'),
+    else None (no AdminService). A file, not a command-line argument, so the secret stays out
+    of `ps`."""
     if path is not None:
         path = path.expanduser()
         if not path.is_file():
@@ -33,7 +35,7 @@ def read_admin_token(path: Path | None, environ: dict[str, str] | None = None) -
         if not token:
             raise InputError(f"admin token file {path} is empty")
         return token
-    token = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV, "").strip()
+    token = ((settings or load_settings()).admin_token or "").strip()
     return token or None
 
 
@@ -68,9 +70,9 @@ def serve_command(
         str | None,
         typer.Option(
             "--redis-url",
-            envvar="STRATA_REDIS_URL",
             help="Redis (redis://host:6379/0) for the shared query-embedding cache and to follow "
-            "the bundle versions `strata index` announces there (hot swap)",
+            "the bundle versions `strata index` announces there (hot swap); default: "
+            "$STRATA_REDIS_URL",
         ),
     ] = None,
     redis_prefix: Annotated[
@@ -118,9 +120,10 @@ def serve_command(
     from service.query_cache import open_cache
     from service.search import SearchEngine
     from service.server import ServerConfig, StrataServer, serve
-    from training.core.settings import load_settings
 
     settings = load_settings()
+    if redis_url is None:
+        redis_url = settings.redis_url
     for what, path in (("certificate", tls_cert), ("key", tls_key)):
         if path is not None and not path.expanduser().is_file():
             raise InputError(f"TLS {what} file not found: {path}")
@@ -133,7 +136,7 @@ def serve_command(
         grace_s=grace,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        admin_token=read_admin_token(admin_token_file),
+        admin_token=read_admin_token(admin_token_file, settings),
         tls_cert=tls_cert.expanduser() if tls_cert else None,
         tls_key=tls_key.expanduser() if tls_key else None,
     )

@@ -46,6 +46,7 @@ import numpy as np
 
 from training.benchmarks import publish
 from training.core.errors import InputError
+from training.core.redis_connection import redis_connection
 
 log = logging.getLogger("strata.soak")
 
@@ -98,7 +99,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, socket_timeout=0.2)
+        client = redis_connection(self.url, 0.2)
         deadline = time.monotonic() + timeout
         try:
             while True:
