@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import ConfigDict
 
 from indexer.bundle import Bundle
 from indexer.ids import IDS
@@ -64,6 +65,7 @@ from service.results import (
 )
 from service.routing import Route, route_text
 from training.cedar.concepts import CatalogEntry
+from training.core.config import ConfigModel
 from training.core.encoders import Encoder, load_encoder
 from training.core.encoders.images import decode_image
 from training.core.errors import InputError
@@ -75,11 +77,12 @@ DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
 
-@dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
     request may ask for (service/limits.py)."""
+
+    model_config = ConfigDict(frozen=True)
 
     exact_max: int = EXACT_MAX
     hit_concepts: int = 5

@@ -14,6 +14,7 @@ import typer
 from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
+from training.core.config import build_config
 from training.core.errors import InputError
 from training.core.settings import StrataSettings, load_settings
 
@@ -55,14 +56,14 @@ def serve_command(
             help="longest a query waits for others to batch with (0: none; queries that "
             "arrive while a batch runs still form the next one)"
         ),
-    ] = BatchingConfig.max_wait_ms,
+    ] = BatchingConfig().max_wait_ms,
     max_queue: Annotated[
         int,
         typer.Option(
             help="requests waiting at most (a BatchSearch counts once); beyond, "
             "RESOURCE_EXHAUSTED at once"
         ),
-    ] = BatchingConfig.max_queue,
+    ] = BatchingConfig().max_queue,
     batching: Annotated[
         bool, typer.Option(help="micro-batch concurrent queries (--no-batching: one by one)")
     ] = True,
@@ -127,19 +128,23 @@ def serve_command(
     for what, path in (("certificate", tls_cert), ("key", tls_key)):
         if path is not None and not path.expanduser().is_file():
             raise InputError(f"TLS {what} file not found: {path}")
-    config = ServerConfig(
-        host=host,
-        port=port,
-        batching=BatchingConfig(
-            enabled=batching, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue
-        ),
-        grace_s=grace,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        admin_token=read_admin_token(admin_token_file, settings),
-        tls_cert=tls_cert.expanduser() if tls_cert else None,
-        tls_key=tls_key.expanduser() if tls_key else None,
-    )
+    values = {
+        "host": host,
+        "port": port,
+        "batching": {
+            "enabled": batching,
+            "max_batch": max_batch,
+            "max_wait_ms": max_wait_ms,
+            "max_queue": max_queue,
+        },
+        "grace_s": grace,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
+        "admin_token": read_admin_token(admin_token_file, settings),
+        "tls_cert": tls_cert.expanduser() if tls_cert else None,
+        "tls_key": tls_key.expanduser() if tls_key else None,
+    }
+    config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine = SearchEngine.open(

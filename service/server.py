@@ -28,12 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service._generated.strata.v1 import admin_pb2, admin_pb2_grpc, search_pb2, search_pb2_grpc
 from service.admin import Admin, AdminServicer
@@ -51,6 +51,7 @@ from service.rpc_metrics import MetricsInterceptor
 from service.search import SearchEngine
 from service.served_engine import ServedEngine
 from service.servicer import SearchServicer
+from training.core.config import ConfigModel
 
 log = logging.getLogger(__name__)
 
@@ -58,26 +59,36 @@ SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(ConfigModel):
+    """Where and how the server listens; the optional production surface (module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
     host: str = "127.0.0.1"
     port: int = 50051  # 0: any free port (read it back from `StrataServer.port`)
-    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
     grace_s: float = 5.0
     max_message_bytes: int = MAX_REQUEST_BYTES  # a request message at most (RESOURCE_EXHAUSTED)
     max_concurrent_rpcs: int = 256  # calls in progress at most; beyond: RESOURCE_EXHAUSTED
     metrics_port: int | None = None  # /metrics over HTTP: None off, 0 any free port
     metrics_host: str | None = None  # where /metrics listens; None: `host`
-    admin_token: str | None = field(default=None, repr=False)  # None: no AdminService
+    admin_token: str | None = Field(default=None, repr=False)  # None: no AdminService
     tls_cert: Path | None = None  # PEM certificate chain and key: both or neither
     tls_key: Path | None = None
     bundles_dir: Path | None = None  # where Reload finds versions; None: the served one's parent
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ServiceError("TLS needs both a certificate and its key (tls_cert, tls_key)")
-        if self.admin_token is not None and not self.admin_token.strip():
-            raise ServiceError("the admin token is empty")
+            raise ValueError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+        return self
+
+    @field_validator("admin_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("the admin token is empty")
+        return value
 
 
 class StrataServer:
