@@ -6,7 +6,7 @@
     cache.close()
 
 Key. A query is looked up by its encoder id and its normalised text — NFKC, casefolded, runs of
-whitespace collapsed to one space and stripped (`normalise_query`) — hashed with SHA-256:
+whitespace collapsed to one space and stripped — hashed with SHA-256 (service/query_keys.py):
 
     local:  "{sha256(encoder id)[:16]}:{sha256(normalised text)[:32]}"
     Redis:  "{prefix}:qemb:{the same}"
@@ -30,8 +30,9 @@ service does not set it, since the Redis may be shared.
 Outages. Redis is never allowed to slow or fail a request: commands have short socket timeouts
 (`timeout_s`, 0.1 s) and no retries; the first failure opens a circuit breaker — Redis is then
 skipped (the LRU and the encoder serve alone) while a background thread PINGs it with back-off
-(`backoff_s` doubling up to `max_backoff_s`); the first answer closes the breaker and look-ups
-use Redis again. `redis_state` says "connected", "disconnected" or "disabled" (no URL).
+(`backoff_s` doubling up to `max_backoff_s`: service/circuit_breaker.py); the first answer
+closes the breaker and look-ups use Redis again. `redis_state` says "connected",
+"disconnected" or "disabled" (no URL).
 
 Counts: `stats()` (plain ints), and, in the metrics the cache is given (`metrics=`, the server's
 `ServerMetrics`), `strata_query_cache_requests_total{tier,result}` and `strata_redis_up`.
@@ -39,11 +40,8 @@ Counts: `stats()` (plain ints), and, in the metrics the cache is given (`metrics
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-import time
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -51,6 +49,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from service.circuit_breaker import DEFAULT_BACKOFF_S, DEFAULT_MAX_BACKOFF_S, CircuitBreaker
+from service.query_keys import cache_key, decode_value, encode_value
 from training.core.errors import InputError
 from training.core.redis_connection import redacted, redis_connection, redis_errors
 
@@ -59,11 +59,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SIZE = 4096  # entries of the in-process LRU (1.5 KiB each for a 384-d encoder)
 DEFAULT_TTL_S = 24 * 3600.0
 DEFAULT_TIMEOUT_S = 0.1
-DEFAULT_BACKOFF_S = 0.5
-DEFAULT_MAX_BACKOFF_S = 10.0
 DEFAULT_PREFIX = "strata"
-ENCODER_HASH = 16
-TEXT_HASH = 32
 
 CONNECTED, DISCONNECTED, DISABLED = "connected", "disconnected", "disabled"
 
@@ -72,33 +68,7 @@ class QueryCacheError(InputError):
     """A cache that cannot be configured as asked (a bad Redis URL, a size below 1)."""
 
 
-# --- pure parts ----------------------------------------------------------------------------------
-
-
-def normalise_query(text: str) -> str:
-    """The text a query is cached (and embedded) as: NFKC, casefolded, whitespace collapsed.
-    Idempotent: normalising a normalised text gives it back."""
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(folded.split())
-
-
-def cache_key(encoder_id: str, text: str) -> str:
-    """The local key of a query (its Redis key is "{prefix}:qemb:" + this)."""
-    encoder = hashlib.sha256(encoder_id.encode()).hexdigest()[:ENCODER_HASH]
-    digest = hashlib.sha256(normalise_query(text).encode()).hexdigest()[:TEXT_HASH]
-    return f"{encoder}:{digest}"
-
-
-def encode_value(row: np.ndarray) -> bytes:
-    return np.ascontiguousarray(row, dtype="<f4").tobytes()
-
-
-def decode_value(raw: bytes | None, dim: int) -> np.ndarray | None:
-    """The row a stored value holds, or None when it is not `dim` finite float32 values."""
-    if raw is None or len(raw) != dim * 4:
-        return None
-    row = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-    return row if np.isfinite(row).all() else None
+# --- the local tier and the counts ----------------------------------------------------------------
 
 
 class LocalLRU:
@@ -130,41 +100,6 @@ class LocalLRU:
             self._rows.move_to_end(key)
             while len(self._rows) > self.size:
                 self._rows.popitem(last=False)
-
-
-class CircuitBreaker:
-    """Closed: use Redis. A failure opens it until `backoff` seconds pass; each failure while
-    open doubles the back-off (up to `max_backoff`); a success closes it and resets it."""
-
-    def __init__(
-        self,
-        backoff: float = DEFAULT_BACKOFF_S,
-        max_backoff: float = DEFAULT_MAX_BACKOFF_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.initial, self.max_backoff, self.clock = backoff, max(backoff, max_backoff), clock
-        self.backoff = backoff
-        self.open_until: float | None = None
-        self.failures = 0  # consecutive
-
-    @property
-    def closed(self) -> bool:
-        return self.open_until is None
-
-    def failure(self) -> None:
-        if self.open_until is not None:
-            self.backoff = min(self.backoff * 2, self.max_backoff)
-        self.failures += 1
-        self.open_until = self.clock() + self.backoff
-
-    def success(self) -> None:
-        self.open_until, self.backoff, self.failures = None, self.initial, 0
-
-    def wait(self) -> float:
-        """Seconds until the next try is due (0: now; 0 as well when closed)."""
-        if self.open_until is None:
-            return 0.0
-        return max(0.0, self.open_until - self.clock())
 
 
 @dataclass

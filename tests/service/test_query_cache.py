@@ -17,21 +17,18 @@ from serving_helpers import REDIS_URL as URL
 from serving_helpers import CountingEncoder
 
 from indexer.bundle import Bundle
+from service.circuit_breaker import CircuitBreaker
 from service.client import StrataClient
 from service.metrics import ServerMetrics
 from service.query_cache import (
     CONNECTED,
     DISABLED,
     DISCONNECTED,
-    CircuitBreaker,
     LocalLRU,
     QueryCache,
     QueryCacheError,
-    cache_key,
-    decode_value,
-    encode_value,
-    normalise_query,
 )
+from service.query_keys import cache_key, decode_value, encode_value, normalise_query
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
