@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -180,13 +180,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         version = request.version if request.HasField("version") else None
         outcome = await self.admin.reload(version)
         log.info("admin reload: %s → %s", outcome.previous_version, outcome.bundle_name)
-        return pb.ReloadResponse(
-            previous_version=outcome.previous_version,
-            bundle_version=outcome.bundle_version,
-            bundle_name=outcome.bundle_name,
-            rows=outcome.rows,
-            load_seconds=outcome.load_seconds,
-        )
+        return pb.ReloadResponse(**asdict(outcome))  # the same fields, by name
 
     async def Drain(  # noqa: N802
         self, request: pb.DrainRequest, context: grpc.aio.ServicerContext
@@ -196,17 +190,4 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def Status(  # noqa: N802
         self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        status = self.admin.status()
-        return pb.StatusResponse(
-            serving=status.serving,
-            draining=status.draining,
-            bundle_version=status.bundle_version,
-            bundle_name=status.bundle_name,
-            bundle_path=status.bundle_path,
-            bundles_dir=status.bundles_dir,
-            rows=status.rows,
-            encoder=status.encoder,
-            queue_depth=status.queue_depth,
-            uptime_seconds=status.uptime_seconds,
-            hot_swaps=status.hot_swaps,
-        )
+        return pb.StatusResponse(**asdict(self.admin.status()))  # the same fields, by name

@@ -10,13 +10,11 @@ Calls of other services pass untouched.
 from __future__ import annotations
 
 import hmac
-import inspect
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from service.rpc_handlers import Behavior, rewrapped
+from service.rpc_handlers import Behavior, HandlerInterceptor, rewrapped, run_behavior
 
 BEARER = "bearer "
 MISSING = "AdminService needs the metadata 'authorization: Bearer <token>'"
@@ -33,20 +31,15 @@ def bearer_token(metadata: object) -> str | None:
     return None
 
 
-class AdminAuthInterceptor(grpc.aio.ServerInterceptor):
+class AdminAuthInterceptor(HandlerInterceptor):
     """Guards every method of `service` (the AdminService's full name) with `token`."""
 
     def __init__(self, service: str, token: str) -> None:
         self.prefix = f"/{service}/"
         self._token = token.strip().encode()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(self.prefix):
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        if not method.startswith(self.prefix):
             return handler
         return rewrapped(handler, self._guarded)
 
@@ -64,7 +57,6 @@ class AdminAuthInterceptor(grpc.aio.ServerInterceptor):
             refused = self.refusal(context.invocation_metadata())
             if refused is not None:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, refused)
-            result = behavior(request, context)
-            return await result if inspect.isawaitable(result) else result
+            return await run_behavior(behavior, request, context)
 
         return call

@@ -45,7 +45,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
 from service.errors import DeadlineError, OverloadedError
 from training.core.config import ConfigModel
@@ -69,11 +69,12 @@ class BatchingConfig(ConfigModel):
     max_queue: int = 64
     chunk_ms: float = 20.0
 
-    @field_validator("max_batch")
+    @field_validator("max_batch", "max_queue")
     @classmethod
-    def _max_batch(cls, value: int) -> int:
+    def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
         if value < 1:
-            raise ValueError(f"max batch must be at least 1, got {value}")
+            what = str(info.field_name).replace("_", " ")  # "max batch", "max queue"
+            raise ValueError(f"{what} must be at least 1, got {value}")
         return value
 
     @field_validator("max_wait_ms")
@@ -81,13 +82,6 @@ class BatchingConfig(ConfigModel):
     def _max_wait(cls, value: float) -> float:
         if not 0 <= value <= 10_000:
             raise ValueError(f"max wait must lie in [0, 10000] ms, got {value}")
-        return value
-
-    @field_validator("max_queue")
-    @classmethod
-    def _max_queue(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"max queue must be at least 1, got {value}")
         return value
 
     @field_validator("chunk_ms")

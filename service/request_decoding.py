@@ -9,14 +9,12 @@ has them.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from service.errors import bounded
-from service.rpc_handlers import Behavior, rewrapped
+from service.rpc_handlers import Behavior, HandlerInterceptor, rewrapped, run_behavior
 
 
 class Undecodable:
@@ -26,16 +24,11 @@ class Undecodable:
         self.message_type, self.error = message_type, error
 
 
-class UndecodableRequestInterceptor(grpc.aio.ServerInterceptor):
+class UndecodableRequestInterceptor(HandlerInterceptor):
     """Answers a request whose bytes are no valid message of its type with INVALID_ARGUMENT."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        if handler.unary_unary is None or handler.request_deserializer is None:
             return handler
         deserialize = handler.request_deserializer
         owner = getattr(deserialize, "__self__", None)
@@ -58,7 +51,6 @@ def _refusing_undecodable(behavior: Behavior) -> Behavior:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 bounded(f"the request is not a valid {request.message_type}: {request.error}"),
             )
-        result = behavior(request, context)
-        return await result if inspect.isawaitable(result) else result
+        return await run_behavior(behavior, request, context)
 
     return call

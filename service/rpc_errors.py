@@ -12,9 +12,8 @@ abort already under way (a handler's or another interceptor's) passes through un
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 import grpc
@@ -28,7 +27,13 @@ from service.errors import (
     ServiceError,
     bounded,
 )
-from service.rpc_handlers import Behavior, rewrapped, split_method
+from service.rpc_handlers import (
+    Behavior,
+    HandlerInterceptor,
+    rewrapped,
+    run_behavior,
+    split_method,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,29 +62,23 @@ def status_message(error: BaseException) -> str:
     return bounded(f"internal error: {error}")
 
 
-class ErrorStatusInterceptor(grpc.aio.ServerInterceptor):
+class ErrorStatusInterceptor(HandlerInterceptor):
     """Aborts a call of one of `services` whose handler raised, with the mapped status."""
 
     def __init__(self, services: Collection[str]) -> None:
         self.services = frozenset(services)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        service, _ = split_method(handler_call_details.method)
-        if handler is None or handler.unary_unary is None or service not in self.services:
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        service, _ = split_method(method)
+        if handler.unary_unary is None or service not in self.services:
             return handler
-        return rewrapped(handler, lambda behavior: _mapped(behavior, handler_call_details.method))
+        return rewrapped(handler, lambda behavior: _mapped(behavior, method))
 
 
 def _mapped(behavior: Behavior, method: str) -> Behavior:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            result = behavior(request, context)
-            return await result if inspect.isawaitable(result) else result
+            return await run_behavior(behavior, request, context)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:

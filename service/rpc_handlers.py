@@ -1,19 +1,46 @@
 """A gRPC method handler with its behaviour wrapped: what every server interceptor returns.
 
-An interceptor of grpc.aio gets the handler grpc would run and hands back another one; the
-four kinds (unary-unary, unary-stream, stream-unary, stream-stream) differ only in which
-attribute holds the behaviour and which factory makes the handler, so `rewrapped` keeps the
-kind, the (de)serializers, and swaps the behaviour for `wrap(behaviour)`.
+An interceptor of grpc.aio gets the handler grpc would run and hands back another one
+(`HandlerInterceptor.intercept`, for methods grpc knows); the four kinds (unary-unary,
+unary-stream, stream-unary, stream-stream) differ only in which attribute holds the behaviour
+and which factory makes the handler, so `rewrapped` keeps the kind, the (de)serializers, and
+swaps the behaviour for `wrap(behaviour)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 Behavior = Callable[..., Any]
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+
+
+class HandlerInterceptor(grpc.aio.ServerInterceptor):
+    """A server interceptor that rewrites the handler of each method grpc knows (an unknown
+    method, None, passes: grpc answers UNIMPLEMENTED itself)."""
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self.intercept(handler, handler_call_details.method)
+
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        """The handler to run for `method` ("/package.Service/Method") instead of `handler`."""
+        raise NotImplementedError
+
+
+async def run_behavior(behavior: Behavior, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    """A unary behaviour's answer, whether it is a coroutine function or a plain one."""
+    result = behavior(request, context)
+    return await result if inspect.isawaitable(result) else result
+
 
 _FACTORIES = (
     ("unary_unary", grpc.unary_unary_rpc_method_handler),

@@ -11,15 +11,22 @@ ended with as grpc-go's exporters do.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
 
 from service.metrics import ServerMetrics
-from service.rpc_handlers import Behavior, rewrapped, split_method
+from service.rpc_handlers import (
+    Behavior,
+    HandlerInterceptor,
+    rewrapped,
+    run_behavior,
+    split_method,
+)
 
 Labels = tuple[str, str, str]
 
@@ -51,33 +58,30 @@ def code_name(context: grpc.aio.ServicerContext, error: BaseException | None) ->
     return "UNKNOWN"
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(HandlerInterceptor):
     """Counts and times every RPC of every service registered on the server."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self.metrics = metrics
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:  # an unknown method: grpc answers UNIMPLEMENTED itself
-            return handler
-        service, method = split_method(handler_call_details.method)
-        labels = (grpc_type(handler), service, method)
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        labels = (grpc_type(handler), *split_method(method))
         return rewrapped(handler, lambda behavior: self._wrap(behavior, labels))
 
-    def _finish(
-        self,
-        labels: Labels,
-        started: float,
-        context: grpc.aio.ServicerContext,
-        error: BaseException | None,
-    ) -> None:
-        self.metrics.handled.labels(*labels, code_name(context, error)).inc()
-        self.metrics.handling.labels(*labels).observe(time.perf_counter() - started)
+    @contextlib.contextmanager
+    def _observed(self, labels: Labels, context: grpc.aio.ServicerContext) -> Iterator[None]:
+        """Count the call as started; at its end, as handled with its status, and time it."""
+        self.metrics.started.labels(*labels).inc()
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.metrics.handled.labels(*labels, code_name(context, error)).inc()
+            self.metrics.handling.labels(*labels).observe(time.perf_counter() - started)
 
     def _wrap(self, behavior: Behavior, labels: Labels) -> Behavior:
         if inspect.isgeneratorfunction(behavior):  # a plain generator: iterate it here
@@ -91,33 +95,14 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if inspect.isasyncgenfunction(behavior):
 
             async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
-                self.metrics.started.labels(*labels).inc()
-                started = time.perf_counter()
-                error: BaseException | None = None
-                try:
+                with self._observed(labels, context):
                     async for response in behavior(request, context):
                         yield response
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    self._finish(labels, started, context, error)
 
             return streaming
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            self.metrics.started.labels(*labels).inc()
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
-                result = behavior(request, context)
-                if inspect.isawaitable(result):
-                    result = await result
-                return result
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self._finish(labels, started, context, error)
+            with self._observed(labels, context):
+                return await run_behavior(behavior, request, context)
 
         return call
