@@ -15,7 +15,7 @@ from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher
 from indexer.update import DeleteConfig, delete_rows
 from service.batching import BatchingConfig
-from service.benchmarks.soak import RedisServer
+from service.benchmarks.redis_server import RedisServer
 from service.hot_swap import HotSwapper
 from service.query_cache import CONNECTED, DISCONNECTED, QueryCache
 from service.search import SearchEngine
