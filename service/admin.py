@@ -6,12 +6,11 @@
 `Admin` does the work on a running server (plain methods, usable without gRPC; the server is
 anything with the `OperatedServer` surface — `StrataServer` is); `AdminServicer` only converts.
 The token is checked by `service.admin_auth.AdminAuthInterceptor`, errors become statuses in
-`service.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the
-server's bundle directory (by name, or the one CURRENT names), verifies it
-(`indexer.verify.check_servable`; a version that fails is refused with FAILED_PRECONDITION
-naming the file, and counted in `strata_bundle_refused_total{reason}`), loads it on a worker
-thread while the old version keeps serving, then hands the new engine to
-`StrataServer.swap_engine`.
+`service.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the server's bundle
+directory (by name, or the one CURRENT names), verifies it (`indexer.verify.check_servable`; a
+version that fails is refused with FAILED_PRECONDITION naming the file, and counted in
+`strata_bundle_refused_total{reason}`), loads it on a worker thread while the old version
+keeps serving, then hands the new engine to `StrataServer.swap_engine`.
 """
 
 from __future__ import annotations
