@@ -6,10 +6,11 @@
 
 Each `StrataServer` holds one `ServerMetrics` (so several servers in one process never share a
 series), and hands it to what records into it: the gRPC series come from
-`service.rpc_metrics.MetricsInterceptor`; the encoder's from `service.encoder_timing` (bound
-to the server's engine thread); the query cache and the hot-swap follower receive it as a
-constructor argument (`QueryCache(metrics=...)`, `StrataServer.metrics`). Names (dashboards
-and alert rules in deploy/ are written against exactly these):
+`service.rpc_metrics.MetricsInterceptor`; the encoder's from each search the server runs
+(`SearchEngine.search_batch(queries, observer)`, service/query_embedding.py); the query cache
+receives it as a constructor argument (`QueryCache(metrics=...)`), the hot-swap follower and
+the AdminService through the server. Names (dashboards and alert rules in deploy/ are written
+against exactly these):
 
     grpc_server_started_total{grpc_type,grpc_service,grpc_method}            counter
     grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}  counter

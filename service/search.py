@@ -5,9 +5,10 @@
 1. validate each query (service/query_checks.py: one text, image or vector; top_k in
    [1, 1000]; a known granularity, concepts and metadata fields) — a bad query fails alone,
    with a `QueryError` naming it;
-2. embed: every text of the batch in one `encode_text` call (with a query cache, only the
-   distinct texts it does not hold: service/query_cache.py), every image in one
-   `encode_image` call; vectors are normalised; one GraSP rotation for the whole batch;
+2. embed (service/query_embedding.py): every text of the batch in one `encode_text` call
+   (with a query cache, only the distinct texts it does not hold: service/query_cache.py),
+   every image in one `encode_image` call, each call timed into the caller's metrics;
+   vectors are normalised; one GraSP rotation for the whole batch;
 3. route each query to a prefix length: its granularity, or AUTO's choice (service/routing.py;
    image and vector queries go to the full vector);
 4. search: unfiltered queries of one prefix length in one FAISS call; each filtered query over
@@ -40,7 +41,6 @@ from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
 from indexer.verify import check_servable
 from service.catalog import catalog_page, describe_index, find_concepts
-from service.encoder_timing import timed
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
     activations_of,
@@ -52,7 +52,7 @@ from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_sea
 from service.limits import LIMITS, RequestLimits, check_chars
 from service.query_cache import QueryCache
 from service.query_checks import check_query, check_query_input, parse_granularity
-from service.query_keys import normalise_query
+from service.query_embedding import EncoderObserver, embed_texts, encode
 from service.results import (
     ConceptInfo,
     ConceptPage,
@@ -109,7 +109,7 @@ class SearchEngine:
         cache: QueryCache | None = None,
     ):
         self.bundle = bundle.load()
-        self.encoder = timed(encoder)  # its calls count in the serving thread's metrics
+        self.encoder = encoder
         self.config = config or EngineConfig()
         self.cache = cache  # text queries' embeddings (service/query_cache.py); None: no cache
         if encoder is not None and encoder.dim != bundle.dim:
@@ -174,10 +174,13 @@ class SearchEngine:
             raise result
         return result
 
-    def search_batch(self, queries: Sequence[SearchQuery]) -> list[SearchResult | ServiceError]:
-        """Every query's result, or its own error, in order (steps in the module docstring)."""
+    def search_batch(
+        self, queries: Sequence[SearchQuery], observer: EncoderObserver | None = None
+    ) -> list[SearchResult | ServiceError]:
+        """Every query's result, or its own error, in order (steps in the module docstring);
+        the encoder calls timed into `observer` (a server's metrics), if any."""
         prepared = [self._prepare(q) for q in queries]
-        self._embed(prepared)
+        self._embed(prepared, observer)
         live = [p for p in prepared if p.error is None]
         if live:
             rotated = self.bundle.rotate(np.stack([p.embedding for p in live]))
@@ -202,8 +205,9 @@ class SearchEngine:
             prepared.error = InternalError(f"internal error: {exc!r}")
         return prepared
 
-    def _embed(self, prepared: list[_Prepared]) -> None:
-        """Unit embeddings for every live query: one encoder call per modality."""
+    def _embed(self, prepared: list[_Prepared], observer: EncoderObserver | None) -> None:
+        """Unit embeddings for every live query: one encoder call per modality (timed into
+        `observer`: service/query_embedding.py)."""
         texts = [p for p in prepared if p.error is None and p.query.text is not None]
         images = [p for p in prepared if p.error is None and p.query.image is not None]
         for p in prepared:
@@ -212,7 +216,10 @@ class SearchEngine:
                 values = np.asarray(p.query.vector, dtype=np.float64)
                 p.embedding = (values / np.linalg.norm(values)).astype(np.float32)
         if texts:
-            self._embed_texts(texts)
+            assert self.encoder is not None
+            rows = embed_texts(self.encoder, self.cache, [p.query.text for p in texts], observer)
+            for p, row in zip(texts, rows, strict=True):
+                p.embedding = row
         decoded = []
         for p in images:
             try:
@@ -222,35 +229,9 @@ class SearchEngine:
                 p.error = QueryError(f"undecodable image: {exc}")
         if decoded:
             assert self.encoder is not None
-            rows = self.encoder.encode_image([p.image for p in decoded])
+            rows = encode(self.encoder, "image", [p.image for p in decoded], observer)
             for p, row in zip(decoded, rows, strict=True):
                 p.embedding, p.image = row, None
-
-    def _embed_texts(self, texts: list[_Prepared]) -> None:
-        """Text queries: with a cache, look each up first (its normalised text), then embed the
-        distinct misses in one encoder call and store them; without one, embed them all."""
-        assert self.encoder is not None
-        if self.cache is None:
-            rows = self.encoder.encode_text([p.query.text for p in texts])
-            for p, row in zip(texts, rows, strict=True):
-                p.embedding = row
-            return
-        encoder_id = self.encoder.id
-        found = self.cache.lookup(encoder_id, self.encoder.dim, [p.query.text for p in texts])
-        missing: dict[str, list[_Prepared]] = {}  # normalised text -> its queries
-        for p, row in zip(texts, found, strict=True):
-            if row is not None:
-                p.embedding = row
-            else:
-                missing.setdefault(normalise_query(p.query.text), []).append(p)
-        if not missing:
-            return
-        unique = list(missing)
-        rows = self.encoder.encode_text(unique)
-        self.cache.store(encoder_id, [missing[t][0].query.text for t in unique], rows)
-        for text, row in zip(unique, rows, strict=True):
-            for p in missing[text]:
-                p.embedding = row
 
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
@@ -347,14 +328,16 @@ class SearchEngine:
         query: SearchQuery,
         item_id: str | None = None,
         row: int | None = None,
+        observer: EncoderObserver | None = None,
     ) -> Explanation:
-        """Shared concepts and per-prefix cosines of a query and one item (by id or row)."""
+        """Shared concepts and per-prefix cosines of a query and one item (by id or row); the
+        encoder call timed into `observer`, if any."""
         if len(query.kinds) != 1:
             raise QueryError("give one query: a text, an image or a vector")
         check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
         row = self.row_of(item_id, row)
         prepared = _Prepared(query)
-        self._embed([prepared])
+        self._embed([prepared], observer)
         if prepared.error is not None:
             raise prepared.error
         embedding = prepared.embedding[None, :]

@@ -40,7 +40,6 @@ from service.admin import Admin, AdminServicer
 from service.admin_auth import AdminAuthInterceptor
 from service.batching import BatchingConfig, MicroBatcher
 from service.convert import MAX_MESSAGE_BYTES
-from service.encoder_timing import bind_thread
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
 from service.metrics import ServerMetrics
@@ -108,12 +107,7 @@ class StrataServer:
         self.port: int | None = None
         self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
-        self.executor = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="strata-engine",
-            initializer=bind_thread,
-            initargs=(self.metrics,),
-        )
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
         self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
             self._search_batch, self.config.batching, self.executor
         )
@@ -134,7 +128,8 @@ class StrataServer:
         return self.config.bundles_dir or self.served.engine.bundle.path.parent
 
     def _search_batch(self, queries: list[SearchQuery]) -> list[SearchResult | ServiceError]:
-        return self.served.engine.search_batch(queries)  # the engine of the moment
+        # the engine of the moment; its encoder calls timed into this server's metrics
+        return self.served.engine.search_batch(queries, self.metrics)
 
     def _publish_bundle(self) -> None:
         bundle = self.served.engine.bundle

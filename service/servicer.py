@@ -106,7 +106,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         if which is None:
             raise QueryError("name the item: set item_id or row")
         engine = self.served.engine
-        explanation = await self._on_engine(lambda: engine.explain(query, item_id, row))
+        explanation = await self._on_engine(
+            lambda: engine.explain(query, item_id, row, self.metrics)
+        )
         return convert.explain_response(explanation)
 
     async def ListConcepts(  # noqa: N802
