@@ -21,7 +21,6 @@ from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
     DEFAULT_PREFIX,
     PREFIX_ENVIRONMENT,
-    URL_ENVIRONMENT,
     RedisPublisher,
     publish_version,
 )
@@ -47,8 +46,8 @@ RedisUrl = Annotated[
     str | None,
     typer.Option(
         "--redis-url",
-        envvar=URL_ENVIRONMENT,
-        help="also record and announce the new version in this Redis (redis://host:6379/0)",
+        help="also record and announce the new version in this Redis (redis://host:6379/0; "
+        "default: $STRATA_REDIS_URL)",
         show_default=False,
     ),
 ]
@@ -68,6 +67,11 @@ Progress = Annotated[bool, typer.Option(help="show progress bars")]
 
 
 def publisher_for(url: str | None, prefix: str) -> RedisPublisher | None:
+    """The publisher of `--redis-url`, else of STRATA_REDIS_URL (the settings'); None: none."""
+    if url is None:
+        from training.core.settings import load_settings
+
+        url = load_settings().redis_url
     return RedisPublisher(url, prefix) if url else None
 
 

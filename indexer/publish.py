@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -51,20 +50,20 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from indexer.bundle import CURRENT, MANIFEST, read_manifest
 from indexer.versions import BundleStore
 from training.core.errors import InputError
 from training.core.files import fsync_dir, sha256_file
-
-if TYPE_CHECKING:
-    import redis
-    import redis.asyncio
+from training.core.redis_connection import (
+    redacted,
+    redis_connection,
+    redis_errors,
+)
 
 log = logging.getLogger(__name__)
 
-URL_ENVIRONMENT = "STRATA_REDIS_URL"
 PREFIX_ENVIRONMENT = "STRATA_REDIS_PREFIX"
 DEFAULT_PREFIX = "strata"
 LOCK_TTL = 60.0  # seconds; the lock is held from before the switch to after the announcement
@@ -98,11 +97,6 @@ return 0
 
 class PublishError(InputError):
     """Redis unreachable, misconfigured or busy, or a publish that could not complete."""
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
 
 
 def one_line(exc: BaseException) -> str:
@@ -162,39 +156,6 @@ def parse_announcement(data: str | bytes | None) -> dict[str, Any] | None:
     return record
 
 
-# --- the Redis connection: every client this module and indexer/version_channel.py use --------
-
-
-def redis_client(url: str, timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
-    """A client for `url` (redis-py, imported here so that a job without Redis never pays it)."""
-    import redis
-
-    try:
-        return redis.Redis.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout, decode_responses=True
-        )
-    except ValueError as exc:
-        raise PublishError(f"bad Redis URL {redacted(url)!r}: {one_line(exc)}") from None
-
-
-def async_redis_client(url: str, timeout: float = SOCKET_TIMEOUT) -> redis.asyncio.Redis:
-    """The asyncio client for `url` (redis.asyncio), for `VersionChannel.alisten`."""
-    import redis.asyncio as aredis
-
-    return aredis.Redis.from_url(
-        url, socket_connect_timeout=timeout, socket_timeout=timeout, decode_responses=True
-    )
-
-
-def redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.exceptions.RedisError, OSError)
-
-
-# --- publishing ---------------------------------------------------------------------------------
-
-
 class Publisher(Protocol):
     """Where a version is announced beyond the pointer file (RedisPublisher)."""
 
@@ -225,7 +186,7 @@ class RedisPublisher:
         if not prefix:
             raise PublishError("the Redis key prefix must not be empty")
         self.url, self.keys, self.wait, self.lock_ttl = url, ChannelKeys(prefix), wait, lock_ttl
-        self.client = redis_client(url, timeout)
+        self.client = redis_connection(url, timeout, error=PublishError, decode_responses=True)
 
     def describe(self) -> str:
         return f"{redacted(self.url)} key {self.keys.current}, channel {self.keys.channel}"

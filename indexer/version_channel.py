@@ -18,11 +18,13 @@ from indexer.publish import (
     SOCKET_TIMEOUT,
     ChannelKeys,
     PublishError,
-    async_redis_client,
     one_line,
     parse_announcement,
+)
+from training.core.redis_connection import (
+    async_redis_connection,
     redacted,
-    redis_client,
+    redis_connection,
     redis_errors,
 )
 
@@ -85,7 +87,7 @@ class VersionChannel:
 
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, timeout: float = SOCKET_TIMEOUT):
         self.url, self.keys, self.timeout = url, ChannelKeys(prefix), timeout
-        self.client = redis_client(url, timeout)
+        self.client = redis_connection(url, timeout, error=PublishError, decode_responses=True)
 
     def fail(self, exc: BaseException) -> PublishError:
         return PublishError(f"cannot read Redis at {redacted(self.url)}: {one_line(exc)}")
@@ -124,7 +126,7 @@ class VersionChannel:
         self, idle_timeout: float | None = None, include_current: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         """`listen` for asyncio (redis.asyncio): the same records, the same timeout."""
-        client = async_redis_client(self.url, self.timeout)
+        client = async_redis_connection(self.url, self.timeout)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             try:

@@ -3,23 +3,24 @@
     ServerConfig(admin_token="s3cret")   # registers AdminService; without a token it is absent
     # a call carries the metadata  authorization: Bearer s3cret  (else UNAUTHENTICATED)
 
-`Admin` does the work on a `StrataServer` (plain methods, usable without gRPC);
-`AdminServicer` checks the token, converts and maps errors. Reload opens a version of the
-server's bundle directory (by name, or the one CURRENT names), verifies it
-(`indexer.verify.check_servable`; a version that fails is refused with FAILED_PRECONDITION
-naming the file, and counted in `strata_bundle_refused_total{reason}`), loads it on a worker
-thread while the old version keeps serving, then hands the new engine to
-`StrataServer.swap_engine`.
+`Admin` does the work on a running server (plain methods, usable without gRPC; the server is
+anything with the `OperatedServer` surface — `StrataServer` is); `AdminServicer` only converts.
+The token is checked by `service.admin_auth.AdminAuthInterceptor`, errors become statuses in
+`service.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the server's bundle
+directory (by name, or the one CURRENT names), verifies it (`indexer.verify.check_servable`; a
+version that fails is refused with FAILED_PRECONDITION naming the file, and counted in
+`strata_bundle_refused_total{reason}`), loads it on a worker thread while the old version
+keeps serving, then hands the new engine to `StrataServer.swap_engine`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
 
 import grpc
 
@@ -28,16 +29,32 @@ from indexer.faults import VersionRefusedError
 from indexer.verify import check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.errors import QueryError, ServiceError, bounded, echo
+from service.batching import MicroBatcher
+from service.errors import QueryError, ServiceError, echo
+from service.metrics import ServerMetrics
 from service.search import SearchEngine
+from service.served_engine import ServedEngine
 from training.core.errors import InputError
-
-if TYPE_CHECKING:
-    from service.server import StrataServer
 
 log = logging.getLogger(__name__)
 
-BEARER = "bearer "
+
+class OperatedServer(Protocol):
+    """What the operator's actions read and change on a running server."""
+
+    served: ServedEngine
+    metrics: ServerMetrics
+    batcher: MicroBatcher
+    serving: bool
+    draining: bool
+    started_at: float
+
+    @property
+    def bundles_dir(self) -> Path: ...
+
+    def swap_engine(self, new_engine: SearchEngine) -> SearchEngine: ...
+
+    async def drain(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,7 @@ class ServerStatus:
 class Admin:
     """The operator's actions on one running server."""
 
-    def __init__(self, server: StrataServer) -> None:
+    def __init__(self, server: OperatedServer) -> None:
         self.server = server
         self._reloading = asyncio.Lock()
 
@@ -90,7 +107,7 @@ class Admin:
         path = root / name
         if not (path / MANIFEST).is_file():
             raise ServiceError(f"no bundle version {name} in {root}")
-        served = self.server.engine
+        served = self.server.served.engine
         try:
             check_servable(path)
         except VersionRefusedError as exc:
@@ -135,7 +152,7 @@ class Admin:
 
     def status(self) -> ServerStatus:
         server = self.server
-        bundle = server.engine.bundle
+        bundle = server.served.engine.bundle
         return ServerStatus(
             serving=server.serving,
             draining=server.draining,
@@ -147,85 +164,30 @@ class Admin:
             encoder=bundle.manifest.encoder or "",
             queue_depth=server.batcher.waiting,
             uptime_seconds=time.monotonic() - server.started_at,
-            hot_swaps=server.hot_swaps,
+            hot_swaps=server.served.swaps,
         )
 
 
-def bearer_token(metadata: object) -> str | None:
-    """The token of an `authorization: Bearer <token>` metadata entry, if any."""
-    for key, value in metadata or ():  # type: ignore[attr-defined]
-        if key.lower() == "authorization" and isinstance(value, str):
-            if value[: len(BEARER)].lower() == BEARER:
-                return value[len(BEARER) :].strip()
-            return None
-    return None
-
-
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """AdminService over `Admin`; every call checks the bearer token first."""
+    """AdminService over `Admin` (behind `AdminAuthInterceptor` and `ErrorStatusInterceptor`)."""
 
-    def __init__(self, admin: Admin, token: str) -> None:
+    def __init__(self, admin: Admin) -> None:
         self.admin = admin
-        self._token = token.strip().encode()
-
-    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
-        given = bearer_token(context.invocation_metadata())
-        if given is None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "AdminService needs the metadata 'authorization: Bearer <token>'",
-            )
-        elif not hmac.compare_digest(given.encode(), self._token):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong admin token")
-
-    async def _refuse(self, context: grpc.aio.ServicerContext, error: Exception) -> None:
-        if isinstance(error, QueryError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(error)))
-        if isinstance(error, ServiceError):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(str(error)))
-        log.exception("admin call failed", exc_info=error)
-        await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal error: {error}"))
 
     async def Reload(  # noqa: N802 (gRPC method names)
         self, request: pb.ReloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReloadResponse:
-        await self._authorize(context)
         version = request.version if request.HasField("version") else None
-        try:
-            outcome = await self.admin.reload(version)
-        except Exception as exc:
-            await self._refuse(context, exc)
-            raise AssertionError("unreachable: abort raises") from exc
+        outcome = await self.admin.reload(version)
         log.info("admin reload: %s → %s", outcome.previous_version, outcome.bundle_name)
-        return pb.ReloadResponse(
-            previous_version=outcome.previous_version,
-            bundle_version=outcome.bundle_version,
-            bundle_name=outcome.bundle_name,
-            rows=outcome.rows,
-            load_seconds=outcome.load_seconds,
-        )
+        return pb.ReloadResponse(**asdict(outcome))  # the same fields, by name
 
     async def Drain(  # noqa: N802
         self, request: pb.DrainRequest, context: grpc.aio.ServicerContext
     ) -> pb.DrainResponse:
-        await self._authorize(context)
         return pb.DrainResponse(serving=await self.admin.drain())
 
     async def Status(  # noqa: N802
         self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        await self._authorize(context)
-        status = self.admin.status()
-        return pb.StatusResponse(
-            serving=status.serving,
-            draining=status.draining,
-            bundle_version=status.bundle_version,
-            bundle_name=status.bundle_name,
-            bundle_path=status.bundle_path,
-            bundles_dir=status.bundles_dir,
-            rows=status.rows,
-            encoder=status.encoder,
-            queue_depth=status.queue_depth,
-            uptime_seconds=status.uptime_seconds,
-            hot_swaps=status.hot_swaps,
-        )
+        return pb.StatusResponse(**asdict(self.admin.status()))  # the same fields, by name

@@ -45,8 +45,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from pydantic import ConfigDict, ValidationInfo, field_validator
+
 from service.errors import DeadlineError, OverloadedError
-from training.core.errors import InputError
+from training.core.config import ConfigModel
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@dataclass(frozen=True)
-class BatchingConfig:
+class BatchingConfig(ConfigModel):
     """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
     requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
     `enabled=False` processes every item alone."""
+
+    model_config = ConfigDict(frozen=True)
 
     enabled: bool = True
     max_batch: int = 32
@@ -66,15 +69,27 @@ class BatchingConfig:
     max_queue: int = 64
     chunk_ms: float = 20.0
 
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise InputError(f"max batch must be at least 1, got {self.max_batch}")
-        if not 0 <= self.max_wait_ms <= 10_000:
-            raise InputError(f"max wait must lie in [0, 10000] ms, got {self.max_wait_ms}")
-        if self.max_queue < 1:
-            raise InputError(f"max queue must be at least 1, got {self.max_queue}")
-        if not 0 < self.chunk_ms <= 10_000:
-            raise InputError(f"chunk time must lie in (0, 10000] ms, got {self.chunk_ms}")
+    @field_validator("max_batch", "max_queue")
+    @classmethod
+    def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
+        if value < 1:
+            what = str(info.field_name).replace("_", " ")  # "max batch", "max queue"
+            raise ValueError(f"{what} must be at least 1, got {value}")
+        return value
+
+    @field_validator("max_wait_ms")
+    @classmethod
+    def _max_wait(cls, value: float) -> float:
+        if not 0 <= value <= 10_000:
+            raise ValueError(f"max wait must lie in [0, 10000] ms, got {value}")
+        return value
+
+    @field_validator("chunk_ms")
+    @classmethod
+    def _chunk(cls, value: float) -> float:
+        if not 0 < value <= 10_000:
+            raise ValueError(f"chunk time must lie in (0, 10000] ms, got {value}")
+        return value
 
 
 @dataclass

@@ -6,6 +6,8 @@ requests and reads responses with them, so both ends agree by construction.
 
 from __future__ import annotations
 
+from typing import Any
+
 from service._generated.strata.v1 import search_pb2 as pb
 from service.errors import QueryError, echo
 from service.limits import LIMITS, RequestLimits, check_count
@@ -30,6 +32,14 @@ from training.core.granularity import Granularity
 
 MAX_MESSAGE_BYTES = 16 * 2**20  # responses (the server's send, a client's both ways)
 
+# fields of the same name and meaning in a message and its value, copied as they are
+_CONCEPT_FIELDS = ("id", "label", "name", "score", "frequency", "active_rows")
+_INDEX_FIELDS = (
+    "bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality",
+    "concepts", "image_queries",
+)  # fmt: skip
+_PREFIX_FIELDS = ("prefix_length", "factory", "kind", "on_disk", "search_parameters")
+
 _TO_PROTO = {
     AUTO: pb.GRANULARITY_AUTO,
     Granularity.OBJECT.value: pb.GRANULARITY_OBJECT,
@@ -39,6 +49,11 @@ _TO_PROTO = {
     Granularity.FULL.value: pb.GRANULARITY_FULL,
 }
 _FROM_PROTO = {v: k for k, v in _TO_PROTO.items()} | {pb.GRANULARITY_UNSPECIFIED: AUTO}
+
+
+def same_fields(source: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """`names` of `source` as keyword arguments (a message's or a value's, to build the other)."""
+    return {name: getattr(source, name) for name in names}
 
 
 # --- granularity and concept references -------------------------------------------------------
@@ -266,12 +281,8 @@ def explanation(message: pb.ExplainResponse) -> Explanation:
 
 def concept_to_proto(info: ConceptInfo) -> pb.Concept:
     return pb.Concept(
-        id=info.id,
-        label=info.label,
-        name=info.name,
-        score=info.score,
+        **same_fields(info, _CONCEPT_FIELDS),
         runner_ups=[pb.NamedScore(name=n, score=s) for n, s in info.runner_ups],
-        frequency=info.frequency,
         examples=[
             pb.ConceptExample(
                 id=str(e.get("id", "")),
@@ -281,24 +292,18 @@ def concept_to_proto(info: ConceptInfo) -> pb.Concept:
             for e in info.examples
         ],
         scope=info.scope or "",
-        active_rows=info.active_rows,
     )
 
 
 def concept_info(message: pb.Concept) -> ConceptInfo:
     return ConceptInfo(
-        id=message.id,
-        label=message.label,
-        name=message.name,
-        score=message.score,
+        **same_fields(message, _CONCEPT_FIELDS),
         runner_ups=[(r.name, r.score) for r in message.runner_ups],
-        frequency=message.frequency,
         examples=[
             {"id": e.id, "activation": e.activation, **({"text": e.text} if e.text else {})}
             for e in message.examples
         ],
         scope=message.scope or None,
-        active_rows=message.active_rows,
     )
 
 
@@ -320,53 +325,25 @@ def concept_page(message: pb.ListConceptsResponse) -> ConceptPage:
 
 def index_info_response(info: IndexInfo) -> pb.GetIndexInfoResponse:
     return pb.GetIndexInfoResponse(
-        bundle_version=info.bundle_version,
-        bundle_name=info.bundle_name,
-        created_at=info.created_at,
-        rows=info.rows,
-        dim=info.dim,
-        k=info.k,
-        encoder=info.encoder,
-        modality=info.modality,
+        **same_fields(info, _INDEX_FIELDS),
         prefixes=[
             pb.PrefixIndex(
-                granularity=granularity_to_proto(p.granularity),
-                prefix_length=p.prefix_length,
-                factory=p.factory,
-                kind=p.kind,
-                on_disk=p.on_disk,
-                search_parameters=p.search_parameters,
+                granularity=granularity_to_proto(p.granularity), **same_fields(p, _PREFIX_FIELDS)
             )
             for p in info.prefixes
         ],
         metadata_fields=info.metadata_fields,
-        concepts=info.concepts,
-        image_queries=info.image_queries,
     )
 
 
 def index_info(message: pb.GetIndexInfoResponse) -> IndexInfo:
     return IndexInfo(
-        bundle_version=message.bundle_version,
-        bundle_name=message.bundle_name,
-        created_at=message.created_at,
-        rows=message.rows,
-        dim=message.dim,
-        k=message.k,
-        encoder=message.encoder,
-        modality=message.modality,
+        **same_fields(message, _INDEX_FIELDS),
         prefixes=[
             PrefixInfo(
-                granularity=routed_granularity(p.granularity),
-                prefix_length=p.prefix_length,
-                factory=p.factory,
-                kind=p.kind,
-                on_disk=p.on_disk,
-                search_parameters=p.search_parameters,
+                granularity=routed_granularity(p.granularity), **same_fields(p, _PREFIX_FIELDS)
             )
             for p in message.prefixes
         ],
         metadata_fields=list(message.metadata_fields),
-        concepts=message.concepts,
-        image_queries=message.image_queries,
     )

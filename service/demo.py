@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from pydantic import ConfigDict
 
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
@@ -36,6 +37,7 @@ from service.server import BackgroundServer, ServerConfig
 from training.cedar.cli import fit_cedar
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
+from training.core.config import ConfigModel
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.settings import StrataSettings
@@ -80,10 +82,11 @@ DEMO_SEARCHES: dict[str, tuple[DemoSearch, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class DemoConfig:
+class DemoConfig(ConfigModel):
     """`scenes`: the compositional set's size when Flickr8k is absent; epochs of each transform
     (short: the demo shows the pipeline); `k` hits per example search."""
+
+    model_config = ConfigDict(frozen=True)
 
     scenes: int = 20_000
     grasp_epochs: int = 8

@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING, Any
 
 from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
 from indexer.faults import Fault, VersionRefusedError
-from indexer.publish import DEFAULT_PREFIX, PublishError, one_line, redacted
+from indexer.publish import DEFAULT_PREFIX, PublishError, one_line
 from indexer.verify import check_servable
 from indexer.version_channel import VersionChannel
 from service.errors import ServiceError
 from service.search import SearchEngine
 from training.core.errors import InputError
 from training.core.files import sha256_file
+from training.core.redis_connection import redacted
 
 if TYPE_CHECKING:
     from service.server import StrataServer
@@ -183,7 +184,7 @@ class HotSwapper:
         self.server, self.url, self.loader = server, url, loader
         self.channel = VersionChannel(url, prefix, timeout_s)  # PublishError: a bad URL
         self.backoff_s, self.max_backoff_s, self.poll_s = backoff_s, max_backoff_s, poll_s
-        bundle = server.engine.bundle
+        bundle = server.served.engine.bundle
         self.tracker = VersionTracker(bundle.name, bundle.version)
         self.counts = SwapCounts()
         self.connected = False
@@ -308,7 +309,7 @@ class HotSwapper:
             waiting = [await self._pending.get()]
             while not self._pending.empty():
                 waiting.append(self._pending.get_nowait())
-            served = self.server.engine.bundle  # an admin Reload may have swapped meanwhile
+            served = self.server.served.engine.bundle  # an admin Reload may have swapped meanwhile
             self.tracker.served_name, self.tracker.served_version = served.name, served.version
             record = self.tracker.choose(waiting)
             if record is not None:
@@ -318,7 +319,7 @@ class HotSwapper:
         name = record["name"]
         started = time.perf_counter()
         try:
-            engine = await asyncio.to_thread(self.loader, record, self.server.engine)
+            engine = await asyncio.to_thread(self.loader, record, self.server.served.engine)
             self.server.swap_engine(engine)
         except asyncio.CancelledError:
             raise

@@ -24,16 +24,19 @@ what a caller sent (a short prefix, and the full length when it was cut).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from pydantic import ConfigDict
 
 from service.errors import QueryError, echo
+from training.core.config import ConfigModel
 
 MAX_REQUEST_BYTES = 4 * 2**20  # the server's gRPC receive limit per request message
 
 
-@dataclass(frozen=True)
-class RequestLimits:
+class RequestLimits(ConfigModel):
     """The limits of one request (module docstring); the engine and the servicer share one."""
+
+    model_config = ConfigDict(frozen=True)
 
     concept_refs: int = 64
     ref_chars: int = 128

@@ -4,11 +4,13 @@
     port = metrics.start_http("127.0.0.1", 0)  # GET http://127.0.0.1:<port>/metrics
     metrics.stop_http()
 
-Each `StrataServer` owns one `ServerMetrics` (so several servers in one process never share a
-series). The gRPC series come from `MetricsInterceptor`, a grpc.aio server interceptor that
-sees every call of every service (errors raised by `context.abort` included); the others are
-fed by the server, the servicer and `InstrumentedEncoder`. Names (dashboards and alert rules
-in deploy/ are written against exactly these):
+Each `StrataServer` holds one `ServerMetrics` (so several servers in one process never share a
+series), and hands it to what records into it: the gRPC series come from
+`service.rpc_metrics.MetricsInterceptor`; the encoder's from each search the server runs
+(`SearchEngine.search_batch(queries, observer)`, service/query_embedding.py); the query cache
+receives it as a constructor argument (`QueryCache(metrics=...)`), the hot-swap follower and
+the AdminService through the server. Names (dashboards and alert rules in deploy/ are written
+against exactly these):
 
     grpc_server_started_total{grpc_type,grpc_service,grpc_method}            counter
     grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}  counter
@@ -26,30 +28,20 @@ in deploy/ are written against exactly these):
     strata_serving                             gauge: 1 serving, 0 draining or stopped
     strata_queue_depth                         gauge: requests waiting for the micro-batcher
                                                (a BatchSearch counts once)
-
-Code outside the server (the query cache, the hot-swap watcher) feeds its series through the
-module-level functions `record_cache`, `set_redis_up` and `record_hot_swap`: they update every
-live `ServerMetrics` of the process (normally exactly one), or the one passed as `metrics=`.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import threading
-import time
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import grpc
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
 from indexer.faults import FAULT_KINDS
 
-GRPC_TYPES = ("unary", "client_stream", "server_stream", "bidi_stream")
 CACHE_TIERS = ("local", "redis")
 MODALITIES = ("text", "image")
 GRANULARITY_LABELS = ("object", "attribute", "relation", "caption", "full")
@@ -57,9 +49,6 @@ _SECONDS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-_live: weakref.WeakSet[ServerMetrics] = weakref.WeakSet()
-_live_lock = threading.Lock()
 
 
 class ServerMetrics:
@@ -163,8 +152,6 @@ class ServerMetrics:
         self.serving.set(0)
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
-        with _live_lock:
-            _live.add(self)
 
     # --- feeds ---
 
@@ -229,213 +216,5 @@ class ServerMetrics:
         self._http, self._http_thread = None, None
 
     def close(self) -> None:
-        """Stop the endpoint and stop receiving the module-level feeds."""
+        """Stop the endpoint."""
         self.stop_http()
-        with _live_lock:
-            _live.discard(self)
-
-
-def _targets(metrics: ServerMetrics | None) -> list[ServerMetrics]:
-    if metrics is not None:
-        return [metrics]
-    with _live_lock:
-        return list(_live)
-
-
-def record_cache(
-    tier: str, hit: bool, count: int = 1, metrics: ServerMetrics | None = None
-) -> None:
-    """A query-cache look-up of `tier` ("local" or "redis"): a hit or a miss."""
-    for target in _targets(metrics):
-        target.record_cache(tier, hit, count)
-
-
-def set_redis_up(up: bool | None, metrics: ServerMetrics | None = None) -> None:
-    """The query cache's Redis: True connected, False not answering, None not configured."""
-    for target in _targets(metrics):
-        target.set_redis_up(up)
-
-
-def record_hot_swap(ok: bool, metrics: ServerMetrics | None = None) -> None:
-    """A bundle swap that failed (`ok=False`) outside `StrataServer.swap_engine`, which counts
-    its own successes."""
-    for target in _targets(metrics):
-        target.record_hot_swap(ok)
-
-
-# --- the query encoder ----------------------------------------------------------------------
-
-_engine_thread = threading.local()
-
-
-def bind_thread(metrics: ServerMetrics) -> None:
-    """Make encoder calls on this thread count in `metrics` (an executor's initializer)."""
-    _engine_thread.metrics = metrics
-
-
-class InstrumentedEncoder:
-    """An encoder proxy timing `encode_text` / `encode_image` calls and counting their sizes.
-
-    The calls count in the ServerMetrics bound to the calling thread (each server binds its
-    engine thread), so one engine shared by several servers counts in each server's own
-    registry, and calls from any other thread count nowhere. Every other attribute is the
-    wrapped encoder's."""
-
-    def __init__(self, encoder: Any) -> None:
-        self.wrapped = encoder
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
-
-    def _timed(self, modality: str, call: Callable[[Any], np.ndarray], items: Any) -> np.ndarray:
-        metrics: ServerMetrics | None = getattr(_engine_thread, "metrics", None)
-        if metrics is None:
-            return call(items)
-        items = list(items)
-        started = time.perf_counter()
-        rows = call(items)
-        metrics.observe_encoder(modality, len(items), time.perf_counter() - started)
-        return rows
-
-    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
-        return self._timed("text", self.wrapped.encode_text, texts)
-
-    def encode_image(self, images: Sequence[Any]) -> np.ndarray:
-        return self._timed("image", self.wrapped.encode_image, images)
-
-
-def instrument(encoder: Any) -> Any:
-    """`encoder` wrapped in an InstrumentedEncoder (once: a wrapped one is returned as is)."""
-    if encoder is None or isinstance(encoder, InstrumentedEncoder):
-        return encoder
-    return InstrumentedEncoder(encoder)
-
-
-# --- gRPC -----------------------------------------------------------------------------------
-
-
-def split_method(full_method: str) -> tuple[str, str]:
-    """ "/strata.v1.SearchService/Search" → ("strata.v1.SearchService", "Search")."""
-    service, _, method = full_method.lstrip("/").rpartition("/")
-    return service or "unknown", method or "unknown"
-
-
-def grpc_type(handler: grpc.RpcMethodHandler) -> str:
-    if handler.request_streaming and handler.response_streaming:
-        return "bidi_stream"
-    if handler.request_streaming:
-        return "client_stream"
-    if handler.response_streaming:
-        return "server_stream"
-    return "unary"
-
-
-def _code_name(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
-    """The status a finished call ended with, as grpc-go's exporters name it."""
-    code = context.code()
-    if code is not None and code != grpc.StatusCode.OK:
-        if isinstance(code, grpc.StatusCode):
-            return code.name
-        for candidate in grpc.StatusCode:  # the aio context may hand back the raw int
-            if candidate.value[0] == code:
-                return candidate.name
-    if error is None:
-        return "OK"
-    if isinstance(error, BaseException) and type(error).__name__ == "CancelledError":
-        remaining = context.time_remaining()
-        return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
-    return "UNKNOWN"
-
-
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
-    """Counts and times every RPC of every service registered on the server."""
-
-    def __init__(self, metrics: ServerMetrics) -> None:
-        self.metrics = metrics
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:  # an unknown method: grpc answers UNIMPLEMENTED itself
-            return handler
-        service, method = split_method(handler_call_details.method)
-        labels = (grpc_type(handler), service, method)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap(handler.unary_unary, labels),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap(handler.unary_stream, labels),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap(handler.stream_unary, labels),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.stream_stream_rpc_method_handler(
-            self._wrap(handler.stream_stream, labels),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    def _finish(
-        self,
-        labels: tuple[str, str, str],
-        started: float,
-        context: grpc.aio.ServicerContext,
-        error: BaseException | None,
-    ) -> None:
-        self.metrics.handled.labels(*labels, _code_name(context, error)).inc()
-        self.metrics.handling.labels(*labels).observe(time.perf_counter() - started)
-
-    def _wrap(self, behavior: Callable[..., Any], labels: tuple[str, str, str]) -> Callable:
-        if inspect.isgeneratorfunction(behavior):  # a plain generator: iterate it here
-            sync_behavior = behavior
-
-            async def from_sync(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
-                for response in sync_behavior(request, context):
-                    yield response
-
-            behavior = from_sync
-        if inspect.isasyncgenfunction(behavior):
-
-            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
-                self.metrics.started.labels(*labels).inc()
-                started = time.perf_counter()
-                error: BaseException | None = None
-                try:
-                    async for response in behavior(request, context):
-                        yield response
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    self._finish(labels, started, context, error)
-
-            return streaming
-
-        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            self.metrics.started.labels(*labels).inc()
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
-                result = behavior(request, context)
-                if inspect.isawaitable(result):
-                    result = await result
-                return result
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self._finish(labels, started, context, error)
-
-        return call

@@ -6,7 +6,7 @@
     cache.close()
 
 Key. A query is looked up by its encoder id and its normalised text — NFKC, casefolded, runs of
-whitespace collapsed to one space and stripped (`normalise_query`) — hashed with SHA-256:
+whitespace collapsed to one space and stripped — hashed with SHA-256 (service/query_keys.py):
 
     local:  "{sha256(encoder id)[:16]}:{sha256(normalised text)[:32]}"
     Redis:  "{prefix}:qemb:{the same}"
@@ -30,43 +30,36 @@ service does not set it, since the Redis may be shared.
 Outages. Redis is never allowed to slow or fail a request: commands have short socket timeouts
 (`timeout_s`, 0.1 s) and no retries; the first failure opens a circuit breaker — Redis is then
 skipped (the LRU and the encoder serve alone) while a background thread PINGs it with back-off
-(`backoff_s` doubling up to `max_backoff_s`); the first answer closes the breaker and look-ups
-use Redis again. `redis_state` says "connected", "disconnected" or "disabled" (no URL).
+(`backoff_s` doubling up to `max_backoff_s`: service/circuit_breaker.py); the first answer
+closes the breaker and look-ups use Redis again. `redis_state` says "connected",
+"disconnected" or "disabled" (no URL).
 
-Counts: `stats()` (plain ints), and, when the Prometheus module is loaded, the module-level
-feeds of service/metrics.py (`strata_query_cache_requests_total{tier,result}`,
-`strata_redis_up`).
+Counts: `stats()` (plain ints), and, in the metrics the cache is given (`metrics=`, the server's
+`ServerMetrics`), `strata_query_cache_requests_total{tier,result}` and `strata_redis_up`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-import time
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from service.circuit_breaker import DEFAULT_BACKOFF_S, DEFAULT_MAX_BACKOFF_S, CircuitBreaker
+from service.query_keys import cache_key, decode_value, encode_value
 from training.core.errors import InputError
-
-if TYPE_CHECKING:
-    import redis
+from training.core.redis_connection import redacted, redis_connection, redis_errors
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = 4096  # entries of the in-process LRU (1.5 KiB each for a 384-d encoder)
 DEFAULT_TTL_S = 24 * 3600.0
 DEFAULT_TIMEOUT_S = 0.1
-DEFAULT_BACKOFF_S = 0.5
-DEFAULT_MAX_BACKOFF_S = 10.0
 DEFAULT_PREFIX = "strata"
-ENCODER_HASH = 16
-TEXT_HASH = 32
 
 CONNECTED, DISCONNECTED, DISABLED = "connected", "disconnected", "disabled"
 
@@ -75,33 +68,7 @@ class QueryCacheError(InputError):
     """A cache that cannot be configured as asked (a bad Redis URL, a size below 1)."""
 
 
-# --- pure parts ----------------------------------------------------------------------------------
-
-
-def normalise_query(text: str) -> str:
-    """The text a query is cached (and embedded) as: NFKC, casefolded, whitespace collapsed.
-    Idempotent: normalising a normalised text gives it back."""
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(folded.split())
-
-
-def cache_key(encoder_id: str, text: str) -> str:
-    """The local key of a query (its Redis key is "{prefix}:qemb:" + this)."""
-    encoder = hashlib.sha256(encoder_id.encode()).hexdigest()[:ENCODER_HASH]
-    digest = hashlib.sha256(normalise_query(text).encode()).hexdigest()[:TEXT_HASH]
-    return f"{encoder}:{digest}"
-
-
-def encode_value(row: np.ndarray) -> bytes:
-    return np.ascontiguousarray(row, dtype="<f4").tobytes()
-
-
-def decode_value(raw: bytes | None, dim: int) -> np.ndarray | None:
-    """The row a stored value holds, or None when it is not `dim` finite float32 values."""
-    if raw is None or len(raw) != dim * 4:
-        return None
-    row = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-    return row if np.isfinite(row).all() else None
+# --- the local tier and the counts ----------------------------------------------------------------
 
 
 class LocalLRU:
@@ -135,41 +102,6 @@ class LocalLRU:
                 self._rows.popitem(last=False)
 
 
-class CircuitBreaker:
-    """Closed: use Redis. A failure opens it until `backoff` seconds pass; each failure while
-    open doubles the back-off (up to `max_backoff`); a success closes it and resets it."""
-
-    def __init__(
-        self,
-        backoff: float = DEFAULT_BACKOFF_S,
-        max_backoff: float = DEFAULT_MAX_BACKOFF_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.initial, self.max_backoff, self.clock = backoff, max(backoff, max_backoff), clock
-        self.backoff = backoff
-        self.open_until: float | None = None
-        self.failures = 0  # consecutive
-
-    @property
-    def closed(self) -> bool:
-        return self.open_until is None
-
-    def failure(self) -> None:
-        if self.open_until is not None:
-            self.backoff = min(self.backoff * 2, self.max_backoff)
-        self.failures += 1
-        self.open_until = self.clock() + self.backoff
-
-    def success(self) -> None:
-        self.open_until, self.backoff, self.failures = None, self.initial, 0
-
-    def wait(self) -> float:
-        """Seconds until the next try is due (0: now; 0 as well when closed)."""
-        if self.open_until is None:
-            return 0.0
-        return max(0.0, self.open_until - self.clock())
-
-
 @dataclass
 class TierCounts:
     hits: int = 0
@@ -185,52 +117,15 @@ class RedisCounts(TierCounts):
     reconnects: int = 0
 
 
-def _feed_metrics(name: str, *args: Any) -> None:
-    """Call service.metrics.`name` when that module is in use (a server imports it)."""
-    import sys
+class CacheMetrics(Protocol):
+    """Where the cache's counts go (`service.metrics.ServerMetrics` is one)."""
 
-    module = sys.modules.get("service.metrics")
-    feed = getattr(module, name, None) if module is not None else None
-    if feed is not None:
-        try:
-            feed(*args)
-        except Exception:  # metrics must never fail a request
-            log.debug("metrics feed %s failed", name, exc_info=True)
+    def record_cache(self, tier: str, hit: bool, count: int = 1) -> None: ...
+
+    def set_redis_up(self, up: bool | None) -> None: ...
 
 
 # --- Redis (the I/O edge) ------------------------------------------------------------------------
-
-
-def redacted(url: str) -> str:
-    from indexer.publish import redacted as redact
-
-    return redact(url)
-
-
-def cache_redis_client(url: str, timeout_s: float) -> redis.Redis:
-    """A client that fails fast: short timeouts, no retries, bytes values."""
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    try:
-        return redis.Redis.from_url(
-            url,
-            socket_connect_timeout=timeout_s,
-            socket_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_error=[],
-            health_check_interval=0,
-        )
-    except ValueError as exc:
-        reason = " ".join(str(exc).split())
-        raise QueryCacheError(f"bad Redis URL {redacted(url)!r}: {reason}") from None
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.exceptions.RedisError, OSError)
 
 
 class QueryCache:
@@ -245,12 +140,14 @@ class QueryCache:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = DEFAULT_BACKOFF_S,
         max_backoff_s: float = DEFAULT_MAX_BACKOFF_S,
+        metrics: CacheMetrics | None = None,
     ) -> None:
         if redis_url is not None and not prefix:
             raise QueryCacheError("the Redis key prefix must not be empty")
         if not ttl_s > 0 or not timeout_s > 0 or not backoff_s > 0:
             raise QueryCacheError("the cache's TTL, timeout and back-off must be positive")
         self.local = LocalLRU(size)
+        self.metrics = metrics
         self.url, self.prefix, self.ttl_s, self.timeout_s = redis_url, prefix, ttl_s, timeout_s
         self.local_counts = TierCounts()
         self.redis_counts = RedisCounts()
@@ -258,7 +155,11 @@ class QueryCache:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._probe: threading.Thread | None = None
-        self._client = cache_redis_client(redis_url, timeout_s) if redis_url else None
+        self._client = (
+            redis_connection(redis_url, timeout_s, error=QueryCacheError, fail_fast=True)
+            if redis_url
+            else None
+        )
         if self._client is not None:
             self._try_connect()
         self.report_state()
@@ -288,9 +189,26 @@ class QueryCache:
             }
 
     def report_state(self) -> None:
-        """Set strata_redis_up (every live server's) to this cache's state."""
+        """Set strata_redis_up to this cache's state."""
         state = self.redis_state
-        _feed_metrics("set_redis_up", None if state == DISABLED else state == CONNECTED)
+        up = None if state == DISABLED else state == CONNECTED
+        self._feed(lambda metrics: metrics.set_redis_up(up))
+
+    def _feed(self, record: Callable[[CacheMetrics], None]) -> None:
+        """`record` into the metrics, if any; a failure is logged, never raised."""
+        if self.metrics is None:
+            return
+        try:
+            record(self.metrics)
+        except Exception:  # metrics must never fail a request
+            log.debug("a query-cache metrics feed failed", exc_info=True)
+
+    def _count(self, tier: str, hits: int, misses: int) -> None:
+        def record(metrics: CacheMetrics) -> None:
+            metrics.record_cache(tier, True, hits)
+            metrics.record_cache(tier, False, misses)
+
+        self._feed(record)
 
     # --- look-up and store ---
 
@@ -302,8 +220,7 @@ class QueryCache:
         with self._lock:
             self.local_counts.hits += local_hits
             self.local_counts.misses += len(keys) - local_hits
-        _feed_metrics("record_cache", "local", True, local_hits)
-        _feed_metrics("record_cache", "local", False, len(keys) - local_hits)
+        self._count("local", local_hits, len(keys) - local_hits)
         missing = [i for i, row in enumerate(found) if row is None]
         if missing and self._client is not None:
             fetched = self._redis_get([keys[i] for i in missing], dim)
@@ -332,7 +249,7 @@ class QueryCache:
         assert self._client is not None
         try:
             raw = self._client.mget([self.redis_key(k) for k in keys])
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("read", exc)
             return [None] * len(keys)
         rows = [decode_value(r, dim) for r in raw]
@@ -344,8 +261,7 @@ class QueryCache:
             self.redis_counts.rejected += rejected
         if rejected:
             log.warning("query cache: %d Redis value(s) of the wrong size ignored", rejected)
-        _feed_metrics("record_cache", "redis", True, hits)
-        _feed_metrics("record_cache", "redis", False, len(keys) - hits)
+        self._count("redis", hits, len(keys) - hits)
         return rows
 
     def _redis_set(self, keys: list[str], rows: np.ndarray) -> None:
@@ -358,7 +274,7 @@ class QueryCache:
             for key, row in zip(keys, rows, strict=True):
                 pipe.set(self.redis_key(key), encode_value(row), px=ttl_ms)
             pipe.execute()
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("write", exc)
             return
         with self._lock:
@@ -388,7 +304,7 @@ class QueryCache:
         assert self._client is not None
         try:
             self._client.ping()
-        except _redis_errors() as exc:
+        except redis_errors() as exc:
             self._failed("reach", exc)
             return False
         return True
@@ -408,7 +324,7 @@ class QueryCache:
         while not self._stop.wait(self.breaker.wait()):
             try:
                 self._client.ping()
-            except _redis_errors():
+            except redis_errors():
                 with self._lock:
                     self.breaker.failure()
                 continue
@@ -430,7 +346,10 @@ class QueryCache:
 
 
 def open_cache(
-    redis_url: str | None, prefix: str = DEFAULT_PREFIX, size: int = DEFAULT_SIZE
+    redis_url: str | None,
+    prefix: str = DEFAULT_PREFIX,
+    size: int = DEFAULT_SIZE,
+    metrics: CacheMetrics | None = None,
 ) -> QueryCache:
     """`strata serve`'s cache: local always, Redis when a URL is given (an empty one: none)."""
-    return QueryCache(size=size, redis_url=redis_url or None, prefix=prefix)
+    return QueryCache(size=size, redis_url=redis_url or None, prefix=prefix, metrics=metrics)

@@ -2,11 +2,13 @@
 
 `SearchEngine.search_batch(queries)` is the unit the server micro-batches:
 
-1. validate each query (one text, image or vector; top_k in [1, 1000]; a known granularity,
-   concepts and metadata fields) — a bad query fails alone, with a `QueryError` naming it;
-2. embed: every text of the batch in one `encode_text` call (with a query cache, only the
-   distinct texts it does not hold: service/query_cache.py), every image in one
-   `encode_image` call; vectors are normalised; one GraSP rotation for the whole batch;
+1. validate each query (service/query_checks.py: one text, image or vector; top_k in
+   [1, 1000]; a known granularity, concepts and metadata fields) — a bad query fails alone,
+   with a `QueryError` naming it;
+2. embed (service/query_embedding.py): every text of the batch in one `encode_text` call
+   (with a query cache, only the distinct texts it does not hold: service/query_cache.py),
+   every image in one `encode_image` call, each call timed into the caller's metrics;
+   vectors are normalised; one GraSP rotation for the whole batch;
 3. route each query to a prefix length: its granularity, or AUTO's choice (service/routing.py;
    image and vector queries go to the full vector);
 4. search: unfiltered queries of one prefix length in one FAISS call; each filtered query over
@@ -14,7 +16,8 @@
 5. describe the hits: ids, requested metadata, and with `explain` the query's active concepts,
    each hit's strongest concepts and the concepts they share (service/explain.py).
 
-Scores are s_L, the cosine of the first L rotated coordinates. The engine is not thread-safe
+Catalog look-ups and the index's description are service/catalog.py's. Scores are s_L, the
+cosine of the first L rotated coordinates. The engine is not thread-safe
 for searches (the encoder is not); the server runs them on one executor thread.
 """
 
@@ -31,11 +34,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import ConfigDict
 
 from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.prefixes import prefix_vectors
 from indexer.verify import check_servable
+from service.catalog import catalog_page, describe_index, find_concepts
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
     activations_of,
@@ -43,26 +48,23 @@ from service.explain import (
     row_concepts,
     shared_concepts,
 )
-from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search, resolve_ref
-from service.limits import LIMITS, RequestLimits, check_chars, check_fields, check_filter
-from service.query_cache import QueryCache, normalise_query
+from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
+from service.limits import LIMITS, RequestLimits, check_chars
+from service.query_cache import QueryCache
+from service.query_checks import check_query, check_query_input, parse_granularity
+from service.query_embedding import EncoderObserver, embed_texts, encode
 from service.results import (
-    AUTO,
-    GRANULARITY_CHOICES,
-    MAX_K,
-    SCOPES,
     ConceptInfo,
     ConceptPage,
     ConceptRef,
     Explanation,
     Hit,
     IndexInfo,
-    PrefixInfo,
     SearchQuery,
     SearchResult,
 )
 from service.routing import Route, route_text
-from training.cedar.concepts import CatalogEntry
+from training.core.config import ConfigModel
 from training.core.encoders import Encoder, load_encoder
 from training.core.encoders.images import decode_image
 from training.core.errors import InputError
@@ -70,15 +72,13 @@ from training.core.granularity import Granularity
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PAGE = 100
-MAX_PAGE = 1000
 
-
-@dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
     request may ask for (service/limits.py)."""
+
+    model_config = ConfigDict(frozen=True)
 
     exact_max: int = EXACT_MAX
     hit_concepts: int = 5
@@ -174,10 +174,13 @@ class SearchEngine:
             raise result
         return result
 
-    def search_batch(self, queries: Sequence[SearchQuery]) -> list[SearchResult | ServiceError]:
-        """Every query's result, or its own error, in order (steps in the module docstring)."""
+    def search_batch(
+        self, queries: Sequence[SearchQuery], observer: EncoderObserver | None = None
+    ) -> list[SearchResult | ServiceError]:
+        """Every query's result, or its own error, in order (steps in the module docstring);
+        the encoder calls timed into `observer` (a server's metrics), if any."""
         prepared = [self._prepare(q) for q in queries]
-        self._embed(prepared)
+        self._embed(prepared, observer)
         live = [p for p in prepared if p.error is None]
         if live:
             rotated = self.bundle.rotate(np.stack([p.embedding for p in live]))
@@ -187,7 +190,9 @@ class SearchEngine:
     def _prepare(self, query: SearchQuery) -> _Prepared:
         prepared = _Prepared(query)
         try:
-            self._validate(query)
+            check_query(
+                query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
+            )
             prepared.route = self.route(query)
             if query.require or query.exclude:
                 prepared.allowed = allowed_rows(
@@ -200,84 +205,9 @@ class SearchEngine:
             prepared.error = InternalError(f"internal error: {exc!r}")
         return prepared
 
-    def _granularity(self, value: str) -> Granularity | None:
-        text = str(value).strip().lower() or AUTO
-        if text == AUTO:
-            return None
-        try:
-            return Granularity(text)
-        except ValueError:
-            raise QueryError(
-                f"unknown granularity {echo(value)}; choose from {', '.join(GRANULARITY_CHOICES)}"
-            ) from None
-
-    def _validate(self, query: SearchQuery) -> None:
-        kinds = query.kinds
-        if not kinds:
-            raise QueryError("the query is empty: give a text, an image or a vector")
-        if len(kinds) > 1:
-            raise QueryError(f"give one of text, image or vector, not {' and '.join(kinds)}")
-        if not isinstance(query.k, int) or not 1 <= query.k <= MAX_K:
-            raise QueryError(f"top_k must lie in [1, {MAX_K}], got {query.k}")
-        if query.scope not in SCOPES:
-            raise QueryError(
-                f"unknown concept scope {echo(query.scope)}; choose from {', '.join(SCOPES)}"
-            )
-        limits = self.config.limits
-        if query.explain and query.k > limits.explain_hits:
-            raise QueryError(
-                f"explain covers at most {limits.explain_hits} hits; top_k is {query.k}"
-            )
-        check_filter([*query.require, *query.exclude], limits)
-        check_fields(query.metadata_fields, limits)
-        unknown = [f for f in query.metadata_fields if f not in self.metadata_fields and f != "id"]
-        if unknown:
-            shown = ", ".join(map(echo, unknown[:3])) + (", …" if len(unknown) > 3 else "")
-            raise QueryError(
-                f"unknown metadata field(s) {shown}; "
-                f"the bundle has {', '.join(self.metadata_fields) or 'none'}"
-            )
-        self._check_query_input(query.text, query.image, query.vector)
-
-    def _check_query_input(
-        self, text: str | None, image: bytes | None, vector: Sequence[float] | None
-    ) -> None:
-        if text is not None:
-            if not text.strip():
-                raise QueryError("empty text query")
-            if len(text) > self.config.limits.text_chars:
-                raise QueryError(
-                    f"text query of {len(text)} characters; at most {self.config.limits.text_chars}"
-                )
-            self._need_encoder("text")
-        elif image is not None:
-            if not image:
-                raise QueryError("empty image query")
-            encoder = self._need_encoder("image")
-            if not encoder.has_image_tower:
-                raise QueryError(
-                    f"the bundle's encoder {encoder.id} has no image tower: image queries need "
-                    "a bundle embedded with open_clip"
-                )
-        elif vector is not None:
-            values = np.asarray(vector, dtype=np.float64)
-            if values.ndim != 1 or len(values) != self.bundle.dim:
-                raise QueryError(
-                    f"the vector has {values.size} values; the bundle's dimension is "
-                    f"{self.bundle.dim}"
-                )
-            if not np.isfinite(values).all():
-                raise QueryError("the vector holds NaN or Inf")
-            if not np.linalg.norm(values) > 0:
-                raise QueryError("the vector is all zeros")
-
-    def _need_encoder(self, kind: str) -> Encoder:
-        if self.encoder is None:
-            raise QueryError(f"this engine has no encoder: {kind} queries are not served")
-        return self.encoder
-
-    def _embed(self, prepared: list[_Prepared]) -> None:
-        """Unit embeddings for every live query: one encoder call per modality."""
+    def _embed(self, prepared: list[_Prepared], observer: EncoderObserver | None) -> None:
+        """Unit embeddings for every live query: one encoder call per modality (timed into
+        `observer`: service/query_embedding.py)."""
         texts = [p for p in prepared if p.error is None and p.query.text is not None]
         images = [p for p in prepared if p.error is None and p.query.image is not None]
         for p in prepared:
@@ -286,7 +216,10 @@ class SearchEngine:
                 values = np.asarray(p.query.vector, dtype=np.float64)
                 p.embedding = (values / np.linalg.norm(values)).astype(np.float32)
         if texts:
-            self._embed_texts(texts)
+            assert self.encoder is not None
+            rows = embed_texts(self.encoder, self.cache, [p.query.text for p in texts], observer)
+            for p, row in zip(texts, rows, strict=True):
+                p.embedding = row
         decoded = []
         for p in images:
             try:
@@ -296,39 +229,13 @@ class SearchEngine:
                 p.error = QueryError(f"undecodable image: {exc}")
         if decoded:
             assert self.encoder is not None
-            rows = self.encoder.encode_image([p.image for p in decoded])
+            rows = encode(self.encoder, "image", [p.image for p in decoded], observer)
             for p, row in zip(decoded, rows, strict=True):
                 p.embedding, p.image = row, None
 
-    def _embed_texts(self, texts: list[_Prepared]) -> None:
-        """Text queries: with a cache, look each up first (its normalised text), then embed the
-        distinct misses in one encoder call and store them; without one, embed them all."""
-        assert self.encoder is not None
-        if self.cache is None:
-            rows = self.encoder.encode_text([p.query.text for p in texts])
-            for p, row in zip(texts, rows, strict=True):
-                p.embedding = row
-            return
-        encoder_id = self.encoder.id
-        found = self.cache.lookup(encoder_id, self.encoder.dim, [p.query.text for p in texts])
-        missing: dict[str, list[_Prepared]] = {}  # normalised text -> its queries
-        for p, row in zip(texts, found, strict=True):
-            if row is not None:
-                p.embedding = row
-            else:
-                missing.setdefault(normalise_query(p.query.text), []).append(p)
-        if not missing:
-            return
-        unique = list(missing)
-        rows = self.encoder.encode_text(unique)
-        self.cache.store(encoder_id, [missing[t][0].query.text for t in unique], rows)
-        for text, row in zip(unique, rows, strict=True):
-            for p in missing[text]:
-                p.embedding = row
-
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
-        granularity = self._granularity(query.granularity)
+        granularity = parse_granularity(query.granularity)
         if granularity is not None:
             return Route(granularity, "requested")
         if query.text is not None:
@@ -421,14 +328,16 @@ class SearchEngine:
         query: SearchQuery,
         item_id: str | None = None,
         row: int | None = None,
+        observer: EncoderObserver | None = None,
     ) -> Explanation:
-        """Shared concepts and per-prefix cosines of a query and one item (by id or row)."""
+        """Shared concepts and per-prefix cosines of a query and one item (by id or row); the
+        encoder call timed into `observer`, if any."""
         if len(query.kinds) != 1:
             raise QueryError("give one query: a text, an image or a vector")
-        self._check_query_input(query.text, query.image, query.vector)
+        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
         row = self.row_of(item_id, row)
         prepared = _Prepared(query)
-        self._embed([prepared])
+        self._embed([prepared], observer)
         if prepared.error is not None:
             raise prepared.error
         embedding = prepared.embedding[None, :]
@@ -462,85 +371,15 @@ class SearchEngine:
 
     # --- the catalog ---
 
-    def concept_info(self, entry: CatalogEntry) -> ConceptInfo:
-        rows, _ = self.bundle.postings(entry.concept)
-        return ConceptInfo(
-            id=entry.concept,
-            label=entry.label,
-            name=entry.name,
-            score=entry.score,
-            runner_ups=list(entry.runner_ups),
-            frequency=entry.frequency,
-            examples=list(entry.examples),
-            scope=entry.scope,
-            active_rows=len(rows),
-        )
-
     def list_concepts(
         self, name_contains: str = "", page_size: int = 0, page_token: str = ""
     ) -> ConceptPage:
-        """A page of the catalog in id order; `page_token` is the previous page's
-        `next_page_token` (an offset), `page_size` 0 means 100."""
-        size = page_size or DEFAULT_PAGE
-        if not 1 <= size <= MAX_PAGE:
-            raise QueryError(f"page_size must lie in [1, {MAX_PAGE}], got {page_size}")
-        check_chars("name_contains", name_contains, self.config.limits.lookup_chars)
-        check_chars("a page token", page_token, self.config.limits.lookup_chars)
-        needle = name_contains.strip().lower()
-        matching = [e for e in self.coder.catalog if needle in e.name.lower()]
-        start = _page_offset(page_token, len(matching))
-        page = matching[start : start + size]
-        following = start + len(page)
-        return ConceptPage(
-            concepts=[self.concept_info(e) for e in page],
-            next_page_token=str(following) if following < len(matching) else "",
-            total_size=len(matching),
-        )
+        """A page of the catalog (`service.catalog.catalog_page`)."""
+        return catalog_page(self.bundle, name_contains, page_size, page_token, self.config.limits)
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
-        """Every concept a reference stands for (a name: all so named, best score first)."""
-        ref = ConceptRef.parse(ref)
-        for value in (ref.name, ref.label):
-            if value is not None:
-                check_chars("a concept reference", value, self.config.limits.lookup_chars)
-        try:
-            ids = resolve_ref(self.bundle, ref, "the catalog")
-        except QueryError as exc:
-            raise NotFoundError(str(exc)) from None
-        entries = sorted((self.coder.catalog[c] for c in ids), key=lambda e: -e.score)
-        return [self.concept_info(e) for e in entries]
+        """Every concept a reference stands for (`service.catalog.find_concepts`)."""
+        return find_concepts(self.bundle, ref, self.config.limits)
 
     def info(self) -> IndexInfo:
-        manifest = self.bundle.manifest
-        return IndexInfo(
-            bundle_version=manifest.version,
-            bundle_name=manifest.name,
-            created_at=manifest.created_at,
-            rows=manifest.rows,
-            dim=manifest.dim,
-            k=manifest.k,
-            encoder=manifest.encoder or "",
-            modality=manifest.modality,
-            prefixes=[
-                PrefixInfo(
-                    granularity=Granularity(p.granularity),
-                    prefix_length=p.length,
-                    factory=p.factory,
-                    kind=p.kind,
-                    on_disk=p.ondisk,
-                    search_parameters=p.search,
-                )
-                for p in manifest.prefixes
-            ],
-            metadata_fields=list(self.metadata_fields),
-            concepts=len(self.coder.catalog),
-            image_queries=bool(self.encoder is not None and self.encoder.has_image_tower),
-        )
-
-
-def _page_offset(token: str, total: int) -> int:
-    if not token:
-        return 0
-    if not token.isdigit() or int(token) > total:
-        raise QueryError(f"invalid page token {echo(token)}")
-    return int(token)
+        return describe_index(self.bundle, self.metadata_fields, self.encoder)

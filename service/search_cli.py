@@ -14,16 +14,19 @@ import typer
 from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
+from training.core.config import build_config
 from training.core.errors import InputError
+from training.core.settings import StrataSettings, load_settings
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TEXT_WIDTH = 60
 ADMIN_TOKEN_ENV = "STRATA_ADMIN_TOKEN"
 
 
-def read_admin_token(path: Path | None, environ: dict[str, str] | None = None) -> str | None:
-    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN, else None (no
-    AdminService). A file, not a command-line argument, so the secret stays out of `ps`."""
+def read_admin_token(path: Path | None, settings: StrataSettings | None = None) -> str | None:
+    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN (the settings'),
+    else None (no AdminService). A file, not a command-line argument, so the secret stays out
+    of `ps`."""
     if path is not None:
         path = path.expanduser()
         if not path.is_file():
@@ -33,7 +36,7 @@ def read_admin_token(path: Path | None, environ: dict[str, str] | None = None) -
         if not token:
             raise InputError(f"admin token file {path} is empty")
         return token
-    token = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV, "").strip()
+    token = ((settings or load_settings()).admin_token or "").strip()
     return token or None
 
 
@@ -53,14 +56,14 @@ def serve_command(
             help="longest a query waits for others to batch with (0: none; queries that "
             "arrive while a batch runs still form the next one)"
         ),
-    ] = BatchingConfig.max_wait_ms,
+    ] = BatchingConfig().max_wait_ms,
     max_queue: Annotated[
         int,
         typer.Option(
             help="requests waiting at most (a BatchSearch counts once); beyond, "
             "RESOURCE_EXHAUSTED at once"
         ),
-    ] = BatchingConfig.max_queue,
+    ] = BatchingConfig().max_queue,
     batching: Annotated[
         bool, typer.Option(help="micro-batch concurrent queries (--no-batching: one by one)")
     ] = True,
@@ -68,9 +71,9 @@ def serve_command(
         str | None,
         typer.Option(
             "--redis-url",
-            envvar="STRATA_REDIS_URL",
             help="Redis (redis://host:6379/0) for the shared query-embedding cache and to follow "
-            "the bundle versions `strata index` announces there (hot swap)",
+            "the bundle versions `strata index` announces there (hot swap); default: "
+            "$STRATA_REDIS_URL",
         ),
     ] = None,
     redis_prefix: Annotated[
@@ -114,29 +117,36 @@ def serve_command(
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
     from service.hot_swap import HotSwapper
+    from service.metrics import ServerMetrics
     from service.query_cache import open_cache
     from service.search import SearchEngine
     from service.server import ServerConfig, StrataServer, serve
-    from training.core.settings import load_settings
 
     settings = load_settings()
+    if redis_url is None:
+        redis_url = settings.redis_url
     for what, path in (("certificate", tls_cert), ("key", tls_key)):
         if path is not None and not path.expanduser().is_file():
             raise InputError(f"TLS {what} file not found: {path}")
-    config = ServerConfig(
-        host=host,
-        port=port,
-        batching=BatchingConfig(
-            enabled=batching, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue
-        ),
-        grace_s=grace,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        admin_token=read_admin_token(admin_token_file),
-        tls_cert=tls_cert.expanduser() if tls_cert else None,
-        tls_key=tls_key.expanduser() if tls_key else None,
-    )
-    cache = open_cache(redis_url, redis_prefix)  # a bad URL fails here, before the model loads
+    values = {
+        "host": host,
+        "port": port,
+        "batching": {
+            "enabled": batching,
+            "max_batch": max_batch,
+            "max_wait_ms": max_wait_ms,
+            "max_queue": max_queue,
+        },
+        "grace_s": grace,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
+        "admin_token": read_admin_token(admin_token_file, settings),
+        "tls_cert": tls_cert.expanduser() if tls_cert else None,
+        "tls_key": tls_key.expanduser() if tls_key else None,
+    }
+    config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
+    metrics = ServerMetrics()  # the server's series; the cache records into them too
+    cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine = SearchEngine.open(
         bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
         translator=translator,
@@ -171,7 +181,7 @@ def serve_command(
     swappers: list[HotSwapper] = []
 
     try:
-        asyncio.run(serve(engine, config, on_ready=ready))
+        asyncio.run(serve(engine, config, on_ready=ready, metrics=metrics))
     finally:
         cache.close()
     typer.echo("stopped")

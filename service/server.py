@@ -28,23 +28,29 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service._generated.strata.v1 import admin_pb2, admin_pb2_grpc, search_pb2, search_pb2_grpc
 from service.admin import Admin, AdminServicer
+from service.admin_auth import AdminAuthInterceptor
 from service.batching import BatchingConfig, MicroBatcher
 from service.convert import MAX_MESSAGE_BYTES
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
-from service.metrics import MetricsInterceptor, ServerMetrics, bind_thread, instrument
+from service.metrics import ServerMetrics
+from service.request_decoding import UndecodableRequestInterceptor
 from service.results import SearchQuery, SearchResult
+from service.rpc_errors import ErrorStatusInterceptor
+from service.rpc_metrics import MetricsInterceptor
 from service.search import SearchEngine
-from service.servicer import SearchServicer, UndecodableRequestInterceptor
+from service.served_engine import ServedEngine
+from service.servicer import SearchServicer
+from training.core.config import ConfigModel
 
 log = logging.getLogger(__name__)
 
@@ -52,56 +58,66 @@ SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(ConfigModel):
+    """Where and how the server listens; the optional production surface (module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
     host: str = "127.0.0.1"
     port: int = 50051  # 0: any free port (read it back from `StrataServer.port`)
-    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
     grace_s: float = 5.0
     max_message_bytes: int = MAX_REQUEST_BYTES  # a request message at most (RESOURCE_EXHAUSTED)
     max_concurrent_rpcs: int = 256  # calls in progress at most; beyond: RESOURCE_EXHAUSTED
     metrics_port: int | None = None  # /metrics over HTTP: None off, 0 any free port
     metrics_host: str | None = None  # where /metrics listens; None: `host`
-    admin_token: str | None = field(default=None, repr=False)  # None: no AdminService
+    admin_token: str | None = Field(default=None, repr=False)  # None: no AdminService
     tls_cert: Path | None = None  # PEM certificate chain and key: both or neither
     tls_key: Path | None = None
     bundles_dir: Path | None = None  # where Reload finds versions; None: the served one's parent
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ServiceError("TLS needs both a certificate and its key (tls_cert, tls_key)")
-        if self.admin_token is not None and not self.admin_token.strip():
-            raise ServiceError("the admin token is empty")
+            raise ValueError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+        return self
+
+    @field_validator("admin_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("the admin token is empty")
+        return value
 
 
 class StrataServer:
-    """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop)."""
+    """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop).
 
-    def __init__(self, engine: SearchEngine, config: ServerConfig | None = None) -> None:
-        engine.encoder = instrument(engine.encoder)  # encoder calls feed the metrics
-        self.engine = engine
+    `metrics`: the series this server records (a new `ServerMetrics` when not given); pass the
+    one the query cache was given, so that the cache's series are this server's."""
+
+    def __init__(
+        self,
+        engine: SearchEngine,
+        config: ServerConfig | None = None,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.served = ServedEngine(engine)
         self.config = config or ServerConfig()
         self.port: int | None = None
-        self.metrics = ServerMetrics()
+        self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
-        self.executor = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="strata-engine",
-            initializer=bind_thread,
-            initargs=(self.metrics,),
-        )
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
         self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
             self._search_batch, self.config.batching, self.executor
         )
         self.servicer = SearchServicer(
-            engine, self.batcher, self.executor, self.metrics, engine.config.limits
+            self.served, self.batcher, self.executor, self.metrics, engine.config.limits
         )
         self.health: health.aio.HealthServicer | None = None
         self.serving = False  # what the health service last reported
         self.draining = False
-        self.hot_swaps = 0
         self.started_at = time.monotonic()
-        self._swap_lock = threading.Lock()
         self._server: grpc.aio.Server | None = None
         self.metrics.track_queue(lambda: self.batcher.waiting)
         self._publish_bundle()
@@ -109,13 +125,14 @@ class StrataServer:
     @property
     def bundles_dir(self) -> Path:
         """The bundle directory Reload reads versions (and CURRENT) from."""
-        return self.config.bundles_dir or self.engine.bundle.path.parent
+        return self.config.bundles_dir or self.served.engine.bundle.path.parent
 
     def _search_batch(self, queries: list[SearchQuery]) -> list[SearchResult | ServiceError]:
-        return self.engine.search_batch(queries)  # the engine of the moment (see swap_engine)
+        # the engine of the moment; its encoder calls timed into this server's metrics
+        return self.served.engine.search_batch(queries, self.metrics)
 
     def _publish_bundle(self) -> None:
-        bundle = self.engine.bundle
+        bundle = self.served.engine.bundle
         size = sum(record.bytes for record in bundle.manifest.files.values())
         self.metrics.set_bundle(bundle.version, bundle.rows, size)
 
@@ -124,11 +141,7 @@ class StrataServer:
         changes. Calls and batches already running finish on the engine they started with. Safe
         from any thread; counts strata_hot_swaps_total{result="ok"} and sets the bundle gauges
         (a failed swap attempt is counted by its caller: `metrics.record_hot_swap(False)`)."""
-        new_engine.encoder = instrument(new_engine.encoder)
-        with self._swap_lock:
-            old, self.engine = self.engine, new_engine
-            self.servicer.engine = new_engine
-            self.hot_swaps += 1
+        old = self.served.swap(new_engine)
         self._publish_bundle()
         self.metrics.record_hot_swap(True)
         log.info("swapped bundle %s for %s", old.bundle.name, new_engine.bundle.name)
@@ -162,7 +175,13 @@ class StrataServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # a busy port is an error, not a silently shared one
         ]
-        interceptors = [MetricsInterceptor(self.metrics), UndecodableRequestInterceptor()]
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            MetricsInterceptor(self.metrics),  # outermost: it sees every status, aborts included
+            UndecodableRequestInterceptor(),
+        ]
+        if self.config.admin_token is not None:
+            interceptors.append(AdminAuthInterceptor(ADMIN_SERVICE_NAME, self.config.admin_token))
+        interceptors.append(ErrorStatusInterceptor({SERVICE_NAME, ADMIN_SERVICE_NAME}))
         server = grpc.aio.server(
             options=options,
             interceptors=interceptors,
@@ -172,7 +191,7 @@ class StrataServer:
         services = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
         self.metrics.preset_methods(SERVICE_NAME, _unary_methods(search_pb2, "SearchService"))
         if self.config.admin_token is not None:
-            admin = AdminServicer(Admin(self), self.config.admin_token)
+            admin = AdminServicer(Admin(self))
             admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
             services.append(ADMIN_SERVICE_NAME)
             self.metrics.preset_methods(
@@ -194,9 +213,9 @@ class StrataServer:
         self._server, self.port = server, port
         log.info(
             "serving bundle %s (%d rows, %s) on %s",
-            self.engine.bundle.name,
-            self.engine.bundle.rows,
-            self.engine.bundle.manifest.encoder,
+            self.served.engine.bundle.name,
+            self.served.engine.bundle.rows,
+            self.served.engine.bundle.manifest.encoder,
             self.address,
         )
         return port
@@ -259,9 +278,10 @@ async def serve(
     engine: SearchEngine,
     config: ServerConfig | None = None,
     on_ready: Callable[[StrataServer], None] | None = None,
+    metrics: ServerMetrics | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then stop gracefully."""
-    server = StrataServer(engine, config)
+    server = StrataServer(engine, config, metrics)
     await server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -285,8 +305,13 @@ class BackgroundServer:
         client = StrataClient(server.target)
     """
 
-    def __init__(self, engine: SearchEngine, config: ServerConfig | None = None) -> None:
-        self.server = StrataServer(engine, config)
+    def __init__(
+        self,
+        engine: SearchEngine,
+        config: ServerConfig | None = None,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.server = StrataServer(engine, config, metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 

@@ -1,11 +1,8 @@
 """A seeded fuzz of malformed requests against a live server: how each kind of bad input was
 answered, and whether the server still answers a good query correctly afterwards.
 
-Every request is one of the KINDS below — a mutation of a good SearchRequest (empty, huge or
-random text; random bytes as an image; vectors of random dimension, with NaN/Inf, or of extreme
-magnitude; random enum integers, top_k, concept references and metadata fields; a Query with no
-kind set or two kinds on the wire), a BatchSearch of mutated requests, a mutated Explain,
-ListConcepts or GetConcept, or raw bytes (random, truncated or bit-flipped serializations) sent
+Every request is one of the KINDS of service/benchmarks/fuzz_requests.py (mutated Search,
+BatchSearch, Explain, ListConcepts and GetConcept requests, and raw bytes); raw bytes go
 through a generic `channel.unary_unary` with identity serializers. Requests are drawn from
 `random.Random(seed)` up front (the same seed, the same requests), then sent by `concurrency`
 client threads until all are answered or `max_seconds` have passed.
@@ -25,20 +22,15 @@ the good query must return the hits it returned before the fuzz, health must say
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import random
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,233 +38,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service._generated.strata.v1 import search_pb2 as pb
+from service.benchmarks.fuzz_requests import KINDS, Target, draw_requests
 from service.convert import MAX_MESSAGE_BYTES
-from service.limits import LIMITS
 from training.benchmarks import publish
 
 SERVICE = "/strata.v1.SearchService/"
 EXPECTED_CODES = frozenset({"OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"})
 GOOD_QUERY = "a dog"
 CALL_TIMEOUT_S = 60.0
-WORDS = (
-    "a", "dog", "red", "cat", "chasing", "ball", "on", "the", "beach", "man", "riding", "horse",
-    "in", "park", "two", "children", "blue", "car", "white", "bird", "while", "who", ",", ".",
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the generators need to know of the served bundle."""
-
-    dim: int
-    concepts: int
-    metadata_fields: tuple[str, ...]
-    rows: int
-
-
-@dataclass(frozen=True)
-class FuzzRequest:
-    kind: str
-    method: str
-    payload: bytes
-
-
-# --- generators: each draws one request of its kind ---------------------------------------------
-
-
-def _int32(rng: random.Random) -> int:
-    edges = (0, 1, -1, 2**31 - 1, -(2**31), 1000, 1001, 6, 7, 5)
-    return rng.choice(edges) if rng.random() < 0.3 else rng.randint(-(2**31), 2**31 - 1)
-
-
-def _text(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
-
-
-def _unicode(rng: random.Random, length: int) -> str:
-    chars = []
-    while len(chars) < length:
-        code = rng.choice(
-            (rng.randint(0, 0x7F), rng.randint(0x80, 0xFFFF), rng.randint(0, 0x10FFFF))
-        )
-        if not 0xD800 <= code <= 0xDFFF:  # proto strings are UTF-8: no lone surrogates
-            chars.append(chr(code))
-    return "".join(chars)
-
-
-def _good(rng: random.Random) -> pb.SearchRequest:
-    return pb.SearchRequest(
-        query=pb.Query(text=_text(rng)), granularity=rng.randint(0, 6), top_k=rng.randint(1, 20)
-    )
-
-
-def _float32(value: float) -> float:
-    """`value` as the nearest float32 (what the wire carries)."""
-    return struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) else value
-
-
-def _vector(rng: random.Random, dim: int, scale: Callable[[], float]) -> pb.Query:
-    return pb.Query(vector=pb.FloatVector(values=[_float32(scale()) for _ in range(dim)]))
-
-
-def _ref(rng: random.Random, t: Target) -> pb.ConceptRef:
-    which = rng.randrange(4)
-    if which == 0:
-        return pb.ConceptRef(id=rng.randrange(t.concepts) if rng.random() < 0.5 else _int32(rng))
-    if which == 1:
-        sign = rng.choice("+-")
-        number = rng.randrange(t.concepts // 2) if rng.random() < 0.5 else _int32(rng)
-        return pb.ConceptRef(label=rng.choice((f"{sign}{number}", _unicode(rng, 4), "", "+")))
-    if which == 2:
-        return pb.ConceptRef(name=rng.choice((rng.choice(WORDS), _unicode(rng, 6), "")))
-    return pb.ConceptRef()
-
-
-def search_mutation(kind: str, rng: random.Random, t: Target) -> pb.SearchRequest:
-    """A SearchRequest of one of the SEARCH_KINDS."""
-    request = _good(rng)
-    if kind == "good":
-        pass
-    elif kind == "text_empty":
-        request.query.text = rng.choice(("", " ", "\n\t ", "\u3000", "\u00a0" * 3))
-    elif kind == "text_huge":
-        request.query.text = "dog " * rng.randint(501, 20_000)
-    elif kind == "text_random":
-        request.query.text = _unicode(rng, rng.randint(1, 300))
-    elif kind == "image_random":
-        request.query.image = rng.randbytes(rng.randint(0, 4096))
-    elif kind == "vector_dim":
-        dim = rng.choice((0, 1, t.dim - 1, t.dim + 1, rng.randint(0, 4 * t.dim)))
-        request.query.CopyFrom(_vector(rng, dim, lambda: rng.gauss(0, 1)))
-    elif kind == "vector_nonfinite":
-        query = _vector(rng, t.dim, lambda: rng.gauss(0, 1))
-        for _ in range(rng.randint(1, 5)):
-            position = rng.randrange(t.dim)
-            query.vector.values[position] = rng.choice((math.nan, math.inf, -math.inf))
-        request.query.CopyFrom(query)
-    elif kind == "vector_extreme":
-        exponent = rng.choice((rng.uniform(-45, -20), rng.uniform(20, 38), 0.0))
-        request.query.CopyFrom(_vector(rng, t.dim, lambda: rng.gauss(0, 1) * 10**exponent))
-    elif kind == "granularity_int":
-        request.granularity = _int32(rng)
-    elif kind == "top_k_int":
-        request.top_k = _int32(rng)
-    elif kind == "concepts":
-        for _ in range(rng.randint(1, 4)):
-            rng.choice((request.filter.require, request.filter.exclude)).append(_ref(rng, t))
-    elif kind == "metadata":
-        pool = [*t.metadata_fields, "id", "", _unicode(rng, 5), rng.choice(WORDS)]
-        request.metadata_fields.extend(rng.choice(pool) for _ in range(rng.randint(1, 5)))
-        request.explain = rng.random() < 0.5
-    elif kind == "query_unset":
-        request.ClearField("query")
-    else:
-        raise ValueError(f"unknown search kind {kind!r}")
-    return request
-
-
-SEARCH_KINDS = (
-    "good", "text_empty", "text_huge", "text_random", "image_random", "vector_dim",
-    "vector_nonfinite", "vector_extreme", "granularity_int", "top_k_int", "concepts", "metadata",
-    "query_unset",
-)  # fmt: skip
-
-
-def _oneof_clash(rng: random.Random, t: Target) -> bytes:
-    """A Query carrying two kinds on the wire (text and vector or image; the parser keeps the
-    last), as a serialized SearchRequest."""
-    parts = [
-        pb.Query(text=_text(rng)).SerializeToString(),
-        _vector(rng, rng.choice((t.dim, 3)), lambda: rng.gauss(0, 1)).SerializeToString(),
-        pb.Query(image=rng.randbytes(16)).SerializeToString(),
-    ]
-    rng.shuffle(parts)
-    query = b"".join(parts[: rng.randint(2, 3)])
-    return pb.SearchRequest(top_k=3).SerializeToString() + b"\x0a" + _varint(len(query)) + query
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _bitflip(rng: random.Random, data: bytes) -> bytes:
-    if not data:
-        return rng.randbytes(8)
-    flipped = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
-    return bytes(flipped)
-
-
-def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
-    """One request of `kind` (one of KINDS)."""
-    if kind in SEARCH_KINDS:
-        return FuzzRequest(kind, "Search", search_mutation(kind, rng, t).SerializeToString())
-    if kind == "oneof_clash":
-        return FuzzRequest(kind, "Search", _oneof_clash(rng, t))
-    if kind == "raw_random":
-        return FuzzRequest(kind, "Search", rng.randbytes(rng.randint(0, 512)))
-    if kind == "raw_truncated":
-        whole = search_mutation(rng.choice(SEARCH_KINDS[:4]), rng, t).SerializeToString()
-        return FuzzRequest(kind, "Search", whole[: rng.randint(0, max(0, len(whole) - 1))])
-    if kind == "raw_bitflip":
-        whole = _good(rng).SerializeToString()
-        method = rng.choice(("Search", "Explain", "GetConcept", "ListConcepts", "BatchSearch"))
-        return FuzzRequest(kind, method, _bitflip(rng, whole))
-    if kind == "batch":
-        if rng.random() < 0.05:  # oversize: one request more than allowed
-            size = LIMITS.batch_requests + 1
-            requests = [pb.SearchRequest(query=pb.Query(text="a dog"), top_k=1)] * size
-        else:
-            cheap = [k for k in SEARCH_KINDS if k not in ("good", "text_huge", "text_random")]
-            requests = [
-                search_mutation(rng.choice(cheap), rng, t) for _ in range(rng.randint(0, 12))
-            ]
-        return FuzzRequest(
-            kind, "BatchSearch", pb.BatchSearchRequest(requests=requests).SerializeToString()
-        )
-    if kind == "explain":
-        request = pb.ExplainRequest(query=search_mutation(rng.choice(SEARCH_KINDS), rng, t).query)
-        which = rng.randrange(3)
-        if which == 0:
-            request.row = rng.choice((rng.randrange(t.rows), rng.randint(-(2**63), 2**63 - 1)))
-        elif which == 1:
-            request.item_id = rng.choice(("", _unicode(rng, 8), "scene-0000001", "x" * 5000))
-        return FuzzRequest(kind, "Explain", request.SerializeToString())
-    if kind == "list_concepts":
-        request = pb.ListConceptsRequest(
-            page_size=_int32(rng),
-            page_token=rng.choice(("", str(rng.randint(0, 2 * t.concepts)), _unicode(rng, 4))),
-            name_contains=rng.choice(("", rng.choice(WORDS), _unicode(rng, 3))),
-        )
-        return FuzzRequest(kind, "ListConcepts", request.SerializeToString())
-    if kind == "get_concept":
-        request = pb.GetConceptRequest()
-        if rng.random() < 0.8:
-            request.concept.CopyFrom(_ref(rng, t))
-        return FuzzRequest(kind, "GetConcept", request.SerializeToString())
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-KINDS = (
-    *SEARCH_KINDS, "oneof_clash", "raw_random", "raw_truncated", "raw_bitflip", "batch",
-    "explain", "list_concepts", "get_concept",
-)  # fmt: skip
-
-
-def draw_requests(count: int, seed: int, t: Target) -> list[FuzzRequest]:
-    """`count` requests, kinds in turn (every kind equally often), contents from `seed`."""
-    rng = random.Random(seed)
-    kinds = [KINDS[i % len(KINDS)] for i in range(count)]
-    rng.shuffle(kinds)
-    return [draw(kind, rng, t) for kind in kinds]
-
-
 # --- running ------------------------------------------------------------------------------------
 
 

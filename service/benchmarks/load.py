@@ -140,7 +140,7 @@ def run_arm(
     concurrency: int,
     queries: int,
     load: Executor,
-    max_wait_ms: float = BatchingConfig.max_wait_ms,
+    max_wait_ms: float = BatchingConfig().max_wait_ms,
 ) -> dict:
     """A server with batching on or off; the load process drives it; QPS over the arm."""
     config = ServerConfig(
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--max-wait-ms",
         type=float,
-        default=BatchingConfig.max_wait_ms,
+        default=BatchingConfig().max_wait_ms,
         help="the batcher's wait for company (service/batching.py)",
     )
     parser.add_argument(

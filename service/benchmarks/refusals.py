@@ -40,6 +40,7 @@ from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
 from training.core.files import sha256_file
+from training.core.redis_connection import redis_connection
 
 TOKEN = "refusal-table"
 PATHS = ("publish", "hot swap", "Reload", "start-up")
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=Path("runs/bench/refusals.json"))
     args = parser.parse_args(argv)
     prefix = f"strata-refusals-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(args.redis_url)
+    client = redis_connection(args.redis_url, 5.0)
     table: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="strata-refusals-") as folder:
         work = Path(folder)
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         assert time.monotonic() < deadline, f"no swap outcome for {name}"
                         time.sleep(0.02)
                     event = swapper.counts.events[-1]
-                    served = server.server.engine.bundle.name
+                    served = server.server.served.engine.bundle.name
                     if event.result == "ok":
                         row["hot swap"] = f"swapped: serves {served}"
                         admin.Reload(

@@ -30,9 +30,6 @@ import argparse
 import contextlib
 import inspect
 import logging
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from service.benchmarks.redis_server import RedisServer
 from training.benchmarks import publish
 from training.core.errors import InputError
 
@@ -56,81 +54,6 @@ QUERIES = (
     "a cat on a sofa", "an old man reading a newspaper",
 )  # fmt: skip
 PREFIX = "strata-soak"
-
-
-# --- a redis-server of our own -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server on a free local port, without persistence: start, kill, start again
-    (same port, empty). `with RedisServer() as redis: redis.url`."""
-
-    def __init__(self, port: int | None = None, executable: str = "redis-server") -> None:
-        found = shutil.which(executable)
-        if found is None:
-            raise InputError(f"{executable} not found on PATH")
-        self.executable, self.port = found, port or free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self._dir = tempfile.mkdtemp(prefix="strata-redis-")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self, timeout: float = 10.0) -> RedisServer:
-        import redis
-
-        if self.running:
-            return self
-        self.process = subprocess.Popen(
-            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self._dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, socket_timeout=0.2)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                if self.process.poll() is not None:
-                    raise InputError(f"redis-server on port {self.port} exited at start-up")
-                try:
-                    client.ping()
-                    return self
-                except redis.exceptions.RedisError:
-                    if time.monotonic() > deadline:
-                        raise InputError(
-                            f"redis-server on port {self.port} not answering after {timeout} s"
-                        ) from None
-                    time.sleep(0.05)
-        finally:
-            client.close()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no goodbye to clients (what a crash looks like)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> float:
@@ -323,7 +246,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     began = time.monotonic()
                     name = publish_delete(bundles, f"row-{deleted}", redis_server.url)
                     deleted += 1
-                    wait_for(lambda: server.server.engine.bundle.name == name, 60, f"{name} served")
+                    wait_for(
+                        lambda: server.server.served.engine.bundle.name == name,
+                        60,
+                        f"{name} served",
+                    )
                     return time.monotonic() - began
 
                 phases["hot_swaps"] = hot = {"published": args.swaps}
@@ -333,7 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         time.sleep(args.swap_gap_seconds)
                         seconds.append(round(swap_once(), 2))
                 hot["publish_to_served_s"] = seconds
-                hot["served"] = server.server.engine.bundle.name
+                hot["served"] = server.server.served.engine.bundle.name
 
                 phases["redis_outage"] = outage = {}
                 with load.phase(outage):
@@ -376,7 +303,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 load.stop()
                 swapper.close()
-            served = server.server.engine.bundle.name
+            served = server.server.served.engine.bundle.name
             check = final_check(server.target, bundles, served)
         cache.close()
     total = load.snapshot()

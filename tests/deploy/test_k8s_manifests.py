@@ -152,16 +152,19 @@ def test_serve_options_the_deployment_relies_on() -> None:
     for flag in ("--metrics-port", "--admin-token-file", "--tls-cert", "--tls-key", "--grace"):
         assert flag in options, f"strata serve has no {flag}"
     # read from the ConfigMap's environment rather than passed
-    assert options["--redis-url"].envvar == "STRATA_REDIS_URL"
+    from training.core.settings import StrataSettings
+
+    assert "redis_url" in StrataSettings.model_fields  # STRATA_REDIS_URL, read by the settings
+    assert not options["--redis-url"].envvar
     assert options["--redis-prefix"].envvar == "STRATA_REDIS_PREFIX"
 
 
 def test_configmap_names_real_settings() -> None:
-    from indexer.publish import PREFIX_ENVIRONMENT, URL_ENVIRONMENT
+    from indexer.publish import PREFIX_ENVIRONMENT
     from training.core.settings import StrataSettings
 
     settings = {f"STRATA_{name.upper()}" for name in StrataSettings.model_fields}
-    known = settings | {URL_ENVIRONMENT, PREFIX_ENVIRONMENT}
+    known = settings | {PREFIX_ENVIRONMENT}
     data = find_object("ConfigMap", "strata-config")["data"]
     assert set(data) <= known, f"not a setting: {sorted(set(data) - known)}"
     assert data["STRATA_REDIS_URL"].startswith("redis://strata-redis:6379/")

@@ -22,6 +22,7 @@ from service.client import StrataClient, StrataClientError
 from service.search import SearchEngine
 from service.search_cli import read_admin_token
 from service.server import BackgroundServer, ServerConfig
+from training.core.settings import StrataSettings
 
 TOKEN = "s3cret-admin-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -240,12 +241,18 @@ def test_graceful_shutdown_finishes_the_call_in_flight(text_bundle: Path, minilm
     assert running.server.metrics.registry.get_sample_value("strata_serving") == 0
 
 
-def test_admin_token_comes_from_a_file_or_the_environment(tmp_path: Path):
+def test_admin_token_comes_from_a_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     token_file = tmp_path / "token"
     token_file.write_text("  from-the-file \n")
-    assert read_admin_token(token_file, {"STRATA_ADMIN_TOKEN": "env"}) == "from-the-file"
-    assert read_admin_token(None, {"STRATA_ADMIN_TOKEN": " from-env "}) == "from-env"
-    assert read_admin_token(None, {}) is None
+    monkeypatch.setenv("STRATA_ADMIN_TOKEN", "env")
+    assert read_admin_token(token_file, StrataSettings()) == "from-the-file"
+    monkeypatch.setenv("STRATA_ADMIN_TOKEN", " from-env ")
+    assert read_admin_token(None, StrataSettings()) == "from-env"
+    assert read_admin_token(None) == "from-env"  # the settings of the moment
+    monkeypatch.delenv("STRATA_ADMIN_TOKEN")
+    assert read_admin_token(None, StrataSettings()) is None
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(Exception, match=r"admin token file .*empty is empty"):
         read_admin_token(tmp_path / "empty")

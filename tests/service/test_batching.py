@@ -9,9 +9,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from pydantic import ValidationError
 
 from service.batching import BatchingConfig, MicroBatcher
 from service.errors import OverloadedError
+from training.core.config import build_config
 from training.core.errors import InputError
 
 
@@ -179,8 +181,10 @@ def test_closing_fails_waiting_callers():
     ],
 )
 def test_bad_settings_are_refused(settings: dict, message: str):
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(ValidationError, match=message):
         BatchingConfig(**settings)
+    with pytest.raises(InputError, match=f"^batching: {next(iter(settings))}: .*{message}"):
+        build_config(BatchingConfig, settings, "batching")  # the CLI's one-line error
 
 
 def test_submit_many_finishes_each_result_on_the_executor():

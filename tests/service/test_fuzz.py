@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from service.benchmarks import fuzz
-from service.benchmarks.fuzz import KINDS, Target, draw_requests, run_fuzz
+from service.benchmarks.fuzz import run_fuzz
+from service.benchmarks.fuzz_requests import KINDS, Target, draw_requests
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 

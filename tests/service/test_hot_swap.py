@@ -81,7 +81,7 @@ def test_published_versions_swap_in_under_load_with_no_failed_request(
                 wait_for(lambda: all(len(v) >= 2 for v in load.versions), 30, "first searches")
                 for row, name in ((0, "v000002"), (1, "v000003")):
                     assert delete_and_publish(bundles, row, prefix) == name
-                    wait_for(lambda n=name: server.server.engine.bundle.name == n, 30, name)
+                    wait_for(lambda n=name: server.server.served.engine.bundle.name == n, 30, name)
                     version = int(name[1:])
                     wait_for(  # every client's latest answer comes from the new version
                         lambda v=version: all(seen and seen[-1] == v for seen in load.versions),
@@ -103,8 +103,8 @@ def test_published_versions_swap_in_under_load_with_no_failed_request(
         assert versions[0] == 1 and versions[-1] == 3
     assert {v for versions in load.versions for v in versions} == {1, 2, 3}
     assert state["swaps"] == 2 and state["failures"] == 0 and state["served"] == "v000003"
-    assert server.server.hot_swaps == 2
-    assert engine.cache is server.server.engine.cache  # the new engines share the cache
+    assert server.server.served.swaps == 2
+    assert engine.cache is server.server.served.engine.cache  # the new engines share the cache
 
 
 def test_a_version_that_cannot_load_is_skipped_and_an_older_one_ignored(
@@ -122,16 +122,16 @@ def test_a_version_that_cannot_load_is_skipped_and_an_older_one_ignored(
             broken["path"] = str(bundles / "v000009")  # announced, but no such folder
             client.publish(ChannelKeys(prefix).channel, json.dumps(broken))
             wait_for(lambda: swapper.counts.failures == 1, 10, "the failed load")
-            assert server.server.engine.bundle.name == "v000001"
+            assert server.server.served.engine.bundle.name == "v000001"
             assert "v000009" in swapper.counts.events[-1].name
             assert swapper.counts.events[-1].result == "failed"
 
             name = delete_and_publish(bundles, 5, prefix)  # v000002: newer than served
-            wait_for(lambda: server.server.engine.bundle.name == name, 30, name)
+            wait_for(lambda: server.server.served.engine.bundle.name == name, 30, name)
             publish_version(store, "v000001", publisher)  # a rollback: older, not followed
             wait_for(lambda: swapper.counts.announcements >= 3, 10, "the third announcement")
             time.sleep(0.3)
-            assert server.server.engine.bundle.name == "v000002"
+            assert server.server.served.engine.bundle.name == "v000002"
             client.close()
             with StrataClient(server.target) as grpc_client:
                 assert grpc_client.search("a dog", k=3).bundle_version == 2

@@ -18,19 +18,16 @@ from serving_helpers import CountingEncoder
 
 from indexer.bundle import Bundle
 from service.client import StrataClient
+from service.metrics import ServerMetrics
 from service.query_cache import (
     CONNECTED,
     DISABLED,
     DISCONNECTED,
-    CircuitBreaker,
     LocalLRU,
     QueryCache,
     QueryCacheError,
-    cache_key,
-    decode_value,
-    encode_value,
-    normalise_query,
 )
+from service.query_keys import cache_key
 from service.results import SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
@@ -59,29 +56,6 @@ def hits(engine: SearchEngine, text: str) -> list[tuple[str, float]]:
 # --- pure parts ----------------------------------------------------------------------------------
 
 
-def test_queries_equal_after_normalisation_share_a_key():
-    assert normalise_query("  A\tRed\u00a0DOG \n") == "a red dog"
-    assert normalise_query("ＡＮ ＯＬＤ ＣＡＲ") == "an old car"  # fullwidth (NFKC)
-    assert normalise_query("ﬁsh STRASSE Straße") == "fish strasse strasse"  # ligature, casefold
-    variants = ["a red dog", "A RED DOG", " a  red\tdog ", "ａ red ｄｏｇ"]
-    assert len({cache_key("minilm", v) for v in variants}) == 1
-    assert cache_key("minilm", "a red dog") != cache_key("open_clip:ViT-B-32@x", "a red dog")
-    assert cache_key("minilm", "a red dog") != cache_key("minilm", "a red cat")
-    for text in [*variants, "ﬁsh", "ǅemal", "Ⅻ o'clock", "ΣΑΣ"]:
-        once = normalise_query(text)
-        assert normalise_query(once) == once
-
-
-def test_values_round_trip_and_a_wrong_size_or_nan_is_no_value():
-    row = np.linspace(-1, 1, 8, dtype=np.float32)
-    raw = encode_value(row)
-    assert len(raw) == 32
-    np.testing.assert_array_equal(decode_value(raw, 8), row)
-    assert decode_value(raw, 7) is None and decode_value(raw[:-1], 8) is None
-    assert decode_value(None, 8) is None
-    assert decode_value(encode_value(np.full(8, np.nan, dtype=np.float32)), 8) is None
-
-
 def test_the_lru_keeps_the_most_recently_used_entries():
     lru = LocalLRU(size=2)
     lru.put("a", np.zeros(3))
@@ -95,33 +69,6 @@ def test_the_lru_keeps_the_most_recently_used_entries():
     np.testing.assert_array_equal(lru.get("c"), np.full(3, 2.0, dtype=np.float32))
     with pytest.raises(QueryCacheError, match="at least 1 entry"):
         LocalLRU(size=0)
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_the_breaker_opens_on_failure_backs_off_and_closes_on_success():
-    clock = Clock()
-    breaker = CircuitBreaker(backoff=1.0, max_backoff=3.0, clock=clock)
-    assert breaker.closed and breaker.wait() == 0
-    breaker.failure()
-    assert not breaker.closed and breaker.wait() == 1.0
-    clock.now += 0.4
-    assert breaker.wait() == pytest.approx(0.6)
-    breaker.failure()  # a failed retry: twice the back-off
-    assert breaker.wait() == 2.0
-    breaker.failure()
-    breaker.failure()
-    assert breaker.wait() == 3.0  # capped
-    breaker.success()
-    assert breaker.closed and breaker.backoff == 1.0 and breaker.failures == 0
 
 
 # --- the engine with a local cache --------------------------------------------------------------
@@ -223,10 +170,11 @@ def test_an_unreachable_redis_costs_nothing_and_serves_on(text_bundle: Path, min
 
 
 def test_the_cache_feeds_the_server_metrics(text_bundle: Path, minilm, prefix: str, caches):
-    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix))
+    metrics = ServerMetrics()
+    caches.append(cache := QueryCache(redis_url=URL, prefix=prefix, metrics=metrics))
     engine = SearchEngine(Bundle.open(text_bundle), minilm, cache=cache)
     with (
-        BackgroundServer(engine, ServerConfig(port=0)) as server,
+        BackgroundServer(engine, ServerConfig(port=0), metrics=metrics) as server,
         StrataClient(server.target) as client,
     ):
         client.search("a green tree", k=3)

@@ -15,7 +15,7 @@ from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher
 from indexer.update import DeleteConfig, delete_rows
 from service.batching import BatchingConfig
-from service.benchmarks.soak import RedisServer
+from service.benchmarks.redis_server import RedisServer
 from service.hot_swap import HotSwapper
 from service.query_cache import CONNECTED, DISCONNECTED, QueryCache
 from service.search import SearchEngine
@@ -83,7 +83,7 @@ def test_redis_killed_mid_load_then_restarted(
                         DeleteConfig(bundles=bundles, ids=(row_id,), verify_sample=4),
                         publisher=RedisPublisher(redis_server.url, PREFIX),
                     ).name
-                    wait_for(lambda: server.server.engine.bundle.name == name, 30, name)
+                    wait_for(lambda: server.server.served.engine.bundle.name == name, 30, name)
                     wait_for(
                         lambda: all(seen and seen[-1] == 2 for seen in load.versions),
                         30,

@@ -71,7 +71,7 @@ def test_hot_swap_refuses_each_damaged_version_and_serves_on(bundles: Path, mini
                 assert refused(server, reason) >= 1
                 event = swapper.counts.events[-1]
                 assert event.result == "failed" and named in (event.error or "")
-                assert server.server.engine.bundle.name == "v000001"
+                assert server.server.served.engine.bundle.name == "v000001"
             with StrataClient(server.target) as client:
                 assert client.search("a dog", k=3).bundle_version == 1
         finally:

@@ -12,8 +12,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import metrics as metrics_module
 from service.client import StrataClient, StrataClientError
+from service.metrics import ServerMetrics
+from service.query_cache import QueryCache
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 
@@ -121,30 +122,40 @@ def test_promtool_accepts_the_exposition(engine: SearchEngine):
     assert "strata_search_seconds_bucket" in text and "grpc_server_handled_total" in text
 
 
-def test_feeds_reach_live_servers_and_stop_at_close(engine: SearchEngine):
-    running = BackgroundServer(engine, ServerConfig(port=0)).start()
+def test_feeds_reach_the_metrics_they_are_given(engine: SearchEngine):
+    metrics = ServerMetrics()
+    cache = QueryCache(size=4, metrics=metrics)  # no Redis: strata_redis_up is NaN
+    running = BackgroundServer(engine, ServerConfig(port=0), metrics=metrics).start()
     registry = running.server.metrics.registry
+    assert running.server.metrics is metrics
     try:
-        metrics_module.record_cache("local", hit=True)
-        metrics_module.record_cache("redis", hit=False, count=2)
-        metrics_module.set_redis_up(True)
-        metrics_module.record_hot_swap(ok=False)
+        assert cache.lookup("an-encoder", 4, ["a text"]) == [None]
+        metrics.record_cache("redis", hit=False, count=2)
+        metrics.set_redis_up(True)
+        metrics.record_hot_swap(ok=False)
         get = registry.get_sample_value
-        assert get("strata_query_cache_requests_total", {"tier": "local", "result": "hit"}) == 1
+        assert get("strata_query_cache_requests_total", {"tier": "local", "result": "miss"}) == 1
         assert get("strata_query_cache_requests_total", {"tier": "redis", "result": "miss"}) == 2
         assert get("strata_redis_up") == 1
         assert get("strata_hot_swaps_total", {"result": "failed"}) == 1
-        metrics_module.set_redis_up(False)
+        cache.report_state()
+        assert math.isnan(get("strata_redis_up"))
+        metrics.set_redis_up(False)
         assert get("strata_redis_up") == 0
         with pytest.raises(ValueError, match="cache tier 'disk'"):
-            metrics_module.record_cache("disk", hit=True)
+            metrics.record_cache("disk", hit=True)
         assert get("strata_serving") == 1
     finally:
         running.stop()
+        cache.close()
     assert registry.get_sample_value("strata_serving") == 0
-    metrics_module.record_cache("local", hit=True)  # a stopped server no longer listens
-    sample = {"tier": "local", "result": "hit"}
-    assert registry.get_sample_value("strata_query_cache_requests_total", sample) == 1
+    other = ServerMetrics()  # another server's metrics: the cache's counts are not there
+    assert (
+        other.registry.get_sample_value(
+            "strata_query_cache_requests_total", {"tier": "local", "result": "miss"}
+        )
+        == 0
+    )
 
 
 def test_a_busy_metrics_port_is_a_clear_error(engine: SearchEngine):

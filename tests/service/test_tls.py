@@ -13,6 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from pydantic import ValidationError
 
 from service.client import StrataClient, StrataClientError
 from service.errors import ServiceError
@@ -74,7 +75,7 @@ def test_tls_server_answers_clients_that_trust_its_certificate(engine: SearchEng
 
 def test_tls_configuration_errors_are_named(engine: SearchEngine, tmp_path: Path):
     cert, _ = self_signed(tmp_path, "server")
-    with pytest.raises(ServiceError, match="TLS needs both a certificate and its key"):
+    with pytest.raises(ValidationError, match="TLS needs both a certificate and its key"):
         ServerConfig(tls_cert=cert)
     config = ServerConfig(port=0, tls_cert=cert, tls_key=tmp_path / "missing.key")
     running = BackgroundServer(engine, config)

@@ -30,7 +30,8 @@ def validation_message(error: ValidationError, where: str) -> str:
     """The first problem of a ValidationError as one line: `where: field.sub: message`."""
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "config"
-    return f"{where}: {field}: {first['msg']}"
+    message = first["msg"].removeprefix("Value error, ")  # a validator's own words, unprefixed
+    return f"{where}: {field}: {message}"
 
 
 def build_config(model: type[Config], values: dict[str, Any], where: str) -> Config:

@@ -1,7 +1,9 @@
 """Strata's typed settings: defaults, overridden by `STRATA_*` environment variables or `.env`.
 
 CLI options take their defaults from here, so `STRATA_DEVICE=cpu strata embed run ...` and
-`strata embed run --device cpu ...` mean the same.
+`strata embed run --device cpu ...` mean the same. An option given on the command line wins
+over its variable (`--redis-url` over STRATA_REDIS_URL, `--admin-token-file` over
+STRATA_ADMIN_TOKEN).
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ class StrataSettings(BaseSettings):
     shard_rows: int = Field(50_000, gt=0, description="rows per embedding-cache shard")
     cache_dtype: Literal["float16", "float32"] = "float16"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    redis_url: str | None = Field(
+        None, description="Redis for the query cache, hot swap and version announcements"
+    )
+    admin_token: str | None = Field(
+        None, repr=False, description="the AdminService bearer token (a file is safer)"
+    )
 
 
 def load_settings() -> StrataSettings:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from training.core.config import ConfigModel, load_config
 from training.core.errors import InputError
@@ -47,3 +47,20 @@ def test_a_missing_file_and_a_bad_override_are_named(tmp_path: Path) -> None:
         load_config(Job, tmp_path / "absent.json")
     with pytest.raises(InputError, match="Job: epochs"):
         load_config(Job, epochs=-1)
+
+
+class Batch(ConfigModel):
+    size: int = 1
+
+    @field_validator("size")
+    @classmethod
+    def positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"size must be at least 1, got {value}")
+        return value
+
+
+def test_a_validators_own_message_is_kept_without_pydantics_prefix() -> None:
+    with pytest.raises(InputError) as raised:
+        load_config(Batch, size=0)
+    assert str(raised.value) == "Batch: size: size must be at least 1, got 0"

@@ -1,0 +1,103 @@
+"""What a query must be before the engine embeds it: one kind of input, a known granularity,
+fields and filters within the request limits (service/limits.py), an input of the right shape.
+
+Pure functions of the query and what the engine serves (its limits, metadata fields, dimension
+and encoder); each raises a `QueryError` naming the fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from service.errors import QueryError, echo
+from service.limits import RequestLimits, check_fields, check_filter
+from service.results import AUTO, GRANULARITY_CHOICES, MAX_K, SCOPES, SearchQuery
+from training.core.granularity import Granularity
+
+
+def parse_granularity(value: str) -> Granularity | None:
+    """The requested granularity; None for AUTO (or empty)."""
+    text = str(value).strip().lower() or AUTO
+    if text == AUTO:
+        return None
+    try:
+        return Granularity(text)
+    except ValueError:
+        raise QueryError(
+            f"unknown granularity {echo(value)}; choose from {', '.join(GRANULARITY_CHOICES)}"
+        ) from None
+
+
+def check_query(
+    query: SearchQuery,
+    limits: RequestLimits,
+    metadata_fields: Sequence[str],
+    dim: int,
+    encoder: Any,
+) -> None:
+    """A search query as the engine can serve it (the input itself: `check_query_input`)."""
+    kinds = query.kinds
+    if not kinds:
+        raise QueryError("the query is empty: give a text, an image or a vector")
+    if len(kinds) > 1:
+        raise QueryError(f"give one of text, image or vector, not {' and '.join(kinds)}")
+    if not isinstance(query.k, int) or not 1 <= query.k <= MAX_K:
+        raise QueryError(f"top_k must lie in [1, {MAX_K}], got {query.k}")
+    if query.scope not in SCOPES:
+        raise QueryError(
+            f"unknown concept scope {echo(query.scope)}; choose from {', '.join(SCOPES)}"
+        )
+    if query.explain and query.k > limits.explain_hits:
+        raise QueryError(f"explain covers at most {limits.explain_hits} hits; top_k is {query.k}")
+    check_filter([*query.require, *query.exclude], limits)
+    check_fields(query.metadata_fields, limits)
+    unknown = [f for f in query.metadata_fields if f not in metadata_fields and f != "id"]
+    if unknown:
+        shown = ", ".join(map(echo, unknown[:3])) + (", …" if len(unknown) > 3 else "")
+        raise QueryError(
+            f"unknown metadata field(s) {shown}; "
+            f"the bundle has {', '.join(metadata_fields) or 'none'}"
+        )
+    check_query_input(query, limits, dim, encoder)
+
+
+def check_query_input(query: SearchQuery, limits: RequestLimits, dim: int, encoder: Any) -> None:
+    """Its text, image or vector: non-empty, within the limits, servable by `encoder` (None:
+    no encoder), a vector of `dim` finite values not all zero."""
+    if query.text is not None:
+        if not query.text.strip():
+            raise QueryError("empty text query")
+        if len(query.text) > limits.text_chars:
+            raise QueryError(
+                f"text query of {len(query.text)} characters; at most {limits.text_chars}"
+            )
+        need_encoder(encoder, "text")
+    elif query.image is not None:
+        if not query.image:
+            raise QueryError("empty image query")
+        encoder = need_encoder(encoder, "image")
+        if not encoder.has_image_tower:
+            raise QueryError(
+                f"the bundle's encoder {encoder.id} has no image tower: image queries need "
+                "a bundle embedded with open_clip"
+            )
+    elif query.vector is not None:
+        values = np.asarray(query.vector, dtype=np.float64)
+        if values.ndim != 1 or len(values) != dim:
+            raise QueryError(
+                f"the vector has {values.size} values; the bundle's dimension is {dim}"
+            )
+        if not np.isfinite(values).all():
+            raise QueryError("the vector holds NaN or Inf")
+        if not np.linalg.norm(values) > 0:
+            raise QueryError("the vector is all zeros")
+
+
+def need_encoder(encoder: Any, kind: str) -> Any:
+    """`encoder`, or a QueryError when the engine has none (vector queries only)."""
+    if encoder is None:
+        raise QueryError(f"this engine has no encoder: {kind} queries are not served")
+    return encoder

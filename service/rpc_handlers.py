@@ -1,0 +1,74 @@
+"""A gRPC method handler with its behaviour wrapped: what every server interceptor returns.
+
+An interceptor of grpc.aio gets the handler grpc would run and hands back another one
+(`HandlerInterceptor.intercept`, for methods grpc knows); the four kinds (unary-unary,
+unary-stream, stream-unary, stream-stream) differ only in which attribute holds the behaviour
+and which factory makes the handler, so `rewrapped` keeps the kind, the (de)serializers, and
+swaps the behaviour for `wrap(behaviour)`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+Behavior = Callable[..., Any]
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+
+
+class HandlerInterceptor(grpc.aio.ServerInterceptor):
+    """A server interceptor that rewrites the handler of each method grpc knows (an unknown
+    method, None, passes: grpc answers UNIMPLEMENTED itself)."""
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self.intercept(handler, handler_call_details.method)
+
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        """The handler to run for `method` ("/package.Service/Method") instead of `handler`."""
+        raise NotImplementedError
+
+
+async def run_behavior(behavior: Behavior, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    """A unary behaviour's answer, whether it is a coroutine function or a plain one."""
+    result = behavior(request, context)
+    return await result if inspect.isawaitable(result) else result
+
+
+_FACTORIES = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+)
+
+
+def rewrapped(
+    handler: grpc.RpcMethodHandler,
+    wrap: Callable[[Behavior], Behavior],
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler:
+    """`handler` of the same kind with behaviour `wrap(behaviour)` (and, when given, another
+    request deserializer)."""
+    for kind, factory in _FACTORIES:
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            return factory(
+                wrap(behavior),
+                request_deserializer=request_deserializer or handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+    return handler
+
+
+def split_method(full_method: str) -> tuple[str, str]:
+    """ "/strata.v1.SearchService/Search" → ("strata.v1.SearchService", "Search")."""
+    service, _, method = full_method.lstrip("/").rpartition("/")
+    return service or "unknown", method or "unknown"
