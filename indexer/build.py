@@ -71,7 +71,7 @@ from indexer.prefix_index import (
     open_writer,
     train_index,
 )
-from indexer.prefixes import ROW_BLOCK, prefix_vectors, rotate_blocks, rotate_rows
+from indexer.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
 from indexer.publish import Publisher
 from indexer.release import release_version
 from indexer.sampling import Reservoir
@@ -85,6 +85,7 @@ from training.core.cache import MANIFEST as CACHE_MANIFEST
 from training.core.cache import EmbeddingCache, Shard
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
+from training.core.metrics import prefix_vectors
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,6 @@ from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
-from indexer.prefixes import prefix_vectors
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
@@ -77,6 +76,7 @@ from training.core.cache import MANIFEST as CACHE_MANIFEST
 from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 from training.core.files import sha256_file
+from training.core.metrics import prefix_vectors
 
 VECTOR_TOLERANCE = 1e-4
 SEARCH_DEPTH = 10

@@ -34,7 +34,6 @@ import pyarrow.parquet as pq
 
 from indexer.bundle import Bundle
 from indexer.ids import IDS
-from indexer.prefixes import prefix_vectors
 from indexer.verify import check_servable
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
@@ -67,6 +66,7 @@ from training.core.encoders import Encoder, load_encoder
 from training.core.encoders.images import decode_image
 from training.core.errors import InputError
 from training.core.granularity import Granularity
+from training.core.metrics import prefix_vectors
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_grasp_artifact
-from indexer.prefixes import (
-    exact_top_k,
-    prefix_vectors,
-    recall_at_k,
-    rotate_blocks,
-    rotate_rows,
-)
+from indexer.prefixes import exact_top_k, rotate_blocks, rotate_rows
+from training.core.metrics import neighbour_recall, prefix_vectors
 
 
 def test_rotation_is_one_matmul_and_keeps_full_length_cosine():
@@ -39,7 +34,7 @@ def test_exact_top_k_and_recall():
     gallery = np.eye(4, dtype=np.float32)
     scores, rows = exact_top_k(gallery, np.array([[0.1, 0.9, 0.5, 0.0]]), 2)
     assert rows.tolist() == [[1, 2]] and scores[0, 0] == pytest.approx(0.9)
-    assert recall_at_k(np.array([[1, 7], [3, -1]]), np.array([[1, 2], [3, 0]])) == 0.5
+    assert neighbour_recall(np.array([[1, 7], [3, -1]]), np.array([[1, 2], [3, 0]])) == 0.5
 
 
 def test_rotating_in_blocks_gives_the_rows_of_one_rotation():
