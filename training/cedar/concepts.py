@@ -31,8 +31,8 @@ from training.cedar.sparse_codes import (
 )
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
+from training.core.lexicon.words import word_class
 from training.core.metrics import unit_rows
-from training.views.extractor import word_class
 
 RUNNER_UPS = 4
 EXAMPLES = 5

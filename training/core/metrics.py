@@ -16,7 +16,7 @@ from training.core.granularity import Contract, Granularity, previous_prefix
 # The prefix each hard-negative type must be separated at (design.md). The first four are the
 # compositional corpus's types and keep their names: object = replace object, attribute = replace
 # attribute, relation = replace relation, order = swap objects; the other three come from real
-# captions (training.views.extractor.make_negatives). A type goes to the coarsest level whose
+# captions (training.views.negatives.make_negatives). A type goes to the coarsest level whose
 # view tells it from the caption:
 #   object, add_object -> object: a different or an extra thing is there ("a dog and a cat run");
 #     the object view ("a dog") already differs.

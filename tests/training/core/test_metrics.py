@@ -17,7 +17,7 @@ from training.core.metrics import (
     selectivity,
     staircase,
 )
-from training.views.extractor import NEGATIVE_KINDS
+from training.views.negatives import NEGATIVE_KINDS
 
 CONTRACT = validate_contract(
     {"object": 1, "attribute": 2, "relation": 3, "caption": 4, "full": 5}, 5
