@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from training.cds.config import CdsConfig
 from training.cds.constructed import ConstructedViT, synthetic_images
 from training.cds.cropping import CropGeometry, shifted_crops, square_canvas
 from training.cds.emd import (
@@ -24,16 +25,10 @@ from training.cds.emd import (
     roc_auc,
     scopes,
 )
+from training.cds.images import ImageSource
 from training.cds.outliers import outlier_mask, outlier_rule, outlier_share, token_norms
 from training.cds.patches import OpenClipPatches, concept_activations
-from training.cds.score import (
-    CdsConfig,
-    ImageSource,
-    TopImages,
-    collect_patch_tokens,
-    fit_patch_sae,
-    score_features,
-)
+from training.cds.score import TopImages, collect_patch_tokens, fit_patch_sae, score_features
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 
