@@ -22,16 +22,8 @@ from training.core.encoders import load_encoder, resolve_device
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.settings import load_settings
-from training.cosae.evaluate import (
-    DEFAULT_FRACTIONS,
-    METHODS,
-    SplitData,
-    coupled_sae_method,
-    evaluate_pair,
-    markdown_report,
-    plot_against_fraction,
-    score_method,
-)
+from training.cosae.evaluate import DEFAULT_FRACTIONS, METHODS, SplitData, evaluate_pair
+from training.cosae.methods import coupled_sae_method, score_method
 from training.cosae.model import save_cosae
 from training.cosae.pairs import (
     PAIR_KINDS,
@@ -46,6 +38,7 @@ from training.cosae.pairs import (
     tfidf_pair,
     tfidf_svd_embeddings,
 )
+from training.cosae.report import markdown_report, plot_against_fraction
 from training.cosae.train import CosaeConfig, train_coupled
 
 log = logging.getLogger(__name__)
