@@ -153,7 +153,7 @@ def relation_query(relation: Relation) -> str:
 
 
 def vocabulary_queries(per_kind: int = 3000, seed: int = 0) -> dict[str, list[str]]:
-    """Query-like texts of every granularity from the extractor's lexicon alone (no corpus):
+    """Query-like texts of every granularity from the caption lexicon alone (no corpus):
     "a {noun}" for every noun; `per_kind` seeded draws of "a {adjective} {noun}" and of
     "a {subject} {verb}-ing a {noun}". Keys: "object", "attribute", "relation"."""
     rng = random.Random(seed)

@@ -79,7 +79,7 @@ VERB_GROUPS_BARE = (
     ("fight", "wrestle"), ("hug", "embrace", "kiss"), ("kneel", "crouch"), ("splash",),
     ("ski",), ("surf",), ("skate",), ("pose",), ("sing",), ("wait",),
 )  # fmt: skip
-# Negatives of the three added kinds (see make_negatives).
+# Negatives of the three added kinds (see negatives.make_negatives).
 YOUNG_PERSONS = word_set(
     """
     boy girl child kid baby toddler infant youngster son daughter teenager teen youth"""
@@ -230,7 +230,7 @@ def in_number_of(noun: str, slot_word: str) -> str:
 
 
 def object_pool(word: str, object_word: str | None) -> tuple[str, ...]:
-    """Candidates to replace the subject noun: same kind, another group (see make_negatives)."""
+    """Candidates to replace the subject noun: same kind, another group (make_negatives)."""
     noun = SINGULAR[word]
     exclude = {SINGULAR[object_word]} if object_word else set()
     if noun in PERSON_GROUP_OF:
