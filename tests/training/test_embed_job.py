@@ -116,6 +116,8 @@ def test_bad_config():
         EmbedConfig(modalities=())
     with pytest.raises(InputError, match="strata embed: shard_rows"):
         build_config(EmbedConfig, {"shard_rows": 0}, "strata embed")
+    with pytest.raises(InputError, match=r"^strata embed: dtype: dtype must be one of float16"):
+        build_config(EmbedConfig, {"dtype": "int8"}, "strata embed")
 
 
 def test_images_with_captions_share_one_vector_per_image(tiny_clip, tmp_path: Path, write_png):
