@@ -56,7 +56,7 @@ from indexer.ids import IDS, IdsWriter, shard_schema, unified_schema
 from indexer.index_plan import PrefixPlan
 from indexer.postings import PostingsWriter
 from indexer.prefix_index import default_search_parameters, gpu_available, open_writer, train_index
-from indexer.prefixes import prefix_vectors, rotate_rows
+from indexer.prefixes import rotate_rows
 from indexer.publish import Publisher
 from indexer.release import release_version
 from indexer.sampling import Reservoir
@@ -66,6 +66,7 @@ from indexer.version_writer import VersionWriter
 from indexer.versions import BundleStore
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
+from training.core.metrics import prefix_vectors
 
 log = logging.getLogger(__name__)
 

@@ -55,11 +55,11 @@ import pyarrow.parquet as pq
 from indexer.ids import IDS, read_ids
 from indexer.postings import Postings
 from indexer.prefix_index import apply_search_parameters, read_prefix_index
-from indexer.prefixes import prefix_vectors
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 from training.core.granularity import Contract, Granularity, validate_contract
+from training.core.metrics import prefix_vectors
 
 BUNDLE_FORMAT = "strata.index-bundle/1"
 MANIFEST = "manifest.json"

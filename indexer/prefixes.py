@@ -1,4 +1,4 @@
-"""The prefix space: GraSP rotation, prefix slices, exact search and recall. Pure functions.
+"""The prefix space: GraSP rotation and exact search. Pure functions.
 
 A gallery row x (unit norm, as the cache stores it) is rotated once with the GraSP artifact,
 
@@ -6,7 +6,9 @@ A gallery row x (unit norm, as the cache stores it) is rotated once with the Gra
 
 and the vector stored for prefix length L is its first L coordinates, renormalised:
 
-    p_L(x) = z[:L] / ‖z[:L]‖                            (a zero prefix stays zero).
+    p_L(x) = z[:L] / ‖z[:L]‖                            (a zero prefix stays zero),
+
+`training.core.metrics.prefix_vectors`, the one p_L of every stage (its recall too).
 
 Every prefix index uses the inner product, so a score is s_L(q, x) = ⟨p_L(q), p_L(x)⟩, the
 cosine of the first L rotated coordinates (design.md's s_ℓ). Queries go through the same two
@@ -52,31 +54,9 @@ def rotate_blocks(
     return rotated
 
 
-def prefix_vectors(rotated: np.ndarray, length: int) -> np.ndarray:
-    """p_L = z[:, :L] / ‖z[:, :L]‖, float32 C-contiguous [N, L]; zero rows stay zero."""
-    z = np.asarray(rotated, dtype=np.float32)
-    if z.ndim != 2 or not 1 <= length <= z.shape[1]:
-        raise ValueError(f"cannot take a prefix of length {length} of an array of shape {z.shape}")
-    prefix = np.array(z[:, :length], dtype=np.float32, order="C")
-    norms = np.linalg.norm(prefix, axis=1, keepdims=True)
-    prefix /= np.maximum(norms, np.finfo(np.float32).tiny)
-    return prefix
-
-
 def exact_top_k(gallery: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force inner-product top-k: (scores [Q, k], rows [Q, k]), best first, ties by row."""
     scores = np.asarray(queries, dtype=np.float32) @ np.asarray(gallery, dtype=np.float32).T
     k = min(k, scores.shape[1])
     rows = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(scores, rows, axis=1), rows
-
-
-def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
-    """|found ∩ exact| / |exact|, averaged over queries (rows of both [Q, k]; −1 never counts)."""
-    found, exact = np.asarray(found), np.asarray(exact)
-    if found.shape[0] != exact.shape[0]:
-        raise ValueError(f"found has {found.shape[0]} queries, exact {exact.shape[0]}")
-    if exact.size == 0:
-        return 1.0
-    hits = sum(len(np.intersect1d(f[f >= 0], e)) for f, e in zip(found, exact, strict=True))
-    return hits / exact.size

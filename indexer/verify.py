@@ -68,7 +68,6 @@ from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
-from indexer.prefixes import prefix_vectors
 from indexer.verify_sample import check_sample
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
@@ -76,6 +75,7 @@ from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 from training.core.files import sha256_file
+from training.core.metrics import prefix_vectors
 
 CONSISTENCY_SAMPLE = 256  # rows whose stored prefix vectors are checked against each other
 

@@ -22,13 +22,13 @@ from indexer.faults import VECTOR_TOLERANCE, Fault, VerifyReport
 from indexer.ids import IDS
 from indexer.postings import ROWS, VALUES, Postings
 from indexer.prefix_index import exact_storage
-from indexer.prefixes import prefix_vectors
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.cache import MANIFEST as CACHE_MANIFEST
 from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 from training.core.files import sha256_file
+from training.core.metrics import prefix_vectors
 
 SEARCH_DEPTH = 10  # hits searched for a row's own vector in an index that stores no vectors
 

@@ -34,10 +34,11 @@ from indexer.engines import ShardEngine
 from indexer.ids import IdsWriter
 from indexer.postings import INDPTR, ROWS, VALUES, PostingsWriter
 from indexer.prefix_index import FlatFileWriter, PrefixIndexWriter
-from indexer.prefixes import ROW_BLOCK, prefix_vectors
+from indexer.prefixes import ROW_BLOCK
 from indexer.shard_step import ShardBatch, ShardSource
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
+from training.core.metrics import prefix_vectors
 
 WRITE_THREADS = 2  # threads renormalising, hashing and writing the prefix indexes of a shard
 

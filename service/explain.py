@@ -28,10 +28,10 @@ import numpy as np
 
 from indexer.bundle import Bundle
 from indexer.prefix_index import exact_storage
-from indexer.prefixes import prefix_vectors
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity
+from training.core.metrics import prefix_vectors
 
 
 def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

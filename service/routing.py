@@ -1,7 +1,7 @@
 """AUTO granularity: choose a text query's granularity from its phrase structure, by rule.
 
 The query is lower-cased, split into words and punctuation, and each word tagged from the
-lexicon of the caption view extractor (training/views/extractor.py: determiners, adjectives,
+caption lexicon (training/core/lexicon, shared with the caption views: determiners, adjectives,
 nouns, prepositions, auxiliaries, `word_class` for verb forms; an unknown content word counts
 as a noun, as it does there). Words are then chunked into noun phrases (determiner, adjectives,
 nouns) and links (a verb or preposition, with the particles and prepositions right after it:
@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 
 from training.core.errors import InputError
 from training.core.granularity import Granularity
-from training.views.extractor import (
+from training.core.lexicon.nouns import APPEARANCE_NOUNS, NOUNS
+from training.core.lexicon.words import (
     ADJECTIVES,
-    APPEARANCE_NOUNS,
     AUXILIARIES,
     DETERMINERS,
     MULTIWORD_PREPOSITIONS,
-    NOUNS,
     PREPOSITIONS,
     word_class,
 )

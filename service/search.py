@@ -38,7 +38,6 @@ from pydantic import ConfigDict
 
 from indexer.bundle import Bundle
 from indexer.ids import IDS
-from indexer.prefixes import prefix_vectors
 from indexer.verify import check_servable
 from service.catalog import catalog_page, describe_index, find_concepts
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
@@ -69,6 +68,7 @@ from training.core.encoders import Encoder, load_encoder
 from training.core.encoders.images import decode_image
 from training.core.errors import InputError
 from training.core.granularity import Granularity
+from training.core.metrics import prefix_vectors
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from training.cds import cli as cds_cli
 from training.cedar import cli as cedar_cli
 from training.core.cache import EmbeddingCache
+from training.core.config import build_config
 from training.core.encoders import load_encoder
 from training.core.errors import CacheError, InputError
 from training.core.settings import load_settings
@@ -89,13 +90,14 @@ def run(
         corpus, path, split=split, images=images, scenes=scenes, seed=seed,
         on_malformed="error" if strict else "skip",
     )  # fmt: skip
-    config = EmbedConfig(
-        shard_rows=shard_rows or settings.shard_rows,
-        dtype=dtype or settings.cache_dtype,
-        modalities=tuple(m.strip() for m in modalities.split(",")) if modalities else None,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    flags = {
+        "shard_rows": shard_rows or settings.shard_rows,
+        "dtype": dtype or settings.cache_dtype,
+        "modalities": tuple(m.strip() for m in modalities.split(",")) if modalities else None,
+        "overwrite": overwrite,
+        "progress": progress,
+    }
+    config = build_config(EmbedConfig, flags, "strata embed")
     model = load_encoder(
         encoder, device=device or settings.device, batch_size=batch_size or settings.batch_size
     )

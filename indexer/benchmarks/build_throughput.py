@@ -56,12 +56,13 @@ from indexer.prefix_index import (
     read_prefix_index,
     train_index,
 )
-from indexer.prefixes import ROW_BLOCK, prefix_vectors, recall_at_k, rotate_blocks, rotate_rows
+from indexer.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
 from indexer.sampling import Reservoir
 from indexer.verify_sample import read_cache_rows
 from training.benchmarks import publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
+from training.core.metrics import neighbour_recall, prefix_vectors
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -256,7 +257,7 @@ def ann_recall(
             "ondisk": plan.ondisk,
             "search": default_search_parameters(plan.factory, length),
             "build_seconds": seconds,
-            "recall_at_10": recall_at_k(found, exact),
+            "recall_at_10": neighbour_recall(found, exact),
             "median_ms": median_ms,
         }
         del index

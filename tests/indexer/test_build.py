@@ -13,11 +13,12 @@ from bundle_inputs import DIM, Inputs, K
 
 from indexer import build
 from indexer.bundle import BUNDLE_FORMAT, Bundle, BundleError
-from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k, rotate_rows
+from indexer.prefixes import exact_top_k, rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.files import sha256_file
 from training.core.granularity import Granularity
+from training.core.metrics import neighbour_recall, prefix_vectors
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def test_approximate_indexes_have_high_recall(clustered: Inputs, tmp_path: Path)
         gallery = prefix_vectors(z, length)
         _, exact = exact_top_k(gallery, gallery[queries], 10)
         _, found = bundle.search(x[queries], length, 10)
-        recalls[length] = recall_at_k(found, exact)
+        recalls[length] = neighbour_recall(found, exact)
     assert recalls[8] == 1.0
     assert recalls[4] >= 0.95 and recalls[16] >= 0.9 and recalls[64] >= 0.9, recalls
     assert recalls[32] >= 0.6, recalls  # PQ codes only (8 bytes a row), no exact rerank

@@ -1,4 +1,4 @@
-"""The prefix space: rotation, renormalised prefixes, exact top-k and recall."""
+"""The prefix space: rotation (whole and in blocks) and exact top-k."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_grasp_artifact
-from indexer.prefixes import (
-    exact_top_k,
-    prefix_vectors,
-    recall_at_k,
-    rotate_blocks,
-    rotate_rows,
-)
+from indexer.prefixes import exact_top_k, rotate_blocks, rotate_rows
+from training.core.metrics import prefix_vectors
 
 
 def test_rotation_is_one_matmul_and_keeps_full_length_cosine():
@@ -25,21 +20,10 @@ def test_rotation_is_one_matmul_and_keeps_full_length_cosine():
     np.testing.assert_allclose(z @ z.T, centred @ centred.T, rtol=1e-4, atol=1e-4)
 
 
-def test_prefixes_are_unit_rows_of_the_first_coordinates():
-    z = np.array([[3.0, 4.0, 12.0], [0.0, 0.0, 1.0]], dtype=np.float32)
-    p = prefix_vectors(z, 2)
-    np.testing.assert_allclose(p[0], [0.6, 0.8])
-    np.testing.assert_array_equal(p[1], [0.0, 0.0])  # a zero prefix stays zero, no NaN
-    assert p.flags.c_contiguous and p.dtype == np.float32
-    with pytest.raises(ValueError, match="prefix of length 4"):
-        prefix_vectors(z, 4)
-
-
-def test_exact_top_k_and_recall():
+def test_exact_top_k():
     gallery = np.eye(4, dtype=np.float32)
     scores, rows = exact_top_k(gallery, np.array([[0.1, 0.9, 0.5, 0.0]]), 2)
     assert rows.tolist() == [[1, 2]] and scores[0, 0] == pytest.approx(0.9)
-    assert recall_at_k(np.array([[1, 7], [3, -1]]), np.array([[1, 2], [3, 0]])) == 0.5
 
 
 def test_rotating_in_blocks_gives_the_rows_of_one_rotation():

@@ -17,7 +17,7 @@ import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
 from indexer.bundle import MANIFEST, Bundle, read_current
-from indexer.prefixes import exact_top_k, prefix_vectors, recall_at_k
+from indexer.prefixes import exact_top_k
 from indexer.row_changes import UpdateError
 from indexer.update import (
     AddConfig,
@@ -28,6 +28,7 @@ from indexer.update import (
 )
 from indexer.verify import verify_bundle
 from training.core.cache import EmbeddingCache
+from training.core.metrics import neighbour_recall, prefix_vectors
 
 APPROXIMATE = (
     "object=hnsw",
@@ -156,7 +157,7 @@ def test_approximate_indexes_take_adds_and_deletes(parts: Parts, tmp_path: Path)
         if length == 64:  # IVF, every list probed: exact, as the rebuilt Flat index
             np.testing.assert_array_equal(rows, rebuilt.search(x[queries], 64, 10)[1])
             np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
-        assert recall_at_k(rows, exact_rows) >= 0.95
+        assert neighbour_recall(rows, exact_rows) >= 0.95
     for length in (16, 32):  # IVF-PQ: every row, added or not, finds itself
         p = prefix_vectors(z, length)
         rows = exhaustive(bundle, length).search(p[queries], 10)[1]

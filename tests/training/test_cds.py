@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from pydantic import ValidationError
 
+from training.cds.config import CdsConfig
 from training.cds.constructed import ConstructedViT, synthetic_images
 from training.cds.cropping import CropGeometry, shifted_crops, square_canvas
 from training.cds.emd import (
@@ -24,16 +26,11 @@ from training.cds.emd import (
     roc_auc,
     scopes,
 )
+from training.cds.images import ImageSource
 from training.cds.outliers import outlier_mask, outlier_rule, outlier_share, token_norms
 from training.cds.patches import OpenClipPatches, concept_activations
-from training.cds.score import (
-    CdsConfig,
-    ImageSource,
-    TopImages,
-    collect_patch_tokens,
-    fit_patch_sae,
-    score_features,
-)
+from training.cds.score import TopImages, collect_patch_tokens, fit_patch_sae, score_features
+from training.core.config import build_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 
@@ -310,3 +307,15 @@ def test_undecodable_images_are_skipped(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no image files"):
         ImageSource.from_folder(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"top_m": 0}, {"top_m": True}, {"batch_size": 2.0}, {"shift": -1}, {"outlier_z": 0},
+     {"outlier_ratio": math.nan}, {"top_n": 3}],
+)  # fmt: skip
+def test_cds_config_refuses_what_it_always_refused(values: dict) -> None:
+    with pytest.raises(ValidationError):
+        CdsConfig(**values)
+    with pytest.raises(InputError, match=r"^strata eval cds: "):
+        build_config(CdsConfig, values, "strata eval cds")

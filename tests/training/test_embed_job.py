@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from training.core.cache import EmbeddingCache
+from training.core.config import build_config
 from training.core.errors import CacheError, InputError
 from training.corpora import CompositionalCorpus, Record, open_corpus
 from training.embedding.job import EmbedConfig, embed_corpus
@@ -104,12 +106,18 @@ def test_refuses_a_folder_that_is_not_a_cache(tiny_clip, tmp_path: Path):
 
 
 def test_bad_config():
-    with pytest.raises(InputError, match="dtype"):
+    with pytest.raises(ValidationError, match="dtype"):
         EmbedConfig(dtype="int8")
-    with pytest.raises(InputError, match="shard_rows"):
+    with pytest.raises(ValidationError, match="shard_rows"):
         EmbedConfig(shard_rows=0)
-    with pytest.raises(InputError, match="modalities"):
+    with pytest.raises(ValidationError, match="modalities"):
         EmbedConfig(modalities=("audio",))
+    with pytest.raises(ValidationError, match="modalities"):
+        EmbedConfig(modalities=())
+    with pytest.raises(InputError, match="strata embed: shard_rows"):
+        build_config(EmbedConfig, {"shard_rows": 0}, "strata embed")
+    with pytest.raises(InputError, match=r"^strata embed: dtype: dtype must be one of float16"):
+        build_config(EmbedConfig, {"dtype": "int8"}, "strata embed")
 
 
 def test_images_with_captions_share_one_vector_per_image(tiny_clip, tmp_path: Path, write_png):

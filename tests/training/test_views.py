@@ -8,13 +8,9 @@ import random
 import pytest
 
 from training.core.errors import InputError
-from training.views.extractor import (
-    NEGATIVE_KINDS,
-    VERB_GROUPS_BARE,
-    CaptionViews,
-    extract_views,
-    make_negatives,
-)
+from training.views.extractor import CaptionViews, extract_views
+from training.views.negatives import NEGATIVE_KINDS, make_negatives
+from training.views.substitutes import VERB_GROUPS_BARE
 
 # caption -> (object, attribute, relation, attribute_words, verb, object_noun)
 CASES = {

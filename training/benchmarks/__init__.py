@@ -22,3 +22,20 @@ def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def text_throughput_parser(
+    doc: str | None, encoder: str, limit: int | None, repeats: int, json_path: Path
+) -> argparse.ArgumentParser:
+    """The options of a benchmark that times a corpus's texts through an encoder, `repeats`
+    times: --corpus, --path, --encoder, --limit, --batch-size, --repeats, --device, --json."""
+    parser = benchmark_parser(doc)
+    parser.add_argument("--corpus", default="flickr8k")
+    parser.add_argument("--path", default="../shared/data/flickr8k")
+    parser.add_argument("--encoder", default=encoder)
+    parser.add_argument("--limit", type=int, default=limit, help="first N records only")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--json", type=Path, default=json_path)
+    return parser

@@ -37,11 +37,14 @@ from typing import Any
 import torch
 
 from training.benchmarks import publish
+from training.cds.config import CdsConfig
 from training.cds.constructed import ConstructedViT, random_cedar_artifact, synthetic_images
 from training.cds.cropping import CropGeometry, shifted_crops
+from training.cds.images import ImageSource
 from training.cds.patches import OpenClipPatches, concept_features
 from training.cds.report import write_scopes
-from training.cds.score import CdsConfig, CdsResult, ImageSource, score_features
+from training.cds.result import CdsResult
+from training.cds.score import score_features
 from training.core.encoders import load_encoder
 from training.core.settings import load_settings
 

@@ -11,7 +11,6 @@ into a fresh folder (corpus parsing, metadata, float16 cast, checksums, atomic w
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.benchmarks import publish
+from training.benchmarks import publish, text_throughput_parser
 from training.core.encoders import Encoder, load_encoder
 from training.core.errors import InputError
 from training.corpora import Corpus, Record, open_corpus
@@ -58,17 +57,9 @@ def job_run(encoder: Encoder, corpus: Corpus, config: EmbedConfig) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = text_throughput_parser(
+        __doc__, "minilm", None, 3, Path("runs/bench/embed_throughput.json")
     )
-    parser.add_argument("--corpus", default="flickr8k")
-    parser.add_argument("--path", default="../shared/data/flickr8k")
-    parser.add_argument("--encoder", default="minilm")
-    parser.add_argument("--limit", type=int, default=None, help="first N records only")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/embed_throughput.json"))
     args = parser.parse_args(argv)
 
     corpus = FirstRecords(open_corpus(args.corpus, args.path), args.limit)

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from training.benchmarks import publish
+from training.benchmarks import publish, text_throughput_parser
 from training.core.encoders import load_encoder
 from training.core.encoders.openclip import OpenClipEncoder, encode_text_trimmed
 from training.corpora import open_corpus
@@ -28,17 +27,9 @@ def rows_per_second(encode, batches: list[torch.Tensor]) -> tuple[float, torch.T
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = text_throughput_parser(
+        __doc__, "open_clip:ViT-B-32", 1024, 2, Path("runs/bench/openclip_text_trim.json")
     )
-    parser.add_argument("--corpus", default="flickr8k")
-    parser.add_argument("--path", default="../shared/data/flickr8k")
-    parser.add_argument("--encoder", default="open_clip:ViT-B-32")
-    parser.add_argument("--limit", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/openclip_text_trim.json"))
     args = parser.parse_args(argv)
 
     encoder = load_encoder(args.encoder, device=args.device, batch_size=args.batch_size)

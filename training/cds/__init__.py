@@ -17,5 +17,7 @@ Euclidean distance between patch centres (in patches). Modules:
   read from them (CEDAR concepts, SAE latents, plain channels);
 - `outliers`: high-norm outlier tokens and each feature's activation share on them;
 - `constructed`: a small ViT-like model whose features are local or global by construction;
-- `score`: the pipeline over a set of images; `report`: its files; `cli`: `strata eval cds`.
+- `config`: `CdsConfig`, how CDS is measured; `images`: the images it is measured over;
+- `score`: the pipeline over a set of images; `result`: its table and summary; `report`: its
+  files; `cli`: `strata eval cds`.
 """

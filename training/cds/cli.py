@@ -20,8 +20,10 @@ from typing import Annotated, Any
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.cds.config import CdsConfig
 from training.cds.constructed import ConstructedViT, synthetic_images
 from training.cds.cropping import CropGeometry
+from training.cds.images import ImageSource
 from training.cds.patches import (
     FeatureSet,
     OpenClipPatches,
@@ -30,15 +32,10 @@ from training.cds.patches import (
     sae_features,
 )
 from training.cds.report import plot_histogram, write_scopes, write_summary, write_table
-from training.cds.score import (
-    CdsConfig,
-    CdsResult,
-    ImageSource,
-    collect_patch_tokens,
-    fit_patch_sae,
-    score_features,
-)
+from training.cds.result import CdsResult
+from training.cds.score import collect_patch_tokens, fit_patch_sae, score_features
 from training.core.artifacts import TransformArtifact
+from training.core.config import build_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.settings import load_settings
@@ -107,8 +104,9 @@ def eval_command(
         raise InputError("say which features to score: --artifact, --sae-latents, or --constructed")
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be >= 1, got {limit}")
-    config = CdsConfig(top_m=top_m, shift=shift, layer=layer, threshold=threshold,
-                       batch_size=batch_size)  # fmt: skip
+    flags = {"top_m": top_m, "shift": shift, "layer": layer, "threshold": threshold,
+             "batch_size": batch_size}  # fmt: skip
+    config = build_config(CdsConfig, flags, "strata eval cds")
     if images is not None:
         source = ImageSource.from_folder(images, limit)
     elif constructed:

@@ -117,14 +117,7 @@ class ConstructedViT(PatchModel):
         return channel_features(self.width, self.kinds)
 
     def pixels(self, images: Sequence[Any]) -> torch.Tensor:
-        size = self.grid * self.patch_size
-        arrays = []
-        for image in images:
-            if image.size != (size, size):
-                raise ValueError(f"crops must be {size} x {size} pixels, got {image.size}")
-            arrays.append(np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0)
-        batch = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
-        return (batch - 0.5) / 0.25
+        return (self.crop_tensor(images) - 0.5) / 0.25
 
     @torch.no_grad()
     def forward(self, pixels: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

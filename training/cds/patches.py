@@ -60,6 +60,17 @@ class PatchModel(abc.ABC):
         layer = int(layer)
         return layer if layer >= 0 else self.n_layers + 1 + layer
 
+    def crop_tensor(self, images: Sequence[Any]) -> torch.Tensor:
+        """[B, 3, p·n, p·n] RGB values in [0, 1] of PIL crops of exactly p·n pixels (ValueError
+        for a crop of another size): what `pixels` normalises."""
+        size = self.grid * self.patch_size
+        arrays = []
+        for image in images:
+            if image.size != (size, size):
+                raise ValueError(f"crops must be {size} x {size} pixels, got {image.size}")
+            arrays.append(np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0)
+        return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+
     @abc.abstractmethod
     def pixels(self, images: Sequence[Any]) -> torch.Tensor:
         """[B, 3, p·n, p·n] model input for PIL crops of exactly p·n pixels."""
@@ -111,13 +122,7 @@ class OpenClipPatches(PatchModel):
         return cls(model, encoder.id, encoder.device)
 
     def pixels(self, images: Sequence[Any]) -> torch.Tensor:
-        size = self.grid * self.patch_size
-        arrays = []
-        for image in images:
-            if image.size != (size, size):
-                raise ValueError(f"crops must be {size} x {size} pixels, got {image.size}")
-            arrays.append(np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0)
-        batch = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+        batch = self.crop_tensor(images)
         return ((batch - self._mean) / self._std).to(self.device, self.dtype)
 
     @torch.no_grad()

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from training.cds.score import CdsResult
+from training.cds.result import CdsResult
 from training.core.artifacts import MANIFEST, WEIGHTS, TransformArtifact
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes

@@ -18,30 +18,20 @@ of images.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from training.cds.config import CdsConfig
 from training.cds.cropping import CropGeometry, shifted_crops
-from training.cds.emd import (
-    Threshold,
-    choose_threshold,
-    contextual_dependency_score,
-    roc_auc,
-    scopes,
-)
+from training.cds.emd import choose_threshold, contextual_dependency_score, scopes
+from training.cds.images import ImageSource
 from training.cds.outliers import (
-    DEFAULT_RATIO,
-    DEFAULT_ROBUST_Z,
-    OutlierRule,
     outlier_mask,
     outlier_positions,
     outlier_rule,
@@ -49,81 +39,10 @@ from training.cds.outliers import (
     token_norms,
 )
 from training.cds.patches import FeatureSet, PatchModel
-from training.core.encoders.images import IMAGE_SUFFIXES, ImageDecodeError, decode_image
+from training.cds.result import CdsResult, FeatureScore
 from training.core.errors import InputError
 
-log = logging.getLogger(__name__)
 
-KIND_SCOPE = {"local": "local", "context": "global", "register": "global"}
-
-
-@dataclass(frozen=True)
-class CdsConfig:
-    """How CDS is measured: top-m images, shift s (patches), layer, threshold rule, batching,
-    and the outlier rule's z and ratio."""
-
-    top_m: int = 10
-    shift: int = 1
-    layer: int | None = None
-    threshold: str = "auto"
-    batch_size: int = 8
-    outlier_z: float = DEFAULT_ROBUST_Z
-    outlier_ratio: float = DEFAULT_RATIO
-
-    def __post_init__(self) -> None:
-        for name in ("top_m", "batch_size", "shift"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value}")
-        if not (self.outlier_z > 0 and self.outlier_ratio > 0):
-            raise InputError("the outlier rule's z and ratio must be > 0")
-
-
-# -- images ----------------------------------------------------------------------------------
-@dataclass
-class ImageSource:
-    """Named images, loaded one at a time (`load(i)` gives a PIL image or ImageDecodeError)."""
-
-    names: list[str]
-    load: Callable[[int], Any]
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    @classmethod
-    def from_folder(cls, folder: Path, limit: int | None = None) -> ImageSource:
-        """Every image file under `folder` (recursively, sorted by path), the first `limit`."""
-        folder = Path(folder).expanduser()
-        if not folder.is_dir():
-            raise InputError(f"image folder not found: {folder}")
-        paths = sorted(
-            p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
-        )
-        if limit is not None:
-            paths = paths[:limit]
-        if not paths:
-            raise InputError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
-        return cls([str(p.relative_to(folder)) for p in paths], lambda i: decode_image(paths[i]))
-
-    @classmethod
-    def from_images(cls, images: Sequence[Any], prefix: str = "image") -> ImageSource:
-        return cls([f"{prefix}-{i}" for i in range(len(images))], lambda i: images[i])
-
-    def batches(self, size: int) -> Iterator[tuple[list[int], list[Any], list[str]]]:
-        """(indices, images, skipped names) per batch; undecodable images are skipped."""
-        for start in range(0, len(self), size):
-            indices, images, skipped = [], [], []
-            for i in range(start, min(start + size, len(self))):
-                try:
-                    images.append(self.load(i))
-                    indices.append(i)
-                except ImageDecodeError as error:
-                    log.warning("skipping %s: %s", self.names[i], error)
-                    skipped.append(self.names[i])
-            yield indices, images, skipped
-
-
-# -- the top-m buffer --------------------------------------------------------------------------
 class TopImages:
     """Per feature, the m highest-scoring images seen so far and both crops' maps on them."""
 
@@ -155,154 +74,6 @@ class TopImages:
         return self.image[feature][valid], self.maps[feature][valid]
 
 
-# -- results ---------------------------------------------------------------------------------
-@dataclass
-class FeatureScore:
-    """One feature's row of the table."""
-
-    index: int
-    id: str
-    name: str | None
-    cds: float
-    images: int
-    outlier_share: float
-    scope: str | None = None
-    kind: str | None = None  # ground truth, when known by construction
-
-    def to_json(self) -> dict[str, Any]:
-        def clean(value: float) -> float | None:
-            return None if not math.isfinite(value) else round(float(value), 6)
-
-        row = {
-            "feature": self.index,
-            "id": self.id,
-            "name": self.name,
-            "cds": clean(self.cds),
-            "outlier_share": clean(self.outlier_share),
-            "scope": self.scope,
-            "images": self.images,
-        }
-        if self.kind is not None:
-            row["truth"] = self.kind
-        return row
-
-
-@dataclass
-class CdsResult:
-    """Every feature's score plus what the summary reports."""
-
-    model: str
-    feature_kind: str
-    layer: int
-    geometry: CropGeometry
-    config: CdsConfig
-    features: list[FeatureScore]
-    threshold: Threshold
-    outliers: OutlierRule
-    positions: list[dict[str, Any]]
-    images: int
-    skipped: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def cds(self) -> np.ndarray:
-        return np.array([f.cds for f in self.features], dtype=np.float64)
-
-    @property
-    def seconds_per_image(self) -> float:
-        return self.seconds.get("total", math.nan) / max(1, self.images)
-
-    def ground_truth(self) -> dict[str, Any] | None:
-        """AUC of CDS for global vs local features, and mean CDS / outlier share by kind."""
-        kinds = [f.kind for f in self.features]
-        if any(k is None for k in kinds):
-            return None
-        cds = self.cds
-        is_global = np.array([KIND_SCOPE[k] == "global" for k in kinds])
-        by_kind: dict[str, Any] = {}
-        for kind in [*dict.fromkeys(kinds), "global"]:
-            members = [
-                f
-                for f in self.features
-                if (f.kind == kind if kind != "global" else KIND_SCOPE[f.kind] == "global")
-            ]
-            finite = [f for f in members if math.isfinite(f.cds)]
-            by_kind[kind] = {
-                "features": len(members),
-                "scored": len(finite),
-                "mean_cds": _mean([f.cds for f in finite]),
-                "mean_outlier_share": _mean([f.outlier_share for f in finite]),
-                "called_global": sum(f.scope == "global" for f in finite),
-            }
-        predicted = np.array([f.scope == "global" for f in self.features])
-        scored = np.isfinite(cds)
-        if not scored.any():
-            return {"auc": math.nan, "accuracy_of_scope": math.nan, "by_kind": by_kind}
-        by_rule = {}
-        for rule in ("otsu", "median", "gmm"):
-            value = choose_threshold(cds, rule).value
-            by_rule[rule] = {
-                "threshold": value,
-                "accuracy": float(((cds >= value) == is_global)[scored].mean()),
-            }
-        return {
-            "auc": roc_auc(cds, is_global),
-            "accuracy_of_scope": float((predicted == is_global)[scored].mean()),
-            "accuracy_by_rule": by_rule,
-            "by_kind": by_kind,
-        }
-
-    def summary(self) -> dict[str, Any]:
-        finite = self.cds[np.isfinite(self.cds)]
-        counts = {s: sum(f.scope == s for f in self.features) for s in ("local", "global")}
-        shares = {
-            scope: _mean(
-                [f.outlier_share for f in self.features if f.scope == scope and f.images > 0]
-            )
-            for scope in ("local", "global")
-        }
-        return {
-            "model": self.model,
-            "features": {
-                "kind": self.feature_kind,
-                "count": len(self.features),
-                "scored": len(finite),
-                "never_active": len(self.features) - len(finite),
-            },
-            "layer": self.layer,
-            "geometry": {
-                "grid_p": self.geometry.grid,
-                "patch_n": self.geometry.patch,
-                "shift_s": self.geometry.shift,
-                "canvas_px": self.geometry.canvas,
-                "crop_px": self.geometry.crop,
-                "shared_patches": self.geometry.shared_side**2,
-                "diagonal": self.geometry.diagonal,
-            },
-            "top_m": self.config.top_m,
-            "images": self.images,
-            "images_skipped": self.skipped,
-            "threshold": self.threshold.to_json(),
-            "scopes": counts,
-            "cds": {
-                "mean": _mean(finite.tolist()),
-                "median": float(np.median(finite)) if len(finite) else None,
-                "max": float(finite.max()) if len(finite) else None,
-            },
-            "outlier_tokens": {**self.outliers.to_json(), "top_positions": self.positions},
-            "mean_outlier_share": shares,
-            "ground_truth": self.ground_truth(),
-            "seconds": self.seconds,
-            "seconds_per_image": self.seconds_per_image,
-        }
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    finite = [v for v in values if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else None
-
-
-# -- the pipeline ------------------------------------------------------------------------------
 def crop_batch(images: Sequence[Any], geometry: CropGeometry) -> list[Any]:
     """[A₀, B₀, A₁, B₁, …]: both shifted crops of each image, in order."""
     return [crop for image in images for crop in shifted_crops(image, geometry)]

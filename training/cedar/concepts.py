@@ -31,7 +31,8 @@ from training.cedar.sparse_codes import (
 )
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
-from training.views.extractor import word_class
+from training.core.lexicon.words import word_class
+from training.core.metrics import unit_rows
 
 RUNNER_UPS = 4
 EXAMPLES = 5
@@ -91,9 +92,8 @@ def name_directions(
         raise InputError(
             f"need one {d.shape[1]}-d embedding per vocabulary word ({len(words)}), got {t.shape}"
         )
-    t = t - mean
-    t /= np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
-    d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+    t = unit_rows(t - mean, np.float64)
+    d = unit_rows(d, np.float64)
     cos = d @ t.T
     best = np.argsort(-cos, axis=1)[:, : runner_ups + 1]
     return [

@@ -26,6 +26,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
 from training.core.errors import InputError
+from training.core.files import sha256_file
 from training.core.granularity import Contract, default_contract, validate_contract
 from training.core.rotations import orthogonality_error
 
@@ -120,7 +121,7 @@ class TransformArtifact:
         if manifest.get("format") != ARTIFACT_FORMAT:
             raise ArtifactError(f"{path}: unsupported artifact format {manifest.get('format')!r}")
         expected = manifest.get("files", {}).get(WEIGHTS)
-        if expected and hashlib.sha256(weights_path.read_bytes()).hexdigest() != expected:
+        if expected and sha256_file(weights_path) != expected:
             raise ArtifactError(f"{weights_path}: checksum does not match the manifest")
         try:
             tensors = load_file(str(weights_path))

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training.core.errors import CacheError
-from training.core.files import atomic_write_bytes
+from training.core.files import atomic_write_bytes, sha256_file
 
 CACHE_FORMAT = "strata.embedding-cache/1"
 MANIFEST = "manifest.json"
@@ -257,8 +257,7 @@ class EmbeddingCache:
             corrupt = [
                 relative
                 for relative, checksum in shard.files.items()
-                if checksum
-                and hashlib.sha256((self.root / relative).read_bytes()).hexdigest() != checksum
+                if checksum and sha256_file(self.root / relative) != checksum
             ]
             faults.extend(f"checksum mismatch: {relative}" for relative in corrupt)
             if corrupt:

@@ -27,10 +27,12 @@ Config = TypeVar("Config", bound=BaseModel)
 
 
 def validation_message(error: ValidationError, where: str) -> str:
-    """The first problem of a ValidationError as one line: `where: field.sub: message`."""
+    """The first problem of a ValidationError as one line: `where: field.sub: message` (a
+    validator's own ValueError message as it wrote it, without pydantic's "Value error, ")."""
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "config"
-    message = first["msg"].removeprefix("Value error, ")  # a validator's own words, unprefixed
+    own = first["type"] == "value_error" and "error" in first.get("ctx", {})
+    message = str(first["ctx"]["error"]) if own else first["msg"]
     return f"{where}: {field}: {message}"
 
 

@@ -7,6 +7,7 @@ cosine of the first ℓ coordinates. Pure functions on arrays.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from training.core.granularity import Contract, Granularity, previous_prefix
 # The prefix each hard-negative type must be separated at (design.md). The first four are the
 # compositional corpus's types and keep their names: object = replace object, attribute = replace
 # attribute, relation = replace relation, order = swap objects; the other three come from real
-# captions (training.views.extractor.make_negatives). A type goes to the coarsest level whose
+# captions (training.views.negatives.make_negatives). A type goes to the coarsest level whose
 # view tells it from the caption:
 #   object, add_object -> object: a different or an extra thing is there ("a dog and a cat run");
 #     the object view ("a dog") already differs.
@@ -35,6 +36,78 @@ NEGATIVE_LEVELS: dict[str, Granularity] = {
     "add_attribute": Granularity.ATTRIBUTE,
 }
 CHANCE = 0.5  # HN "before the object prefix", where nothing can separate anything
+Ties = Literal["against", "by_row"]
+
+
+def unit_rows(x: np.ndarray, dtype: type[np.floating] = np.float32) -> np.ndarray:
+    """x / ‖x‖ for every row, a C-contiguous copy in `dtype` (float16 input is widened first).
+
+    The norm is floored at the dtype's smallest normal number, so a zero row stays zero rather
+    than turning into NaN."""
+    out = np.array(x, dtype=dtype, order="C")
+    out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.finfo(dtype).tiny)
+    return out
+
+
+def prefix_vectors(
+    rotated: np.ndarray, length: int, dtype: type[np.floating] = np.float32
+) -> np.ndarray:
+    """p_L(z) = z[:L] / ‖z[:L]‖ for every row, C-contiguous [N, L] (float32 unless `dtype` says
+    otherwise); zero rows stay zero.
+
+    The vector every prefix index stores and searches with (design.md's s_ℓ is ⟨p_L(q), p_L(x)⟩)."""
+    z = np.asarray(rotated)
+    if z.ndim != 2 or not 1 <= length <= z.shape[1]:
+        raise ValueError(f"cannot take a prefix of length {length} of an array of shape {z.shape}")
+    return unit_rows(z[:, :length], dtype)
+
+
+def target_ranks(
+    queries: np.ndarray,
+    gallery: np.ndarray,
+    targets: np.ndarray,
+    ties: Ties = "against",
+    batch: int | None = None,
+) -> np.ndarray:
+    """0-based rank of each query's target gallery row by inner product s = ⟨q, g⟩.
+
+    rank = #{g : s_g > s_t} + #{g ≠ t : s_g = s_t} with ties="against" (a tie with another row
+    counts as a miss), or + #{g < t : s_g = s_t} with ties="by_row" (the earlier row wins, as
+    argmax). Scores are computed `batch` query rows at a time (all at once by default)."""
+    q, g = np.asarray(queries), np.asarray(gallery)
+    target = np.asarray(targets)
+    step = len(q) if batch is None else batch
+    ranks = np.empty(len(q), dtype=np.int64)
+    for start in range(0, len(q), max(step, 1)):
+        scores = q[start : start + step] @ g.T
+        rows = np.arange(len(scores))
+        right = scores[rows, target[start : start + step]]
+        above = (scores > right[:, None]).sum(axis=1)
+        tied = scores == right[:, None]
+        if ties == "against":
+            ranks[start : start + step] = above + tied.sum(axis=1) - 1
+        else:
+            before = np.arange(scores.shape[1])[None, :] < target[start : start + step, None]
+            ranks[start : start + step] = above + (tied & before).sum(axis=1)
+    return ranks
+
+
+def recall_at(ranks: np.ndarray, ks: tuple[int, ...]) -> dict[int, float]:
+    """R@k = share of queries whose target ranks among the first k (0-based rank < k)."""
+    ranks = np.asarray(ranks)
+    return {k: float((ranks < k).mean()) for k in ks}
+
+
+def neighbour_recall(found: np.ndarray, exact: np.ndarray) -> float:
+    """Recall of a search against the exact one: |found ∩ exact| / |exact|, averaged over
+    queries (rows of both [Q, k]; a −1 in `found`, no hit, never counts)."""
+    found, exact = np.asarray(found), np.asarray(exact)
+    if found.shape[0] != exact.shape[0]:
+        raise ValueError(f"found has {found.shape[0]} queries, exact {exact.shape[0]}")
+    if exact.size == 0:
+        return 1.0
+    hits = sum(len(np.intersect1d(f[f >= 0], e)) for f, e in zip(found, exact, strict=True))
+    return hits / exact.size
 
 
 def prefix_cosine(a: np.ndarray, b: np.ndarray, length: int) -> np.ndarray:

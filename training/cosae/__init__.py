@@ -14,6 +14,8 @@ alignment of the concept activations on all (unpaired) data tie the two together
     baselines   Procrustes, least squares, universal SAE, matched uncoupled SAEs
     metrics     extraction, translation, concept consistency, cycle, shared-factor recovery
     pairs       the data pairs: synthetic (known factors), MiniLM vs TF-IDF, MiniLM vs a layer
-    evaluate    every method on one split per paired fraction: table, JSON, plot
+    methods     every method behind one interface, and the one code that scores it
+    evaluate    every method on one split per paired fraction (results kept, reused)
+    report      the table's columns, the Markdown table and the plot
     cli         `strata train cosae` and `strata eval cosae`
 """

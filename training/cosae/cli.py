@@ -23,16 +23,8 @@ from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.settings import load_settings
 from training.cosae.config import CosaeConfig
-from training.cosae.evaluate import (
-    DEFAULT_FRACTIONS,
-    METHODS,
-    SplitData,
-    coupled_sae_method,
-    evaluate_pair,
-    markdown_report,
-    plot_against_fraction,
-    score_method,
-)
+from training.cosae.evaluate import DEFAULT_FRACTIONS, METHODS, SplitData, evaluate_pair
+from training.cosae.methods import coupled_sae_method, score_method
 from training.cosae.model import save_cosae
 from training.cosae.pairs import (
     PAIR_KINDS,
@@ -47,6 +39,7 @@ from training.cosae.pairs import (
     tfidf_pair,
     tfidf_svd_embeddings,
 )
+from training.cosae.report import markdown_report, plot_against_fraction
 from training.cosae.train import train_coupled
 from training.loop import work_folder
 

@@ -15,18 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from training.core.files import atomic_write_bytes
 from training.cosae.baselines import (
-    LinearMap,
     least_squares_map,
     match_concepts,
     orthogonal_procrustes,
@@ -35,17 +32,15 @@ from training.cosae.baselines import (
     with_domain_j_reordered,
 )
 from training.cosae.config import CosaeConfig
-from training.cosae.crosscoder import Crosscoder, train_crosscoder
-from training.cosae.metrics import (
-    concept_consistency,
-    cycle_fvu,
-    extraction_fvu,
-    mean_cosine,
-    recall_at_1,
-    shared_factor_recovery,
-    translation_fvu,
+from training.cosae.crosscoder import train_crosscoder
+from training.cosae.methods import (
+    CoupledMethod,
+    coupled_sae_method,
+    crosscoder_method,
+    linear_method,
+    score_method,
 )
-from training.cosae.model import CoupledSae, encode_rows, reconstruct_rows, translate_rows
+from training.cosae.model import encode_rows
 from training.cosae.pairs import EmbeddingPair, PairSplit, checked_fraction, split_pair
 from training.cosae.train import CoupledResult, train_coupled
 
@@ -57,132 +52,6 @@ METHODS = (
 )  # fmt: skip
 DEFAULT_FRACTIONS = (0.001, 0.01, 0.1, 1.0)
 RESULT_FORMAT = "strata.cosae-result/1"
-
-# column → (header, format) of the report table, in order
-COLUMNS: dict[str, tuple[str, str]] = {
-    "fvu_i": ("FVU i", ".3f"),
-    "fvu_j": ("FVU j", ".3f"),
-    "translation_fvu_ij": ("tr FVU i→j", ".3f"),
-    "translation_fvu_ji": ("tr FVU j→i", ".3f"),
-    "cosine_ij": ("cos i→j", ".3f"),
-    "cosine_ji": ("cos j→i", ".3f"),
-    "r1_ij": ("R@1 i→j", ".3f"),
-    "r1_ji": ("R@1 j→i", ".3f"),
-    "jaccard": ("Jaccard", ".3f"),
-    "f1": ("F1", ".3f"),
-    "correlation": ("corr", ".3f"),
-    "live": ("live", "d"),
-    "cycle_fvu_i": ("cycle i", ".3f"),
-    "cycle_fvu_j": ("cycle j", ".3f"),
-    "recovery": ("recovered", ".3f"),
-    "seconds": ("s", ".1f"),
-}
-PLOTTED = (
-    ("translation_fvu_ij", "translation FVU i→j (lower is better)"),
-    ("r1_ij", "R@1 of translated queries i→j"),
-    ("cosine_ij", "cosine, translated vs true i→j"),
-    ("f1", "active-set F1 of pairs"),
-    ("correlation", "per-concept correlation of pairs"),
-    ("recovery", "shared factors recovered"),
-)
-
-
-@dataclass
-class CoupledMethod:
-    """What every method offers the metric code; None where a method has no such thing.
-
-    `reconstruct(x_i, x_j)` → (x̂_i, x̂_j) of the held-out pairs (a crosscoder uses both sides);
-    `translate(x, source)` → rows in the other domain; `encode(x, domain)` → concept codes.
-    """
-
-    name: str
-    translate: Callable[[np.ndarray, str], np.ndarray]
-    reconstruct: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
-    encode: Callable[[np.ndarray, str], np.ndarray] | None = None
-    seconds: float | None = None
-
-
-def coupled_sae_method(name: str, model: CoupledSae, seconds: float | None) -> CoupledMethod:
-    """CoSAE, the universal SAE and the (matched or not) uncoupled SAEs."""
-    return CoupledMethod(
-        name=name,
-        translate=lambda x, source: translate_rows(model, x, source),
-        reconstruct=lambda x_i, x_j: (
-            reconstruct_rows(model, x_i, "i"),
-            reconstruct_rows(model, x_j, "j"),
-        ),
-        encode=lambda x, domain: encode_rows(model, x, domain),
-        seconds=seconds,
-    )
-
-
-def linear_method(name: str, linear: LinearMap, seconds: float | None) -> CoupledMethod:
-    """A linear map: translation only (no concepts, no reconstruction)."""
-    return CoupledMethod(name=name, translate=linear.translate, seconds=seconds)
-
-
-def crosscoder_method(name: str, model: Crosscoder, seconds: float | None) -> CoupledMethod:
-    """Joint codes for reconstruction; one-sided codes for translation and concepts."""
-
-    @torch.no_grad()
-    def codes(x_i: np.ndarray | None, x_j: np.ndarray | None) -> torch.Tensor:
-        def tensor(x: np.ndarray | None) -> torch.Tensor | None:
-            return None if x is None else torch.as_tensor(np.asarray(x, np.float32))
-
-        return model.encode(tensor(x_i), tensor(x_j))
-
-    @torch.no_grad()
-    def reconstruct(x_i: np.ndarray, x_j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        joint = codes(x_i, x_j)
-        return model.decode(joint, "i").numpy(), model.decode(joint, "j").numpy()
-
-    @torch.no_grad()
-    def translate(x: np.ndarray, source: str) -> np.ndarray:
-        one_sided = codes(x, None) if source == "i" else codes(None, x)
-        return model.decode(one_sided, "j" if source == "i" else "i").numpy()
-
-    def encode(x: np.ndarray, domain: str) -> np.ndarray:
-        return (codes(x, None) if domain == "i" else codes(None, x)).numpy()
-
-    return CoupledMethod(name, translate, reconstruct, encode, seconds)
-
-
-def score_method(
-    method: CoupledMethod,
-    x_i: np.ndarray,
-    x_j: np.ndarray,
-    shared_factors: np.ndarray | None = None,
-) -> dict[str, float | int | None]:
-    """Every metric of `training.cosae.metrics` for one method on held-out pairs (x_i, x_j)."""
-    to_j, to_i = method.translate(x_i, "i"), method.translate(x_j, "j")
-    scores: dict[str, float | int | None] = dict.fromkeys(COLUMNS)
-    scores.update(
-        translation_fvu_ij=translation_fvu(x_j, to_j),
-        translation_fvu_ji=translation_fvu(x_i, to_i),
-        cosine_ij=mean_cosine(x_j, to_j),
-        cosine_ji=mean_cosine(x_i, to_i),
-        r1_ij=recall_at_1(to_j, x_j),
-        r1_ji=recall_at_1(to_i, x_i),
-        cycle_fvu_i=cycle_fvu(x_i, method.translate(to_j, "j")),
-        cycle_fvu_j=cycle_fvu(x_j, method.translate(to_i, "i")),
-        seconds=method.seconds,
-    )
-    if method.reconstruct is not None:
-        recon_i, recon_j = method.reconstruct(x_i, x_j)
-        scores.update(fvu_i=extraction_fvu(x_i, recon_i), fvu_j=extraction_fvu(x_j, recon_j))
-    if method.encode is not None:
-        codes_i, codes_j = method.encode(x_i, "i"), method.encode(x_j, "j")
-        scores.update(concept_consistency(codes_i, codes_j))
-        if shared_factors is not None:
-            scores["recovery"] = shared_factor_recovery(codes_i, codes_j, shared_factors)
-    # NaN (no live concept, only empty active sets) becomes None: undefined, and valid JSON
-    return {
-        name: None if isinstance(value, float) and math.isnan(value) else value
-        for name, value in scores.items()
-    }
-
-
-# --- the driver --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -339,80 +208,3 @@ def _saved_result(path: Path | None, key: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return saved["row"] if saved.get("key") == key else None
-
-
-# --- the report --------------------------------------------------------------------------------
-
-
-def markdown_report(report: dict[str, Any]) -> str:
-    """One table: a row per (fraction, method), a column per metric ('–' where undefined)."""
-    pair = report["pair"]
-    lines = [
-        f"# CoSAE on {pair['name']}: {pair['domain_i']['name']} ({pair['domain_i']['dim']}-d, i) "
-        f"vs {pair['domain_j']['name']} ({pair['domain_j']['dim']}-d, j)",
-        "",
-        f"Split {report['split']['train']} / {report['split']['val']} / {report['split']['test']}"
-        f" (train / val / test); {report['config']['n_concepts']} concepts, "
-        f"k_i = {report['config']['k_i']}, k_j = {report['config']['k_j']}; metrics on the test"
-        " pairs. FVU: lower is better; R@1 chance "
-        f"= {1 / max(report['split']['test'], 1):.4f}. Crosscoder: FVU from the joint code of"
-        " both sides, translation and concepts from one-sided codes.",
-        "",
-    ]
-    columns = [c for c in COLUMNS if any(r.get(c) is not None for r in report["results"])]
-    headers = ["fraction", "pairs", "method", *(COLUMNS[c][0] for c in columns)]
-    lines.append("| " + " | ".join(headers) + " |")
-    lines.append("|---" * (3 + len(columns)) + "|")
-    for row in report["results"]:
-        cells = [f"{row['fraction']:g}", str(row["pairs"]), row["method"]]
-        cells += [_cell(row.get(c), COLUMNS[c][1]) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: Any, spec: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return format(value, spec)
-
-
-def plot_against_fraction(report: dict[str, Any], path: Path) -> Path:
-    """One PNG: each plotted metric against the paired fraction (log scale), a line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    panels = [(m, t) for m, t in PLOTTED if any(r.get(m) is not None for r in report["results"])]
-    palette = plt.get_cmap("tab10")
-    colours = {method: palette(n % 10) for n, method in enumerate(report["methods"])}
-    columns = 3
-    rows = max(1, math.ceil(len(panels) / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
-    for axis, (metric, title) in zip(axes.flat, panels, strict=False):
-        for method in report["methods"]:
-            points = [
-                (r["fraction"], r[metric])
-                for r in report["results"]
-                if r["method"] == method and r.get(metric) is not None
-            ]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                axis.plot(xs, ys, marker="o", color=colours[method], label=method)
-        axis.set_xscale("log")
-        if "fvu" in metric:
-            axis.set_yscale("log")  # a least-squares map with fewer pairs than dims explodes
-        axis.set_xlabel("paired fraction")
-        axis.set_title(title, fontsize=9)
-        axis.grid(alpha=0.3)
-    for axis in list(axes.flat)[len(panels) :]:
-        axis.axis("off")
-    handles = [Line2D([], [], color=c, marker="o", label=m) for m, c in colours.items()]
-    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8)
-    figure.suptitle(f"CoSAE and baselines on {report['pair']['name']}", fontsize=10)
-    figure.tight_layout(rect=(0, 0.08, 1, 0.96))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.core.metrics import fraction_of_variance_unexplained
+from training.core.metrics import (
+    fraction_of_variance_unexplained,
+    prefix_cosine,
+    recall_at,
+    target_ranks,
+    unit_rows,
+)
 
 RECOVERY_THRESHOLD = 0.7
 
@@ -34,10 +40,8 @@ def translation_fvu(target: np.ndarray, translated: np.ndarray) -> float:
 
 def mean_cosine(target: np.ndarray, translated: np.ndarray) -> float:
     """Mean over pairs of cos(x_j,n, x̂_j,n) (0 for a zero row)."""
-    a = np.asarray(target, dtype=np.float64)
-    b = np.asarray(translated, dtype=np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return float(np.mean(np.einsum("ij,ij->i", a, b) / np.maximum(norms, 1e-12)))
+    a = np.asarray(target)
+    return float(np.mean(prefix_cosine(a, translated, a.shape[1])))
 
 
 def recall_at_1(queries: np.ndarray, gallery: np.ndarray, batch: int = 2048) -> float:
@@ -50,13 +54,9 @@ def recall_at_1(queries: np.ndarray, gallery: np.ndarray, batch: int = 2048) -> 
     g = np.asarray(gallery, dtype=np.float64)
     if q.shape != g.shape:
         raise ValueError(f"queries {q.shape} and gallery {g.shape} must be row-aligned")
-    q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-    g = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
-    hits = 0
-    for start in range(0, len(q), batch):
-        scores = q[start : start + batch] @ g.T
-        hits += int((scores.argmax(axis=1) == np.arange(start, start + len(scores))).sum())
-    return hits / len(q)
+    own = np.arange(len(q))
+    ranks = target_ranks(unit_rows(q, np.float64), unit_rows(g, np.float64), own, "by_row", batch)
+    return recall_at(ranks, (1,))[1]
 
 
 def grouped_retrieval(
@@ -75,8 +75,7 @@ def grouped_retrieval(
     labels = np.unique(np.asarray(groups), return_inverse=True)[1]
     if len(q) != len(g) or len(labels) != len(q):
         raise ValueError(f"queries {q.shape}, gallery {g.shape}, groups {labels.shape} differ")
-    q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-    g = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
+    q, g = unit_rows(q, np.float32), unit_rows(g, np.float32)
     top1, precisions = [], []
     for start in range(0, len(q), batch):
         rows = np.arange(start, min(start + batch, len(q)))

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import ConfigDict, Field, field_validator
 from tqdm import tqdm
 
 from training.core.cache import (
@@ -30,6 +31,7 @@ from training.core.cache import (
     write_manifest,
     write_shard,
 )
+from training.core.config import ConfigModel
 from training.core.encoders import Encoder
 from training.core.encoders.images import ImageDecodeError, decode_image
 from training.core.errors import CacheError, InputError
@@ -38,25 +40,26 @@ from training.corpora import Corpus, Record
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EmbedConfig:
-    shard_rows: int = 50_000
+class EmbedConfig(ConfigModel):
+    """How a corpus is embedded: rows per shard, the cache dtype (DTYPES), the modalities (text
+    and/or image; None: what the first record has), and the job's batching."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shard_rows: int = Field(50_000, ge=1)
     dtype: str = "float16"
-    modalities: tuple[str, ...] | None = None  # None: what the first record has
+    modalities: tuple[Literal["text", "image"], ...] | None = Field(None, min_length=1)
     overwrite: bool = False
     progress: bool = True
     decode_workers: int = 2
     encode_window: int = 2048  # records handed to the encoder at once (it sorts them by length)
 
-    def __post_init__(self) -> None:
-        if self.shard_rows < 1:
-            raise InputError(f"shard_rows must be positive, got {self.shard_rows}")
-        if self.dtype not in DTYPES:
-            raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.modalities is not None and (
-            not self.modalities or not set(self.modalities) <= {"text", "image"}
-        ):
-            raise InputError(f"modalities must be text and/or image, got {self.modalities}")
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, dtype: str) -> str:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        return dtype
 
 
 @dataclass

@@ -168,7 +168,8 @@ def extracted_view_texts(captions: list[str], seed: int = 0) -> dict[str, list[s
     """View and negative texts of real captions from the rule-based extractor (None where a
     caption has no such view or negative), under the metadata column names of the compositional
     corpus (`neg_<type>` for all seven types)."""
-    from training.views.extractor import extract_views, make_negatives
+    from training.views.extractor import extract_views
+    from training.views.negatives import make_negatives
 
     rng = random.Random(seed)
     texts: dict[str, list[str | None]] = {

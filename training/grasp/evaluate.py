@@ -19,8 +19,11 @@ from training.core.metrics import (
     drift,
     hard_negative_table,
     prefix_cosine,
+    prefix_vectors,
+    recall_at,
     selectivity,
     staircase,
+    target_ranks,
 )
 from training.grasp.data import GraspSet
 
@@ -57,17 +60,10 @@ def retrieval_recall(
     """
     target = gallery_items(views) if items is None else np.asarray(items)
     _, first = np.unique(target, return_index=True)
-    gallery = views[first]
-    q = anchors[:, :length] / np.maximum(
-        np.linalg.norm(anchors[:, :length], axis=1, keepdims=True), 1e-12
-    )
-    g = gallery[:, :length] / np.maximum(
-        np.linalg.norm(gallery[:, :length], axis=1, keepdims=True), 1e-12
-    )
-    scores = q @ g.T
-    right = scores[np.arange(len(q)), target]
-    rank = (scores >= right[:, None]).sum(axis=1) - 1  # ties count against: 0 = strictly first
-    return {k: float((rank < k).mean()) for k in ks}
+    dtype = np.result_type(anchors, views, np.float32).type  # float64 rows are scored in float64
+    q = prefix_vectors(anchors, length, dtype)
+    g = prefix_vectors(views[first], length, dtype)
+    return recall_at(target_ranks(q, g, target, ties="against"), ks)
 
 
 def evaluate(transform: Transform, data: GraspSet, contract: Contract) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import numpy as np
 
 from training.core.files import atomic_write_bytes
 from training.core.granularity import Contract, Granularity
+from training.core.metrics import prefix_vectors
 from training.views.mentions import (
     Mentions,
     attribute_query,
@@ -140,18 +141,13 @@ def mine_queries(
     return out
 
 
-def _prefix_unit(x: np.ndarray, length: int) -> np.ndarray:
-    head = np.asarray(x[:, :length], dtype=np.float32)
-    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
-
-
 def ranking_scores(
     queries: np.ndarray, gallery: np.ndarray, relevant: np.ndarray, length: int
 ) -> dict[str, np.ndarray]:
     """Per-query P@10 and AP@100 of s_ℓ search over the gallery's rows (ties by row order).
 
     AP@100 = (1 / min(R, 100)) Σ_{k ≤ 100} P@k · rel(k), R the number of relevant rows."""
-    scores = _prefix_unit(queries, length) @ _prefix_unit(gallery, length).T
+    scores = prefix_vectors(queries, length) @ prefix_vectors(gallery, length).T
     k = min(TOP_K, scores.shape[1])
     top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     order = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, 1), 1), 1)

@@ -2,7 +2,7 @@
 
 The granularity-retrieval benchmark (training.grasp.gallery) judges a gallery row relevant to
 "a dog", "a black dog" or "a man riding a horse" by what the *other* captions of its image
-mention. This module reads those mentions off one caption with the extractor's lexicon and parse:
+mention. This module reads those mentions off one caption with the caption lexicon and parse:
 
     nouns       every known noun in the caption, singular ("dogs" -> "dog", "people" -> "person")
     phrases     (adjective, noun) for every known adjective inside a noun phrase before its head
@@ -19,18 +19,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from training.views.extractor import (
-    _SINGULAR,
-    ADJECTIVES,
-    MASS_NOUNS,
-    NOUNS,
-    SUBJECT_NOUNS,
-    VERBS_3SG,
-    VERBS_BARE,
-    _article,
-    _parse,
-    normalise_caption,
-)
+from training.core.lexicon.nouns import MASS_NOUNS, NOUNS, SINGULAR, SUBJECT_NOUNS
+from training.core.lexicon.words import ADJECTIVES, VERBS_3SG, VERBS_BARE, article
+from training.views.parse import normalise_caption, parse_caption
 
 Phrase = tuple[str, str]
 Relation = tuple[str, str, str]
@@ -103,8 +94,8 @@ def caption_mentions(caption: str) -> Mentions:
     """The nouns, (adjective, noun) phrases and (subject, verb, object) relations of a caption."""
     text = normalise_caption(caption)
     low = [w.lower().strip(".,;:!?\"'()") for w in text.split()]
-    parse = _parse(text)
-    nouns = {_SINGULAR[w] for i, w in enumerate(low) if w in NOUNS and i != parse.verb}
+    parse = parse_caption(text)
+    nouns = {SINGULAR[w] for i, w in enumerate(low) if w in NOUNS and i != parse.verb}
     phrases: set[Phrase] = set()
     pending: list[str] = []  # adjectives waiting for the head noun of their phrase
     for i, word in enumerate(low):
@@ -112,7 +103,7 @@ def caption_mentions(caption: str) -> Mentions:
             pending.append(word)
         elif word in NOUNS:
             if pending and (i + 1 >= len(low) or low[i + 1] not in NOUNS):
-                phrases.update((a, _SINGULAR[word]) for a in pending)
+                phrases.update((a, SINGULAR[word]) for a in pending)
                 pending = []
             # a compound modifier ("tennis ball") keeps the adjectives for the head
         else:
@@ -120,14 +111,14 @@ def caption_mentions(caption: str) -> Mentions:
     relations: dict[Relation, str] = {}
     if parse.subject is not None and parse.verb is not None and parse.object is not None:
         words = [w.lower() for w in parse.words]
-        subject = _SINGULAR[words[parse.subject.head]]
+        subject = SINGULAR[words[parse.subject.head]]
         lemma = verb_lemma(words[parse.verb])
         obj = parse.object
-        key = (subject, lemma, _SINGULAR.get(words[obj.head], words[obj.head]))
+        key = (subject, lemma, SINGULAR.get(words[obj.head], words[obj.head]))
         det = words[obj.det] if obj.det is not None else None
         object_words = [w for w in words[obj.start : obj.end] if w not in ADJECTIVES]
         if det is not None and object_words and object_words[0] == det:
-            object_words[0] = _article(det, object_words[1]) if len(object_words) > 1 else det
+            object_words[0] = article(det, object_words[1]) if len(object_words) > 1 else det
         relations[key] = " ".join(
             [
                 _with_article(subject),
@@ -140,7 +131,7 @@ def caption_mentions(caption: str) -> Mentions:
 
 
 def _with_article(noun: str) -> str:
-    return f"{_article('a', noun)} {noun}"
+    return f"{article('a', noun)} {noun}"
 
 
 def object_query(noun: str) -> str:
@@ -151,7 +142,7 @@ def object_query(noun: str) -> str:
 def attribute_query(phrase: Phrase) -> str:
     """ "a black dog", "an old man"."""
     adjective, noun = phrase
-    return f"{_article('a', adjective)} {adjective} {noun}"
+    return f"{article('a', adjective)} {adjective} {noun}"
 
 
 def relation_query(relation: Relation) -> str:
@@ -162,12 +153,12 @@ def relation_query(relation: Relation) -> str:
 
 
 def vocabulary_queries(per_kind: int = 3000, seed: int = 0) -> dict[str, list[str]]:
-    """Query-like texts of every granularity from the extractor's lexicon alone (no corpus):
+    """Query-like texts of every granularity from the caption lexicon alone (no corpus):
     "a {noun}" for every noun; `per_kind` seeded draws of "a {adjective} {noun}" and of
     "a {subject} {verb}-ing a {noun}". Keys: "object", "attribute", "relation"."""
     rng = random.Random(seed)
-    nouns = sorted(set(_SINGULAR.values()))
-    subjects = sorted({_SINGULAR[w] for w in SUBJECT_NOUNS})
+    nouns = sorted(set(SINGULAR.values()))
+    subjects = sorted({SINGULAR[w] for w in SUBJECT_NOUNS})
     adjectives = sorted(ADJECTIVES - NOUNS)
     verbs = sorted(VERBS_BARE)
     attributes = {

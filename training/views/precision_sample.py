@@ -17,7 +17,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from training.views.extractor import NEGATIVE_KINDS, extract_views, make_negatives
+from training.views.extractor import extract_views
+from training.views.negatives import NEGATIVE_KINDS, make_negatives
 
 
 def read_captions(path: Path) -> list[str]:

@@ -12,12 +12,17 @@ from training.core.metrics import (
     fraction_of_variance_unexplained,
     hard_negative_accuracy,
     hard_negative_table,
+    neighbour_recall,
     prefix_cosine,
+    prefix_vectors,
     present_rows,
+    recall_at,
     selectivity,
     staircase,
+    target_ranks,
+    unit_rows,
 )
-from training.views.extractor import NEGATIVE_KINDS
+from training.views.negatives import NEGATIVE_KINDS
 
 CONTRACT = validate_contract(
     {"object": 1, "attribute": 2, "relation": 3, "caption": 4, "full": 5}, 5
@@ -108,3 +113,38 @@ def test_fvu():
     assert fraction_of_variance_unexplained(x, np.tile(x.mean(axis=0), (100, 1))) == pytest.approx(
         1.0
     )
+
+
+def test_prefixes_are_unit_rows_of_the_first_coordinates():
+    z = np.array([[3.0, 4.0, 12.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    p = prefix_vectors(z, 2)
+    np.testing.assert_allclose(p[0], [0.6, 0.8])
+    np.testing.assert_array_equal(p[1], [0.0, 0.0])  # a zero prefix stays zero, no NaN
+    assert p.flags.c_contiguous and p.dtype == np.float32
+    with pytest.raises(ValueError, match="prefix of length 4"):
+        prefix_vectors(z, 4)
+
+
+def test_unit_rows_in_float64_keep_zero_rows():
+    x = np.array([[3.0, 4.0], [0.0, 0.0]])
+    u = unit_rows(x, np.float64)
+    assert u.dtype == np.float64 and u.flags.c_contiguous
+    np.testing.assert_array_equal(u, [[0.6, 0.8], [0.0, 0.0]])
+
+
+def test_target_ranks_and_recall_with_either_tie_rule():
+    gallery = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    queries = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    targets = np.array([0, 1, 2, 0])
+    # rows 0 and 1 tie: "against" counts the other one as ahead, "by_row" only an earlier one
+    assert target_ranks(queries, gallery, targets, "against").tolist() == [1, 1, 0, 2]
+    assert target_ranks(queries, gallery, targets, "by_row").tolist() == [0, 1, 0, 1]
+    for batch in (1, 3):
+        ranks = target_ranks(queries, gallery, targets, "by_row", batch=batch)
+        assert ranks.tolist() == [0, 1, 0, 1]
+    assert recall_at(np.array([0, 1, 0, 1]), (1, 2)) == {1: 0.5, 2: 1.0}
+
+
+def test_neighbour_recall_counts_found_rows_of_the_exact_search():
+    assert neighbour_recall(np.array([[1, 7], [3, -1]]), np.array([[1, 2], [3, 0]])) == 0.5
+    assert neighbour_recall(np.zeros((0, 3), int), np.zeros((0, 3), int)) == 1.0
