@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.core.encoders import l2_normalise
 from training.core.errors import InputError
+from training.core.metrics import unit_rows
 from training.cosae.config import CosaeConfig
 from training.cosae.metrics import grouped_retrieval
 from training.cosae.upgrade import (
@@ -29,13 +29,13 @@ def grouped_rows(groups: int = 60, per_group: int = 5, dim: int = 16, seed: int 
     centres = rng.standard_normal((groups, dim))
     labels = np.repeat(np.arange(groups), per_group)
     rows = centres[labels] + 0.4 * rng.standard_normal((len(labels), dim))
-    return l2_normalise(rows), labels
+    return unit_rows(rows), labels
 
 
 class TestGroupedRetrieval:
     def test_hand_computed_ranks(self):
         # query 0's neighbours by cosine: row 1 (other group), then row 2 (its group)
-        gallery = l2_normalise(np.array([[1, 0], [0.9, 0.1], [0.7, 0.7], [0, 1]], float))
+        gallery = unit_rows(np.array([[1, 0], [0.9, 0.1], [0.7, 0.7], [0, 1]], float))
         groups = np.array(["a", "b", "a", "b"])
         scores = grouped_retrieval(gallery, gallery, groups)
         sims = gallery @ gallery.T
@@ -70,7 +70,7 @@ def rotated_pair(rows: np.ndarray, out_dim: int = 12, seed: int = 2) -> np.ndarr
     """Model A's rows: a fixed linear map of B's plus a little noise, renormalised."""
     rng = np.random.default_rng(seed)
     mixing = rng.standard_normal((rows.shape[1], out_dim))
-    return l2_normalise(rows @ mixing + 0.01 * rng.standard_normal((len(rows), out_dim)))
+    return unit_rows(rows @ mixing + 0.01 * rng.standard_normal((len(rows), out_dim)))
 
 
 class TestTranslator:

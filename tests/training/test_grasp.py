@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from training.core.artifacts import TransformArtifact
-from training.core.encoders import l2_normalise
 from training.core.errors import InputError
 from training.core.granularity import Granularity, default_contract
-from training.core.metrics import NEGATIVE_LEVELS, present_rows
+from training.core.metrics import NEGATIVE_LEVELS, present_rows, unit_rows
 from training.core.rotations import orthogonality_error, pca_rotation, random_rotation
 from training.grasp.baselines import baseline_artifact
 from training.grasp.config import GraspConfig, LossWeights
@@ -51,16 +50,16 @@ def constructed_set(n: int = 900, seed: int = 0) -> GraspSet:
     o, a, r = rng.integers(0, 8, n), rng.integers(0, 6, n), rng.integers(0, 5, n)
 
     def scene(o, a, r, noise=0.0):
-        return l2_normalise(objects[o] + 0.8 * attributes[a] + 0.6 * relations[r] + noise)
+        return unit_rows(objects[o] + 0.8 * attributes[a] + 0.6 * relations[r] + noise)
 
     def other(values, size):
         return (values + rng.integers(1, size, len(values))) % size
 
     anchors = scene(o, a, r, 0.15 * rng.normal(size=(n, DIM)))
     views = {
-        Granularity.OBJECT: l2_normalise(objects[o]),
-        Granularity.ATTRIBUTE: l2_normalise(objects[o] + 0.8 * attributes[a]),
-        Granularity.RELATION: l2_normalise(objects[o] + 0.6 * relations[r]),
+        Granularity.OBJECT: unit_rows(objects[o]),
+        Granularity.ATTRIBUTE: unit_rows(objects[o] + 0.8 * attributes[a]),
+        Granularity.RELATION: unit_rows(objects[o] + 0.6 * relations[r]),
         Granularity.CAPTION: scene(o, a, r),
     }
     negatives = {
@@ -280,9 +279,9 @@ def test_full_length_retrieval_is_the_same_for_every_rotation():
 
 
 def test_leave_one_out_means():
-    x = l2_normalise(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0], [1.0, 1.0]]))
+    x = unit_rows(np.array([[1.0, 0], [0, 1.0], [1.0, 1.0], [1.0, 0], [0, 1.0], [1.0, 1.0]]))
     anchors, has_anchor = leave_one_out_means(x, ["a", "a", "a", "b", "b", "c"])
-    np.testing.assert_allclose(anchors[0], l2_normalise((x[1] + x[2])[None])[0])
+    np.testing.assert_allclose(anchors[0], unit_rows((x[1] + x[2])[None])[0])
     np.testing.assert_allclose(anchors[3], x[4])
     assert has_anchor.tolist() == [True] * 5 + [False]  # alone in its group: no anchor
 
@@ -318,7 +317,7 @@ def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, 
     data = build_from_cache(cache, tiny_clip)
     assert list(data.ids) == ["a.jpg#0", "b.jpg#0"]  # the only captions with every view
     everything = cache.embeddings("text")
-    expected = l2_normalise(everything[[1, 2]].sum(axis=0, keepdims=True))[0]
+    expected = unit_rows(everything[[1, 2]].sum(axis=0, keepdims=True))[0]
     np.testing.assert_allclose(data.anchors[0], expected, atol=1e-5)
     np.testing.assert_allclose(data.views[Granularity.CAPTION][1], everything[3], atol=1e-6)
     # all seven types; a caption without one of a type is NaN there, not left out
@@ -342,7 +341,7 @@ def test_agreement_with_expert_judgments(tmp_path: Path):
     assert ndcg_at(np.array([0.1, 0.9]), np.array([3.0, 0.0]), ["q", "q"]) < 1.0
 
     # two images with two captions each; experts like the matching image's caption
-    vectors = l2_normalise(np.array([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]]))
+    vectors = unit_rows(np.array([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]]))
     ids, groups = ["a#0", "a#1", "b#0", "b#1"], ["a", "a", "b", "b"]
     path = tmp_path / "ExpertAnnotations.txt"
     path.write_text(

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from training.core.encoders import l2_normalise
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
+from training.core.metrics import unit_rows
 
 PAIR_KINDS = ("synthetic", "tfidf", "layer")
 
@@ -193,7 +193,7 @@ def tfidf_svd_embeddings(texts: Sequence[str], dim: int = 256, seed: int = 0) ->
             f"got {counts.shape[0]} texts and {counts.shape[1]} words"
         )
     reduced = TruncatedSVD(n_components=dim, random_state=seed).fit_transform(counts)
-    return l2_normalise(reduced)
+    return unit_rows(reduced)
 
 
 def minilm_layer_embeddings(
@@ -230,7 +230,7 @@ def minilm_layer_embeddings(
             count = mask.sum(dim=1).clamp_min(1)
             sentence.append(((states[-1] * mask).sum(dim=1) / count).float().cpu().numpy())
             hidden.append(((states[layer] * mask).sum(dim=1) / count).float().cpu().numpy())
-    return l2_normalise(np.concatenate(sentence)), l2_normalise(np.concatenate(hidden))
+    return unit_rows(np.concatenate(sentence)), unit_rows(np.concatenate(hidden))
 
 
 def tfidf_pair(

@@ -37,8 +37,8 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from training.core.artifacts import write_folder
-from training.core.encoders import l2_normalise
 from training.core.errors import InputError
+from training.core.metrics import unit_rows
 from training.cosae.baselines import least_squares_map, orthogonal_procrustes
 from training.cosae.config import CosaeConfig
 from training.cosae.metrics import grouped_retrieval, mean_cosine, recall_at_1
@@ -90,9 +90,9 @@ class QueryTranslator:
                 f"got {rows.shape}"
             )
         if self.model is not None:
-            return l2_normalise(translate_rows(self.model, rows, "i"))
+            return unit_rows(translate_rows(self.model, rows, "i"))
         out = (rows - self.linear["mean_source"]) @ self.linear["matrix"]
-        return l2_normalise(out + self.linear["mean_target"])
+        return unit_rows(out + self.linear["mean_target"])
 
     def manifest(self) -> dict[str, Any]:
         shape: dict[str, int] = {}

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.core.encoders import l2_normalise
 from training.core.errors import InputError
-from training.core.metrics import prefix_cosine
+from training.core.metrics import prefix_cosine, unit_rows
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ def agreement(
         raise InputError(
             "no judged pair has both its image's captions and the caption in the cache"
         )
-    images = transform(l2_normalise(np.array(image_vectors)))
+    images = transform(unit_rows(np.array(image_vectors)))
     captions = transform(np.array(caption_vectors))
     scores = judgments.scores[kept]
     query = [judgments.images[i] for i in kept]

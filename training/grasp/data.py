@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from training.core.cache import EmbeddingCache
-from training.core.encoders import Encoder, l2_normalise
+from training.core.encoders import Encoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import Granularity
-from training.core.metrics import NEGATIVE_LEVELS
+from training.core.metrics import NEGATIVE_LEVELS, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -221,4 +221,4 @@ def leave_one_out_means(embeddings: np.ndarray, groups: list[str]) -> tuple[np.n
         total = embeddings[rows].astype(np.float64).sum(axis=0)
         sums[rows] = (total - embeddings[rows]) / (len(rows) - 1)
         has_anchor[rows] = True
-    return l2_normalise(sums), has_anchor
+    return unit_rows(sums), has_anchor

@@ -17,12 +17,12 @@ from training.core.cache import (
     write_manifest,
     write_shard,
 )
-from training.core.encoders import l2_normalise
 from training.core.errors import CacheError
+from training.core.metrics import unit_rows
 
 
-def unit_rows(rows: int, dim: int, seed: int) -> np.ndarray:
-    return l2_normalise(np.random.default_rng(seed).normal(size=(rows, dim)))
+def random_unit_rows(rows: int, dim: int, seed: int) -> np.ndarray:
+    return unit_rows(np.random.default_rng(seed).normal(size=(rows, dim)))
 
 
 def make_cache(
@@ -33,7 +33,9 @@ def make_cache(
     for index, rows in enumerate(shard_sizes):
         ids = [f"r{start + i}" for i in range(rows)]
         metadata = pa.table({"id": ids, "caption": [f"caption {i}" for i in ids]})
-        shard = write_shard(root, index, {"text": unit_rows(rows, dim, index)}, metadata, dtype)
+        shard = write_shard(
+            root, index, {"text": random_unit_rows(rows, dim, index)}, metadata, dtype
+        )
         manifest.shards.append(shard)
         start += rows
     manifest.complete = True
@@ -48,7 +50,7 @@ class TestStrataCache:
         assert cache.rows == 8 and cache.dim == 8 and cache.modalities == ["text"]
         vectors = cache.embeddings("text")
         assert vectors.shape == (8, 8) and vectors.dtype == np.float32
-        np.testing.assert_allclose(vectors[:5], unit_rows(5, 8, 0), atol=1e-6)
+        np.testing.assert_allclose(vectors[:5], random_unit_rows(5, 8, 0), atol=1e-6)
         assert cache.metadata().column("id").to_pylist() == [f"r{i}" for i in range(8)]
         assert cache.verify() == []
         assert (tmp_path / "text_emb" / "text_emb_00001.npy").is_file()
@@ -98,7 +100,7 @@ class TestStrataCache:
             write_shard(
                 tmp_path,
                 0,
-                {"text": unit_rows(2, 4, 0)},
+                {"text": random_unit_rows(2, 4, 0)},
                 pa.table({"id": ["a", "b", "c"]}),
                 "float16",
             )
@@ -122,7 +124,7 @@ def write_clip_retrieval_cache(root: Path, partitions: list[int], dim: int = 16)
             (root / folder).mkdir(parents=True, exist_ok=True)
             np.save(
                 root / folder / f"{folder}_{suffix}.npy",
-                unit_rows(rows, dim, seed + part).astype(np.float16),
+                random_unit_rows(rows, dim, seed + part).astype(np.float16),
             )
         (root / "metadata").mkdir(exist_ok=True)
         table = pa.table(
@@ -147,13 +149,15 @@ class TestClipRetrievalLayout:
         assert metadata.column("id").to_pylist() == [str(i) for i in range(42)]
         assert metadata.column("caption")[40].as_py() == "caption 10-0"
         np.testing.assert_allclose(
-            cache.embeddings("image")[:4], unit_rows(4, 16, 10).astype(np.float16), atol=1e-3
+            cache.embeddings("image")[:4], random_unit_rows(4, 16, 10).astype(np.float16), atol=1e-3
         )
         assert cache.verify() == []
 
     def test_inconsistent_partition_is_an_error(self, tmp_path: Path):
         write_clip_retrieval_cache(tmp_path, [4, 4])
-        np.save(tmp_path / "text_emb" / "text_emb_1.npy", unit_rows(3, 16, 0).astype(np.float16))
+        np.save(
+            tmp_path / "text_emb" / "text_emb_1.npy", random_unit_rows(3, 16, 0).astype(np.float16)
+        )
         with pytest.raises(CacheError, match="shard 1 files disagree on row count"):
             EmbeddingCache.open(tmp_path)
 

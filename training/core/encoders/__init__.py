@@ -9,7 +9,6 @@ from training.core.encoders.base import (
     ENCODER_FAMILIES,
     Encoder,
     EncoderSpec,
-    l2_normalise,
     resolve_device,
 )
 
@@ -17,7 +16,6 @@ __all__ = [
     "ENCODER_FAMILIES",
     "Encoder",
     "EncoderSpec",
-    "l2_normalise",
     "load_encoder",
     "resolve_device",
 ]

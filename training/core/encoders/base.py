@@ -24,15 +24,9 @@ from typing import Any
 import numpy as np
 
 from training.core.errors import InputError
+from training.core.metrics import unit_rows
 
 ENCODER_FAMILIES = ("minilm", "open_clip")
-
-
-def l2_normalise(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, np.finfo(np.float32).tiny)
 
 
 def resolve_device(device: str) -> str:
@@ -170,7 +164,7 @@ class Encoder(abc.ABC):
             encode_batch(items[start : start + self.batch_size])
             for start in range(0, len(items), self.batch_size)
         ]
-        return l2_normalise(np.concatenate(parts))
+        return unit_rows(np.concatenate(parts))
 
     @abc.abstractmethod
     def _text_batch(self, texts: list[str]) -> np.ndarray: ...
