@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# what a job caches under the runs directory (embedded views and queries) goes to a folder of
+# this run, never into the checkout's runs/ (subprocesses inherit it)
+os.environ["STRATA_RUNS_DIR"] = tempfile.mkdtemp(prefix="strata-test-runs-")
+atexit.register(shutil.rmtree, os.environ["STRATA_RUNS_DIR"], True)
 
 TINY_CLIP = {
     "embed_dim": 32,
