@@ -225,9 +225,10 @@ def run_loop(
         for step in range(state.step, end):
             for name, value in trainer.step(step).items():
                 sums[name] = sums.get(name, 0.0) + value
-            if progress:  # shown at the bar's next refresh, which tqdm spaces in time
+            if progress:  # drawn at tqdm's own refreshes (spaced in time) and at a round's end
                 done = step + 1 - state.step
-                bar.set_postfix({n: f"{v / done:.4g}" for n, v in sums.items()}, refresh=False)
+                postfix = {n: f"{v / done:.4g}" for n, v in sums.items()}
+                bar.set_postfix(postfix, refresh=step + 1 == end)
             bar.update(1)
         means = {name: value / (end - state.step) for name, value in sums.items()}
         state.step, state.rounds = end, index + 1
