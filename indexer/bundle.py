@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 
 from indexer.ids import IDS, read_ids
 from indexer.postings import Postings
-from indexer.prefix_index import apply_search_parameters, read_prefix_index
+from indexer.prefix_index import apply_search_parameters, read_prefix_index, search_parameters
 from indexer.tuning import Tuning
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
@@ -300,16 +300,20 @@ class Bundle:
         return self._indexes[length]
 
     def search_prefix(
-        self, length: int, rotated: np.ndarray, k: int
+        self, length: int, rotated: np.ndarray, k: int, setting: str = ""
     ) -> tuple[np.ndarray, np.ndarray]:
         """(scores [Q, k] float32, rows [Q, k] int64) at prefix L for rotated queries [Q, ≥ L]:
-        each query's first L coordinates are renormalised; rows are −1 past the last hit."""
+        each query's first L coordinates are renormalised; rows are −1 past the last hit.
+        `setting`: search parameters other than the manifest's (a ParameterSpace string, e.g.
+        one of the prefix's tuned operating points), for this call only."""
         rotated = np.atleast_2d(np.asarray(rotated, dtype=np.float32))
         if rotated.shape[1] < length:
             raise BundleError(f"queries have {rotated.shape[1]} coordinates, prefix needs {length}")
         if k < 1:
             raise BundleError(f"k must be positive, got {k}")
-        scores, rows = self.index(length).search(prefix_vectors(rotated, length), k)
+        index = self.index(length)
+        params = search_parameters(index, setting) if setting else None
+        scores, rows = index.search(prefix_vectors(rotated, length), k, params=params)
         return scores, rows
 
     def search(

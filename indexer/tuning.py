@@ -190,7 +190,9 @@ def measure(
     apply_search_parameters(index, setting)
     _, found = index.search(queries, k + 1)
     answers = drop_self(found, selves, k)
-    per_query = np.array([neighbour_recall(a[None], e[None]) for a, e in zip(answers, exact)])
+    per_query = np.array(
+        [neighbour_recall(a[None], e[None]) for a, e in zip(answers, exact, strict=True)]
+    )
     recall = float(per_query.mean())
     low = recall - 2 * float(per_query.std()) / np.sqrt(len(per_query))
     params = search_parameters(index, setting)
