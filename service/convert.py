@@ -150,7 +150,7 @@ def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> S
         explain=message.explain,
         metadata_fields=tuple(message.metadata_fields),
         scope=scope_from_proto(message.filter.scope),
-        min_recall=message.min_recall if message.HasField("min_recall") else None,
+        min_recall=round(message.min_recall, 6) if message.HasField("min_recall") else None,
     )
 
 

@@ -11,7 +11,8 @@
 3. On other held-out rows than the tuning's (leave one out: each query is a gallery row and its
    own row is dropped from both answers): recall@10 against exact search at the default
    setting (the one set at 50k rows) and at the tuned one; single-query latency (one thread,
-   interleaved rounds, medians) of each against the exact Flat scan of the same rows.
+   interleaved rounds — each search answers every query, the order rotating per round —,
+   medians) of each against the exact Flat scan of the same rows.
 4. Qdrant's embedded engine (qdrant-edge-py, HNSW m = 32, ef_construct = 40: FAISS's HNSW32
    defaults) over the same rows and queries: build seconds (upsert + optimize, all cores), and
    the smallest hnsw_ef whose recall@10 reaches Strata's tuned HNSW's; latency side by side with
@@ -104,11 +105,15 @@ def leave_one_out_recall(search: Callable, queries: np.ndarray, selves, exact) -
 
 
 def interleaved_ms(searches: dict[str, Callable], queries: np.ndarray, rounds: int) -> dict:
-    """Median single-query milliseconds of each search, the searches taking turns per query."""
+    """Median single-query milliseconds of each search: in each round every search answers all
+    the queries in turn, the order of the searches rotating from round to round (so none
+    always runs right after another has warmed the caches for the same query)."""
     times: dict[str, list[float]] = {name: [] for name in searches}
-    for _ in range(rounds):
-        for q in queries:
-            for name, search in searches.items():
+    names = list(searches)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            search = searches[name]
+            for q in queries:
                 started = time.perf_counter()
                 search(q)
                 times[name].append((time.perf_counter() - started) * 1e3)
