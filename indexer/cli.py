@@ -15,7 +15,7 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.build import BuildSummary, build_bundle
-from indexer.build_inputs import BuildConfig
+from indexer.build_inputs import BuildConfig, BuildError
 from indexer.bundle import (
     BundleError,
     PrefixEntry,
@@ -129,7 +129,6 @@ def build(
         typer.Option(
             min=0.0,
             max=1.0,
-            min_open=True,
             help="recall@10 (against exact search at the same prefix) that the approximate "
             "indexes' search parameters are tuned to",
         ),
@@ -148,6 +147,8 @@ def build(
     One FAISS index per prefix length of the GraSP-VL artifact's contract, concept postings
     from the CEDAR artifact, ids and metadata; CURRENT moves only once all of it is written and
     verified, so a killed build leaves the previous version current."""
+    if recall_target <= 0:
+        raise BuildError("--recall-target must lie in (0, 1]")
     config = BuildConfig(
         cache=cache,
         grasp=grasp,

@@ -34,7 +34,7 @@ ROWS, DIM = 3000, 64  # prefixes 4 / 8 / 16 / 32 / 64
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bundle whose full prefix is HNSW and caption prefix IVF-PQ with a rerank, both tuned."""
+    """A bundle whose full prefix is IVF-PQ with a rerank and caption prefix HNSW, both tuned."""
     root = tmp_path_factory.mktemp("tuned")
     cache = write_synthetic_cache(root / "cache", ROWS, DIM, shard_rows=1000, clusters=32)
     random_grasp_artifact(DIM, 5).save(root / "grasp")
@@ -46,7 +46,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cedar=root / "cedar",
         out=root / "bundles",
         progress=False,
-        index_types=("full=hnsw", "caption=ivfpq-refine"),
+        index_types=("full=ivfpq-refine", "caption=hnsw"),
     )
     build_bundle(config)
     return root
@@ -98,8 +98,12 @@ def test_the_filtered_search_takes_the_operating_point_too(engine: SearchEngine)
 
 def test_recall_an_index_cannot_reach_is_refused_naming_the_best_it_has(engine: SearchEngine):
     entry = engine.bundle.manifest.prefix(DIM)
-    capped = replace(entry.tuning, points=[OperatingPoint("efSearch=16", 0.9, 0.1, 0.88)])
-    with pytest.raises(QueryError, match=r"reaches at most recall@10 0\.880.*efSearch=16"):
+    capped = replace(
+        entry.tuning, points=[OperatingPoint("nprobe=1,k_factor_rf=1", 0.9, 0.1, 0.88)]
+    )
+    with pytest.raises(
+        QueryError, match=r"reaches at most recall@10 0\.880.*nprobe=1,k_factor_rf=1"
+    ):
         setting_for(replace(entry, tuning=capped), 0.95)
     flat = engine.bundle.manifest.prefix(4)  # exact: any recall
     assert flat.factory == "Flat" and setting_for(flat, 1.0) == ""
