@@ -183,14 +183,15 @@ def format_build_summary(summary: BuildSummary) -> str:
     ]
     tuned = [p for p in summary.prefixes if p.tuning is not None and p.tuning.status != "untuned"]
     if tuned:
-        lines.append(
+        lines.insert(
+            4,
             "tuned        "
             + ", ".join(
                 f"{p.length}: {p.search} recall@{p.tuning.k} {p.tuning.recall:.3f}"
                 f" {p.tuning.latency_ms:.2f} ms"
                 for p in tuned
                 if p.tuning is not None
-            )
+            ),
         )
     lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)
