@@ -22,7 +22,9 @@ files. Numpy, BLAS, hashing and file writes release the GIL, so these threads us
 memory stays bounded by the few shards in flight.
 `strata index add` (indexer/update.py) maps it over the shards of the added cache.
 
-Then: fsync, verify, rename, switch CURRENT (and announce in Redis with a publisher), retention
+Then each approximate index's search parameters are tuned to the recall target on the files
+written (indexer/tuning.py; the manifest keeps the operating points measured); then: fsync,
+verify, rename, switch CURRENT (and announce in Redis with a publisher), retention
 (indexer/release.py, indexer/publish.py, indexer/versions.py). The Flat indexes and the
 postings are hashed as they are written; verification takes those digests instead of reading
 the files back, and checks everything else in full (`strata index verify` reads every file).
@@ -157,6 +159,24 @@ def write_version(
         BuildError,
     )
     entries = writer.close_streams(writers, postings, ids, rows)
+    prefixes, tuning_seconds = writer.tune(
+        [
+            PrefixEntry(
+                length=p.length,
+                granularity=p.granularity.value,
+                file=p.file,
+                factory=p.factory,
+                kind=p.kind,
+                ondisk=p.ondisk,
+                search=default_search_parameters(p.factory, p.length),
+                reason=p.reason,
+            )
+            for p in inputs.plans
+        ],
+        config.recall_target,
+        config.tuning_queries,
+        config.seed,
+    )
     artifacts = {}
     for role, path, artifact in (
         ("grasp", config.grasp, inputs.grasp),
@@ -180,23 +200,13 @@ def write_version(
             contract={g.value: n for g, n in inputs.grasp.contract.items()},
             source=source_record(cache),
             artifacts=artifacts,
-            prefixes=[
-                PrefixEntry(
-                    length=p.length,
-                    granularity=p.granularity.value,
-                    file=p.file,
-                    factory=p.factory,
-                    kind=p.kind,
-                    ondisk=p.ondisk,
-                    search=default_search_parameters(p.factory, p.length),
-                    reason=p.reason,
-                )
-                for p in inputs.plans
-            ],
+            prefixes=prefixes,
             postings={"concepts": n_concepts, "entries": entries, "k": inputs.coder.k},
             files=writer.files,
             build={
                 "seconds": round(time.perf_counter() - started, 3),
+                "tuning_seconds": tuning_seconds,
+                "recall_target": config.recall_target,
                 "memory_budget": config.memory_budget,
                 "faiss": faiss.__version__,
                 "gpu": gpu_available(),

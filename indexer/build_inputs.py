@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from indexer.bundle import ARTIFACT_COPIES, ArtifactSource
 from indexer.engines import ENGINES
 from indexer.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
+from indexer.tuning import RECALL_TARGET, TUNING_QUERIES
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
@@ -51,6 +52,8 @@ class BuildConfig(ConfigModel):
     rules: tuple[IndexRule, ...] = RULES
     engine: str = "local"  # where the per-shard work runs: local | ray
     ray_address: str | None = None  # --engine ray: a cluster to join (default: RAY_ADDRESS/local)
+    recall_target: float = Field(RECALL_TARGET, gt=0, le=1)  # recall@10 the tuning aims at
+    tuning_queries: int = Field(TUNING_QUERIES, ge=1)  # held-out gallery rows it measures on
 
 
 @dataclass

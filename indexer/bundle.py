@@ -25,7 +25,9 @@ modality, dim, k (CEDAR's active concepts per row), rows, the granularity → pr
 contract, `source` (the cache's path, the sha256 of its manifest.json, its rows and shards),
 `artifacts` (per role grasp / cedar: original path, method, sha256 of its manifest.json and of
 its weights.safetensors, the copy's folder), `prefixes` (per prefix: length, granularity, file,
-FAISS factory string, rule kind, on-disk lists or not, search parameters, why this index),
+FAISS factory string, rule kind, on-disk lists or not, search parameters, why this index, and
+for an approximate index its `tuning`: recall target, the operating points measured at build
+time and the chosen one's recall@k and latency, indexer/tuning.py; absent in older bundles),
 `postings` (concepts = 2D, entries = N·k), `files` (every file: sha256, bytes, rows — the rows or
 entries it holds, null for artifact files) and `build` (seconds, memory budget, FAISS version,
 GPU used).
@@ -54,7 +56,8 @@ import pyarrow.parquet as pq
 
 from indexer.ids import IDS, read_ids
 from indexer.postings import Postings
-from indexer.prefix_index import apply_search_parameters, read_prefix_index
+from indexer.prefix_index import apply_search_parameters, read_prefix_index, search_parameters
+from indexer.tuning import Tuning
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
@@ -109,6 +112,7 @@ class PrefixEntry:
     ondisk: bool
     search: str
     reason: str = ""
+    tuning: Tuning | None = None  # approximate indexes: indexer/tuning.py (absent before)
 
 
 @dataclass
@@ -157,7 +161,7 @@ class BundleManifest:
         data.pop("name", None)
         try:
             data["artifacts"] = {r: ArtifactSource(**a) for r, a in data["artifacts"].items()}
-            data["prefixes"] = [PrefixEntry(**p) for p in data["prefixes"]]
+            data["prefixes"] = [prefix_entry(p) for p in data["prefixes"]]
             data["files"] = {p: FileRecord(**f) for p, f in data.get("files", {}).items()}
             return cls(**data)
         except (KeyError, TypeError, AttributeError) as exc:
@@ -170,6 +174,11 @@ class BundleManifest:
         raise BundleError(
             f"the bundle has no prefix of length {length} ({[p.length for p in self.prefixes]})"
         )
+
+
+def prefix_entry(data: dict[str, Any]) -> PrefixEntry:
+    tuning = data.get("tuning")
+    return PrefixEntry(**{**data, "tuning": None if tuning is None else Tuning.from_dict(tuning)})
 
 
 def read_manifest(path: Path) -> BundleManifest:
@@ -291,16 +300,20 @@ class Bundle:
         return self._indexes[length]
 
     def search_prefix(
-        self, length: int, rotated: np.ndarray, k: int
+        self, length: int, rotated: np.ndarray, k: int, setting: str = ""
     ) -> tuple[np.ndarray, np.ndarray]:
         """(scores [Q, k] float32, rows [Q, k] int64) at prefix L for rotated queries [Q, ≥ L]:
-        each query's first L coordinates are renormalised; rows are −1 past the last hit."""
+        each query's first L coordinates are renormalised; rows are −1 past the last hit.
+        `setting`: search parameters other than the manifest's (a ParameterSpace string, e.g.
+        one of the prefix's tuned operating points), for this call only."""
         rotated = np.atleast_2d(np.asarray(rotated, dtype=np.float32))
         if rotated.shape[1] < length:
             raise BundleError(f"queries have {rotated.shape[1]} coordinates, prefix needs {length}")
         if k < 1:
             raise BundleError(f"k must be positive, got {k}")
-        scores, rows = self.index(length).search(prefix_vectors(rotated, length), k)
+        index = self.index(length)
+        params = search_parameters(index, setting) if setting else None
+        scores, rows = index.search(prefix_vectors(rotated, length), k, params=params)
         return scores, rows
 
     def search(

@@ -15,8 +15,14 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.build import BuildSummary, build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import BundleError, parse_version_name, read_manifest, version_name
+from indexer.build_inputs import BuildConfig, BuildError
+from indexer.bundle import (
+    BundleError,
+    PrefixEntry,
+    parse_version_name,
+    read_manifest,
+    version_name,
+)
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
     DEFAULT_PREFIX,
@@ -25,6 +31,7 @@ from indexer.publish import (
     publish_version,
 )
 from indexer.row_changes import read_id_file
+from indexer.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update import (
     AddConfig,
     DeleteConfig,
@@ -117,6 +124,18 @@ def build(
     ] = None,
     keep: Keep = 3,
     seed: Annotated[int, typer.Option(help="seed of the training and verification samples")] = 0,
+    recall_target: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="recall@10 (against exact search at the same prefix) that the approximate "
+            "indexes' search parameters are tuned to",
+        ),
+    ] = RECALL_TARGET,
+    tuning_queries: Annotated[
+        int, typer.Option(min=1, help="held-out gallery rows the tuning measures recall on")
+    ] = TUNING_QUERIES,
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -128,6 +147,8 @@ def build(
     One FAISS index per prefix length of the GraSP-VL artifact's contract, concept postings
     from the CEDAR artifact, ids and metadata; CURRENT moves only once all of it is written and
     verified, so a killed build leaves the previous version current."""
+    if recall_target <= 0:
+        raise BuildError("--recall-target must lie in (0, 1]")
     config = BuildConfig(
         cache=cache,
         grasp=grasp,
@@ -138,6 +159,8 @@ def build(
         index_types=tuple(index_type or ()),
         keep=keep,
         seed=seed,
+        recall_target=recall_target,
+        tuning_queries=tuning_queries,
         progress=progress,
         engine=engine,
         ray_address=ray_address,
@@ -158,6 +181,18 @@ def format_build_summary(summary: BuildSummary) -> str:
         + (f" (shards on {summary.engine})" if summary.engine != "local" else ""),
         *file_lines(summary.files),
     ]
+    tuned = [p for p in summary.prefixes if p.tuning is not None and p.tuning.status != "untuned"]
+    if tuned:
+        lines.insert(
+            4,
+            "tuned        "
+            + ", ".join(
+                f"{p.length}: {p.search} recall@{p.tuning.k} {p.tuning.recall:.3f}"
+                f" {p.tuning.latency_ms:.2f} ms"
+                for p in tuned
+                if p.tuning is not None
+            ),
+        )
     lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)
 
@@ -327,6 +362,23 @@ def describe_source(source: dict) -> str:
     return str(source.get("cache"))
 
 
+def describe_tuning(entry: PrefixEntry) -> str:
+    """One line: the search setting, its recall@k and latency as tuned (or why not)."""
+    tuning = entry.tuning
+    if tuning is None:
+        exact = entry.factory == "Flat"
+        return "exact search (recall 1)" if exact else f"search {entry.search or '-'}, not tuned"
+    if tuning.status == "untuned":
+        return f"search {entry.search or '-'}, not tuned: {tuning.note}"
+    points = ", ".join(f"{p.search} {p.recall:.3f}" for p in tuning.points)
+    return (
+        f"search {entry.search}: recall@{tuning.k} {tuning.recall:.3f} "
+        f"(target {tuning.target}, {tuning.status}), {tuning.latency_ms:.3f} ms/query; "
+        f"tuned on {tuning.queries} held-out rows in {tuning.seconds:.1f} s; "
+        f"operating points: {points}"
+    )
+
+
 @index_app.command("info")
 def info(
     bundles: Annotated[Path, typer.Argument(help="bundle directory")],
@@ -359,6 +411,7 @@ def info(
     for p in manifest.prefixes:
         disk = " (lists on disk)" if p.ondisk else ""
         typer.echo(f"  {p.length:>5} {p.granularity:<10} {p.factory}{disk}  [{p.reason}]")
+        typer.echo(f"        {describe_tuning(p)}")
     typer.echo("versions")
     for version in store.versions():
         state = (

@@ -320,8 +320,51 @@ def default_search_parameters(factory: str, length: int) -> str:
 
 
 def apply_search_parameters(index: faiss.Index, parameters: str) -> None:
+    """Set an index's own search parameters (what every search without `params` uses)."""
     if parameters:
         faiss.ParameterSpace().set_index_parameters(index, parameters)
+
+
+def parse_search_parameters(parameters: str) -> dict[str, float]:
+    """'nprobe=32,k_factor_rf=4' → {'nprobe': 32.0, 'k_factor_rf': 4.0}."""
+    parsed = {}
+    for item in filter(None, (p.strip() for p in parameters.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"bad search parameter {item!r}: expected NAME=VALUE")
+        parsed[name.strip()] = float(value)
+    return parsed
+
+
+def search_parameters(
+    index: faiss.Index, parameters: str, selector: faiss.IDSelector | None = None
+) -> faiss.SearchParameters:
+    """One search's parameters as a FAISS object (the index's own are left alone, so threads
+    may search one index with different settings): a ParameterSpace string's efSearch, nprobe
+    and k_factor_rf where given, else the index's current values; `selector` restricts the rows
+    (for a rerank it goes to the base index, whose candidates are reranked)."""
+    given = parse_search_parameters(parameters)
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        base = search_parameters(index.base_index, parameters, selector)
+        params = faiss.IndexRefineSearchParameters()
+        params.k_factor = float(given.get("k_factor_rf", index.k_factor))
+        params.base_index_params = base
+        params.referenced = base  # keeps the base's parameters alive as long as these
+        return params
+    if isinstance(index, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = int(given.get("efSearch", index.hnsw.efSearch))
+    elif (ivf := faiss.try_extract_index_ivf(index)) is not None:
+        params = faiss.SearchParametersIVF()
+        params.nprobe = int(given.get("nprobe", ivf.nprobe))
+        params.max_codes = ivf.max_codes
+    else:
+        params = faiss.SearchParameters()
+    if selector is not None:
+        params.sel = selector
+        params.referenced = selector  # a Python reference: the selector outlives the search
+    return params
 
 
 def read_prefix_index(path: Path, factory: str, ondisk: bool) -> faiss.Index:

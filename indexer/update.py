@@ -23,7 +23,11 @@ rotates shards of other sizes, which BLAS may round differently in the last bit)
 hold the same rows under the same ids, but their structure is not a rebuild's (graph insertion
 order; a quantizer trained on the base's sample), so they agree as closely as two approximate
 indexes do. Index types are kept from the base; the summary notes where a build at the new
-size would plan a different one.
+size would plan a different one. Their search parameters are not kept: both operations re-tune
+every approximate index to the base's recall target on the new version's rows
+(indexer/tuning.py), since the recall a fixed efSearch or nprobe reaches falls as rows are
+added (the setting tuned at 50k rows gives recall@10 0.90 at 1M) — a kept setting would
+silently miss the target the manifest claims.
 
 Both go through the build's tail (indexer/release.py): the directory's lock (the base is read
 under it), staging, verify (for add, the sample is drawn from the added rows and checked
@@ -67,6 +71,7 @@ from indexer.row_changes import (
     rows_to_delete,
 )
 from indexer.shard_step import ShardSource
+from indexer.tuning import RECALL_TARGET
 from indexer.verify import verify_bundle
 from indexer.version_writer import VersionWriter
 from indexer.versions import BundleStore
@@ -178,10 +183,17 @@ def new_manifest(
     actions: dict[str, str],
     started: float,
 ) -> BundleManifest:
-    """The base's manifest for the new version: its rows, source, files and how it was made."""
+    """The base's manifest for the new version: its rows, source, files, its approximate
+    indexes re-tuned to the base's recall target on the new version's rows (their recall at a
+    fixed setting changes with the rows they hold), and how it was made."""
     manifest = base.manifest
+    target = recall_target(manifest)
+    prefixes, tuning_seconds = writer.tune(manifest.prefixes, target)
+    actions["search parameters"] = f"re-tuned to recall@10 {target} on the new rows"
     build = {
         "seconds": round(time.perf_counter() - started, 3),
+        "tuning_seconds": tuning_seconds,
+        "recall_target": target,
         "operation": operation,
         "actions": dict(actions),
     }
@@ -191,10 +203,16 @@ def new_manifest(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         rows=rows,
         source=source,
+        prefixes=prefixes,
         postings={**manifest.postings, "entries": writer.files[ROWS].rows},
         files=writer.files,
         build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
     )
+
+
+def recall_target(manifest: BundleManifest) -> float:
+    """The target the base was tuned to (its build's, kept through adds and deletes)."""
+    return float(manifest.build.get("recall_target", RECALL_TARGET))
 
 
 def base_reference(base: Bundle) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from indexer.bundle import (
     MANIFEST,
     BundleError,
     BundleManifest,
+    PrefixEntry,
     read_current,
     read_manifest,
 )
@@ -177,9 +178,29 @@ def check_indexes(
             )
         if index.metric_type != faiss.METRIC_INNER_PRODUCT:
             faults.append(Fault("index", f"{entry.file} does not use the inner product"))
-        apply_search_parameters(index, entry.search)
+        check_search_settings(entry, index, faults)
         opened[entry.length] = index
     return opened
+
+
+def check_search_settings(entry: PrefixEntry, index: faiss.Index, faults: list[str]) -> None:
+    """The entry's search setting and every tuned operating point apply to the index, and the
+    tuning record's choice is the setting searched; the index is left at the entry's setting."""
+    tuning = entry.tuning
+    points = [] if tuning is None else [p.search for p in tuning.points]
+    for setting in [*points, entry.search]:  # the entry's last: the one left applied
+        try:
+            apply_search_parameters(index, setting)
+        except RuntimeError:
+            faults.append(Fault("manifest", f"{entry.file}: search setting {setting!r} does not "
+                                f"apply to {entry.factory}"))  # fmt: skip
+    if tuning is not None and tuning.status != "untuned" and tuning.chosen != entry.search:
+        faults.append(
+            Fault(
+                "manifest",
+                f"{entry.file}: searched with {entry.search!r}, tuned to {tuning.chosen!r}",
+            )
+        )
 
 
 def check_postings(

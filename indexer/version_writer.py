@@ -11,6 +11,8 @@ owns what every version shares:
   indexer/engines.py) fed in row order to the prefix-index writers, the postings and the ids
   (`write_batches`), then every writer closed and its files recorded, with the crash points
   `after-prefix-index` and `after-postings` (indexer/crashpoints.py);
+- the tuning of the approximate indexes' search parameters on the files written
+  (`tune`, indexer/tuning.py);
 - the artifact copies, byte for byte;
 - last, manifest.json, then an fsync of every file and folder (`finish`).
 
@@ -21,21 +23,29 @@ manifest bytes.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from indexer.bundle import MANIFEST, BundleManifest, FileRecord
+from indexer.bundle import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.crashpoints import crash_point
 from indexer.engines import ShardEngine
 from indexer.ids import IdsWriter
 from indexer.postings import INDPTR, ROWS, VALUES, PostingsWriter
-from indexer.prefix_index import FlatFileWriter, PrefixIndexWriter
+from indexer.prefix_index import (
+    FlatFileWriter,
+    PrefixIndexWriter,
+    apply_search_parameters,
+    read_prefix_index,
+)
 from indexer.prefixes import ROW_BLOCK
 from indexer.shard_step import ShardBatch, ShardSource
+from indexer.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
 from training.core.metrics import prefix_vectors
@@ -127,6 +137,35 @@ class VersionWriter:
         self.record(ids.close(), ids.rows)
         self.work.rmdir()
         return entries
+
+    def tune(
+        self,
+        prefixes: Sequence[PrefixEntry],
+        target: float = RECALL_TARGET,
+        queries: int = TUNING_QUERIES,
+        seed: int = 0,
+    ) -> tuple[list[PrefixEntry], float]:
+        """The entries with every approximate index's search parameters tuned to `target` on
+        the written files (indexer/tuning.py), and the seconds it took. A prefix that cannot be
+        tuned keeps its setting (its record says why)."""
+        started = time.perf_counter()
+        indexes = {
+            p.length: read_prefix_index(self.staging / p.file, p.factory, p.ondisk)
+            for p in prefixes
+        }
+        for p in prefixes:
+            apply_search_parameters(indexes[p.length], p.search)
+        tuned = tune_prefixes(indexes, target, queries, seed)
+        del indexes
+        entries = []
+        for p in prefixes:
+            tuning = tuned.get(p.length)
+            if tuning is None:
+                entries.append(replace(p, tuning=None))
+                continue
+            search = p.search if tuning.status == "untuned" else tuning.chosen
+            entries.append(replace(p, search=search, tuning=tuning))
+        return entries, round(time.perf_counter() - started, 3)
 
     def finish(self, manifest: BundleManifest) -> BundleManifest:
         """Write manifest.json last, then fsync every file and folder of the version."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from indexer.bundle import Bundle
+from indexer.bundle import Bundle, PrefixEntry
 from service.errors import NotFoundError, QueryError, echo
 from service.filtering import resolve_ref
 from service.limits import RequestLimits, check_chars
@@ -99,6 +99,7 @@ def describe_index(bundle: Bundle, metadata_fields: Sequence[str], encoder: Any)
                 kind=p.kind,
                 on_disk=p.ondisk,
                 search_parameters=p.search,
+                **tuned_figures(p),
             )
             for p in manifest.prefixes
         ],
@@ -115,3 +116,18 @@ def page_offset(token: str, total: int) -> int:
     if not token.isdigit() or int(token) > total:
         raise QueryError(f"invalid page token {echo(token)}")
     return int(token)
+
+
+def tuned_figures(entry: PrefixEntry) -> dict[str, float | None]:
+    """PrefixInfo's tuned_recall / tuned_latency_ms / recall_target of a manifest entry: 1 for an
+    exact index, the tuning's figures for a tuned one, None where not tuned."""
+    if entry.factory == "Flat":
+        return {"tuned_recall": 1.0, "tuned_latency_ms": None, "recall_target": None}
+    tuning = entry.tuning
+    if tuning is None or tuning.status == "untuned":
+        return {"tuned_recall": None, "tuned_latency_ms": None, "recall_target": None}
+    return {
+        "tuned_recall": tuning.recall,
+        "tuned_latency_ms": tuning.latency_ms,
+        "recall_target": tuning.target,
+    }

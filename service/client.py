@@ -103,10 +103,12 @@ class StrataClient:
         explain: bool = False,
         metadata_fields: Sequence[str] = (),
         scope: str = "any",
+        min_recall: float | None = None,
     ) -> SearchResult:
         """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
         label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
-        that CDS scope."""
+        that CDS scope; `min_recall` the recall@k the search must reach (an approximate index
+        then searches at the fastest tuned operating point reaching it)."""
         query = SearchQuery.of(
             text,
             image=_image_bytes(image),
@@ -118,6 +120,7 @@ class StrataClient:
             explain=explain,
             metadata_fields=metadata_fields,
             scope=scope,
+            min_recall=min_recall,
         )
         response = self._call("Search", convert.search_request(query))
         return convert.search_result(response)

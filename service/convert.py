@@ -39,6 +39,7 @@ _INDEX_FIELDS = (
     "concepts", "image_queries",
 )  # fmt: skip
 _PREFIX_FIELDS = ("prefix_length", "factory", "kind", "on_disk", "search_parameters")
+_TUNED_FIELDS = ("tuned_recall", "tuned_latency_ms", "recall_target")  # optional: unset = None
 
 _TO_PROTO = {
     AUTO: pb.GRANULARITY_AUTO,
@@ -130,6 +131,7 @@ def search_request(query: SearchQuery) -> pb.SearchRequest:
         ),
         explain=query.explain,
         metadata_fields=list(query.metadata_fields),
+        min_recall=query.min_recall,
     )
 
 
@@ -148,6 +150,7 @@ def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> S
         explain=message.explain,
         metadata_fields=tuple(message.metadata_fields),
         scope=scope_from_proto(message.filter.scope),
+        min_recall=round(message.min_recall, 6) if message.HasField("min_recall") else None,
     )
 
 
@@ -328,7 +331,9 @@ def index_info_response(info: IndexInfo) -> pb.GetIndexInfoResponse:
         **same_fields(info, _INDEX_FIELDS),
         prefixes=[
             pb.PrefixIndex(
-                granularity=granularity_to_proto(p.granularity), **same_fields(p, _PREFIX_FIELDS)
+                granularity=granularity_to_proto(p.granularity),
+                **same_fields(p, _PREFIX_FIELDS),
+                **{f: getattr(p, f) for f in _TUNED_FIELDS if getattr(p, f) is not None},
             )
             for p in info.prefixes
         ],
@@ -341,7 +346,9 @@ def index_info(message: pb.GetIndexInfoResponse) -> IndexInfo:
         **same_fields(message, _INDEX_FIELDS),
         prefixes=[
             PrefixInfo(
-                granularity=routed_granularity(p.granularity), **same_fields(p, _PREFIX_FIELDS)
+                granularity=routed_granularity(p.granularity),
+                **same_fields(p, _PREFIX_FIELDS),
+                **{f: getattr(p, f) if p.HasField(f) else None for f in _TUNED_FIELDS},
             )
             for p in message.prefixes
         ],

@@ -24,8 +24,9 @@ The search then scores only allowed rows:
 - few allowed rows (≤ `exact_max`) and an index that stores its vectors exactly (Flat, HNSW's
   storage, a refine's Flat): reconstruct just those rows and score them exactly;
 - otherwise FAISS itself skips the other rows, through an ID selector passed in the search
-  parameters of the index's own type (`SearchParametersHNSW` keeps efSearch,
-  `SearchParametersIVF` keeps nprobe, a refine passes it to its base index), so approximate
+  parameters of the index's own type (indexer.prefix_index.search_parameters: the index's
+  efSearch, nprobe, k_factor or the request's operating point; a refine passes the selector
+  to its base index), so approximate
   indexes filter during their traversal rather than after it;
 - should an approximate index return fewer than min(k, allowed) hits (HNSW under a very
   selective filter can), the allowed rows are scored exactly instead, where the index stores
@@ -36,13 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import faiss
 import numpy as np
 
 from indexer.bundle import Bundle
-from indexer.prefix_index import exact_storage
+from indexer.prefix_index import exact_storage, search_parameters
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label
@@ -165,31 +165,6 @@ def allowed_rows(
     return AllowedRows(bundle.rows, rows.astype(np.int64))
 
 
-def selector_parameters(index: faiss.Index, selector: faiss.IDSelector) -> Any:
-    """Search parameters of the index's own type carrying `selector` and the index's current
-    settings (efSearch, nprobe, k_factor). Hold the result while searching."""
-    index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexRefine):
-        params = faiss.IndexRefineSearchParameters()
-        params.k_factor = index.k_factor
-        base = selector_parameters(index.base_index, selector)
-        params.base_index_params = base
-        params.referenced = base
-        return params
-    if isinstance(index, faiss.IndexHNSW):
-        params = faiss.SearchParametersHNSW()
-        params.efSearch = index.hnsw.efSearch
-    elif (ivf := faiss.try_extract_index_ivf(index)) is not None:
-        params = faiss.SearchParametersIVF()
-        params.nprobe = ivf.nprobe
-        params.max_codes = ivf.max_codes
-    else:
-        params = faiss.SearchParameters()
-    params.sel = selector
-    params.referenced = selector
-    return params
-
-
 def exact_scores(
     index: faiss.Index, query: np.ndarray, rows: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -212,9 +187,11 @@ def filtered_search(
     k: int,
     allowed: AllowedRows,
     exact_max: int = EXACT_MAX,
+    setting: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scores [1, k], rows [1, k]; −1 past the last hit) of one prefix query [1, L] over the
-    allowed rows only (strategy in the module docstring)."""
+    allowed rows only (strategy in the module docstring); `setting`: search parameters (a
+    ParameterSpace string) other than the index's own."""
     query = np.ascontiguousarray(np.atleast_2d(query), dtype=np.float32)
     k = int(k)
     if allowed.count == 0:
@@ -223,7 +200,7 @@ def filtered_search(
     if exact and allowed.count <= exact_max:
         return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
     selector = allowed.selector()
-    params = selector_parameters(index, selector)
+    params = search_parameters(index, setting, selector)
     scores, rows = index.search(query, k, params=params)
     wanted = min(k, allowed.count)
     if exact and int((rows[0] >= 0).sum()) < wanted and allowed.count <= EXACT_FALLBACK_MAX:

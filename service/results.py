@@ -65,6 +65,7 @@ class SearchQuery:
     explain: bool = False
     metadata_fields: tuple[str, ...] = ()
     scope: str = "any"  # the concept filter's references stand for concepts of this scope only
+    min_recall: float | None = None  # recall@k to reach (indexer/tuning.py); None: as tuned
 
     @classmethod
     def of(
@@ -80,6 +81,7 @@ class SearchQuery:
         explain: bool = False,
         metadata_fields: Sequence[str] = (),
         scope: str = "any",
+        min_recall: float | None = None,
     ) -> SearchQuery:
         """A query with concept references given as ids, labels or names."""
         return cls(
@@ -93,6 +95,7 @@ class SearchQuery:
             explain=explain,
             metadata_fields=tuple(metadata_fields),
             scope=str(scope),
+            min_recall=None if min_recall is None else float(min_recall),
         )
 
     @property
@@ -211,6 +214,9 @@ class PrefixInfo:
     kind: str
     on_disk: bool
     search_parameters: str
+    tuned_recall: float | None = None  # 1 for an exact index; None: approximate, not tuned
+    tuned_latency_ms: float | None = None
+    recall_target: float | None = None
 
 
 @dataclass

@@ -11,8 +11,9 @@
    vectors are normalised; one GraSP rotation for the whole batch;
 3. route each query to a prefix length: its granularity, or AUTO's choice (service/routing.py;
    image and vector queries go to the full vector);
-4. search: unfiltered queries of one prefix length in one FAISS call; each filtered query over
-   its allowed rows only (service/filtering.py);
+4. search: unfiltered queries of one prefix length (and search setting: a query's min_recall
+   picks one of the index's tuned operating points, service/operating_points.py) in one FAISS
+   call; each filtered query over its allowed rows only (service/filtering.py);
 5. describe the hits: ids, requested metadata, and with `explain` the query's active concepts,
    each hit's strongest concepts and the concepts they share (service/explain.py).
 
@@ -49,6 +50,7 @@ from service.explain import (
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
 from service.limits import LIMITS, RequestLimits, check_chars
+from service.operating_points import check_min_recall, setting_for
 from service.query_cache import QueryCache
 from service.query_checks import check_query, check_query_input, parse_granularity
 from service.query_embedding import EncoderObserver, embed_texts, encode
@@ -93,6 +95,7 @@ class _Prepared:
     embedding: np.ndarray | None = None
     error: ServiceError | None = None
     route: Route | None = None
+    setting: str = ""  # search parameters other than the index's own (service/operating_points.py)
     allowed: AllowedRows | None = None
     image: Any = None  # the decoded PIL image, between decoding and encoding
     result: SearchResult | None = None
@@ -194,6 +197,9 @@ class SearchEngine:
                 query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
             )
             prepared.route = self.route(query)
+            check_min_recall(query.min_recall)
+            length = self.contract[prepared.route.granularity]
+            prepared.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
             if query.require or query.exclude:
                 prepared.allowed = allowed_rows(
                     self.bundle, query.require, query.exclude, query.scope
@@ -244,22 +250,22 @@ class SearchEngine:
         return Route(Granularity.FULL, f"auto on a{'n' if kind == 'image' else ''} {kind} query")
 
     def _search(self, live: list[_Prepared], rotated: np.ndarray) -> None:
-        groups: dict[int, list[int]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[int]] = defaultdict(list)
         found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, p in enumerate(live):
             assert p.route is not None
             length = self.contract[p.route.granularity]
             if p.allowed is None:
-                groups[length].append(i)
+                groups[length, p.setting].append(i)
             else:
                 index = self.bundle.index(length)
                 query = prefix_vectors(rotated[i : i + 1], length)
                 found[i] = filtered_search(
-                    index, query, p.query.k, p.allowed, self.config.exact_max
+                    index, query, p.query.k, p.allowed, self.config.exact_max, p.setting
                 )
-        for length, members in groups.items():
+        for (length, setting), members in groups.items():
             k = max(live[i].query.k for i in members)
-            scores, rows = self.bundle.search_prefix(length, rotated[members], k)
+            scores, rows = self.bundle.search_prefix(length, rotated[members], k, setting)
             for j, i in enumerate(members):
                 found[i] = (
                     scores[j : j + 1, : live[i].query.k],

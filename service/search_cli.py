@@ -225,6 +225,13 @@ def search_command(
             "global"
         ),
     ] = "any",
+    min_recall: Annotated[
+        float | None,
+        typer.Option(
+            help="recall@k (vs exact search at the prefix) the search must reach, in (0, 1]: an "
+            "approximate index searches at its fastest tuned operating point reaching it"
+        ),
+    ] = None,
     explain: Annotated[bool, typer.Option(help="show each hit's concepts and shared ones")] = False,
     fields: Annotated[
         str | None,
@@ -253,6 +260,7 @@ def search_command(
             explain=explain,
             metadata_fields=columns,
             scope=scope,
+            min_recall=min_recall,
         )
     if as_json:
         typer.echo(json.dumps(asdict(result), indent=2, default=str))

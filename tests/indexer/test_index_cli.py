@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert lines[1] == "rows         600 from 3 shards"
     assert lines[2].startswith("indexes      4: HNSW32,Flat, 8: Flat")
     assert lines[3].startswith("time ") and lines[3].endswith("rows/s")
+    assert re.match(r"tuned        4: efSearch=\d+ recall@10 [01]\.\d{3} \d+\.\d\d ms$", lines[4])
     assert any(line.strip().startswith("prefix_64.faiss") for line in lines)
     assert lines[-1].startswith("on disk ")
     second = strata_main(*inputs.args(out, "--keep", "1"))

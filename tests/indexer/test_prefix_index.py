@@ -8,17 +8,21 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import pytest
 
 from indexer.index_plan import PrefixPlan
 from indexer.prefix_index import (
     FlatFileWriter,
     OnDiskIvfWriter,
+    apply_search_parameters,
     exact_storage,
     flat_layout,
     read_prefix_index,
+    search_parameters,
     train_index,
 )
 from training.core.granularity import Granularity
+from training.core.metrics import neighbour_recall
 
 
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
@@ -62,3 +66,25 @@ def test_on_disk_ivf_lists_are_found_after_the_folder_is_renamed(tmp_path: Path)
     _, rows = index.search(x[[0, 300, 599]], 1)
     assert rows[:, 0].tolist() == [0, 300, 599]  # ids are the global row positions
     assert exact_storage(index) is None
+
+
+def test_search_parameters_are_per_call_and_reach_a_rerank_s_base():
+    """A setting given per call changes that call only (the index keeps its own), and a row
+    selector reaches the base index of a rerank, whose candidates are then reranked."""
+    rows = unit_rows(4000, 16, 7)
+    index = faiss.index_factory(16, "IVF64,PQ4x8np,RFlat", faiss.METRIC_INNER_PRODUCT)
+    index.train(rows)
+    index.add(rows)
+    apply_search_parameters(index, "nprobe=1,k_factor_rf=1")
+    _, own = index.search(rows[:50], 10)
+    params = search_parameters(index, "nprobe=64,k_factor_rf=16")
+    _, wide = index.search(rows[:50], 10, params=params)
+    exact = np.argsort(-(rows[:50] @ rows.T), axis=1)[:, :10]
+    assert neighbour_recall(wide, exact) > neighbour_recall(own, exact) + 0.1
+    np.testing.assert_array_equal(index.search(rows[:50], 10)[1], own)  # its own: unchanged
+    assert faiss.extract_index_ivf(index).nprobe == 1
+    allowed = faiss.IDSelectorRange(1000, 2000)
+    _, found = index.search(rows[:5], 10, params=search_parameters(index, "nprobe=64", allowed))
+    assert ((found >= 1000) & (found < 2000)).all()
+    with pytest.raises(ValueError, match="expected NAME=VALUE"):
+        search_parameters(index, "nprobe")

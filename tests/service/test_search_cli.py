@@ -85,6 +85,20 @@ def test_search_errors_are_one_line(strata_in_process, server: BackgroundServer)
     assert code == 2 and "give a text QUERY or --image FILE" in err
 
 
+def test_search_asks_for_a_recall(strata_in_process, server: BackgroundServer):
+    """The text bundle's indexes are Flat (exact): any recall is met; outside (0, 1] refused."""
+    code, out, _ = strata_in_process(
+        "search", "a dog", "-k", "2", "--min-recall", "1", "--target", server.target
+    )
+    assert code == 0 and len([line for line in out.splitlines() if line[:1].isdigit()]) == 2
+    code, _, err = strata_in_process(
+        "search", "a dog", "--min-recall", "1.5", "--target", server.target
+    )
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "strata: error: INVALID_ARGUMENT: min_recall must lie in (0, 1], got 1.5"
+    )
+
+
 @pytest.mark.slow
 def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_clip, write_png):
     bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)

@@ -70,20 +70,22 @@ class ConceptFilter(_message.Message):
     def __init__(self, require: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., scope: _Optional[_Union[ConceptScope, str]] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields")
+    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields", "min_recall")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_RECALL_FIELD_NUMBER: _ClassVar[int]
     query: Query
     granularity: Granularity
     top_k: int
     filter: ConceptFilter
     explain: bool
     metadata_fields: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+    min_recall: float
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., min_recall: _Optional[float] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version")
@@ -285,20 +287,26 @@ class GetIndexInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PrefixIndex(_message.Message):
-    __slots__ = ("granularity", "prefix_length", "factory", "kind", "on_disk", "search_parameters")
+    __slots__ = ("granularity", "prefix_length", "factory", "kind", "on_disk", "search_parameters", "tuned_recall", "tuned_latency_ms", "recall_target")
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
     FACTORY_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ON_DISK_FIELD_NUMBER: _ClassVar[int]
     SEARCH_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    TUNED_RECALL_FIELD_NUMBER: _ClassVar[int]
+    TUNED_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    RECALL_TARGET_FIELD_NUMBER: _ClassVar[int]
     granularity: Granularity
     prefix_length: int
     factory: str
     kind: str
     on_disk: bool
     search_parameters: str
-    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., factory: _Optional[str] = ..., kind: _Optional[str] = ..., on_disk: _Optional[bool] = ..., search_parameters: _Optional[str] = ...) -> None: ...
+    tuned_recall: float
+    tuned_latency_ms: float
+    recall_target: float
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., factory: _Optional[str] = ..., kind: _Optional[str] = ..., on_disk: _Optional[bool] = ..., search_parameters: _Optional[str] = ..., tuned_recall: _Optional[float] = ..., tuned_latency_ms: _Optional[float] = ..., recall_target: _Optional[float] = ...) -> None: ...
 
 class GetIndexInfoResponse(_message.Message):
     __slots__ = ("bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality", "prefixes", "metadata_fields", "concepts", "image_queries")
