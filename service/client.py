@@ -32,6 +32,7 @@ from service.results import (
     ConceptRef,
     Explanation,
     IndexInfo,
+    SearchPlan,
     SearchQuery,
     SearchResult,
 )
@@ -103,10 +104,12 @@ class StrataClient:
         explain: bool = False,
         metadata_fields: Sequence[str] = (),
         scope: str = "any",
+        plan: SearchPlan | str = AUTO,
     ) -> SearchResult:
         """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
         label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
-        that CDS scope."""
+        that CDS scope; `plan` "auto", "direct", "funnel" or a SearchPlan (a funnel's shortlist
+        prefix and factor); `result.plan` says which plan ran."""
         query = SearchQuery.of(
             text,
             image=_image_bytes(image),
@@ -118,6 +121,7 @@ class StrataClient:
             explain=explain,
             metadata_fields=metadata_fields,
             scope=scope,
+            plan=plan,
         )
         response = self._call("Search", convert.search_request(query))
         return convert.search_result(response)
