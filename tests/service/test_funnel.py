@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
 from service.errors import QueryError
@@ -184,3 +186,37 @@ def test_the_plan_goes_through_grpc_and_the_cli_shows_it(client, engine, minilm)
     assert "plan         funnel: 20 rows at prefix 48, reranked exactly at 384 (requested)" in shown
     direct = client.search(vector=vector, k=5, plan="direct")
     assert direct.plan.kind == "direct" and direct.plan.reason == "requested"
+
+
+@pytest.mark.parametrize(
+    ("factory", "reranks"),
+    [("HNSW32,Flat", True), ("IVF16,PQ16x8np,RFlat", True), ("ivfpq-ondisk", False)],
+)
+def test_the_rerank_reads_exact_rows_of_any_index_that_keeps_them(
+    text_bundle, minilm, tmp_path, factory, reranks
+):
+    """The full prefix as HNSW (its flat storage), IVF-PQ with a refine (its Flat) or IVF-PQ
+    on disk (no exact rows): the funnel reranks from the first two, exactly as Flat would."""
+    root = text_bundle.parent
+    out = tmp_path / "bundles"
+    build_bundle(
+        BuildConfig(
+            cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=out,
+            index_types=(f"full={factory}",), progress=False,
+        )
+    )  # fmt: skip
+    other = SearchEngine(Bundle.open(out), minilm)
+    flat = SearchEngine(Bundle.open(text_bundle), minilm)
+    factor = -(-other.bundle.rows // 10)
+    plan = SearchPlan("funnel", 48, factor)
+    for vector in vectors(minilm):
+        query = SearchQuery.of(vector=vector, granularity="full", plan=plan)
+        if not reranks:
+            with pytest.raises(QueryError, match="keeps no exact rows"):
+                other.search(query)
+            continue
+        found, expected = other.search(query), flat.search(query)
+        assert found.ids == expected.ids
+        np.testing.assert_allclose(
+            [h.score for h in found.hits], [h.score for h in expected.hits], atol=1e-6
+        )
