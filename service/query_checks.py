@@ -85,7 +85,9 @@ def check_plan(plan: SearchPlan, k: int) -> None:
     if plan.kind == "direct" and (plan.shortlist_prefix or plan.factor):
         raise QueryError("a direct plan takes no shortlist prefix or factor (ask for a funnel)")
     if not isinstance(plan.factor, int) or not 0 <= plan.factor <= MAX_FACTOR:
-        raise QueryError(f"the funnel factor must lie in [1, {MAX_FACTOR}], got {plan.factor}")
+        raise QueryError(
+            f"the funnel factor must lie in [1, {MAX_FACTOR}] (0: the server's), got {plan.factor}"
+        )
     if plan.factor * k > MAX_SHORTLIST:
         raise QueryError(
             f"a funnel shortlist of top_k × factor = {k} × {plan.factor} rows; "

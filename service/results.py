@@ -63,11 +63,6 @@ class SearchPlan:
     shortlist_prefix: int = 0
     factor: int = 0
 
-    def __str__(self) -> str:
-        if self.kind != "funnel" and not (self.shortlist_prefix or self.factor):
-            return self.kind
-        return f"funnel (prefix {self.shortlist_prefix or 'auto'}, factor {self.factor or 'auto'})"
-
 
 @dataclass(frozen=True)
 class PlanRun:

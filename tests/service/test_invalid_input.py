@@ -138,7 +138,7 @@ SEARCHES = {
     ),
     "funnel factor out of range": (
         pb.SearchRequest(query=DOG, plan=pb.SearchPlan(factor=-3)),
-        r"the funnel factor must lie in \[1, 1000\], got -3",
+        r"the funnel factor must lie in \[1, 1000\] \(0: the server's\), got -3",
     ),
     "funnel fields on a direct plan": (
         pb.SearchRequest(query=DOG, plan=pb.SearchPlan(kind=pb.PLAN_KIND_DIRECT, factor=10)),
