@@ -15,21 +15,28 @@ query, the direct search, then each funnel, timed one after another; medians):
    first hundred axes), so that the leading coordinates carry the most variance, as a learned
    rotation orders them; unit rows; queries are fresh rows of the same distribution. FAISS Flat
    indexes at D, D/16 and D/8 held in RAM, the engine's `funnel_search` and `calibrate` on them.
-3. `grpc`: a live server over the bundle of part 1 and a separate load process (the machinery of
-   service/benchmarks/load.py); vector queries at full granularity, plan direct against the
-   calibrated funnel, at each concurrency, in `--repeats` interleaved rounds: median QPS.
+   `spectrum-bundle`: the same rows written as a float16 cache and built into a real bundle by
+   the indexer (identity GraSP-VL artifact, so the coordinates keep their order; every prefix
+   Flat; random CEDAR), then measured as part 1 measures a bundle (queries: held-out gallery
+   rows), and served for part 3.
+3. `grpc`: a live server over the bundle of part 1 (or of `spectrum-bundle`) and a separate
+   load process (the machinery of service/benchmarks/load.py); vector queries at full
+   granularity, plan direct against the calibrated funnel, at each concurrency, in
+   `--repeats` interleaved rounds: median QPS.
 
 FAISS and torch run on one thread (`--threads`), as the latency figures say "one thread".
 
     python -m service.benchmarks.funnel --bundle runs/bench/flickr-bundle
     python -m service.benchmarks.funnel --bundle B --parts bundle,grpc --queries 100
     python -m service.benchmarks.funnel --parts synthetic --rows 200000
+    python -m service.benchmarks.funnel --parts spectrum-bundle,grpc --json runs/bench/f1m.json
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -37,7 +44,11 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import pyarrow as pa
 
+from indexer.benchmarks.synthetic import random_cedar_artifact
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service.benchmarks.load import drive_load, set_threads
 from service.funnel import ExactRows, calibrate, funnel_search
@@ -45,7 +56,9 @@ from service.results import SearchPlan, SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import benchmark_parser, publish
-from training.core.cache import EmbeddingCache
+from training.core.artifacts import TransformArtifact
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
+from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 K = 10
@@ -174,6 +187,29 @@ def spectrum_rows(n: int, dim: int, alpha: float, seed: int, block: int = 65_536
     return out
 
 
+def spectrum_bundle(work: Path, rows: int, dim: int, alpha: float, shard: int = 50_000) -> Path:
+    """BUNDLES folder of `rows` spectrum rows (float16 cache, identity GraSP-VL, every prefix
+    Flat, random CEDAR with k = 32)."""
+    cache = work / "cache"
+    manifest = CacheManifest(encoder="synthetic", dim=dim, dtype="float16", modalities=["text"])
+    for index, start in enumerate(range(0, rows, shard)):
+        x = spectrum_rows(min(shard, rows - start), dim, alpha, seed=10 + index)
+        ids = pa.table({"id": [f"row-{i}" for i in range(start, start + len(x))]})
+        manifest.shards.append(write_shard(cache, index, {"text": x}, ids, "float16"))
+    manifest.complete = True
+    write_manifest(cache, manifest)
+    TransformArtifact.identity(dim, method="grasp-vl").save(work / "grasp")
+    sample = spectrum_rows(5000, dim, alpha, seed=10)
+    random_cedar_artifact(dim, 32, sample).save(work / "cedar")
+    build_bundle(
+        BuildConfig(
+            cache=cache, grasp=work / "grasp", cedar=work / "cedar", out=work / "bundles",
+            index_types=tuple(f"{g.value}=flat" for g in Granularity), progress=False,
+        )
+    )  # fmt: skip
+    return work / "bundles"
+
+
 def synthetic_part(rows: int, dim: int, alpha: float, queries: int, rounds: int) -> dict:
     """Part 2 (module docstring)."""
     gallery = spectrum_rows(rows, dim, alpha, seed=0)
@@ -287,12 +323,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, default=Path("runs/bench/funnel.json"))
     args = parser.parse_args(argv)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    if parts & {"bundle", "grpc"} and args.bundle is None:
-        parser.error("the bundle and grpc parts need --bundle")
+    if parts & {"bundle", "grpc"} and args.bundle is None and "spectrum-bundle" not in parts:
+        parser.error("the bundle and grpc parts need --bundle (or the spectrum-bundle part)")
     set_threads(args.threads)
     result: dict = {"benchmark": "funnel", "k": K, "threads": args.threads}
     engine = None
-    if parts & {"bundle", "grpc"}:
+    work = tempfile.TemporaryDirectory(prefix="strata-funnel-")
+    if "spectrum-bundle" in parts:
+        started = time.perf_counter()
+        built = spectrum_bundle(Path(work.name), args.rows, args.dim, args.alpha)
+        seconds = time.perf_counter() - started
+        result["spectrum_bundle"], engine = bundle_part(built, args.queries, args.rounds, args.seed)
+        result["spectrum_bundle"] |= {"alpha": args.alpha, "build_seconds": seconds}
+    elif parts & {"bundle", "grpc"}:
         result["bundle"], engine = bundle_part(args.bundle, args.queries, args.rounds, args.seed)
         result["bundle"]["path"] = str(args.bundle)
     if "synthetic" in parts:
@@ -305,6 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["grpc"] = grpc_part(engine, levels, args.grpc_queries, args.repeats, args.seed)
     if "bundle" not in parts:
         result.pop("bundle", None)
+    work.cleanup()
     return publish(result, args.json)
 
 
