@@ -32,6 +32,7 @@ from service.results import (
     ConceptRef,
     Explanation,
     IndexInfo,
+    SearchPlan,
     SearchQuery,
     SearchResult,
 )
@@ -104,11 +105,14 @@ class StrataClient:
         metadata_fields: Sequence[str] = (),
         scope: str = "any",
         min_recall: float | None = None,
+        plan: SearchPlan | str = AUTO,
     ) -> SearchResult:
         """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
         label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
         that CDS scope; `min_recall` the recall@k the search must reach (an approximate index
-        then searches at the fastest tuned operating point reaching it)."""
+        then searches at the fastest tuned operating point reaching it); `plan` "auto",
+        "direct", "funnel" or a SearchPlan (a funnel's shortlist prefix and factor);
+        `result.plan` says which plan ran."""
         query = SearchQuery.of(
             text,
             image=_image_bytes(image),
@@ -121,6 +125,7 @@ class StrataClient:
             metadata_fields=metadata_fields,
             scope=scope,
             min_recall=min_recall,
+            plan=plan,
         )
         response = self._call("Search", convert.search_request(query))
         return convert.search_result(response)

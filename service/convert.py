@@ -22,8 +22,10 @@ from service.results import (
     Explanation,
     Hit,
     IndexInfo,
+    PlanRun,
     PrefixInfo,
     PrefixSimilarity,
+    SearchPlan,
     SearchQuery,
     SearchResult,
     SharedConcept,
@@ -119,6 +121,43 @@ def query_fields(message: pb.Query) -> dict[str, object]:
     return {}
 
 
+_PLAN_TO_PROTO = {
+    AUTO: pb.PLAN_KIND_AUTO, "direct": pb.PLAN_KIND_DIRECT, "funnel": pb.PLAN_KIND_FUNNEL,
+}  # fmt: skip
+_PLAN_FROM_PROTO = {v: k for k, v in _PLAN_TO_PROTO.items()}
+_PLAN_FIELDS = ("shortlist_prefix", "factor")
+
+
+def plan_to_proto(plan: SearchPlan) -> pb.SearchPlan:
+    if plan.kind not in _PLAN_TO_PROTO:
+        choices = ", ".join(_PLAN_TO_PROTO)
+        raise QueryError(f"unknown search plan {echo(plan.kind)}; choose from {choices}")
+    return pb.SearchPlan(kind=_PLAN_TO_PROTO[plan.kind], **same_fields(plan, _PLAN_FIELDS))
+
+
+def plan_from_proto(message: pb.SearchPlan) -> SearchPlan:
+    """A request's plan; a kind outside the enum is kept as `<unknown plan N>`, which the
+    engine's validation refuses naming it (INVALID_ARGUMENT)."""
+    kind = _PLAN_FROM_PROTO.get(message.kind, f"<unknown plan {message.kind}>")
+    return SearchPlan(kind, **same_fields(message, _PLAN_FIELDS))
+
+
+def plan_run_to_proto(run: PlanRun) -> pb.PlanRun:
+    return pb.PlanRun(
+        kind=_PLAN_TO_PROTO[run.kind],
+        reason=run.reason,
+        **same_fields(run, (*_PLAN_FIELDS, "shortlist_rows")),
+    )
+
+
+def plan_run(message: pb.PlanRun) -> PlanRun:
+    return PlanRun(
+        _PLAN_FROM_PROTO[message.kind],
+        message.reason,
+        **same_fields(message, (*_PLAN_FIELDS, "shortlist_rows")),
+    )
+
+
 def search_request(query: SearchQuery) -> pb.SearchRequest:
     return pb.SearchRequest(
         query=query_to_proto(query),
@@ -132,6 +171,7 @@ def search_request(query: SearchQuery) -> pb.SearchRequest:
         explain=query.explain,
         metadata_fields=list(query.metadata_fields),
         min_recall=query.min_recall,
+        plan=plan_to_proto(query.plan),
     )
 
 
@@ -151,6 +191,7 @@ def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> S
         metadata_fields=tuple(message.metadata_fields),
         scope=scope_from_proto(message.filter.scope),
         min_recall=round(message.min_recall, 6) if message.HasField("min_recall") else None,
+        plan=plan_from_proto(message.plan),
     )
 
 
@@ -223,6 +264,8 @@ def search_response(result: SearchResult) -> pb.SearchResponse:
     )
     if result.filtered_rows is not None:
         response.filtered_rows = result.filtered_rows
+    if result.plan is not None:
+        response.plan.CopyFrom(plan_run_to_proto(result.plan))
     return response
 
 
@@ -245,6 +288,7 @@ def search_result(message: pb.SearchResponse) -> SearchResult:
         query_concepts=[_active_back(c) for c in message.query_concepts],
         filtered_rows=message.filtered_rows if message.HasField("filtered_rows") else None,
         bundle_version=message.bundle_version,
+        plan=plan_run(message.plan) if message.HasField("plan") else None,
     )
 
 

@@ -14,7 +14,17 @@ import numpy as np
 
 from service.errors import QueryError, echo
 from service.limits import RequestLimits, check_fields, check_filter
-from service.results import AUTO, GRANULARITY_CHOICES, MAX_K, SCOPES, SearchQuery
+from service.results import (
+    AUTO,
+    GRANULARITY_CHOICES,
+    MAX_FACTOR,
+    MAX_K,
+    MAX_SHORTLIST,
+    PLAN_KINDS,
+    SCOPES,
+    SearchPlan,
+    SearchQuery,
+)
 from training.core.granularity import Granularity
 
 
@@ -52,6 +62,7 @@ def check_query(
         )
     if query.explain and query.k > limits.explain_hits:
         raise QueryError(f"explain covers at most {limits.explain_hits} hits; top_k is {query.k}")
+    check_plan(query.plan, query.k)
     check_filter([*query.require, *query.exclude], limits)
     check_fields(query.metadata_fields, limits)
     unknown = [f for f in query.metadata_fields if f not in metadata_fields and f != "id"]
@@ -62,6 +73,28 @@ def check_query(
             f"the bundle has {', '.join(metadata_fields) or 'none'}"
         )
     check_query_input(query, limits, dim, encoder)
+
+
+def check_plan(plan: SearchPlan, k: int) -> None:
+    """A plan's own fields: a known kind, a factor in [0, MAX_FACTOR] with k·F at most
+    MAX_SHORTLIST, a prefix ≥ 0, and no funnel fields on a direct plan (the prefix is checked
+    against the bundle's contract by the engine)."""
+    if plan.kind not in PLAN_KINDS:
+        choices = ", ".join(PLAN_KINDS)
+        raise QueryError(f"unknown search plan {echo(plan.kind)}; choose from {choices}")
+    if plan.kind == "direct" and (plan.shortlist_prefix or plan.factor):
+        raise QueryError("a direct plan takes no shortlist prefix or factor (ask for a funnel)")
+    if not isinstance(plan.factor, int) or not 0 <= plan.factor <= MAX_FACTOR:
+        raise QueryError(
+            f"the funnel factor must lie in [1, {MAX_FACTOR}] (0: the server's), got {plan.factor}"
+        )
+    if plan.factor * k > MAX_SHORTLIST:
+        raise QueryError(
+            f"a funnel shortlist of top_k × factor = {k} × {plan.factor} rows; "
+            f"at most {MAX_SHORTLIST}"
+        )
+    if not isinstance(plan.shortlist_prefix, int) or plan.shortlist_prefix < 0:
+        raise QueryError(f"the shortlist prefix must be positive, got {plan.shortlist_prefix}")
 
 
 def check_query_input(query: SearchQuery, limits: RequestLimits, dim: int, encoder: Any) -> None:

@@ -20,6 +20,9 @@ GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
 DEFAULT_K = 10
 MAX_K = 1000
 SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)
+PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/funnel.py)
+MAX_FACTOR = 1000  # a funnel's shortlist factor F at most
+MAX_SHORTLIST = 100_000  # a funnel's shortlist k·F at most
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,39 @@ class ConceptRef:
 
 
 @dataclass(frozen=True)
+class SearchPlan:
+    """How a search finds its hits: "direct" (one search of the target prefix's index),
+    "funnel" (shortlist k·factor rows at `shortlist_prefix`, rerank them exactly at the target:
+    service/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix or
+    factor to the engine; setting either asks for a funnel."""
+
+    kind: str = AUTO
+    shortlist_prefix: int = 0
+    factor: int = 0
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """The plan a search ran, and why: for a funnel, the prefix of its shortlist, the factor F
+    and the rows shortlisted (k·F, at most the rows there are)."""
+
+    kind: str
+    reason: str
+    shortlist_prefix: int = 0
+    factor: int = 0
+    shortlist_rows: int = 0
+
+    def describe(self, prefix_length: int) -> str:
+        """One line: `funnel: 1000 rows at prefix 24, reranked exactly at 384 (reason)`."""
+        if self.kind == "funnel":
+            return (
+                f"funnel: {self.shortlist_rows} rows at prefix {self.shortlist_prefix}, "
+                f"reranked exactly at {prefix_length} ({self.reason})"
+            )
+        return f"direct at prefix {prefix_length} ({self.reason})"
+
+
+@dataclass(frozen=True)
 class SearchQuery:
     """One search: exactly one of text, image (encoded bytes) or vector (a raw embedding in the
     encoder's space); a granularity ("auto" or a Granularity value); k hits; concept filters;
@@ -66,6 +102,7 @@ class SearchQuery:
     metadata_fields: tuple[str, ...] = ()
     scope: str = "any"  # the concept filter's references stand for concepts of this scope only
     min_recall: float | None = None  # recall@k to reach (indexer/tuning.py); None: as tuned
+    plan: SearchPlan = SearchPlan()
 
     @classmethod
     def of(
@@ -82,8 +119,10 @@ class SearchQuery:
         metadata_fields: Sequence[str] = (),
         scope: str = "any",
         min_recall: float | None = None,
+        plan: SearchPlan | str = AUTO,
     ) -> SearchQuery:
-        """A query with concept references given as ids, labels or names."""
+        """A query with concept references given as ids, labels or names; `plan` a SearchPlan
+        or its kind ("auto", "direct", "funnel")."""
         return cls(
             text=text,
             image=image,
@@ -96,6 +135,7 @@ class SearchQuery:
             metadata_fields=tuple(metadata_fields),
             scope=str(scope),
             min_recall=None if min_recall is None else float(min_recall),
+            plan=plan if isinstance(plan, SearchPlan) else SearchPlan(str(plan)),
         )
 
     @property
@@ -152,6 +192,7 @@ class SearchResult:
     query_concepts: list[ConceptActivation] = field(default_factory=list)
     filtered_rows: int | None = None
     bundle_version: int = 0
+    plan: PlanRun | None = None
 
     @property
     def ids(self) -> list[str]:

@@ -11,9 +11,11 @@
    vectors are normalised; one GraSP rotation for the whole batch;
 3. route each query to a prefix length: its granularity, or AUTO's choice (service/routing.py;
    image and vector queries go to the full vector);
-4. search: unfiltered queries of one prefix length (and search setting: a query's min_recall
-   picks one of the index's tuned operating points, service/operating_points.py) in one FAISS
-   call; each filtered query over its allowed rows only (service/filtering.py);
+4. plan and search (service/plans.py): direct, or a funnel that shortlists at a short prefix
+   and reranks exactly at the target (service/funnel.py); unfiltered queries of one prefix
+   length, search setting (a query's min_recall picks one of the index's tuned operating
+   points, service/operating_points.py) and plan in one FAISS call; each filtered query over
+   its allowed rows only (service/filtering.py);
 5. describe the hits: ids, requested metadata, and with `explain` the query's active concepts,
    each hit's strongest concepts and the concepts they share (service/explain.py).
 
@@ -51,6 +53,7 @@ from service.explain import (
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
 from service.limits import LIMITS, RequestLimits, check_chars
 from service.operating_points import check_min_recall, setting_for
+from service.plans import FunnelConfig, Planner
 from service.query_cache import QueryCache
 from service.query_checks import check_query, check_query_input, parse_granularity
 from service.query_embedding import EncoderObserver, embed_texts, encode
@@ -61,6 +64,7 @@ from service.results import (
     Explanation,
     Hit,
     IndexInfo,
+    PlanRun,
     SearchQuery,
     SearchResult,
 )
@@ -78,13 +82,14 @@ log = logging.getLogger(__name__)
 class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
-    request may ask for (service/limits.py)."""
+    request may ask for (service/limits.py); `funnel`: when "auto" funnels (service/plans.py)."""
 
     model_config = ConfigDict(frozen=True)
 
     exact_max: int = EXACT_MAX
     hit_concepts: int = 5
     limits: RequestLimits = LIMITS
+    funnel: FunnelConfig = FunnelConfig()
 
 
 @dataclass
@@ -97,6 +102,7 @@ class _Prepared:
     route: Route | None = None
     setting: str = ""  # search parameters other than the index's own (service/operating_points.py)
     allowed: AllowedRows | None = None
+    plan: PlanRun | None = None
     image: Any = None  # the decoded PIL image, between decoding and encoding
     result: SearchResult | None = None
 
@@ -125,6 +131,7 @@ class SearchEngine:
         self.metadata_fields = [n for n in pq.read_schema(bundle.path / IDS).names if n != "id"]
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
         bundle.metadata(np.zeros(0, dtype=np.int64))  # read the table now, while the folder exists
+        self.planner = Planner(self.bundle, self.config.funnel)
 
     def with_bundle(self, bundle: Bundle) -> SearchEngine:
         """A new engine over `bundle` sharing this one's encoder, config and query cache (what
@@ -204,6 +211,10 @@ class SearchEngine:
                 prepared.allowed = allowed_rows(
                     self.bundle, query.require, query.exclude, query.scope
                 )
+            length = self.contract[prepared.route.granularity]
+            prepared.plan = self.planner.plan(
+                query, length, prepared.allowed, self.config.exact_max
+            )
         except ServiceError as exc:
             prepared.error = exc
         except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
@@ -250,22 +261,30 @@ class SearchEngine:
         return Route(Granularity.FULL, f"auto on a{'n' if kind == 'image' else ''} {kind} query")
 
     def _search(self, live: list[_Prepared], rotated: np.ndarray) -> None:
-        groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+        groups: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)  # (L, setting, S, F)
         found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None
+            assert p.route is not None and p.plan is not None
             length = self.contract[p.route.granularity]
             if p.allowed is None:
-                groups[length, p.setting].append(i)
+                groups[length, p.setting, p.plan.shortlist_prefix, p.plan.factor].append(i)
+            elif p.plan.kind == "funnel":
+                found[i] = self.planner.filtered_funnel(
+                    p.plan, rotated[i : i + 1], length, p.query.k, p.allowed,
+                    self.config.exact_max,
+                )  # fmt: skip
             else:
                 index = self.bundle.index(length)
                 query = prefix_vectors(rotated[i : i + 1], length)
                 found[i] = filtered_search(
                     index, query, p.query.k, p.allowed, self.config.exact_max, p.setting
                 )
-        for (length, setting), members in groups.items():
+        for (length, setting, shortlist, factor), members in groups.items():
             k = max(live[i].query.k for i in members)
-            scores, rows = self.bundle.search_prefix(length, rotated[members], k, setting)
+            if factor:
+                scores, rows = self.planner.funnel(shortlist, factor, rotated[members], length, k)
+            else:
+                scores, rows = self.bundle.search_prefix(length, rotated[members], k, setting)
             for j, i in enumerate(members):
                 found[i] = (
                     scores[j : j + 1, : live[i].query.k],
@@ -313,6 +332,7 @@ class SearchEngine:
             hits=hits,
             filtered_rows=None if p.allowed is None else p.allowed.count,
             bundle_version=self.bundle.version,
+            plan=p.plan,
         )
         if query_code is not None:
             q_ids, q_values = query_code

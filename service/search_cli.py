@@ -13,7 +13,7 @@ import typer
 
 from service.batching import BatchingConfig
 from service.client import StrataClient
-from service.results import AUTO, GRANULARITY_CHOICES, SearchResult
+from service.results import AUTO, GRANULARITY_CHOICES, PLAN_KINDS, SearchPlan, SearchResult
 from training.core.config import build_config
 from training.core.errors import InputError
 from training.core.settings import StrataSettings, load_settings
@@ -233,6 +233,16 @@ def search_command(
         ),
     ] = None,
     explain: Annotated[bool, typer.Option(help="show each hit's concepts and shared ones")] = False,
+    plan: Annotated[
+        str,
+        typer.Option(help="search plan: " + " | ".join(PLAN_KINDS) + " (the server's choice)"),
+    ] = AUTO,
+    shortlist_prefix: Annotated[
+        int, typer.Option(help="funnel: the prefix length to shortlist at (0: the server's)")
+    ] = 0,
+    factor: Annotated[
+        int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)")
+    ] = 0,
     fields: Annotated[
         str | None,
         typer.Option(help="comma list of metadata columns to show (default: caption)"),
@@ -261,6 +271,7 @@ def search_command(
             metadata_fields=columns,
             scope=scope,
             min_recall=min_recall,
+            plan=SearchPlan(plan.strip().lower(), shortlist_prefix, factor),
         )
     if as_json:
         typer.echo(json.dumps(asdict(result), indent=2, default=str))
@@ -283,6 +294,8 @@ def format_result(
         f"granularity  {result.granularity.value} (prefix {result.prefix_length}): "
         f"{result.routing_reason}"
     ]
+    if result.plan is not None:
+        lines.append(f"plan         {result.plan.describe(result.prefix_length)}")
     if result.filtered_rows is not None:
         lines.append(f"filter       {result.filtered_rows} rows allowed")
     if explain and result.query_concepts:

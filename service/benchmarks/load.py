@@ -89,12 +89,18 @@ def build_gallery(work: Path, rows: int, dim: int = 384) -> Path:
 
 
 def drive_load(
-    target: str, concurrency: int, queries: int, backoff_ms: float = 20.0
+    target: str,
+    concurrency: int,
+    queries: int,
+    backoff_ms: float = 20.0,
+    requests: list[bytes] | None = None,
 ) -> tuple[list[float], float, dict[str, list[float]]]:
     """In the load process: `concurrency` coroutines share `queries` searches over one
     channel; the OK searches' latencies, the wall time of them all, in seconds (the channel is
     connected and warmed first, outside the timing), and every other status's latencies by
-    code (RESOURCE_EXHAUSTED: the client waits `backoff_ms` before its next search)."""
+    code (RESOURCE_EXHAUSTED: the client waits `backoff_ms` before its next search). The
+    searches cycle through `requests` (serialised SearchRequests), by default text queries
+    of QUERIES with top_k 10."""
     import asyncio
 
     import grpc
@@ -102,21 +108,24 @@ def drive_load(
     from service._generated.strata.v1 import search_pb2 as pb
     from service._generated.strata.v1 import search_pb2_grpc
 
-    requests = [pb.SearchRequest(query=pb.Query(text=t), top_k=10) for t in QUERIES]
+    if requests is None:
+        messages = [pb.SearchRequest(query=pb.Query(text=t), top_k=10) for t in QUERIES]
+    else:
+        messages = [pb.SearchRequest.FromString(r) for r in requests]
     per_worker = max(1, queries // concurrency)
     others: dict[str, list[float]] = {}
 
     async def run() -> tuple[list[float], float]:
         async with grpc.aio.insecure_channel(target) as channel:
             stub = search_pb2_grpc.SearchServiceStub(channel)
-            await stub.Search(requests[0], timeout=60)  # connect and warm
+            await stub.Search(messages[0], timeout=60)  # connect and warm
 
             async def worker(index: int) -> list[float]:
                 own = []
                 for i in range(per_worker):
                     started = time.perf_counter()
                     try:
-                        await stub.Search(requests[(index + i) % len(requests)], timeout=60)
+                        await stub.Search(messages[(index + i) % len(messages)], timeout=60)
                     except grpc.aio.AioRpcError as exc:
                         others.setdefault(exc.code().name, []).append(time.perf_counter() - started)
                         if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:

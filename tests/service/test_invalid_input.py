@@ -124,6 +124,26 @@ SEARCHES = {
         pb.SearchRequest(query=DOG, metadata_fields=["caption", "colour"]),
         r"unknown metadata field\(s\) 'colour'; the bundle has",
     ),
+    "plan kind outside the enum": (
+        pb.SearchRequest(query=DOG, plan=pb.SearchPlan(kind=9)),
+        r"unknown search plan '<unknown plan 9>'; choose from auto, direct, funnel",
+    ),
+    "funnel shortlist prefix outside the contract": (
+        pb.SearchRequest(
+            query=DOG,
+            granularity=pb.GRANULARITY_FULL,
+            plan=pb.SearchPlan(kind=pb.PLAN_KIND_FUNNEL, shortlist_prefix=30),
+        ),
+        r"shortlist prefix 30 is not a prefix of the bundle below the target 384",
+    ),
+    "funnel factor out of range": (
+        pb.SearchRequest(query=DOG, plan=pb.SearchPlan(factor=-3)),
+        r"the funnel factor must lie in \[1, 1000\] \(0: the server's\), got -3",
+    ),
+    "funnel fields on a direct plan": (
+        pb.SearchRequest(query=DOG, plan=pb.SearchPlan(kind=pb.PLAN_KIND_DIRECT, factor=10)),
+        r"a direct plan takes no shortlist prefix or factor",
+    ),
     "image to a text encoder": (
         pb.SearchRequest(query=pb.Query(image=b"\x89PNG\r\n")),
         r"has no image tower: image queries need a bundle embedded with open_clip",

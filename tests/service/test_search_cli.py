@@ -64,6 +64,29 @@ def test_search_with_filters_and_explain(strata_in_process, server, engine):
     assert len(data["hits"]) == 2 and set(data["hits"][0]["metadata"]) == {"subject"}
 
 
+def test_search_runs_the_plan_asked_for_and_says_which_ran(strata_in_process, server):
+    code, out, _ = strata_in_process(
+        "search", "a dog on the beach at dusk", "-g", "full", "--k", "3", "--shortlist-prefix",
+        "48", "--factor", "5", "--target", server.target,
+    )  # fmt: skip
+    assert code == 0, out
+    assert "plan         funnel: 15 rows at prefix 48, reranked exactly at 384 (requested)" in out
+    code, out, _ = strata_in_process(
+        "search", "a dog", "--plan", "direct", "--target", server.target
+    )
+    assert code == 0 and "plan         direct at prefix 24 (requested)" in out
+    code, _, err = strata_in_process(
+        "search", "a dog", "--plan", "direct", "--factor", "3", "--target", server.target
+    )
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "strata: error: INVALID_ARGUMENT: a direct plan takes no shortlist prefix or factor "
+        "(ask for a funnel)"
+    )
+    code, _, err = strata_in_process("search", "a dog", "--plan", "fast", "--target", server.target)
+    assert code == 2 and "unknown search plan 'fast'; choose from auto, direct, funnel" in err
+
+
 def test_search_errors_are_one_line(strata_in_process, server: BackgroundServer):
     code, _, err = strata_in_process(
         "search", "a dog", "--require", "unicorn-that-is-no-concept", "--target", server.target

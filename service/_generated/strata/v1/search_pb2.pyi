@@ -22,6 +22,12 @@ class ConceptScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONCEPT_SCOPE_ANY: _ClassVar[ConceptScope]
     CONCEPT_SCOPE_LOCAL: _ClassVar[ConceptScope]
     CONCEPT_SCOPE_GLOBAL: _ClassVar[ConceptScope]
+
+class PlanKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PLAN_KIND_AUTO: _ClassVar[PlanKind]
+    PLAN_KIND_DIRECT: _ClassVar[PlanKind]
+    PLAN_KIND_FUNNEL: _ClassVar[PlanKind]
 GRANULARITY_UNSPECIFIED: Granularity
 GRANULARITY_OBJECT: Granularity
 GRANULARITY_ATTRIBUTE: Granularity
@@ -32,6 +38,9 @@ GRANULARITY_AUTO: Granularity
 CONCEPT_SCOPE_ANY: ConceptScope
 CONCEPT_SCOPE_LOCAL: ConceptScope
 CONCEPT_SCOPE_GLOBAL: ConceptScope
+PLAN_KIND_AUTO: PlanKind
+PLAN_KIND_DIRECT: PlanKind
+PLAN_KIND_FUNNEL: PlanKind
 
 class FloatVector(_message.Message):
     __slots__ = ("values",)
@@ -69,14 +78,39 @@ class ConceptFilter(_message.Message):
     scope: ConceptScope
     def __init__(self, require: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[ConceptRef, _Mapping]]] = ..., scope: _Optional[_Union[ConceptScope, str]] = ...) -> None: ...
 
+class SearchPlan(_message.Message):
+    __slots__ = ("kind", "shortlist_prefix", "factor")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SHORTLIST_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    kind: PlanKind
+    shortlist_prefix: int
+    factor: int
+    def __init__(self, kind: _Optional[_Union[PlanKind, str]] = ..., shortlist_prefix: _Optional[int] = ..., factor: _Optional[int] = ...) -> None: ...
+
+class PlanRun(_message.Message):
+    __slots__ = ("kind", "reason", "shortlist_prefix", "factor", "shortlist_rows")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SHORTLIST_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    SHORTLIST_ROWS_FIELD_NUMBER: _ClassVar[int]
+    kind: PlanKind
+    reason: str
+    shortlist_prefix: int
+    factor: int
+    shortlist_rows: int
+    def __init__(self, kind: _Optional[_Union[PlanKind, str]] = ..., reason: _Optional[str] = ..., shortlist_prefix: _Optional[int] = ..., factor: _Optional[int] = ..., shortlist_rows: _Optional[int] = ...) -> None: ...
+
 class SearchRequest(_message.Message):
-    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields", "min_recall")
+    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields", "plan", "min_recall")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     MIN_RECALL_FIELD_NUMBER: _ClassVar[int]
     query: Query
     granularity: Granularity
@@ -84,11 +118,12 @@ class SearchRequest(_message.Message):
     filter: ConceptFilter
     explain: bool
     metadata_fields: _containers.RepeatedScalarFieldContainer[str]
+    plan: SearchPlan
     min_recall: float
-    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., min_recall: _Optional[float] = ...) -> None: ...
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[SearchPlan, _Mapping]] = ..., min_recall: _Optional[float] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version")
+    __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version", "plan")
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
     ROUTING_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +131,7 @@ class SearchResponse(_message.Message):
     QUERY_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     FILTERED_ROWS_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     granularity: Granularity
     prefix_length: int
     routing_reason: str
@@ -103,7 +139,8 @@ class SearchResponse(_message.Message):
     query_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
     filtered_rows: int
     bundle_version: int
-    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ...) -> None: ...
+    plan: PlanRun
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ..., plan: _Optional[_Union[PlanRun, _Mapping]] = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("id", "score", "row", "metadata", "concepts", "shared_concepts")
