@@ -51,6 +51,7 @@ from service.explain import (
     shared_concepts,
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
+from service.hits import explain_hits, hits_of
 from service.limits import LIMITS, RequestLimits, check_chars
 from service.operating_points import check_min_recall, setting_for
 from service.plans import FunnelConfig, Planner
@@ -62,7 +63,6 @@ from service.results import (
     ConceptPage,
     ConceptRef,
     Explanation,
-    Hit,
     IndexInfo,
     PlanRun,
     SearchQuery,
@@ -306,25 +306,8 @@ class SearchEngine:
         rows: np.ndarray,
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
-        keep = rows >= 0
-        scores, rows = scores[keep], rows[keep]
-        ids = self.bundle.ids(rows) if len(rows) else []
-        fields = [f for f in p.query.metadata_fields if f != "id"]
-        metadata = (
-            self.bundle.metadata(rows).select(fields).to_pylist() if fields and len(rows) else []
-        )
-        hits = [
-            Hit(
-                id=str(ids[j]),
-                score=float(scores[j]),
-                row=int(rows[j]),
-                metadata={
-                    k: str(v) for k, v in (metadata[j] if metadata else {}).items() if v is not None
-                },
-            )
-            for j in range(len(rows))
-        ]
         assert p.route is not None
+        hits = hits_of(self.bundle, scores, rows, list(p.query.metadata_fields))
         result = SearchResult(
             granularity=p.route.granularity,
             prefix_length=self.contract[p.route.granularity],
@@ -335,16 +318,9 @@ class SearchEngine:
             plan=p.plan,
         )
         if query_code is not None:
-            q_ids, q_values = query_code
-            result.query_concepts = activations_of(self.coder, q_ids, q_values)
-            item_ids, item_values = row_concepts(self.bundle, rows)
-            for hit, ids_row, values_row in zip(hits, item_ids, item_values, strict=True):
-                hit.concepts = activations_of(
-                    self.coder, ids_row, values_row, self.config.hit_concepts
-                )
-                hit.shared_concepts = shared_concepts(
-                    self.coder, q_ids, q_values, ids_row, values_row
-                )
+            result.query_concepts = explain_hits(
+                self.bundle, self.coder, hits, query_code, self.config.hit_concepts
+            )
         return result
 
     # --- explanation ---

@@ -92,6 +92,16 @@ def test_auto_funnels_where_calibrated_and_keeps_the_recall(funnel_engine, engin
     assert relation.plan.kind == "direct"
 
 
+def test_a_min_recall_above_the_calibrated_recall_searches_directly(funnel_engine, minilm):
+    choice = funnel_engine.planner.choices[funnel_engine.contract[Granularity.FULL]]
+    vector = vectors(minilm)[0]
+    kept = funnel_engine.search(SearchQuery.of(vector=vector, min_recall=choice.recall))
+    assert kept.plan.kind == "funnel"
+    asked = min(1.0, choice.recall + 1e-3)
+    above = funnel_engine.search(SearchQuery.of(vector=vector, min_recall=asked))
+    assert above.plan.kind == "direct" and "min_recall" in above.plan.reason
+
+
 def test_calibration_refuses_a_funnel_that_does_not_pay(engine):
     full = engine.bundle.dim
     indexes = {n: engine.bundle.index(n) for n in engine.bundle.prefix_lengths}

@@ -1,0 +1,53 @@
+"""A search's hits from the rows FAISS found: ids, scores and metadata; with explain, each hit's
+strongest concepts and the concepts it shares with the query (service/explain.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from indexer.bundle import Bundle
+from service.explain import activations_of, row_concepts, shared_concepts
+from service.results import ConceptActivation, Hit
+from training.cedar.concepts import ConceptCoder
+
+
+def hits_of(bundle: Bundle, scores: np.ndarray, rows: np.ndarray, fields: list[str]) -> list[Hit]:
+    """One Hit per found row (rows −1, FAISS's "no more hits", left out), in the order found;
+    `fields` the metadata columns to return (null values left out)."""
+    keep = rows >= 0
+    scores, rows = scores[keep], rows[keep]
+    ids = bundle.ids(rows) if len(rows) else []
+    wanted = [f for f in fields if f != "id"]
+    metadata: list[dict[str, Any]] = (
+        bundle.metadata(rows).select(wanted).to_pylist() if wanted and len(rows) else []
+    )
+    return [
+        Hit(
+            id=str(ids[j]),
+            score=float(scores[j]),
+            row=int(rows[j]),
+            metadata={
+                k: str(v) for k, v in (metadata[j] if metadata else {}).items() if v is not None
+            },
+        )
+        for j in range(len(rows))
+    ]
+
+
+def explain_hits(
+    bundle: Bundle,
+    coder: ConceptCoder,
+    hits: list[Hit],
+    query_code: tuple[np.ndarray, np.ndarray],
+    hit_concepts: int,
+) -> list[ConceptActivation]:
+    """Give every hit its `hit_concepts` strongest concepts and those it shares with the query
+    (in place); the query's own active concepts."""
+    q_ids, q_values = query_code
+    item_ids, item_values = row_concepts(bundle, [h.row for h in hits])
+    for hit, ids_row, values_row in zip(hits, item_ids, item_values, strict=True):
+        hit.concepts = activations_of(coder, ids_row, values_row, hit_concepts)
+        hit.shared_concepts = shared_concepts(coder, q_ids, q_values, ids_row, values_row)
+    return activations_of(coder, q_ids, q_values)
