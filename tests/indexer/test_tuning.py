@@ -163,10 +163,12 @@ def test_add_and_delete_re_tune_on_the_new_rows(parts: Parts, tmp_path: Path):
     assert "re-tuned" in deleted.actions["search parameters"]
     after_delete = Bundle.open(out).manifest
     for length in (4, 16):
-        # measured again (held-out rows drawn from 420 rows, then 300): a fresh record
+        # measured again (held-out rows drawn from 420 rows, then 300): a fresh record (not
+        # compared with the build's: on rows this easy both can land on the same figures)
+        assert built[length].status == "tuned"
         assert after_add.prefix(length).tuning.status == "tuned"
         assert after_add.prefix(length).tuning.queries == 256
-        assert after_add.prefix(length).tuning != built[length]
+        assert after_add.prefix(length).search == after_add.prefix(length).tuning.chosen
         assert after_delete.prefix(length).tuning.status == "tuned"
         assert after_delete.prefix(length).search == after_delete.prefix(length).tuning.chosen
     assert after_add.build["recall_target"] == 0.95
