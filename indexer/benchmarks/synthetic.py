@@ -93,3 +93,14 @@ def random_cedar_artifact(
         contract=default_contract(dim),
         extra={"k": k, "catalog": catalog_json(catalog)},
     )
+
+
+def spectrum_rows(n: int, dim: int, alpha: float, seed: int, block: int = 65_536) -> np.ndarray:
+    """n unit rows [n, dim] float32 of a Gaussian with variance λ_j ∝ j^−α, j = 1 … dim."""
+    std = (np.arange(1, dim + 1, dtype=np.float64) ** (-alpha / 2)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, block):
+        part = rng.standard_normal((min(block, n - start), dim), dtype=np.float32) * std
+        out[start : start + len(part)] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    return out

@@ -46,7 +46,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from indexer.benchmarks.synthetic import random_cedar_artifact
+from indexer.benchmarks.synthetic import random_cedar_artifact, spectrum_rows
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
@@ -55,7 +55,7 @@ from service.funnel import ExactRows, calibrate, funnel_search
 from service.results import SearchPlan, SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from training.benchmarks import benchmark_parser, publish
+from training.benchmarks import benchmark_parser, interleaved, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.granularity import Granularity
@@ -63,23 +63,6 @@ from training.core.metrics import neighbour_recall, prefix_vectors
 
 K = 10
 FACTORS = (10, 20, 50, 100)
-
-
-def interleaved(
-    arms: dict[str, Callable[[int], object]], queries: int, rounds: int
-) -> dict[str, float]:
-    """Median seconds of each arm over `queries` single-query calls × `rounds`, the arms timed
-    one after another for every query (so drift in the machine falls on all alike)."""
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for arm in arms.values():
-        arm(0)  # warm
-    for _ in range(rounds):
-        for i in range(queries):
-            for name, arm in arms.items():
-                started = time.perf_counter()
-                arm(i)
-                times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def without_self(rows: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -174,17 +157,6 @@ def bundle_part(path: Path, queries: int, rounds: int, seed: int) -> tuple[dict,
             "speedup": medians["direct"] / medians["funnel"],
         }
     return result, engine
-
-
-def spectrum_rows(n: int, dim: int, alpha: float, seed: int, block: int = 65_536) -> np.ndarray:
-    """n unit rows [n, dim] float32 of a Gaussian with variance λ_j ∝ j^−α, j = 1 … dim."""
-    std = (np.arange(1, dim + 1, dtype=np.float64) ** (-alpha / 2)).astype(np.float32)
-    rng = np.random.default_rng(seed)
-    out = np.empty((n, dim), dtype=np.float32)
-    for start in range(0, n, block):
-        part = rng.standard_normal((min(block, n - start), dim), dtype=np.float32) * std
-        out[start : start + len(part)] = part / np.linalg.norm(part, axis=1, keepdims=True)
-    return out
 
 
 def spectrum_bundle(work: Path, rows: int, dim: int, alpha: float, shard: int = 50_000) -> Path:

@@ -8,9 +8,10 @@ Sections (each reports its own figures, or why it was skipped):
 - encode: open_clip ViT-B-32 (random weights: throughput does not depend on them, and the
   machine needs no network) text and image encoding, fp16 on the device against fp32 on the
   CPU; texts / s and images / s, and their ratio;
-- flat: exact inner-product search over N synthetic rows (a decaying spectrum, as a learned
-  rotation orders variance) at D/16 and at D: FAISS's GPU Flat where this FAISS has GPUs (else
-  torch's matmul + top-k on the device, said as such), against FAISS's CPU Flat; the median of
+- flat: exact inner-product search over N synthetic rows (variance λ_j ∝ 1/j, as a learned
+  rotation orders it: indexer/benchmarks/synthetic.py) at D/16 and at D: FAISS's GPU Flat
+  where this FAISS has GPUs (else torch's matmul + top-k on the device, said as such),
+  against FAISS's CPU Flat; the median of
   interleaved single-query rounds and the throughput of a 256-query batch;
 - funnel: the engine's funnel (service/funnel.py: shortlist k·F at D/16, rerank exactly at D)
   with the shortlist on the device against the same on the CPU; recall@10 against exact D;
@@ -23,49 +24,18 @@ With `--device cpu` both arms run on the CPU (ratios near 1): that checks the sc
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from training.benchmarks import benchmark_parser, publish
+from indexer.benchmarks.synthetic import spectrum_rows
+from training.benchmarks import benchmark_parser, interleaved, publish
 from training.core.errors import InputError
 
 K = 10
-
-
-def spectrum_rows(rows: int, dim: int, seed: int, decay: float = 0.01) -> np.ndarray:
-    """Unit rows [rows, dim] float32 whose coordinate variances fall as exp(−decay·i): the order
-    a learned rotation gives, so that short prefixes carry most of the signal."""
-    rng = np.random.default_rng(seed)
-    scale = np.exp(-decay * np.arange(dim, dtype=np.float32)).astype(np.float32)
-    out = np.empty((rows, dim), dtype=np.float32)
-    for start in range(0, rows, 65_536):
-        block = rng.standard_normal((min(65_536, rows - start), dim), dtype=np.float32) * scale
-        out[start : start + len(block)] = block
-    out /= np.linalg.norm(out, axis=1, keepdims=True)
-    return out
-
-
-def interleaved_medians(
-    arms: dict[str, Callable[[], Any]], rounds: int, per_round: int
-) -> dict[str, float]:
-    """Median seconds of one call of each arm, the arms alternating within every round so that
-    drift in the machine's speed falls on all alike (each arm warmed once first)."""
-    for call in arms.values():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for _ in range(rounds):
-        for name, call in arms.items():
-            for _ in range(per_round):
-                begun = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - begun)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def device_sync(device: str) -> Callable[[], None]:
@@ -109,17 +79,17 @@ def encode_section(device: str, texts: int, images: int, rounds: int) -> dict[st
         pixels = torch.randn(images, 3, 224, 224, device=where, dtype=dtype)
         sync = device_sync(where)
 
-        def run_text(model=model, tokens=tokens, sync=sync) -> None:
+        def run_text(_: int, model=model, tokens=tokens, sync=sync) -> None:
             with torch.inference_mode():
                 model.encode_text(tokens)
             sync()
 
-        def run_image(model=model, pixels=pixels, sync=sync) -> None:
+        def run_image(_: int, model=model, pixels=pixels, sync=sync) -> None:
             with torch.inference_mode():
                 model.encode_image(pixels)
             sync()
 
-        medians = interleaved_medians({"text": run_text, "image": run_image}, rounds, 1)
+        medians = interleaved({"text": run_text, "image": run_image}, 1, rounds)
         result[name] = {
             "dtype": str(dtype).removeprefix("torch."),
             "texts_per_s": texts / medians["text"],
@@ -184,21 +154,22 @@ def flat_section(
         cpu = faiss.IndexFlatIP(length)
         cpu.add(stored)
         on_device = DeviceFlat(stored, device)
-        single = interleaved_medians(
+        one = [asked[i : i + 1] for i in range(min(len(asked), 16))]
+        single = interleaved(
             {
-                "device": lambda d=on_device, q=asked: d.search(q[:1], K),
-                "cpu": lambda c=cpu, q=asked: c.search(q[:1], K),
+                "device": lambda i, d=on_device, q=one: d.search(q[i], K),
+                "cpu": lambda i, c=cpu, q=one: c.search(q[i], K),
             },
+            len(one),
             rounds,
-            3,
         )
-        batch = interleaved_medians(
+        batch = interleaved(
             {
-                "device": lambda d=on_device, q=asked: d.search(q, K),
-                "cpu": lambda c=cpu, q=asked: c.search(q, K),
+                "device": lambda _, d=on_device, q=asked: d.search(q, K),
+                "cpu": lambda _, c=cpu, q=asked: c.search(q, K),
             },
-            max(1, rounds // 2),
             1,
+            max(1, rounds // 2),
         )
         result[f"prefix_{length}"] = {
             "device_kind": on_device.kind,
@@ -235,16 +206,17 @@ def funnel_section(
         name: funnel_search(index, short, exact, queries, dim, K, factor)[1]
         for name, index in arms.items()
     }
-    medians = interleaved_medians(
+    one = [queries[i : i + 1] for i in range(min(len(queries), 16))]
+    medians = interleaved(
         {
             name: (
-                lambda index=index: funnel_search(index, short, exact, queries[:1], dim, K, factor)
+                lambda i, index=index: funnel_search(index, short, exact, one[i], dim, K, factor)
             )
             for name, index in arms.items()
         }
-        | {"cpu_full_flat": lambda: full.search(prefix_vectors(queries[:1], dim), K)},
+        | {"cpu_full_flat": lambda i: full.search(prefix_vectors(one[i], dim), K)},
+        len(one),
         rounds,
-        3,
     )
     return {
         "shortlist_prefix": short,
@@ -279,14 +251,13 @@ def server_section(device: str, rows: int, rounds: int) -> dict[str, Any]:
             StrataClient(on_device.target) as device_client,
             StrataClient(on_cpu.target) as cpu_client,
         ):
-            turn = iter(range(10**9))
-            medians = interleaved_medians(
+            medians = interleaved(
                 {
-                    "device": lambda: device_client.search(QUERIES[next(turn) % len(QUERIES)]),
-                    "cpu": lambda: cpu_client.search(QUERIES[next(turn) % len(QUERIES)]),
+                    "device": lambda i: device_client.search(QUERIES[i % len(QUERIES)]),
+                    "cpu": lambda i: cpu_client.search(QUERIES[i % len(QUERIES)]),
                 },
+                len(QUERIES),
                 rounds,
-                10,
             )
     return {
         "rows": rows,
@@ -341,8 +312,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "encode" in sections:
         result["encode"] = encode_section(args.device, args.texts, args.images, args.rounds)
     if {"flat", "funnel"} & set(sections):
-        rotated = spectrum_rows(args.rows, args.dim, seed=0)
-        queries = spectrum_rows(args.queries, args.dim, seed=1)
+        rotated = spectrum_rows(args.rows, args.dim, alpha=1.0, seed=0)
+        queries = spectrum_rows(args.queries, args.dim, alpha=1.0, seed=1)
         if "flat" in sections:
             result["flat"] = flat_section(rotated, queries, args.device, args.rounds)
         if "funnel" in sections:

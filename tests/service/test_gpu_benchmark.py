@@ -7,25 +7,25 @@ import numpy as np
 import pytest
 import torch
 
+from indexer.benchmarks.synthetic import spectrum_rows
 from service.benchmarks.gpu import (
     DeviceFlat,
     check_device,
     flat_section,
     funnel_section,
-    spectrum_rows,
 )
 from training.core.errors import InputError
 
 
 def test_spectrum_rows_are_unit_rows_with_falling_variance() -> None:
-    rows = spectrum_rows(4000, 64, seed=0, decay=0.05)
+    rows = spectrum_rows(4000, 64, alpha=1.0, seed=0)
     np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
     variance = rows.var(axis=0)
     assert variance[:8].mean() > 5 * variance[-8:].mean()
 
 
 def test_the_cpu_arms_agree_and_the_funnel_finds_the_exact_neighbours() -> None:
-    rows, queries = spectrum_rows(3000, 64, seed=0), spectrum_rows(8, 64, seed=1)
+    rows, queries = spectrum_rows(3000, 64, 1.0, seed=0), spectrum_rows(8, 64, 1.0, seed=1)
     flat = flat_section(rows, queries, "cpu", rounds=1)
     assert flat["prefix_4"]["device_kind"] == "faiss-cpu" and flat["prefix_64"]["single_ms"]
     funnel = funnel_section(rows, queries, "cpu", rounds=1, factor=300)  # the whole gallery

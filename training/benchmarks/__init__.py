@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +42,20 @@ def text_throughput_parser(
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=Path, default=json_path)
     return parser
+
+
+def interleaved(
+    arms: dict[str, Callable[[int], object]], queries: int, rounds: int
+) -> dict[str, float]:
+    """Median seconds of each arm over `queries` single-query calls × `rounds`, the arms timed
+    one after another for every query (so drift in the machine falls on all alike)."""
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for arm in arms.values():
+        arm(0)  # warm
+    for _ in range(rounds):
+        for i in range(queries):
+            for name, arm in arms.items():
+                started = time.perf_counter()
+                arm(i)
+                times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(t) for name, t in times.items()}
