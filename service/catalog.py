@@ -3,6 +3,7 @@
     catalog_page(bundle, "dog", 100, "", limits)   # a page of concepts in id order
     find_concepts(bundle, "+12", limits)           # every concept a reference stands for
     describe_index(bundle, metadata_fields, encoder)
+    BundleCatalog(bundle)                          # ListConcepts / GetConcept, in process
 
 Immutable data: the servicer answers these on the event loop, without the engine thread.
 """
@@ -76,6 +77,23 @@ def find_concepts(
         raise NotFoundError(str(exc)) from None
     entries = sorted((bundle.coder.catalog[c] for c in ids), key=lambda e: -e.score)
     return [describe_concept(bundle, e) for e in entries]
+
+
+class BundleCatalog:
+    """A bundle's catalog behind the client's `list_concepts` / `get_concept` signatures, so
+    `strata concepts` reads a bundle folder and a running server through one code path."""
+
+    def __init__(self, bundle: Bundle, limits: RequestLimits | None = None) -> None:
+        self.bundle = bundle
+        self.limits = limits or RequestLimits()
+
+    def list_concepts(
+        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+    ) -> ConceptPage:
+        return catalog_page(self.bundle, name_contains, page_size, page_token, self.limits)
+
+    def get_concept(self, concept: ConceptRef | str | int) -> list[ConceptInfo]:
+        return find_concepts(self.bundle, concept, self.limits)
 
 
 def describe_index(bundle: Bundle, metadata_fields: Sequence[str], encoder: Any) -> IndexInfo:

@@ -15,6 +15,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.cli import index_app
 from indexer.upgrade_cli import upgrade_command
+from service.concepts_cli import concepts_app, explain_command
 from service.demo import DemoConfig, DemoResult, run_demo
 from service.search_cli import format_result, search_command, serve_command
 from training.cli import embed_app, eval_app, format_summary, train_app
@@ -35,6 +36,8 @@ app.add_typer(index_app, name="index")
 app.command("serve")(serve_command)
 app.command("search")(search_command)
 app.command("upgrade")(upgrade_command)
+app.add_typer(concepts_app, name="concepts")
+app.command("explain")(explain_command)
 
 DEMO = DemoConfig()
 

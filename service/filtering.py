@@ -105,7 +105,7 @@ def resolve_ref(
         else:
             raise QueryError(f"an empty concept reference in {role}")
     except (InputError, ValueError) as exc:
-        raise QueryError(f"unknown concept {ref} in {role}: {bounded(str(exc), 200)}") from None
+        raise QueryError(f"unknown concept {ref} in {role}: {bounded(str(exc), 400)}") from None
     if scope == "any":
         return concepts
     if all(entry.scope is None for entry in coder.catalog):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import faiss
@@ -64,3 +65,24 @@ def server(engine: SearchEngine) -> Iterator[BackgroundServer]:
 def client(server: BackgroundServer) -> Iterator[StrataClient]:
     with StrataClient(server.target, timeout=60) as connected:
         yield connected
+
+
+@pytest.fixture
+def strata_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., tuple[int, str, str]]:
+    """`strata ARGS` through service.cli.main in this process: (exit code, stdout, stderr)."""
+    from service.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["strata", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

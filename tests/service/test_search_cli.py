@@ -17,25 +17,6 @@ from service.client import StrataClient
 from service.server import BackgroundServer
 
 
-@pytest.fixture
-def strata_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """`strata ARGS` through service.cli.main in this process: (exit code, stdout, stderr)."""
-    from service.cli import main
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["strata", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):
     code, out, _ = strata_in_process("search", "a red dog", "--k", "3", "--target", server.target)
     assert code == 0, out

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.near_misses import suggestion
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,
@@ -234,7 +235,7 @@ class ConceptCoder:
                 raise InputError(str(exc)) from exc
         found = self._by_name.get(text.lower())
         if not found:
-            raise InputError(f"no concept is named {concept!r}")
+            raise InputError(f"no concept is named {concept!r}{suggestion(self.catalog, text)}")
         return found
 
 

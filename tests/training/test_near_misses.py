@@ -1,0 +1,47 @@
+"""Near misses of a concept name: typos and plurals of names, words that are only runner-ups."""
+
+from __future__ import annotations
+
+from training.cedar.concepts import CatalogEntry
+from training.cedar.near_misses import near_misses, suggestion
+
+
+def _entry(concept: int, name: str, score: float, runner_ups: list[str]) -> CatalogEntry:
+    label = f"{'-' if concept % 2 else '+'}{concept // 2}"
+    return CatalogEntry(concept, label, name, score, [(w, 0.1) for w in runner_ups], 0.0)
+
+
+CATALOG = [
+    _entry(0, "zebras", 0.5, ["stripes"]),
+    _entry(1, "horse", 0.6, ["zebra", "pony", "dog"]),
+    _entry(2, "dog", 0.7, ["puppy"]),
+    _entry(3, "dog", 0.3, []),
+    _entry(4, "+2", 0.1, []),  # an unnamed axis: named by its label
+]
+
+
+def test_a_typo_finds_the_name_and_one_concept_per_name():
+    found = near_misses(CATALOG, "dgo")
+    assert [(e.concept, via) for e, _, via in found] == [(2, None)]  # the better-scored "dog"
+
+
+def test_a_word_that_only_a_runner_up_holds_finds_its_concept_first():
+    found = near_misses(CATALOG, "Zebra ")
+    assert [(e.name, via) for e, _, via in found] == [("horse", "zebra"), ("zebras", None)]
+    assert found[0][1] > found[1][1]
+
+
+def test_a_runner_up_that_names_a_concept_is_suggested_as_that_concept():
+    assert [e.concept for e, _, _ in near_misses(CATALOG, "dogg")] == [2]  # not horse via "dog"
+
+
+def test_an_exact_name_unnamed_axes_and_far_words_are_not_suggested():
+    assert near_misses(CATALOG, "horse") == []  # the name itself: no miss
+    assert near_misses(CATALOG, "+2") == [] and near_misses(CATALOG, "xylophone") == []
+
+
+def test_the_message_tail_names_each_suggestion_with_its_label():
+    assert suggestion(CATALOG, "zebra") == (
+        "; did you mean: horse (-0, runner-up zebra), zebras (+0)?"
+    )
+    assert suggestion(CATALOG, "xylophone") == "; no concept has a name near it"

@@ -1,0 +1,99 @@
+"""Near misses: the concepts a name that matches none may have meant.
+
+    near_misses(catalog, "zebra")   # [(entry, 0.95, "zebra"), (entry, 0.91, None), ...]
+    suggestion(catalog, "zebra")    # "; did you mean: horse (-3, runner-up zebra), zebras (+12)?"
+
+A name is near a concept when difflib's similarity ratio with the concept's name, or with one
+of its runner-ups (the next vocabulary words of its axis, weighted a little lower; only words
+that name no concept themselves, which are suggested as that concept), reaches NEAR_CUTOFF; a
+substring either way counts as 0.8. Works on catalog entries
+(training.cedar.concepts.CatalogEntry) and on served ConceptInfo alike; the standard library
+only, so the client path can use it without numpy or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from difflib import SequenceMatcher
+from typing import Protocol, TypeVar
+
+NEAR_MISSES = 5
+NEAR_CUTOFF = 0.6  # the similarity a near miss needs (zebra / zebras: 0.91)
+RUNNER_UP_WEIGHT = 0.95  # a runner-up's match counts a little less than the name's own
+SUBSTRING = 0.8
+
+
+class NamedConcept(Protocol):
+    """What near-miss matching reads of a concept: a catalog entry or a served ConceptInfo."""
+
+    name: str
+    label: str
+    score: float
+    runner_ups: list[tuple[str, float]]
+
+
+C = TypeVar("C", bound=NamedConcept)
+
+
+def name_similarity(
+    word: str, entry: NamedConcept, names: frozenset[str] = frozenset()
+) -> tuple[float, str | None]:
+    """How near `word` (lower-cased) is to a concept: difflib's ratio with its name, or with a
+    runner-up that is no concept's name in `names` (lower-cased; such a word is suggested as
+    that concept instead), weighted by RUNNER_UP_WEIGHT; a substring either way counts as
+    SUBSTRING. Also the runner-up that matched best, None when the name did."""
+    best, via = _similarity(word, entry.name.lower()), None
+    for runner_up, _ in entry.runner_ups:
+        if runner_up.lower() in names:
+            continue
+        value = RUNNER_UP_WEIGHT * _similarity(word, runner_up.lower())
+        if value > best:
+            best, via = value, runner_up
+    return best, via
+
+
+def _similarity(word: str, name: str) -> float:
+    ratio = SequenceMatcher(None, word, name).ratio()
+    if word and name and (word in name or name in word):
+        ratio = max(ratio, SUBSTRING)
+    return ratio
+
+
+def near_misses(
+    catalog: Sequence[C], word: str, most: int = NEAR_MISSES, cutoff: float = NEAR_CUTOFF
+) -> list[tuple[C, float, str | None]]:
+    """The concepts a name that matched none may have meant, nearest first, one per name (its
+    best-scored concept): (concept, similarity, the runner-up that matched or None). Unnamed
+    axes (named by their label) are never suggested."""
+    key = word.strip().lower()
+    names = frozenset(e.name.lower() for e in catalog)
+    best: dict[str, tuple[C, float, str | None]] = {}
+    for entry in catalog:
+        if entry.name == entry.label or not key:
+            continue
+        value, via = name_similarity(key, entry, names)
+        name = entry.name.lower()
+        if value < cutoff or name == key:
+            continue
+        held = best.get(name)
+        if held is None or (value, entry.score) > (held[1], held[0].score):
+            best[name] = (entry, value, via)
+    ranked = sorted(best.values(), key=lambda t: (-t[1], -t[0].score, t[0].name))
+    return ranked[:most]
+
+
+def suggestion(catalog: Sequence[NamedConcept], word: str, most: int = NEAR_MISSES) -> str:
+    """The tail of the message for a name the catalog lacks: '; did you mean: zebras (+12),
+    horse (-3, runner-up zebra)?', or that no name is near it."""
+    found = near_misses(catalog, word, most)
+    if not found:
+        return "; no concept has a name near it"
+    parts = [
+        f"{_short(e.name)} ({e.label}{f', runner-up {_short(via)}' if via else ''})"
+        for e, _, via in found
+    ]
+    return f"; did you mean: {', '.join(parts)}?"
+
+
+def _short(name: str, most: int = 24) -> str:
+    return name if len(name) <= most else name[: most - 1] + "…"
