@@ -228,9 +228,15 @@ def test_baselines_and_report(tmp_path: Path):
     ordered = samples @ pca_rotation(samples).T
     variances = (ordered**2).mean(axis=0)
     assert np.all(np.diff(variances) <= 1e-9)
-    reports = {"identity": evaluate(lambda x: x, data.of_split("test"), CONTRACT)}
+    test = data.of_split("test")
+    reports = {"identity": evaluate(lambda x: x, test, CONTRACT)}
     assert "| identity |" in markdown_table(reports)
-    png = plot_hn_curves(reports, tmp_path / "hn.png")
+    assert reports["identity"]["hn_triples"] == {
+        kind: int(present_rows(n).sum())
+        for kind, n in test.negatives.items()
+        if present_rows(n).any()
+    }  # the sample behind each HN curve, which the plot's legend says
+    png = plot_hn_curves(reports, tmp_path / "hn.png", split="test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -82,10 +82,9 @@ def _fmt(value: Any) -> str:
 
 def plot_histogram(result: CdsResult, path: Path, bins: int = 40) -> Path:
     """The CDS histogram (stacked by ground-truth kind when known) with the threshold drawn."""
-    import matplotlib
+    from training.core.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cds = result.cds
     finite = np.isfinite(cds)
@@ -112,13 +111,8 @@ def plot_histogram(result: CdsResult, path: Path, bins: int = 40) -> Path:
         fontsize=9,
     )
     axis.legend(fontsize=8)
-    axis.grid(alpha=0.3)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_figure(figure, path)
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> Path:

@@ -239,27 +239,55 @@ def markdown_report(report: dict[str, Any]) -> str:
 
 
 def plot_fvu_curves(report: dict[str, Any], path: Path) -> Path:
-    """One PNG: FVU against K (log scale) for every method."""
-    import matplotlib
+    """FVU against K (log-log), one line per method, and beside it each method's FVU as a
+    ratio to CEDAR's at the same K (where CEDAR was scored), which separates the curves that
+    overlap on the left; the legend outside, the test rows in the title."""
+    from training.core.plots import (
+        legend_outside,
+        log_ticks,
+        pyplot,
+        sample_label,
+        save_figure,
+        series_styles,
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
-    for name, result in report["methods"].items():
-        ks = sorted(int(k) for k in result["fvu"])
-        axis.plot(ks, [result["fvu"][k] for k in ks], marker="o", label=name)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("active features per sample K")
-    axis.set_ylabel("FVU")
-    axis.set_title(f"FVU against K: {report['dataset']}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    plt = pyplot()
+    methods = report["methods"]
+    styles = series_styles(methods)
+    reference = "cedar" if "cedar" in methods else None
+    panels = 2 if reference else 1
+    figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.9), squeeze=False)
+    curve, ratio = axes[0][0], axes[0][-1]
+    fvu = {name: {int(k): v for k, v in r["fvu"].items()} for name, r in methods.items()}
+    ks_all = sorted({k for curve_of in fvu.values() for k in curve_of})
+    for name, curve_of in fvu.items():
+        ks = sorted(curve_of)
+        curve.plot(ks, [curve_of[k] for k in ks], label=name, **styles[name])
+        if reference:
+            shared = [k for k in ks if k in fvu[reference]]
+            ratio.plot(shared, [curve_of[k] / fvu[reference][k] for k in shared],
+                       label=name, **styles[name])  # fmt: skip
+    log_ticks(curve, "x", ks_all, base=2)
+    curve.set_xlabel("active features per sample K")
+    curve.set_ylabel("FVU (lower is better)")
+    curve.set_yscale("log")
+    curve.set_title("FVU of the reconstruction")
+    if reference:
+        log_ticks(ratio, "x", ks_all, base=2)
+        ratio.set_yscale("log")
+        ratio.axhline(1.0, color="0.5", linewidth=0.8, zorder=0)
+        ratio.set_xlabel("active features per sample K")
+        ratio.set_ylabel("FVU ÷ CEDAR's FVU (> 1: worse than CEDAR)")
+        ratio.set_title("relative to CEDAR")
+    dataset = Path(str(report.get("dataset", ""))).name or "the cache"
+    figure.suptitle(
+        f"CEDAR and baselines: reconstruction error against sparsity K, {dataset} test split "
+        f"({sample_label(int(report.get('test_rows', 0)))})",
+        fontsize=10,
+    )
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    legend_outside(figure, curve, title="method")
+    return save_figure(figure, path)
 
 
 def frequent_concepts_markdown(

@@ -68,19 +68,27 @@ def _cell(value: Any, spec: str) -> str:
 
 
 def plot_against_fraction(report: dict[str, Any], path: Path) -> Path:
-    """One PNG: each plotted metric against the paired fraction (log scale), a line per method."""
-    import matplotlib
+    """Each plotted metric against the paired fraction (log scale, labelled at the fractions
+    run, their pair counts on the top axis), a line per method; FVU panels log-scaled and
+    labelled at whole decades; the test pairs in the title, the legend outside."""
+    from training.core.plots import (
+        legend_outside,
+        log_decades,
+        log_ticks,
+        pyplot,
+        sample_label,
+        save_figure,
+        series_styles,
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
+    plt = pyplot()
     panels = [(m, t) for m, t in PLOTTED if any(r.get(m) is not None for r in report["results"])]
-    palette = plt.get_cmap("tab10")
-    colours = {method: palette(n % 10) for n, method in enumerate(report["methods"])}
+    styles = series_styles(report["methods"])
+    fractions = sorted({float(r["fraction"]) for r in report["results"]})
+    pairs = {float(r["fraction"]): int(r["pairs"]) for r in report["results"] if "pairs" in r}
     columns = 3
     rows = max(1, math.ceil(len(panels) / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.5 * rows), squeeze=False)
     for axis, (metric, title) in zip(axes.flat, panels, strict=False):
         for method in report["methods"]:
             points = [
@@ -90,20 +98,32 @@ def plot_against_fraction(report: dict[str, Any], path: Path) -> Path:
             ]
             if points:
                 xs, ys = zip(*points, strict=True)
-                axis.plot(xs, ys, marker="o", color=colours[method], label=method)
-        axis.set_xscale("log")
+                axis.plot(xs, ys, label=method, **styles[method])
+        log_ticks(axis, "x", fractions, text=fraction_text)
+        if pairs:
+            top = axis.secondary_xaxis("top")
+            shown = [f for f in axis.get_xticks() if f in pairs]
+            top.set_xticks(shown)
+            top.set_xticklabels([f"{pairs[f]:,}" for f in shown], fontsize=7, color="0.35")
+            top.tick_params(length=0)
         if "fvu" in metric:
-            axis.set_yscale("log")  # a least-squares map with fewer pairs than dims explodes
-        axis.set_xlabel("paired fraction")
+            log_decades(axis, "y")  # a least-squares map with fewer pairs than dims explodes
+        axis.set_xlabel("paired fraction (top: pairs)" if pairs else "paired fraction")
         axis.set_title(title, fontsize=9)
-        axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(panels) :]:
         axis.axis("off")
-    handles = [Line2D([], [], color=c, marker="o", label=m) for m, c in colours.items()]
-    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8)
-    figure.suptitle(f"CoSAE and baselines on {report['pair']['name']}", fontsize=10)
-    figure.tight_layout(rect=(0, 0.08, 1, 0.96))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    test = int(report.get("split", {}).get("test", 0))
+    scored = f", scored on the test split ({sample_label(test, 'pairs')})" if test else ""
+    figure.suptitle(
+        f"CoSAE and baselines on {report['pair']['name']}: each metric against the share of "
+        f"training rows paired{scored}",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    legend_outside(figure, list(axes.flat[: len(panels)]), title="method")
+    return save_figure(figure, path)
+
+
+def fraction_text(value: float) -> str:
+    """A paired fraction as a percentage: 0.001 → '0.1%', 0.5 → '50%'."""
+    return f"{100 * value:.3g}%"

@@ -248,7 +248,7 @@ def eval_command(
         table += "\nAgreement with the Flickr8k expert judgments (Spearman / NDCG@10):\n\n"
         table += agreement_table(reports)
     (out / "report.md").write_text(f"# GraSP-VL evaluation ({scored}, {len(test)} rows)\n\n{table}")
-    plot_hn_curves(reports, out / "hn_curves.png")
+    plot_hn_curves(reports, out / "hn_curves.png", split=scored)
     plots = "hn_curves.png" + (", gallery_ap.png" if retrieval else "")
     typer.echo(table + f"\nwrote {out}/report.json, report.md, {plots}")
 

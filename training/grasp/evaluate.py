@@ -20,6 +20,7 @@ from training.core.metrics import (
     hard_negative_table,
     prefix_cosine,
     prefix_vectors,
+    present_rows,
     recall_at,
     selectivity,
     staircase,
@@ -96,6 +97,7 @@ def evaluate(transform: Transform, data: GraspSet, contract: Contract) -> dict[s
         "staircase": staircase(table, contract),
         "drift": drift_pairs,
         "hn": {kind: {str(n): acc for n, acc in row.items()} for kind, row in table.items()},
+        "hn_triples": {kind: int(present_rows(negatives[kind]).sum()) for kind in table},
         "hn_at_level": {kind: table[kind][contract[NEGATIVE_LEVELS[kind]]] for kind in table},
         "retrieval": retrieval,
         "mean_full_cosine": float(prefix_cosine(anchors, positives, anchors.shape[1]).mean()),
@@ -133,37 +135,64 @@ def agreement_table(reports: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_hn_curves(reports: dict[str, dict[str, Any]], path: Path) -> Path:
-    """HN accuracy against prefix length, one panel per method, one line per negative type."""
-    import matplotlib
+def plot_hn_curves(
+    reports: dict[str, dict[str, Any]], path: Path, split: str | None = None
+) -> Path:
+    """HN accuracy against prefix length, one panel per method, one line per negative type
+    (its triples in the legend, a small count flagged); the contract's prefixes labelled on a
+    top axis, chance dotted, the legend outside."""
+    from training.core.plots import (
+        legend_outside,
+        log_ticks,
+        pyplot,
+        sample_label,
+        save_figure,
+        series_styles,
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     columns = min(3, len(reports))
     rows = -(-len(reports) // columns)
     fig, axes = plt.subplots(
-        rows, columns, figsize=(4.4 * columns, 3.4 * rows), squeeze=False, sharey=True
+        rows, columns, figsize=(4.4 * columns, 3.6 * rows), squeeze=False, sharey=True
     )
     for ax in axes.flat[len(reports) :]:
         ax.set_visible(False)
+    first = next(iter(reports.values()))
+    styles = series_styles(k for r in reports.values() for k in r["hn"])
+    triples = first.get("hn_triples", {})
+    labels = {
+        kind: f"{kind} ({sample_label(triples[kind], 'triples')})" if kind in triples else kind
+        for kind in styles
+    }
     for ax, (name, report) in zip(axes.flat, reports.items(), strict=False):
         for kind, row in report["hn"].items():
             lengths = sorted(int(n) for n in row)
-            ax.plot(lengths, [row[str(n)] for n in lengths], label=kind)
-        for granularity, n in report["contract"].items():
-            ax.axvline(n, color="0.8", linewidth=0.8, zorder=0)
-            ax.text(n, 0.42, granularity[:3], rotation=90, fontsize=7, color="0.4")
-        ax.axhline(0.5, color="0.6", linestyle=":", linewidth=0.8)
-        ax.set_xscale("log", base=2)
+            ax.plot(lengths, [row[str(n)] for n in lengths], label=labels[kind], **styles[kind])
+        contract = report["contract"]
+        for n in contract.values():
+            ax.axvline(n, color="0.85", linewidth=0.8, zorder=0)
+        ax.axhline(0.5, color="0.5", linestyle=":", linewidth=0.8)
+        lengths = sorted({int(n) for row in report["hn"].values() for n in row})
+        log_ticks(ax, "x", sorted(set(lengths) | set(contract.values())), base=2)
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(list(contract.values()))
+        top.set_xticklabels([g[:4] for g in contract], fontsize=7, color="0.35")
+        top.tick_params(length=0)
         ax.set_ylim(0.4, 1.02)
-        ax.set_title(f"{name}\nsel {report['selectivity']:.3f}, stair {report['staircase']:.1f}")
-        ax.set_xlabel("prefix length")
+        ax.set_title(
+            f"{name}: selectivity {report['selectivity']:.3f}, staircase {report['staircase']:.1f}",
+            fontsize=9,
+        )
+        ax.set_xlabel("prefix length ℓ")
     for row in axes:
-        row[0].set_ylabel("HN accuracy")
-    axes[0][0].legend(fontsize=8, loc="lower right")
+        row[0].set_ylabel("HN accuracy (chance 0.5)")
+    where = f"{split} split, " if split else ""
+    fig.suptitle(
+        "Hard negatives ranked below the positive, by prefix length "
+        f"({where}{sample_label(int(first.get('rows', 0)))})",
+        fontsize=10,
+    )
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    legend_outside(fig, list(axes.flat[: len(reports)]), title="negative type")
+    return save_figure(fig, path)

@@ -286,38 +286,43 @@ def retrieval_task(
 
 
 def plot_gallery_curves(reports: dict[str, dict[str, Any]], contract: Contract, path: Path) -> Path:
-    """AP@100 against prefix length, one panel per granularity, one line per method; each
-    panel marks its granularity's own prefix."""
-    import matplotlib
+    """AP@100 against prefix length, one panel per granularity (its query count in the title,
+    a small one flagged), one line per method; each panel marks its granularity's own prefix;
+    the legend outside."""
+    from training.core.plots import (
+        legend_outside,
+        log_ticks,
+        pyplot,
+        sample_label,
+        save_figure,
+        series_styles,
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     first = next(iter(reports.values()))
     granularities = [g for g in QUERY_GRANULARITIES if g.value in first]
+    styles = series_styles(reports)
     fig, axes = plt.subplots(
-        1, len(granularities), figsize=(4.6 * len(granularities), 3.8), squeeze=False
+        1, len(granularities), figsize=(4.4 * len(granularities), 3.7), squeeze=False, sharey=True
     )
     for ax, granularity in zip(axes[0], granularities, strict=True):
         for name, report in reports.items():
             prefix = report[granularity.value]["prefix"]
             lengths = sorted(int(n) for n in prefix)
-            ax.plot(lengths, [prefix[str(n)]["AP@100"] for n in lengths], marker="o", ms=3,
-                    label=name)  # fmt: skip
-        ax.axvline(contract[granularity], color="0.75", linewidth=1, zorder=0)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(set(contract.values())))
-        ax.set_xticklabels([str(n) for n in sorted(set(contract.values()))])
-        ax.minorticks_off()
-        queries = first[granularity.value]["queries"]
-        ax.set_title(f"{granularity.value} queries ({queries}); own prefix {contract[granularity]}")
-        ax.set_xlabel("prefix length")
-    axes[0][0].set_ylabel("AP@100")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
-               frameon=False)  # fmt: skip
-    fig.tight_layout(rect=(0, 0.1 + 0.04 * ((len(labels) - 1) // 5), 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            ax.plot(lengths, [prefix[str(n)]["AP@100"] for n in lengths], label=name,
+                    markersize=4, **styles[name])  # fmt: skip
+        own = contract[granularity]
+        ax.axvline(own, color="0.6", linewidth=1, linestyle=":", zorder=0)
+        log_ticks(ax, "x", sorted(set(contract.values())), base=2)
+        queries = int(first[granularity.value]["queries"])
+        ax.set_title(
+            f"{granularity.value} queries ({sample_label(queries, 'queries')})\n"
+            f"own prefix {own} (dotted)",
+            fontsize=9,
+        )
+        ax.set_xlabel("prefix length ℓ")
+    axes[0][0].set_ylabel("AP@100 (higher is better)")
+    fig.suptitle("Granularity retrieval on the held-out gallery: AP@100 by prefix", fontsize=10)
+    fig.tight_layout()
+    legend_outside(fig, list(axes[0]), title="method")
+    return save_figure(fig, path)
