@@ -244,6 +244,7 @@ def plot_fvu_curves(report: dict[str, Any], path: Path) -> Path:
     overlap on the left; the legend outside, the test rows in the title."""
     from training.core.plots import (
         legend_outside,
+        log_axis,
         log_ticks,
         pyplot,
         sample_label,
@@ -270,11 +271,13 @@ def plot_fvu_curves(report: dict[str, Any], path: Path) -> Path:
     log_ticks(curve, "x", ks_all, base=2)
     curve.set_xlabel("active features per sample K")
     curve.set_ylabel("FVU (lower is better)")
-    curve.set_yscale("log")
+    log_axis(curve, "y", [v for curve_of in fvu.values() for v in curve_of.values()])
     curve.set_title("FVU of the reconstruction")
     if reference:
         log_ticks(ratio, "x", ks_all, base=2)
-        ratio.set_yscale("log")
+        ratios = [v / fvu[reference][k] for c in fvu.values() for k, v in c.items()
+                  if k in fvu[reference]]  # fmt: skip
+        log_axis(ratio, "y", [*ratios, 1.0])
         ratio.axhline(1.0, color="0.5", linewidth=0.8, zorder=0)
         ratio.set_xlabel("active features per sample K")
         ratio.set_ylabel("FVU ÷ CEDAR's FVU (> 1: worse than CEDAR)")

@@ -141,18 +141,43 @@ def log_ticks(
     target.set_minor_formatter(NullFormatter())
 
 
-def log_decades(axis: Any, which: str) -> None:
-    """A log axis (base 10) labelled at whole decades only (10⁻³, 10⁻², …): for values spanning
-    orders of magnitude, where labelled minor ticks would collide."""
-    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+MANTISSAS = (
+    (1.0,),
+    (1.0, 2.0, 5.0),
+    (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
+    (1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0),
+)
 
-    scale = axis.set_xscale if which == "x" else axis.set_yscale
-    scale("log", base=10)
-    target = axis.xaxis if which == "x" else axis.yaxis
-    target.set_major_locator(LogLocator(base=10, numticks=8))
-    target.set_major_formatter(LogFormatterSciNotation(base=10))
-    target.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10)), numticks=80))
-    target.set_minor_formatter(NullFormatter())
+
+def nice_log_ticks(values: Iterable[float], at_least: int = 4) -> list[float]:
+    """Round ticks for a log axis over `values`: m × 10ⁿ with m from the coarsest of MANTISSAS
+    (whole decades, 1-2-5, …) that puts `at_least` ticks from the largest at or below the
+    smallest value to the smallest at or above the largest (the finest set otherwise), so that
+    the ticks bound the data."""
+    positive = [float(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not positive:
+        return []
+    lo, hi = min(positive), max(positive)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks: list[float] = []
+    for mantissas in MANTISSAS:
+        grid = [float(f"{m * 10.0**d:.6g}") for d in range(first - 1, last + 2) for m in mantissas]
+        below = max(t for t in grid if t <= lo * (1 + 1e-9))
+        above = min(t for t in grid if t >= hi * (1 - 1e-9))
+        ticks = [t for t in grid if below <= t <= above]
+        if len(ticks) >= at_least:
+            break
+    return ticks if len(ticks) >= 2 else [ticks[0], ticks[0] * 1.1]
+
+
+def log_axis(axis: Any, which: str, values: Iterable[float]) -> None:
+    """A base-10 log axis over `values`, labelled plainly (0.2, 0.5, 1, 20) at round ticks
+    (`nice_log_ticks`, thinned), its limits the outermost ticks; no minor labels."""
+    ticks = nice_log_ticks(values)
+    if not ticks:
+        return
+    log_ticks(axis, which, ticks, base=10)
+    (axis.set_xlim if which == "x" else axis.set_ylim)(ticks[0], ticks[-1])
 
 
 def legend_outside(figure: Any, source: Any, title: str | None = None, **handles: Any) -> Any:

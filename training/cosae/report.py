@@ -70,10 +70,10 @@ def _cell(value: Any, spec: str) -> str:
 def plot_against_fraction(report: dict[str, Any], path: Path) -> Path:
     """Each plotted metric against the paired fraction (log scale, labelled at the fractions
     run, their pair counts on the top axis), a line per method; FVU panels log-scaled and
-    labelled at whole decades; the test pairs in the title, the legend outside."""
+    labelled at round values; the test pairs in the title, the legend outside."""
     from training.core.plots import (
         legend_outside,
-        log_decades,
+        log_axis,
         log_ticks,
         pyplot,
         sample_label,
@@ -106,8 +106,9 @@ def plot_against_fraction(report: dict[str, Any], path: Path) -> Path:
             top.set_xticks(shown)
             top.set_xticklabels([f"{pairs[f]:,}" for f in shown], fontsize=7, color="0.35")
             top.tick_params(length=0)
-        if "fvu" in metric:
-            log_decades(axis, "y")  # a least-squares map with fewer pairs than dims explodes
+            top.minorticks_off()
+        if "fvu" in metric:  # a least-squares map with fewer pairs than dims explodes
+            log_axis(axis, "y", [r[metric] for r in report["results"] if r.get(metric)])
         axis.set_xlabel("paired fraction (top: pairs)" if pairs else "paired fraction")
         axis.set_title(title, fontsize=9)
     for axis in list(axes.flat)[len(panels) :]:

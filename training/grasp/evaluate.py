@@ -174,12 +174,14 @@ def plot_hn_curves(
             ax.axvline(n, color="0.85", linewidth=0.8, zorder=0)
         ax.axhline(0.5, color="0.5", linestyle=":", linewidth=0.8)
         lengths = sorted({int(n) for row in report["hn"].values() for n in row})
-        log_ticks(ax, "x", sorted(set(lengths) | set(contract.values())), base=2)
+        log_ticks(ax, "x", sorted({lengths[0], *contract.values()}), base=2)
         top = ax.secondary_xaxis("top")
         top.set_xticks(list(contract.values()))
-        top.set_xticklabels([g[:4] for g in contract], fontsize=7, color="0.35")
+        top.set_xticklabels(list(contract), fontsize=7, color="0.35")
         top.tick_params(length=0)
-        ax.set_ylim(0.4, 1.02)
+        top.minorticks_off()
+        lowest = min(v for row in report["hn"].values() for v in row.values())
+        ax.set_ylim(min(0.4, lowest - 0.03), 1.02)
         ax.set_title(
             f"{name}: selectivity {report['selectivity']:.3f}, staircase {report['staircase']:.1f}",
             fontsize=9,

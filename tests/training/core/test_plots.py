@@ -9,6 +9,7 @@ from pathlib import Path
 
 from training.core.plots import (
     legend_outside,
+    nice_log_ticks,
     log_ticks,
     pyplot,
     sample_label,
@@ -66,3 +67,11 @@ def test_the_legend_lies_outside_every_panel_and_the_png_holds_it(tmp_path: Path
     png_width = int.from_bytes(data[16:20], "big")
     assert png_width > width * 120 / figure.dpi * 0.99  # cropped to the drawing, legend kept
     assert not list(path.parent.glob(".*tmp*"))
+
+
+def test_round_log_ticks_bound_the_data_and_refine_for_a_narrow_range():
+    assert nice_log_ticks([0.001, 1000]) == [0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0]
+    assert nice_log_ticks([0.12, 0.9]) == [0.1, 0.2, 0.5, 1.0]
+    ratios = nice_log_ticks([0.87, 1.6])  # FVU ratios: 1-2-5 would give 0.5, 1, 2 only
+    assert ratios[0] <= 0.87 and ratios[-1] >= 1.6 and len(ratios) >= 4 and 1.0 in ratios
+    assert nice_log_ticks([]) == [] and nice_log_ticks([0.0, -1.0]) == []
