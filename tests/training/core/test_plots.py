@@ -9,8 +9,8 @@ from pathlib import Path
 
 from training.core.plots import (
     legend_outside,
-    nice_log_ticks,
     log_ticks,
+    nice_log_ticks,
     pyplot,
     sample_label,
     save_figure,
