@@ -242,6 +242,8 @@ def list_command(
     """
     if scope is not None and scope not in ("local", "global"):
         raise InputError(f"--scope must be local or global, got {scope!r}")
+    if sort not in SORTS:
+        raise InputError(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}")
     with open_source(bundles, target, timeout) as (source, where):
         concepts = all_concepts(source)
     if scope is not None:
@@ -279,6 +281,8 @@ def search_command(
 
         strata concepts search zebra --target 127.0.0.1:50051
     """
+    if not text.strip():
+        raise InputError("give a text to search concept names for")
     with open_source(bundles, target, timeout) as (source, where):
         concepts = all_concepts(source)
     found = matching_concepts(concepts, text, limit)
