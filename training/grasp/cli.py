@@ -248,7 +248,8 @@ def eval_command(
         table += "\nAgreement with the Flickr8k expert judgments (Spearman / NDCG@10):\n\n"
         table += agreement_table(reports)
     (out / "report.md").write_text(f"# GraSP-VL evaluation ({scored}, {len(test)} rows)\n\n{table}")
-    plot_hn_curves(reports, out / "hn_curves.png", split=scored)
+    named = f"{gallery.name} {gallery_split}" if gallery else split  # a title, not a path
+    plot_hn_curves(reports, out / "hn_curves.png", split=named)
     plots = "hn_curves.png" + (", gallery_ap.png" if retrieval else "")
     typer.echo(table + f"\nwrote {out}/report.json, report.md, {plots}")
 
