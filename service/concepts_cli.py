@@ -236,7 +236,7 @@ def list_command(
 
     Examples:
 
-        strata concepts list --bundles runs/demo/bundles --sort score --limit 20
+        strata concepts list --bundles runs/demo/bundles-flickr8k --sort score --limit 20
 
         strata concepts list --target 127.0.0.1:50051 --scope local
     """
@@ -277,7 +277,7 @@ def search_command(
 
     Examples:
 
-        strata concepts search dog --bundles runs/demo/bundles
+        strata concepts search dog --bundles runs/demo/bundles-flickr8k
 
         strata concepts search zebra --target 127.0.0.1:50051
     """
@@ -316,7 +316,7 @@ def show_command(
 
     Examples:
 
-        strata concepts show dog --bundles runs/demo/bundles
+        strata concepts show dog --bundles runs/demo/bundles-flickr8k
 
         strata concepts show +12 --target 127.0.0.1:50051
     """
