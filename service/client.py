@@ -144,10 +144,15 @@ class StrataClient:
         row: int | None = None,
         image: bytes | str | Path | None = None,
         vector: Sequence[float] | None = None,
+        near_captions: int = 0,
     ) -> Explanation:
-        """Why an item (by id or row) matches a query."""
+        """Why an item (by id or row) matches a query; `query_description` and
+        `item_description` describe both codes, with `near_captions` (≤ 20) nearest gallery
+        captions each (0: the phrases only)."""
         query = SearchQuery.of(text, image=_image_bytes(image), vector=vector)
-        request = pb.ExplainRequest(query=convert.query_to_proto(query))
+        request = pb.ExplainRequest(
+            query=convert.query_to_proto(query), near_captions=near_captions
+        )
         if item_id is not None:
             request.item_id = item_id
         if row is not None:

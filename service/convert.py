@@ -19,9 +19,11 @@ from service.results import (
     ConceptInfo,
     ConceptPage,
     ConceptRef,
+    Description,
     Explanation,
     Hit,
     IndexInfo,
+    NearCaption,
     PlanRun,
     PrefixInfo,
     PrefixSimilarity,
@@ -292,8 +294,24 @@ def search_result(message: pb.SearchResponse) -> SearchResult:
     )
 
 
+def description_to_proto(description: Description) -> pb.Description:
+    return pb.Description(
+        phrase=description.phrase,
+        captions=[
+            pb.NearCaption(id=c.id, row=c.row, text=c.text, cosine=c.cosine)
+            for c in description.captions
+        ],
+    )
+
+
+def description(message: pb.Description) -> Description:
+    return Description(
+        message.phrase, [NearCaption(c.id, c.row, c.text, c.cosine) for c in message.captions]
+    )
+
+
 def explain_response(explanation: Explanation) -> pb.ExplainResponse:
-    return pb.ExplainResponse(
+    response = pb.ExplainResponse(
         item_id=explanation.item_id,
         row=explanation.row,
         similarities=[
@@ -309,6 +327,11 @@ def explain_response(explanation: Explanation) -> pb.ExplainResponse:
         item_concepts=[_active(c) for c in explanation.item_concepts],
         bundle_version=explanation.bundle_version,
     )
+    for name in ("query_description", "item_description"):
+        value = getattr(explanation, name)
+        if value is not None:
+            getattr(response, name).CopyFrom(description_to_proto(value))
+    return response
 
 
 def explanation(message: pb.ExplainResponse) -> Explanation:
@@ -323,6 +346,10 @@ def explanation(message: pb.ExplainResponse) -> Explanation:
         query_concepts=[_active_back(c) for c in message.query_concepts],
         item_concepts=[_active_back(c) for c in message.item_concepts],
         bundle_version=message.bundle_version,
+        **{
+            name: description(getattr(message, name)) if message.HasField(name) else None
+            for name in ("query_description", "item_description")
+        },
     )
 
 

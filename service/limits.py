@@ -7,6 +7,7 @@ refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
     explain              a search with explain returns at most 100 hits (top_k ≤ 100)
     BatchSearch          256 requests per call
     ids                  an Explain item id at most 256 characters
+    descriptions         an Explain's near_captions at most 20 (0: none, no search)
     text                 a text query at most 2,000 characters
     catalog look-ups     ListConcepts `name_contains` and `page_token`, a GetConcept name:
                          at most 128 characters
@@ -45,6 +46,7 @@ class RequestLimits(ConfigModel):
     explain_hits: int = 100
     batch_requests: int = 256
     id_chars: int = 256
+    near_captions: int = 20
     text_chars: int = 2000
     lookup_chars: int = 128
 
@@ -62,6 +64,14 @@ def check_chars(what: str, value: str, most: int) -> None:
     """QueryError (quoting a prefix) when a string is longer than `most` characters."""
     if len(value) > most:
         raise QueryError(f"{what} of {len(value)} characters ({echo(value)}); at most {most}")
+
+
+def check_near_captions(count: int, limits: RequestLimits = LIMITS) -> None:
+    """An Explain's near_captions: in [0, limits.near_captions]."""
+    if not 0 <= count <= limits.near_captions:
+        raise QueryError(
+            f"near_captions must lie in [0, {limits.near_captions}] (0: none), got {count}"
+        )
 
 
 def check_filter(refs: Sequence[object], limits: RequestLimits = LIMITS) -> None:

@@ -206,6 +206,26 @@ class PrefixSimilarity:
     cosine: float
 
 
+@dataclass(frozen=True)
+class NearCaption:
+    """A gallery row near a code's reconstruction: its id, row, caption and s_D to x̂."""
+
+    id: str
+    row: int
+    text: str
+    cosine: float
+
+
+@dataclass
+class Description:
+    """A sparse code in words (service/descriptions.py): a phrase of its strongest named
+    concepts ("" when none is named) and the gallery captions nearest to its reconstruction
+    (empty unless asked for, and on a bundle without captions)."""
+
+    phrase: str
+    captions: list[NearCaption] = field(default_factory=list)
+
+
 @dataclass
 class Explanation:
     item_id: str
@@ -215,6 +235,8 @@ class Explanation:
     query_concepts: list[ConceptActivation]
     item_concepts: list[ConceptActivation]
     bundle_version: int = 0
+    query_description: Description | None = None  # None: a server that does not describe
+    item_description: Description | None = None
 
     def cosine(self, granularity: Granularity | str) -> float:
         """The similarity at one granularity's prefix."""

@@ -43,6 +43,7 @@ from indexer.bundle import Bundle
 from indexer.ids import IDS
 from indexer.verify import check_servable
 from service.catalog import catalog_page, describe_index, find_concepts
+from service.descriptions import describe_codes, stack_codes
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo
 from service.explain import (
     activations_of,
@@ -52,7 +53,7 @@ from service.explain import (
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
 from service.hits import explain_hits, hits_of
-from service.limits import LIMITS, RequestLimits, check_chars
+from service.limits import LIMITS, RequestLimits, check_chars, check_near_captions
 from service.operating_points import check_min_recall, setting_for
 from service.plans import FunnelConfig, Planner
 from service.query_cache import QueryCache
@@ -331,12 +332,15 @@ class SearchEngine:
         item_id: str | None = None,
         row: int | None = None,
         observer: EncoderObserver | None = None,
+        near_captions: int = 0,
     ) -> Explanation:
-        """Shared concepts and per-prefix cosines of a query and one item (by id or row); the
-        encoder call timed into `observer`, if any."""
+        """Shared concepts and per-prefix cosines of a query and one item (by id or row), and a
+        description of each one's code (service/descriptions.py) with `near_captions` nearest
+        captions (0: the phrases only, no search); the encoder call timed into `observer`."""
         if len(query.kinds) != 1:
             raise QueryError("give one query: a text, an image or a vector")
         check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
+        check_near_captions(near_captions, self.config.limits)
         row = self.row_of(item_id, row)
         prepared = _Prepared(query)
         self._embed([prepared], observer)
@@ -345,6 +349,10 @@ class SearchEngine:
         embedding = prepared.embedding[None, :]
         q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
         item_ids, item_values = (a[0] for a in row_concepts(self.bundle, [row]))
+        codes = stack_codes([(q_ids, q_values), (item_ids, item_values)])
+        query_description, item_description = describe_codes(
+            self.bundle, self.coder, *codes, near_captions, exclude=[(), (row,)]
+        )
         return Explanation(
             item_id=str(self.bundle.ids([row])[0]),
             row=row,
@@ -353,6 +361,8 @@ class SearchEngine:
             query_concepts=activations_of(self.coder, q_ids, q_values),
             item_concepts=activations_of(self.coder, item_ids, item_values),
             bundle_version=self.bundle.version,
+            query_description=query_description,
+            item_description=item_description,
         )
 
     def row_of(self, item_id: str | None = None, row: int | None = None) -> int:

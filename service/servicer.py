@@ -107,7 +107,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             raise QueryError("name the item: set item_id or row")
         engine = self.served.engine
         explanation = await self._on_engine(
-            lambda: engine.explain(query, item_id, row, self.metrics)
+            lambda: engine.explain(query, item_id, row, self.metrics, request.near_captions)
         )
         return convert.explain_response(explanation)
 

@@ -210,14 +210,36 @@ class BatchSearchResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[SearchResponse, _Mapping]]] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
-    __slots__ = ("query", "item_id", "row")
+    __slots__ = ("query", "item_id", "row", "near_captions")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     ITEM_ID_FIELD_NUMBER: _ClassVar[int]
     ROW_FIELD_NUMBER: _ClassVar[int]
+    NEAR_CAPTIONS_FIELD_NUMBER: _ClassVar[int]
     query: Query
     item_id: str
     row: int
-    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., item_id: _Optional[str] = ..., row: _Optional[int] = ...) -> None: ...
+    near_captions: int
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., item_id: _Optional[str] = ..., row: _Optional[int] = ..., near_captions: _Optional[int] = ...) -> None: ...
+
+class NearCaption(_message.Message):
+    __slots__ = ("id", "row", "text", "cosine")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    COSINE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    row: int
+    text: str
+    cosine: float
+    def __init__(self, id: _Optional[str] = ..., row: _Optional[int] = ..., text: _Optional[str] = ..., cosine: _Optional[float] = ...) -> None: ...
+
+class Description(_message.Message):
+    __slots__ = ("phrase", "captions")
+    PHRASE_FIELD_NUMBER: _ClassVar[int]
+    CAPTIONS_FIELD_NUMBER: _ClassVar[int]
+    phrase: str
+    captions: _containers.RepeatedCompositeFieldContainer[NearCaption]
+    def __init__(self, phrase: _Optional[str] = ..., captions: _Optional[_Iterable[_Union[NearCaption, _Mapping]]] = ...) -> None: ...
 
 class PrefixSimilarity(_message.Message):
     __slots__ = ("granularity", "prefix_length", "cosine")
@@ -230,7 +252,7 @@ class PrefixSimilarity(_message.Message):
     def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., cosine: _Optional[float] = ...) -> None: ...
 
 class ExplainResponse(_message.Message):
-    __slots__ = ("item_id", "row", "similarities", "shared_concepts", "query_concepts", "item_concepts", "bundle_version")
+    __slots__ = ("item_id", "row", "similarities", "shared_concepts", "query_concepts", "item_concepts", "bundle_version", "query_description", "item_description")
     ITEM_ID_FIELD_NUMBER: _ClassVar[int]
     ROW_FIELD_NUMBER: _ClassVar[int]
     SIMILARITIES_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +260,8 @@ class ExplainResponse(_message.Message):
     QUERY_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     ITEM_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ITEM_DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     item_id: str
     row: int
     similarities: _containers.RepeatedCompositeFieldContainer[PrefixSimilarity]
@@ -245,7 +269,9 @@ class ExplainResponse(_message.Message):
     query_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
     item_concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
     bundle_version: int
-    def __init__(self, item_id: _Optional[str] = ..., row: _Optional[int] = ..., similarities: _Optional[_Iterable[_Union[PrefixSimilarity, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., item_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., bundle_version: _Optional[int] = ...) -> None: ...
+    query_description: Description
+    item_description: Description
+    def __init__(self, item_id: _Optional[str] = ..., row: _Optional[int] = ..., similarities: _Optional[_Iterable[_Union[PrefixSimilarity, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., item_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., bundle_version: _Optional[int] = ..., query_description: _Optional[_Union[Description, _Mapping]] = ..., item_description: _Optional[_Union[Description, _Mapping]] = ...) -> None: ...
 
 class ListConceptsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "name_contains")

@@ -88,8 +88,9 @@ class SearchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Explain(self, request, context):
-        """Why an item matches a query: the concepts active in both, with their contributions, and
-        the cosine at every prefix length of the bundle's contract.
+        """Why an item matches a query: the concepts active in both, with their contributions, the
+        cosine at every prefix length of the bundle's contract, and a description of each side's
+        sparse code (Description).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
