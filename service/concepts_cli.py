@@ -338,6 +338,14 @@ def explain_command(
     concepts: Annotated[
         int, typer.Option(help="shared concepts to list at most (0: all)", min=0)
     ] = 10,
+    captions: Annotated[
+        int,
+        typer.Option(
+            help="gallery captions nearest to each code's reconstruction, in the description",
+            min=0,
+            max=20,
+        ),
+    ] = 3,
     target: Annotated[str, typer.Option(help="server address host:port")] = DEFAULT_TARGET,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 30.0,
@@ -358,7 +366,7 @@ def explain_command(
     if (item_id is None) == (row is None):
         raise InputError("name the item: --id ID or --row N (one of them)")
     with StrataClient(target, timeout=timeout) as client:
-        why = client.explain(query, item_id=item_id, row=row, image=image)
+        why = client.explain(query, item_id=item_id, row=row, image=image, near_captions=captions)
     if as_json:
         typer.echo(json.dumps(asdict(why), indent=2, default=str))
         return
@@ -369,9 +377,11 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
     """The item, its description where the server gives one, the cosine at each prefix, then
     the shared concepts by contribution and both sides' active concepts."""
     lines = [f"item         {why.item_id} (row {why.row}, bundle version {why.bundle_version})"]
-    description = getattr(why, "description", "")
-    if description:
-        lines.append(f"why          {description}")
+    for side, description in (("query", why.query_description), ("item", why.item_description)):
+        if description is None:
+            continue
+        lines.append(f"{side + ' reads':<12} {description.phrase or '(no named concept)'}")
+        lines += [f"{'':<12} ~ {c.text} ({c.cosine:.3f})" for c in description.captions]
     lines += ["", "cosine by prefix"]
     lines.append(
         _table(
