@@ -14,7 +14,6 @@ The coder: embeddings → the k active concepts (signed ids and activation) → 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.naming import (
+    CANDIDATES,
+    Cooccurrence,
+    caption_vocabulary,
+    choose_names,
+    pick_threshold,
+    trusted,
+    with_precision,
+)
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,
@@ -31,7 +39,6 @@ from training.cedar.sparse_codes import (
 )
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
-from training.core.lexicon.words import word_class
 from training.core.metrics import unit_rows
 
 RUNNER_UPS = 4
@@ -39,14 +46,10 @@ EXAMPLES = 5
 
 
 def vocabulary_from_texts(texts: Iterable[str], min_count: int = 5) -> list[tuple[str, str]]:
-    """(word, class) of the content words seen at least `min_count` times, most frequent first."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for text in texts:
-        for token in text.split():
-            entry = word_class(token)
-            if entry is not None:
-                counts[entry] += 1
-    return [entry for entry, n in counts.most_common() if n >= min_count]
+    """(word, class) of the content words seen at least `min_count` times, most frequent first:
+    the clean caption vocabulary of training.cedar.naming (stop words out, verb forms folded,
+    misspellings merged)."""
+    return caption_vocabulary(texts, min_count).terms()
 
 
 def read_vocabulary(path: Path) -> list[tuple[str, str]]:
@@ -66,6 +69,8 @@ class ConceptName:
     name: str
     score: float
     runner_ups: list[tuple[str, float]]
+    precision: float | None = None  # P(name relevant | active) on held-out rows, where measured
+    named: bool = True  # False: no name held up, `name` is the label
 
 
 def signed_directions(rotation: np.ndarray) -> np.ndarray:
@@ -92,9 +97,7 @@ def name_directions(
         raise InputError(
             f"need one {d.shape[1]}-d embedding per vocabulary word ({len(words)}), got {t.shape}"
         )
-    t = unit_rows(t - mean, np.float64)
-    d = unit_rows(d, np.float64)
-    cos = d @ t.T
+    cos = direction_cosines(d, mean, t)
     best = np.argsort(-cos, axis=1)[:, : runner_ups + 1]
     return [
         ConceptName(
@@ -105,6 +108,14 @@ def name_directions(
         )
         for c in range(len(d))
     ]
+
+
+def direction_cosines(
+    directions: np.ndarray, mean: np.ndarray, word_embeddings: np.ndarray
+) -> np.ndarray:
+    """[C, W]: cosine of every concept direction with every centred word embedding t_w − b."""
+    t = unit_rows(np.asarray(word_embeddings, dtype=np.float64) - mean, np.float64)
+    return unit_rows(np.asarray(directions, dtype=np.float64), np.float64) @ t.T
 
 
 def name_concepts(
@@ -118,6 +129,52 @@ def name_concepts(
     return name_directions(signed_directions(rotation), mean, words, word_embeddings, runner_ups)
 
 
+def name_by_data(
+    directions: np.ndarray,
+    mean: np.ndarray,
+    words: Sequence[str],
+    word_embeddings: np.ndarray,
+    train: Cooccurrence,
+    val: Cooccurrence,
+    signed: bool,
+    threshold: float | None = None,
+    candidates: int = CANDIDATES,
+    runner_ups: int = RUNNER_UPS,
+) -> tuple[list[ConceptName], dict[str, Any]]:
+    """Names chosen by what each concept does on captioned rows (training.cedar.naming): the
+    best-F1 cosine candidate on the train rows, one concept per name, both signs of an axis only
+    when opposite, kept when its val precision reaches `threshold` (None: picked on the val
+    rows). An unnamed concept's name is its label; `score` is the name's cosine (0 unnamed),
+    the runner-ups the best cosine words. Also returns the threshold and its val curve."""
+    cos = direction_cosines(directions, mean, word_embeddings)
+    chosen = with_precision(choose_names(cos, train, signed, candidates), val)
+    curve: dict[float, float] = {}
+    if threshold is None:
+        threshold, curve = pick_threshold(chosen, val)
+    kept = trusted(chosen, threshold)
+    best = np.argsort(-cos, axis=1)[:, :runner_ups]
+    names = []
+    for choice, found in zip(kept, chosen, strict=True):
+        c = choice.concept
+        names.append(
+            ConceptName(
+                concept=c,
+                name=words[choice.word] if choice.word is not None else concept_label(c),
+                score=float(cos[c, choice.word]) if choice.word is not None else 0.0,
+                runner_ups=[(words[i], float(cos[c, i])) for i in best[c]],
+                precision=found.precision,
+                named=choice.word is not None,
+            )
+        )
+    info = {
+        "threshold": threshold,
+        "val_utility": curve,
+        "candidates": candidates,
+        "named": sum(n.named for n in names),
+    }
+    return names, info
+
+
 @dataclass
 class CatalogEntry:
     concept: int
@@ -128,6 +185,8 @@ class CatalogEntry:
     frequency: float
     examples: list[dict[str, Any]] = field(default_factory=list)
     scope: str | None = None  # local / global, once CDS has measured it
+    precision: float | None = None  # the name's precision on held-out rows (None: not measured)
+    named: bool = True  # False: left unnamed, `name` is the label (found by label only)
 
 
 def build_catalog(
@@ -158,6 +217,8 @@ def build_catalog(
                 score=round(entry.score, 4),
                 runner_ups=[(w, round(s, 4)) for w, s in entry.runner_ups],
                 frequency=float(frequency[entry.concept]),
+                precision=None if entry.precision is None else round(entry.precision, 4),
+                named=entry.named,
                 examples=[
                     {
                         "id": str(ids[i]),
@@ -195,6 +256,8 @@ class ConceptCoder:
         self.catalog = [catalog_entry(e) for e in catalog]
         self._by_name: dict[str, list[int]] = {}
         for entry in self.catalog:
+            if not entry.named:  # an unnamed concept is found by its label only
+                continue
             self._by_name.setdefault(entry.name.lower(), []).append(entry.concept)
 
     def encode(self, embeddings: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -249,6 +312,8 @@ def catalog_entry(data: dict[str, Any]) -> CatalogEntry:
             frequency=float(data.get("frequency", 0.0)),
             examples=list(data.get("examples", [])),
             scope=data.get("scope"),
+            precision=None if data.get("precision") is None else float(data["precision"]),
+            named=bool(data.get("named", True)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed concept catalog entry {data!r}: {exc}") from exc
