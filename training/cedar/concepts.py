@@ -1,15 +1,19 @@
 """Naming CEDAR's concepts and reading them back: the vocabulary, the catalog, the coder.
 
 Naming: each signed axis ±j of U is a direction ±(row j of U) in the embedding space (the
-codes are z̃ = U(x − b), so this is the direction that raises the concept's activation). It is
-named by cosine with the centred text embeddings t_w − b of a vocabulary: the best word is the
-name, its cosine the score, the next words the runner-ups. The vocabulary comes from the corpus
-(nouns, adjectives and verbs of its captions, `vocabulary_from_texts`) or from the user (one
-term per line).
+codes are z̃ = U(x − b), so this is the direction that raises the concept's activation). Its
+candidate names are the vocabulary words of highest cosine with the centred text embeddings
+t_w − b (`name_directions`: the best word, its cosine the score, the next words the
+runner-ups). Where the rows carry captions, `name_by_data` then picks among the candidates by
+what the concept does on captioned rows, one concept per name, and leaves a concept unnamed
+(its label as its name) when its name does not hold up on the val rows (training.cedar.naming).
+The vocabulary comes from the corpus (the clean nouns, adjectives and verbs of its captions,
+`vocabulary_from_texts`) or from the user (one term per line).
 
 The catalog: one entry per signed concept (2D entries), with its name, score, runner-ups, the
-share of rows in which it is among the k active concepts (frequency) and its top examples.
-The coder: embeddings → the k active concepts (signed ids and activation) → names.
+share of rows in which it is among the k active concepts (frequency), its top examples, and
+the name's val precision and whether it is named. The coder: embeddings → the k active
+concepts (signed ids and activation) → names; an unnamed concept is found by its label only.
 """
 
 from __future__ import annotations
