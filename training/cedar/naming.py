@@ -92,8 +92,7 @@ class CaptionVocabulary:
 
     @classmethod
     def given(cls, terms: Sequence[tuple[str, str]]) -> CaptionVocabulary:
-        """A user's terms: a caption uses a term when one of its tokens is the term or has the
-        term's lemma."""
+        """A user's terms: a caption uses a term when one of its tokens is the term."""
         words = [w for w, _ in terms]
         forms = {token_key(w): i for i, w in enumerate(words)}
         return cls(words, [c for _, c in terms], [0] * len(words), forms)
@@ -231,6 +230,7 @@ def fires_matrix(active: np.ndarray, n_concepts: int) -> sparse.csr_matrix:
     matrix = sparse.csr_matrix(
         (data, (np.repeat(np.arange(rows), k), active.reshape(-1))), shape=(rows, n_concepts)
     )
+    matrix.sum_duplicates()
     matrix.data[:] = 1.0  # an id listed twice in a row still counts once
     return matrix
 
