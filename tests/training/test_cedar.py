@@ -302,10 +302,18 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     done = strata(
         "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
         "--out", str(report), "--baselines", "identity,pca,topk", "--sae-epochs", "2",
-        "--ks", "4,8", "--no-progress",
+        "--ks", "4,8", "--gallery", str(compositional_cache), "--no-progress",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     data = json.loads((report / "report.json").read_text())
+    quality = data["filter_quality"]  # judged by each scene's own caption (one per scene)
+    assert {"cedar", "cedar (cosine names)", "topk-sae", "keyword (own caption)"} <= set(
+        quality["methods"]
+    )
+    keyword = quality["methods"]["keyword (own caption)"]["all"]
+    assert keyword["precision"] == 1.0 and keyword["recall"] == 1.0
+    assert quality["naming"]["cedar (cosine names)"]["named"] == 2 * loaded.dim
+    assert "## Concept-filter quality" in (report / "report.md").read_text()
     assert set(data["methods"]) == {"cedar", "identity", "pca", "topk-sae"}
     for name, result in data["methods"].items():
         assert set(result["fvu"]) == {"4", "8"}

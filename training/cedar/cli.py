@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -13,18 +14,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 import typer
+from scipy import sparse
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.cedar.concepts import (
     CatalogEntry,
     ConceptCoder,
+    ConceptName,
     build_catalog,
     catalog_json,
-    name_concepts,
+    name_by_data,
+    name_directions,
     read_vocabulary,
-    vocabulary_from_texts,
 )
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.evaluate import (
@@ -39,6 +43,22 @@ from training.cedar.evaluate import (
     rotation_method,
     sae_method,
 )
+from training.cedar.filter_quality import (
+    filter_quality,
+    frequent_words,
+    named_filters,
+    naming_table,
+    pick_cosine_threshold,
+    quality_table,
+)
+from training.cedar.naming import (
+    CaptionVocabulary,
+    caption_vocabulary,
+    cooccurrence,
+    fires_matrix,
+    naming_precision,
+    word_relevance,
+)
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.config import load_config
@@ -46,6 +66,7 @@ from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import default_contract
+from training.core.metrics import unit_rows
 from training.core.rotations import pca_rotation, random_rotation
 from training.core.settings import load_settings
 from training.loop import work_folder
@@ -71,26 +92,109 @@ VocabularyOption = Annotated[
 ]
 
 
+def naming_vocabulary(
+    data: SplitRows, index: np.ndarray, vocabulary: Path | None
+) -> tuple[CaptionVocabulary, str]:
+    """The naming vocabulary: the user's terms, or the clean vocabulary of the rows' captions."""
+    if vocabulary is not None:
+        return CaptionVocabulary.given(read_vocabulary(vocabulary)), str(vocabulary)
+    vocab = caption_vocabulary(data.texts(index), min_count=5)
+    return vocab, (
+        "captions: nouns, adjectives and verbs seen at least 5 times (stop words out, verb forms "
+        "folded, misspellings merged)"
+    )
+
+
 def vocabulary_embeddings(
     data: SplitRows, index: np.ndarray, vocabulary: Path | None, encoder_spec: str | None
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """The vocabulary's words, their embeddings, and a description for the manifest."""
-    if vocabulary is not None:
-        terms = read_vocabulary(vocabulary)
-        source = str(vocabulary)
-    else:
-        terms = vocabulary_from_texts(data.texts(index), min_count=5)
-        source = "captions: nouns, adjectives and verbs seen at least 5 times"
-    if not terms:
+    vocab, source = naming_vocabulary(data, index, vocabulary)
+    if not vocab.words:
         raise InputError("the vocabulary is empty: give --vocabulary")
-    spec = encoder_spec or data.encoder
+    embeddings = embed_words(vocab.words, encoder_spec or data.encoder)
+    return vocab.words, embeddings, vocabulary_info(vocab, source)
+
+
+def vocabulary_info(vocab: CaptionVocabulary, source: str) -> dict[str, Any]:
+    return {"source": source, "size": len(vocab.words), "classes": dict(Counter(vocab.classes))}
+
+
+def embed_words(words: list[str], spec: str | None) -> np.ndarray:
+    """Text embeddings of words with the encoder `spec` (loaded once per process)."""
     if spec is None:
         raise InputError("the cache records no encoder: pass --encoder")
-    words = [w for w, _ in terms]
-    log.info("embedding %d vocabulary terms with %s", len(words), spec)
-    embeddings = load_encoder(spec, device=load_settings().device).encode_text(words)
-    kinds = Counter(kind for _, kind in terms)
-    return words, embeddings, {"source": source, "size": len(words), "classes": dict(kinds)}
+    log.info("embedding %d words with %s", len(words), spec)
+    return _encoder(spec).encode_text(words)
+
+
+@functools.cache
+def _encoder(spec: str) -> Any:
+    return load_encoder(spec, device=load_settings().device)
+
+
+def caption_relevance(
+    data: SplitRows, rows: np.ndarray, vocab: CaptionVocabulary
+) -> sparse.csr_matrix | None:
+    """Which words each row is relevant to (training.cedar.naming.word_relevance), judged by the
+    other captions of its group (image); None when the cache has no captions."""
+    if "caption" not in data.metadata.column_names:
+        return None
+    column = "group" if "group" in data.metadata.column_names else "id"
+    groups = [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]
+    mentions = [vocab.mentions(t) for t in data.texts(rows)]
+    return word_relevance(mentions, groups, len(vocab.words))
+
+
+@dataclass
+class NamingRows:
+    """What naming by data reads on the training cache: the vocabulary, its embeddings, and the
+    relevance of the train and val rows (None without captions)."""
+
+    vocab: CaptionVocabulary
+    embeddings: np.ndarray
+    info: dict[str, Any]
+    train: sparse.csr_matrix | None
+    val: sparse.csr_matrix | None
+
+
+def naming_rows(data: SplitRows, vocabulary: Path | None, encoder: str | None) -> NamingRows:
+    train, val = data.rows("train"), data.rows("val")
+    vocab, source = naming_vocabulary(data, train, vocabulary)
+    if not vocab.words:
+        raise InputError("the vocabulary is empty: give --vocabulary")
+    embeddings = embed_words(vocab.words, encoder or data.encoder)
+    return NamingRows(
+        vocab,
+        embeddings,
+        vocabulary_info(vocab, source),
+        caption_relevance(data, train, vocab),
+        caption_relevance(data, val, vocab),
+    )
+
+
+def method_names(
+    method: SparseMethod,
+    rows: NamingRows,
+    data: SplitRows,
+    mean: np.ndarray,
+    k: int,
+    threshold: float | None = None,
+) -> tuple[list[ConceptName], dict[str, Any]]:
+    """A method's concept names: by data where the cache has captions (train rows choose, val
+    rows keep or drop, concepts.name_by_data), else by cosine alone."""
+    words = rows.vocab.words
+    if rows.train is None or rows.val is None:
+        names = name_directions(method.directions, mean, words, rows.embeddings)
+        return names, {"by": "cosine"}
+    n = len(method.directions)
+    x = data.embeddings
+    train = cooccurrence(method.concepts(x[data.rows("train")], k), rows.train, n)
+    val = cooccurrence(method.concepts(x[data.rows("val")], k), rows.val, n)
+    names, info = name_by_data(
+        method.directions, mean, words, rows.embeddings, train, val, method.signed, threshold
+    )
+    return names, {"by": "data", "k": k, **info}
 
 
 def train_command(
@@ -104,9 +208,17 @@ def train_command(
     work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+    name_threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="val precision a name must reach to be kept (default: picked on the val rows)"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """Learn the CEDAR rotation, name its concepts, and write the artifact with its catalog."""
+    if name_threshold is not None and not 0.0 <= name_threshold <= 1.0:
+        raise InputError(f"--name-threshold must lie in [0, 1], got {name_threshold}")
     cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
@@ -114,16 +226,21 @@ def train_command(
         fitted = fit_cedar(
             cache, out, cedar_config, vocabulary=vocabulary, encoder=encoder, work=work,
             device=device or load_settings().device, overwrite=overwrite, progress=progress,
+            name_threshold=name_threshold,
         )  # fmt: skip
     result, catalog, vocab_info = fitted.result, fitted.catalog, fitted.vocabulary
     best = result.history[result.best_epoch - 1]
     top = sorted(catalog, key=lambda e: -e.frequency)[:8]
+    named = f"{sum(e.named for e in catalog)} of {len(catalog)} concepts"
+    if "threshold" in fitted.naming:
+        named += f" (val precision >= {fitted.naming['threshold']})"
     typer.echo(
         f"artifact     {out}\n"
         f"epochs       {result.epochs_run} run, best {result.best_epoch} "
         f"(validation FVU at k={cedar_config.k}: {best[f'val_fvu_k{cedar_config.k}']:.4f})\n"
         f"time         {result.seconds:.1f} s\n"
         f"vocabulary   {vocab_info['size']} terms\n"
+        f"named        {named}\n"
         f"frequent     " + ", ".join(f"{e.name} ({e.label})" for e in top)
     )
 
@@ -134,6 +251,7 @@ class FittedCedar:
     result: CedarResult
     catalog: list[CatalogEntry]
     vocabulary: dict[str, Any]
+    naming: dict[str, Any]
 
 
 def fit_cedar(
@@ -146,6 +264,7 @@ def fit_cedar(
     device: str = "auto",
     overwrite: bool = False,
     progress: bool = True,
+    name_threshold: float | None = None,
 ) -> FittedCedar:
     """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`."""
     data = load_split_rows(cache)
@@ -155,10 +274,10 @@ def fit_cedar(
         x[train_rows], x[val_rows], config,
         work_dir=work_folder(out, work), device=device, progress=progress,
     )  # fmt: skip
-    words, word_embeddings, vocab_info = vocabulary_embeddings(
-        data, train_rows, vocabulary, encoder
-    )
-    names = name_concepts(result.rotation, result.mean, words, word_embeddings)
+    rows = naming_rows(data, vocabulary, encoder)
+    method = rotation_method("cedar", result.rotation, result.mean)
+    names, naming = method_names(method, rows, data, result.mean, config.k, name_threshold)
+    vocab_info = rows.info
     catalog = build_catalog(
         names, result.rotation, result.mean, config.k, x[train_rows],
         data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
@@ -173,10 +292,15 @@ def fit_cedar(
         config=config.model_dump(),
         data_fingerprint=data_fingerprint(x[train_rows]),
         metrics={"validation": best, "epochs_run": result.epochs_run, "seconds": result.seconds},
-        extra={"k": config.k, "vocabulary": vocab_info, "catalog": catalog_json(catalog)},
+        extra={
+            "k": config.k,
+            "vocabulary": vocab_info,
+            "naming": naming,
+            "catalog": catalog_json(catalog),
+        },
     )
     artifact.save(out, overwrite=overwrite)
-    return FittedCedar(artifact, result, catalog, vocab_info)
+    return FittedCedar(artifact, result, catalog, vocab_info, naming)
 
 
 def trained_sae(
@@ -227,6 +351,105 @@ def labelled_tasks(data: SplitRows, train: np.ndarray, test: np.ndarray) -> list
     return tasks
 
 
+def gallery_quality(
+    gallery: Path,
+    methods: list[SparseMethod],
+    namings: dict[str, dict[str, list[str | None]]],
+    k: int,
+    encoder: str | None,
+) -> dict[str, Any]:
+    """Concept-filter quality (training.cedar.filter_quality) on the gallery's test rows: each
+    method under each of its namings ("clean": the catalog's, "cosine": best cosine word over the
+    raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
+    and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
+    val rows); and every naming's precision on the test rows."""
+    g = load_split_rows(gallery)
+    if "caption" not in g.metadata.column_names:
+        raise InputError(f"{gallery}: filter quality needs the gallery's captions")
+    test, val = g.rows("test"), g.rows("val")
+    judged = {split: judged_words(g, rows) for split, rows in (("test", test), ("val", val))}
+    vocab, relevant, words = judged["test"]
+    names = [vocab.words[w] for w in words]
+    classes = [vocab.classes[w] for w in words]
+    wanted = relevant[:, words].T.toarray().astype(bool)
+    x = g.embeddings[test]
+    scores: dict[str, Any] = {}
+    naming: dict[str, Any] = {}
+    for method in methods:
+        active = method.concepts(x, k)
+        n = len(method.directions)
+        fires = fires_matrix(active, n).tocsc()
+        test_cooccurrence = cooccurrence(active, relevant, n)
+        for variant, concept_names in namings[method.name].items():
+            label = method.name if variant == "clean" else f"{method.name} (cosine names)"
+            allowed, covered = named_filters(fires, concept_names, names)
+            scores[label] = filter_quality(allowed, covered, wanted, classes)
+            naming[label] = naming_precision(concept_names, test_cooccurrence, vocab.words)
+    mentions = [vocab.mentions(t) for t in g.texts(test)]
+    own = np.array([[w in m for m in mentions] for w in words])
+    everything = np.ones(len(words), dtype=bool)
+    scores["keyword (own caption)"] = filter_quality(own, everything, wanted, classes)
+    centre = g.embeddings[g.rows("train")].mean(axis=0)
+    val_vocab, val_relevant, val_words = judged["val"]
+    val_names = [val_vocab.words[w] for w in val_words]
+    terms = sorted(set(names) | set(val_names))
+    embedded = dict(zip(terms, embed_words(terms, encoder), strict=True))
+
+    def cosines(rows: np.ndarray, of: list[str]) -> np.ndarray:
+        t = unit_rows(np.array([embedded[w] for w in of], dtype=np.float64) - centre)
+        return t @ unit_rows(g.embeddings[rows].astype(np.float64) - centre).T
+
+    threshold, curve = pick_cosine_threshold(
+        cosines(val, val_names), val_relevant[:, val_words].T.toarray().astype(bool)
+    )
+    allowed = cosines(test, names) >= threshold
+    scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(allowed, everything, wanted, classes)
+    return {
+        "gallery": str(gallery),
+        "test_rows": len(test),
+        "k": k,
+        "words": dict(Counter(classes)),
+        "word_list": dict(zip(names, classes, strict=True)),
+        "cosine_threshold": threshold,
+        "cosine_val_f1": curve,
+        "methods": scores,
+        "naming": naming,
+    }
+
+
+def judged_words(
+    g: SplitRows, rows: np.ndarray
+) -> tuple[CaptionVocabulary, sparse.csr_matrix, np.ndarray]:
+    """The rows' own clean vocabulary, their relevance and its frequent words."""
+    vocab = caption_vocabulary(g.texts(rows), min_count=5)
+    relevant = caption_relevance(g, rows, vocab)
+    if relevant is None:
+        raise InputError("filter quality needs the gallery's captions")
+    return vocab, relevant, frequent_words(relevant, vocab.classes)
+
+
+def filter_quality_markdown(quality: dict[str, Any]) -> str:
+    words = {**quality["words"], "all": sum(quality["words"].values())}
+    return "\n".join(
+        [
+            f"## Concept-filter quality on {quality['gallery']} "
+            f"(test, {quality['test_rows']} rows)",
+            "",
+            "Macro precision / recall per word class of the rows each filter allows (a row is "
+            "relevant when at least 2 other captions of its image use the word); a word with "
+            "no concept of its name scores 0 / 0; covered: words with a filter. "
+            f"k = {quality['k']}; the cosine threshold was picked on the val rows.",
+            "",
+            quality_table(quality["methods"], words),
+            "## Naming precision on the test rows",
+            "",
+            "P(name relevant | concept active), mean over the named concepts active on the rows.",
+            "",
+            naming_table(quality["naming"]),
+        ]
+    )
+
+
 def eval_command(
     cache: CacheOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="report folder")],
@@ -238,9 +461,17 @@ def eval_command(
     ks: Annotated[str, typer.Option(help="comma list of K")] = ",".join(map(str, KS)),
     vocabulary: VocabularyOption = None,
     encoder: EncoderOption = None,
+    gallery: Annotated[
+        Path | None,
+        typer.Option(
+            help="held-out gallery cache (captions grouped by image, with a split): "
+            "concept-filter quality on its test rows"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
-    """FVU against K, CKNNA, linear probes and concept purity for CEDAR and its baselines."""
+    """FVU against K, CKNNA, linear probes and concept purity for CEDAR and its baselines;
+    with --gallery, concept-filter quality and naming precision on the gallery's test rows."""
     names = [b.strip() for b in baselines.split(",") if b.strip()]
     unknown = [n for n in names if n not in (*ROTATION_BASELINES, *SAE_KINDS)]
     if unknown:
@@ -311,9 +542,27 @@ def eval_command(
         report["methods"][method.name] = evaluate_method(
             method, x[test], k_list, tasks, sample, factors, vocab, purity_k=k_default
         )
+    if gallery is not None:
+        namings = {}
+        rows = naming_rows(data, vocabulary, encoder)
+        raw = caption_vocabulary(data.texts(train), min_count=5, clean=False)
+        raw_embeddings = embed_words(raw.words, encoder or data.encoder)
+        for method in methods:
+            cosine = name_directions(method.directions, mean, raw.words, raw_embeddings)
+            if method.name == "cedar" and cedar is not None:
+                clean = [e.name if e.named else None for e in ConceptCoder(cedar).catalog]
+            else:
+                found, _ = method_names(method, rows, data, mean, k_default)
+                clean = [n.name if n.named else None for n in found]
+            namings[method.name] = {"clean": clean, "cosine": [n.name for n in cosine]}
+        report["filter_quality"] = gallery_quality(
+            gallery, methods, namings, k_default, encoder or data.encoder
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown_report(report)
+    if "filter_quality" in report:
+        table += "\n" + filter_quality_markdown(report["filter_quality"])
     (out / "report.md").write_text(table)
     plot_fvu_curves(report, out / "fvu_k.png")
     written = ["report.json", "report.md", "fvu_k.png"]

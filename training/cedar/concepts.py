@@ -1,20 +1,23 @@
 """Naming CEDAR's concepts and reading them back: the vocabulary, the catalog, the coder.
 
 Naming: each signed axis ±j of U is a direction ±(row j of U) in the embedding space (the
-codes are z̃ = U(x − b), so this is the direction that raises the concept's activation). It is
-named by cosine with the centred text embeddings t_w − b of a vocabulary: the best word is the
-name, its cosine the score, the next words the runner-ups. The vocabulary comes from the corpus
-(nouns, adjectives and verbs of its captions, `vocabulary_from_texts`) or from the user (one
-term per line).
+codes are z̃ = U(x − b), so this is the direction that raises the concept's activation). Its
+candidate names are the vocabulary words of highest cosine with the centred text embeddings
+t_w − b (`name_directions`: the best word, its cosine the score, the next words the
+runner-ups). Where the rows carry captions, `name_by_data` then picks among the candidates by
+what the concept does on captioned rows, one concept per name, and leaves a concept unnamed
+(its label as its name) when its name does not hold up on the val rows (training.cedar.naming).
+The vocabulary comes from the corpus (the clean nouns, adjectives and verbs of its captions,
+`vocabulary_from_texts`) or from the user (one term per line).
 
 The catalog: one entry per signed concept (2D entries), with its name, score, runner-ups, the
-share of rows in which it is among the k active concepts (frequency) and its top examples.
-The coder: embeddings → the k active concepts (signed ids and activation) → names.
+share of rows in which it is among the k active concepts (frequency), its top examples, and
+the name's val precision and whether it is named. The coder: embeddings → the k active
+concepts (signed ids and activation) → names; an unnamed concept is found by its label only.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.naming import (
+    CANDIDATES,
+    Cooccurrence,
+    caption_vocabulary,
+    choose_names,
+    pick_threshold,
+    trusted,
+    with_precision,
+)
 from training.cedar.near_misses import suggestion
 from training.cedar.sparse_codes import (
     check_k,
@@ -32,7 +44,6 @@ from training.cedar.sparse_codes import (
 )
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
-from training.core.lexicon.words import word_class
 from training.core.metrics import unit_rows
 
 RUNNER_UPS = 4
@@ -40,14 +51,10 @@ EXAMPLES = 5
 
 
 def vocabulary_from_texts(texts: Iterable[str], min_count: int = 5) -> list[tuple[str, str]]:
-    """(word, class) of the content words seen at least `min_count` times, most frequent first."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for text in texts:
-        for token in text.split():
-            entry = word_class(token)
-            if entry is not None:
-                counts[entry] += 1
-    return [entry for entry, n in counts.most_common() if n >= min_count]
+    """(word, class) of the content words seen at least `min_count` times, most frequent first:
+    the clean caption vocabulary of training.cedar.naming (stop words out, verb forms folded,
+    misspellings merged)."""
+    return caption_vocabulary(texts, min_count).terms()
 
 
 def read_vocabulary(path: Path) -> list[tuple[str, str]]:
@@ -67,6 +74,8 @@ class ConceptName:
     name: str
     score: float
     runner_ups: list[tuple[str, float]]
+    precision: float | None = None  # P(name relevant | active) on held-out rows, where measured
+    named: bool = True  # False: no name held up, `name` is the label
 
 
 def signed_directions(rotation: np.ndarray) -> np.ndarray:
@@ -93,9 +102,7 @@ def name_directions(
         raise InputError(
             f"need one {d.shape[1]}-d embedding per vocabulary word ({len(words)}), got {t.shape}"
         )
-    t = unit_rows(t - mean, np.float64)
-    d = unit_rows(d, np.float64)
-    cos = d @ t.T
+    cos = direction_cosines(d, mean, t)
     best = np.argsort(-cos, axis=1)[:, : runner_ups + 1]
     return [
         ConceptName(
@@ -106,6 +113,14 @@ def name_directions(
         )
         for c in range(len(d))
     ]
+
+
+def direction_cosines(
+    directions: np.ndarray, mean: np.ndarray, word_embeddings: np.ndarray
+) -> np.ndarray:
+    """[C, W]: cosine of every concept direction with every centred word embedding t_w − b."""
+    t = unit_rows(np.asarray(word_embeddings, dtype=np.float64) - mean, np.float64)
+    return unit_rows(np.asarray(directions, dtype=np.float64), np.float64) @ t.T
 
 
 def name_concepts(
@@ -119,6 +134,52 @@ def name_concepts(
     return name_directions(signed_directions(rotation), mean, words, word_embeddings, runner_ups)
 
 
+def name_by_data(
+    directions: np.ndarray,
+    mean: np.ndarray,
+    words: Sequence[str],
+    word_embeddings: np.ndarray,
+    train: Cooccurrence,
+    val: Cooccurrence,
+    signed: bool,
+    threshold: float | None = None,
+    candidates: int = CANDIDATES,
+    runner_ups: int = RUNNER_UPS,
+) -> tuple[list[ConceptName], dict[str, Any]]:
+    """Names chosen by what each concept does on captioned rows (training.cedar.naming): the
+    best-F1 cosine candidate on the train rows, one concept per name, both signs of an axis only
+    when opposite, kept when its val precision reaches `threshold` (None: picked on the val
+    rows). An unnamed concept's name is its label; `score` is the name's cosine (0 unnamed),
+    the runner-ups the best cosine words. Also returns the threshold and its val curve."""
+    cos = direction_cosines(directions, mean, word_embeddings)
+    chosen = with_precision(choose_names(cos, train, signed, candidates), val)
+    curve: dict[float, float] = {}
+    if threshold is None:
+        threshold, curve = pick_threshold(chosen, val)
+    kept = trusted(chosen, threshold)
+    best = np.argsort(-cos, axis=1)[:, :runner_ups]
+    names = []
+    for choice, found in zip(kept, chosen, strict=True):
+        c = choice.concept
+        names.append(
+            ConceptName(
+                concept=c,
+                name=words[choice.word] if choice.word is not None else concept_label(c),
+                score=float(cos[c, choice.word]) if choice.word is not None else 0.0,
+                runner_ups=[(words[i], float(cos[c, i])) for i in best[c]],
+                precision=found.precision,
+                named=choice.word is not None,
+            )
+        )
+    info = {
+        "threshold": threshold,
+        "val_utility": curve,
+        "candidates": candidates,
+        "named": sum(n.named for n in names),
+    }
+    return names, info
+
+
 @dataclass
 class CatalogEntry:
     concept: int
@@ -129,6 +190,8 @@ class CatalogEntry:
     frequency: float
     examples: list[dict[str, Any]] = field(default_factory=list)
     scope: str | None = None  # local / global, once CDS has measured it
+    precision: float | None = None  # the name's precision on held-out rows (None: not measured)
+    named: bool = True  # False: left unnamed, `name` is the label (found by label only)
 
 
 def build_catalog(
@@ -159,6 +222,8 @@ def build_catalog(
                 score=round(entry.score, 4),
                 runner_ups=[(w, round(s, 4)) for w, s in entry.runner_ups],
                 frequency=float(frequency[entry.concept]),
+                precision=None if entry.precision is None else round(entry.precision, 4),
+                named=entry.named,
                 examples=[
                     {
                         "id": str(ids[i]),
@@ -196,6 +261,8 @@ class ConceptCoder:
         self.catalog = [catalog_entry(e) for e in catalog]
         self._by_name: dict[str, list[int]] = {}
         for entry in self.catalog:
+            if not entry.named:  # an unnamed concept is found by its label only
+                continue
             self._by_name.setdefault(entry.name.lower(), []).append(entry.concept)
 
     def encode(self, embeddings: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -250,6 +317,8 @@ def catalog_entry(data: dict[str, Any]) -> CatalogEntry:
             frequency=float(data.get("frequency", 0.0)),
             examples=list(data.get("examples", [])),
             scope=data.get("scope"),
+            precision=None if data.get("precision") is None else float(data["precision"]),
+            named=bool(data.get("named", True)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed concept catalog entry {data!r}: {exc}") from exc

@@ -38,6 +38,7 @@ class SparseMethod:
     concepts: Callable[[np.ndarray, int], np.ndarray]  # [N, k] active concept ids
     directions: np.ndarray  # [C, D], one per concept, for naming
     seconds: float | None = None  # training time, where it was trained here
+    signed: bool = False  # concepts 2j and 2j + 1 are the two signs of one axis
 
 
 def rotation_method(
@@ -52,6 +53,7 @@ def rotation_method(
         concepts=lambda x, k: concept_ids(*sparse_codes(x, rotation, mean, k)),
         directions=signed_directions(rotation),
         seconds=seconds,
+        signed=True,
     )
 
 

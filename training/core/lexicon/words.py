@@ -144,6 +144,16 @@ FUNCTION_WORDS = (
 )  # fmt: skip
 
 
+# Content-looking words that name no concept: the nouns of place phrases ("in front of", "next
+# to", "at the top of", "in the background"), filler nouns and verbs. Kept out of the concept
+# vocabulary (training.cedar.naming), not out of the caption parse.
+STOP_WORDS = word_set(
+    """
+    front next top side middle edge bottom end area background something someone thing things
+    high way doing does lot part piece"""
+)  # fmt: skip
+
+
 def is_ing_verb(word: str) -> bool:
     """Whether a word is an -ing verb form: it ends in -ing, is no -ing noun (ING_NOUNS) nor
     "being", and its stem has at least two letters, one of them a vowel."""
