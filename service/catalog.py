@@ -38,6 +38,8 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         examples=list(entry.examples),
         scope=entry.scope,
         active_rows=len(rows),
+        precision=entry.precision,
+        named=entry.named,
     )
 
 

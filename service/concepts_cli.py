@@ -174,6 +174,8 @@ def concept_details(concept: ConceptInfo) -> str:
     ]
     if precision is not None:
         lines.append(f"  precision    {precision:.3f} (held out)")
+    if not concept.named:
+        lines.append("  unnamed      no name reached the precision threshold; found by label only")
     lines += [
         f"  scope        {concept.scope or 'not measured (strata eval cds --artifact)'}",
         f"  frequency    {100 * concept.frequency:.2f}% of training rows",
@@ -193,8 +195,7 @@ def concept_details(concept: ConceptInfo) -> str:
 
 def precision_of(concept: ConceptInfo) -> float | None:
     """The held-out precision of a concept's name, where the catalog records one."""
-    value = getattr(concept, "precision", None)
-    return None if value is None else float(value)
+    return concept.precision
 
 
 def _example(example: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from training.core.granularity import Granularity
 MAX_MESSAGE_BYTES = 16 * 2**20  # responses (the server's send, a client's both ways)
 
 # fields of the same name and meaning in a message and its value, copied as they are
-_CONCEPT_FIELDS = ("id", "label", "name", "score", "frequency", "active_rows")
+_CONCEPT_FIELDS = ("id", "label", "name", "score", "frequency", "active_rows", "named")
 _INDEX_FIELDS = (
     "bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality",
     "concepts", "image_queries",
@@ -366,6 +366,7 @@ def concept_to_proto(info: ConceptInfo) -> pb.Concept:
             for e in info.examples
         ],
         scope=info.scope or "",
+        precision=info.precision,
     )
 
 
@@ -378,6 +379,7 @@ def concept_info(message: pb.Concept) -> ConceptInfo:
             for e in message.examples
         ],
         scope=message.scope or None,
+        precision=message.precision if message.HasField("precision") else None,
     )
 
 

@@ -43,7 +43,7 @@ def code_names(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarra
         if concept < 0:
             continue
         entry = coder.catalog[int(concept)]
-        if entry.name and entry.name != entry.label:
+        if entry.named and entry.name and entry.name != entry.label:
             names.append(entry.name)
     return names
 

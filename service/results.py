@@ -260,6 +260,8 @@ class ConceptInfo:
     examples: list[dict[str, Any]] = field(default_factory=list)
     scope: str | None = None
     active_rows: int = 0
+    precision: float | None = None  # the name's held-out precision, where measured
+    named: bool = True  # False: no name held up; `name` is the label
 
 
 @dataclass

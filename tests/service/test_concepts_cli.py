@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from service import convert
 from service.client import StrataClient
+from service.concepts_cli import concept_details
+from service.results import ConceptInfo
 from service.search import SearchEngine
 from service.server import BackgroundServer
 
@@ -150,3 +155,20 @@ def test_explain_prints_the_cosine_at_each_prefix_and_shared_concepts(
     ):
         code, _, err = strata_in_process("explain", *args, "--target", server.target)
         assert code == 2 and err.startswith("strata: error: ") and message in err, err
+
+
+@pytest.mark.parametrize(("precision", "named"), [(0.625, True), (0.125, False), (None, True)])
+def test_a_served_concept_keeps_its_names_precision_and_whether_it_is_named(
+    precision: float | None, named: bool
+):
+    info = ConceptInfo(
+        id=7, label="-3", name="dog" if named else "-3", score=0.4, precision=precision,
+        named=named,
+    )  # fmt: skip
+    message = convert.concept_to_proto(info)
+    assert message.HasField("precision") == (precision is not None)
+    back = convert.concept_info(message)
+    assert (back.precision, back.named, back.name) == (precision, named, info.name)
+    shown = concept_details(back)
+    assert ("precision    0.625 (held out)" in shown) == (precision == 0.625)
+    assert ("found by label only" in shown) == (not named)

@@ -324,7 +324,7 @@ class ConceptExample(_message.Message):
     def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Concept(_message.Message):
-    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows")
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +334,8 @@ class Concept(_message.Message):
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    NAMED_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -343,7 +345,9 @@ class Concept(_message.Message):
     examples: _containers.RepeatedCompositeFieldContainer[ConceptExample]
     scope: str
     active_rows: int
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ...) -> None: ...
+    precision: float
+    named: bool
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ...) -> None: ...
 
 class GetIndexInfoRequest(_message.Message):
     __slots__ = ()
