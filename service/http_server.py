@@ -31,6 +31,22 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+def _no_delay(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """`protocol` with TCP_NODELAY set on each connection: uvicorn writes an answer's head and
+    body in two writes, and with Nagle's algorithm on the second waits for the client's
+    delayed ACK (40 ms a call on Linux, measured here before this)."""
+
+    class NoDelay(protocol):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            super().connection_made(transport)  # type: ignore[arg-type]
+
+    return NoDelay
+
+
 class HttpEndpoint:
     """One uvicorn server on the running loop, around `app`."""
 
@@ -63,6 +79,8 @@ class HttpEndpoint:
             limit_concurrency=self.max_connections,  # beyond: 503 at once
             timeout_graceful_shutdown=max(1, round(self.grace_s)),
         )
+        config.load()
+        config.http_protocol_class = _no_delay(config.http_protocol_class)
         self._server = _EmbeddedServer(config)
         self._socket = sock
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))

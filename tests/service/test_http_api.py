@@ -271,3 +271,15 @@ def test_the_http_api_stops_with_the_server(engine: SearchEngine):
     running.stop()
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/healthz", timeout=5)
+
+
+def test_a_fuzz_of_bad_requests_gets_4xx_and_no_path_leaks(image_bundle: Path, tiny_clip):
+    from service.benchmarks.http_fuzz import run_http_fuzz
+
+    engine = SearchEngine(Bundle.open(image_bundle), tiny_clip)
+    with BackgroundServer(engine, ServerConfig(port=0, http_port=0)) as running:
+        report = run_http_fuzz(running.server.http_address, requests=300, seed=1, max_seconds=90)
+        assert call(base(running), "/healthz")[0] == 200
+    assert report["sent"] == 300 and report["5xx"] == 0 and not report["leaks"], report
+    assert report["4xx"] > 150 and report["kinds"]["traversal"].get("2xx", 0) == 0
+    assert report["ok"], report
