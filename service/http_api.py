@@ -158,7 +158,9 @@ def error_response(error: BaseException) -> JSONResponse:
     code = status_of(error)
     status = 413 if isinstance(error, BodyTooLargeError) else http_status(code)
     body = {"error": {"code": status, "status": code.name, "message": status_message(error)}}
-    return JSONResponse(body, status_code=status)
+    # a body refused unread leaves its bytes on the connection: close it after the answer
+    headers = {"connection": "close"} if status == 413 else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def render(message: Message) -> bytes:

@@ -26,6 +26,7 @@ import random
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -98,7 +99,13 @@ def _traversal(rng: random.Random, t: Target) -> HttpRequest:
         path = base + "a" * rng.choice((300, 5000, 60_000))
     else:
         path = base + "".join(rng.choice("%./\\\x7f~é") for _ in range(rng.randint(1, 40)))
-    return HttpRequest("traversal", "GET", path.replace(" ", "%20"), headers=())
+    return HttpRequest("traversal", "GET", _escaped(path), headers=())
+
+
+def _escaped(path: str) -> str:
+    """`path` with what cannot go on a request line as it is (controls, space, non-ASCII)
+    percent-encoded, as a client must send it; everything else (`..`, `%2e`, `\\`) kept."""
+    return "".join(c if 0x20 < ord(c) < 0x7F else urllib.parse.quote(c, safe="") for c in path)
 
 
 def _wrong_type(rng: random.Random) -> object:

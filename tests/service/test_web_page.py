@@ -97,12 +97,11 @@ def test_search_at_two_granularities_and_auto(page, engine: SearchEngine):
         shown = cards(page)
         assert [c["id"] for c in shown] == expected.ids
         assert [c["score"] for c in shown] == [f"{h.score:.3f}" for h in expected.hits]
-        if granularity == "OBJECT":
-            shot(page, "search")
     run_search(page, "a red dog")  # AUTO: the routing reason is shown
     assert page.inner_text("[data-testid=routed]").startswith("attribute")
     reason = engine.search(SearchQuery.of("a red dog", k=8)).routing_reason
     assert page.inner_text("[data-testid=routing-reason]") == reason
+    shot(page, "search")
 
 
 def _concept_with_rows(engine: SearchEngine) -> str:
@@ -192,10 +191,43 @@ def test_the_concept_browser(page, engine: SearchEngine):
     shot(page, "concepts")
 
 
+def _png(path: Path, colour: tuple[int, int, int], size: tuple[int, int]) -> Path:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, colour).save(path)
+    return path
+
+
+def test_cards_show_thumbnails_from_the_image_root(browser, tmp_path: Path, tiny_clip):
+    from search_gallery import build_image_bundle
+
+    from indexer.bundle import Bundle
+
+    engine = SearchEngine(Bundle.open(build_image_bundle(tmp_path, tiny_clip, _png)), tiny_clip)
+    with BackgroundServer(engine, ServerConfig(port=0, http_port=0)) as running:
+        context = browser.new_context(viewport={"width": 1280, "height": 860})
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"http://{running.server.http_address}/")
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.is_visible("#image-label")  # an image tower: image queries offered
+        run_search(page, "a red square", "FULL", k=6)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.card .thumb')].every(i => i.complete && "
+            "i.naturalWidth > 0) && document.querySelectorAll('.card .thumb').length === 6"
+        )
+        expected = engine.search(SearchQuery.of("a red square", granularity="full", k=6))
+        assert [c["id"] for c in cards(page)] == expected.ids
+        shot(page, "thumbnails")
+        context.close()
+
+
 def test_metadata_filters_and_group_by_when_the_engine_has_them(page, site: str):
     _, info = call(site, "/v1/index-info")
     schema = {f["name"]: f["type"] for f in info.get("metadataSchema", [])}
     if not schema:
+        assert page.is_hidden("#metadata-controls")
         pytest.skip("this engine fills no GetIndexInfo.metadata_schema: no filter or group-by UI")
     assert page.is_visible("#metadata-controls")
     assert {"subject", "place"} <= schema.keys()
