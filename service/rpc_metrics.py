@@ -58,6 +58,24 @@ def code_name(context: grpc.aio.ServicerContext, error: BaseException | None) ->
     return "UNKNOWN"
 
 
+@contextlib.contextmanager
+def observed_call(metrics: ServerMetrics, labels: Labels, context: Any) -> Iterator[None]:
+    """Count a call as started; at its end, as handled with its status (`code_name`), and
+    time it. `context`: the call's grpc.aio context, or anything with its `code()` and
+    `time_remaining()` (the HTTP API's call context, service/http_api.py)."""
+    metrics.started.labels(*labels).inc()
+    started = time.perf_counter()
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        metrics.handled.labels(*labels, code_name(context, error)).inc()
+        metrics.handling.labels(*labels).observe(time.perf_counter() - started)
+
+
 class MetricsInterceptor(HandlerInterceptor):
     """Counts and times every RPC of every service registered on the server."""
 
@@ -67,21 +85,6 @@ class MetricsInterceptor(HandlerInterceptor):
     def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         labels = (grpc_type(handler), *split_method(method))
         return rewrapped(handler, lambda behavior: self._wrap(behavior, labels))
-
-    @contextlib.contextmanager
-    def _observed(self, labels: Labels, context: grpc.aio.ServicerContext) -> Iterator[None]:
-        """Count the call as started; at its end, as handled with its status, and time it."""
-        self.metrics.started.labels(*labels).inc()
-        started = time.perf_counter()
-        error: BaseException | None = None
-        try:
-            yield
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self.metrics.handled.labels(*labels, code_name(context, error)).inc()
-            self.metrics.handling.labels(*labels).observe(time.perf_counter() - started)
 
     def _wrap(self, behavior: Behavior, labels: Labels) -> Behavior:
         if inspect.isgeneratorfunction(behavior):  # a plain generator: iterate it here
@@ -95,14 +98,14 @@ class MetricsInterceptor(HandlerInterceptor):
         if inspect.isasyncgenfunction(behavior):
 
             async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
-                with self._observed(labels, context):
+                with observed_call(self.metrics, labels, context):
                     async for response in behavior(request, context):
                         yield response
 
             return streaming
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            with self._observed(labels, context):
+            with observed_call(self.metrics, labels, context):
                 return await run_behavior(behavior, request, context)
 
         return call

@@ -89,6 +89,22 @@ def serve_command(
     metrics_host: Annotated[
         str | None, typer.Option(help="address /metrics listens on (default: --host)")
     ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="serve the HTTP/JSON API and the search page on this port (0: any free port)"
+        ),
+    ] = None,
+    http_host: Annotated[
+        str | None, typer.Option(help="address the HTTP API listens on (default: --host)")
+    ] = None,
+    image_root: Annotated[
+        Path | None,
+        typer.Option(
+            help="the page's thumbnails come from this folder only (default: the folder "
+            "holding every image the bundle lists)"
+        ),
+    ] = None,
     admin_token_file: Annotated[
         Path | None,
         typer.Option(
@@ -115,7 +131,8 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Serve a bundle over gRPC (strata.v1.SearchService) until Ctrl-C."""
+    """Serve a bundle over gRPC (strata.v1.SearchService), and HTTP with --http-port, until
+    Ctrl-C."""
     from service.hot_swap import HotSwapper
     from service.metrics import ServerMetrics
     from service.query_cache import open_cache
@@ -128,6 +145,8 @@ def serve_command(
     for what, path in (("certificate", tls_cert), ("key", tls_key)):
         if path is not None and not path.expanduser().is_file():
             raise InputError(f"TLS {what} file not found: {path}")
+    if image_root is not None and not image_root.expanduser().is_dir():
+        raise InputError(f"image root is not a folder: {image_root}")
     values = {
         "host": host,
         "port": port,
@@ -140,6 +159,9 @@ def serve_command(
         "grace_s": grace,
         "metrics_port": metrics_port,
         "metrics_host": metrics_host,
+        "http_port": http_port,
+        "http_host": http_host,
+        "image_root": image_root.expanduser() if image_root else None,
         "admin_token": read_admin_token(admin_token_file, settings),
         "tls_cert": tls_cert.expanduser() if tls_cert else None,
         "tls_key": tls_key.expanduser() if tls_key else None,
@@ -169,6 +191,8 @@ def serve_command(
         if server.metrics_port is not None:
             where = config.metrics_host or config.host
             typer.echo(f"metrics: http://{where}:{server.metrics_port}/metrics")
+        if server.http_address is not None:
+            typer.echo(f"http: http://{server.http_address}/ (the page; the API under /v1/)")
         if config.admin_token is not None:
             typer.echo("admin: strata.v1.AdminService on (bearer token)")
         cache.report_state()  # strata_redis_up from the start

@@ -13,7 +13,9 @@ batcher and the engine thread are shut down.
 Production surface (all optional, all off by default): Prometheus metrics on their own HTTP
 port (`metrics_port`; service/metrics.py lists the series), the token-guarded
 `strata.v1.AdminService` (`admin_token`; Reload, Drain, Status — service/admin.py), and TLS
-(`tls_cert` + `tls_key`). `swap_engine(new_engine)` is the one place the served engine changes.
+(`tls_cert` + `tls_key`), and the HTTP/JSON API with the page on a port of its own
+(`http_port`; service/http_api.py), on the same loop, servicer and engine.
+`swap_engine(new_engine)` is the one place the served engine changes.
 
 `BackgroundServer` runs the same server on a loop in a daemon thread: for tests, notebooks and
 load scripts that want a live server in-process.
@@ -29,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -51,6 +54,9 @@ from service.search import SearchEngine
 from service.served_engine import ServedEngine
 from service.servicer import SearchServicer
 from training.core.config import ConfigModel
+
+if TYPE_CHECKING:
+    from service.http_server import HttpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,9 @@ class ServerConfig(ConfigModel):
     tls_cert: Path | None = None  # PEM certificate chain and key: both or neither
     tls_key: Path | None = None
     bundles_dir: Path | None = None  # where Reload finds versions; None: the served one's parent
+    http_port: int | None = None  # the HTTP/JSON API and the page: None off, 0 any free port
+    http_host: str | None = None  # where the HTTP API listens; None: `host`
+    image_root: Path | None = None  # the page's thumbnails; None: the bundle's (thumbnails.py)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:
@@ -119,6 +128,8 @@ class StrataServer:
         self.draining = False
         self.started_at = time.monotonic()
         self._server: grpc.aio.Server | None = None
+        self.http: HttpEndpoint | None = None
+        self.http_port: int | None = None
         self.metrics.track_queue(lambda: self.batcher.waiting)
         self._publish_bundle()
 
@@ -208,6 +219,12 @@ class StrataServer:
             self.metrics.close()
             await server.stop(None)
             raise
+        try:
+            await self._start_http()
+        except BaseException:
+            self.metrics.close()
+            await server.stop(None)
+            raise
         self.started_at = time.monotonic()
         await self.set_serving(True)  # the bundle is loaded: the engine exists
         self._server, self.port = server, port
@@ -219,6 +236,36 @@ class StrataServer:
             self.address,
         )
         return port
+
+    async def _start_http(self) -> None:
+        """The HTTP/JSON API and the page on their own port (service/http_api.py), if asked."""
+        if self.config.http_port is None:
+            return
+        from service.http_api import HttpApi, HttpConfig
+        from service.http_server import HttpEndpoint
+
+        api = HttpApi(
+            self.servicer,
+            self.metrics,
+            serving=lambda: self.serving,
+            config=HttpConfig(
+                body_bytes=2 * self.config.max_message_bytes,
+                max_message_bytes=self.config.max_message_bytes,
+                image_root=self.config.image_root,
+            ),
+        )
+        host = self.config.http_host or self.config.host
+        self.http = HttpEndpoint(
+            api.app(), host, self.config.http_port, self.config.max_concurrent_rpcs,
+            self.config.grace_s,
+        )  # fmt: skip
+        self.http_port = await self.http.start()
+
+    @property
+    def http_address(self) -> str | None:
+        if self.http_port is None:
+            return None
+        return f"{self.config.http_host or self.config.host}:{self.http_port}"
 
     def _listen(self, server: grpc.aio.Server) -> int:
         """Bind the gRPC port (TLS when configured) and start /metrics; the gRPC port."""
@@ -250,7 +297,11 @@ class StrataServer:
         self.metrics.set_serving(False)
         if self.health is not None:
             await self.health.enter_graceful_shutdown()
-        await self._server.stop(self.config.grace_s if grace is None else grace)
+        grace_s = self.config.grace_s if grace is None else grace
+        stopping = [self._server.stop(grace_s)]
+        if self.http is not None:
+            stopping.append(self.http.stop(grace_s))  # both transports drain together
+        await asyncio.gather(*stopping)
         await self.batcher.close()
         self.executor.shutdown(wait=True)
         self.metrics.close()

@@ -175,10 +175,14 @@ def run_fuzz(
 # --- the command: serve a bundle in a subprocess and fuzz it -------------------------------------
 
 
-def start_server(bundles: Path, timeout: float = 300.0) -> tuple[subprocess.Popen[str], str]:
-    """`strata serve --bundles DIR --port 0` in a subprocess; (process, host:port)."""
+def start_server(
+    bundles: Path, timeout: float = 300.0, http: bool = False
+) -> tuple[subprocess.Popen[str], str, str | None]:
+    """`strata serve --bundles DIR --port 0` in a subprocess (with `--http-port 0` when `http`);
+    (process, gRPC host:port, HTTP host:port or None)."""
+    command = [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0"],
+        [*command, *(["--http-port", "0"] if http else [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -186,13 +190,16 @@ def start_server(bundles: Path, timeout: float = 300.0) -> tuple[subprocess.Pope
     )
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
-    lines = []
+    lines: list[str] = []
+    target: str | None = None
     for line in process.stdout:
         lines.append(line)
         found = re.search(r" on (\S+:\d+); Ctrl-C stops", line)
-        if found:
+        target = found.group(1) if found else target
+        found_http = re.search(r"^http: http://(\S+:\d+)/", line)
+        if target is not None and (not http or found_http):
             threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
-            return process, found.group(1)
+            return process, target, found_http.group(1) if found_http else None
         if time.monotonic() > deadline:
             break
     process.kill()
@@ -222,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             from service.benchmarks.load import build_gallery
 
             bundles = build_gallery(Path(folder), args.rows, 384)
-        process, target = start_server(bundles)
+        process, target, _ = start_server(bundles)
         try:
             result = run_fuzz(target, args.requests, args.seed, args.max_seconds, args.concurrency)
             result["after"]["process_alive"] = process.poll() is None

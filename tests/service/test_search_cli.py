@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from http_helpers import call
 from search_gallery import build_image_bundle
 
 from service.client import StrataClient
@@ -122,6 +123,33 @@ def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_
         with StrataClient(target) as client:
             picture = tmp_path / "images" / "blue-1.png"
             assert client.search(image=picture, k=1).ids == ["blue-1"]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.strip().endswith("stopped") and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_serve_with_http_port_serves_the_page_and_the_api(tmp_path: Path, tiny_clip, write_png):
+    bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
+         "--http-port", "0", "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(2)]
+        http_line = next((line for line in lines if line.startswith("http: ")), "")
+        assert http_line, "".join(lines) + (process.stderr.read() if process.poll() else "")
+        url = http_line.split()[1].rstrip("/")
+        code, answer = call(url, "/v1/search", {"query": {"text": "a blue square"}, "topK": 2})
+        assert code == 200 and len(answer["hits"]) == 2
+        assert call(url, "/")[0] == 200
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:

@@ -102,8 +102,50 @@ class PlanRun(_message.Message):
     shortlist_rows: int
     def __init__(self, kind: _Optional[_Union[PlanKind, str]] = ..., reason: _Optional[str] = ..., shortlist_prefix: _Optional[int] = ..., factor: _Optional[int] = ..., shortlist_rows: _Optional[int] = ...) -> None: ...
 
+class MetadataValue(_message.Message):
+    __slots__ = ("text", "integer", "number", "flag")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INTEGER_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    integer: int
+    number: float
+    flag: bool
+    def __init__(self, text: _Optional[str] = ..., integer: _Optional[int] = ..., number: _Optional[float] = ..., flag: _Optional[bool] = ...) -> None: ...
+
+class MetadataValues(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[MetadataValue]
+    def __init__(self, values: _Optional[_Iterable[_Union[MetadataValue, _Mapping]]] = ...) -> None: ...
+
+class MetadataRange(_message.Message):
+    __slots__ = ("min", "max", "min_exclusive", "max_exclusive")
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    MIN_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    min: MetadataValue
+    max: MetadataValue
+    min_exclusive: bool
+    max_exclusive: bool
+    def __init__(self, min: _Optional[_Union[MetadataValue, _Mapping]] = ..., max: _Optional[_Union[MetadataValue, _Mapping]] = ..., min_exclusive: _Optional[bool] = ..., max_exclusive: _Optional[bool] = ...) -> None: ...
+
+class MetadataCondition(_message.Message):
+    __slots__ = ("field", "equals", "any_of", "range")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    EQUALS_FIELD_NUMBER: _ClassVar[int]
+    ANY_OF_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    equals: MetadataValue
+    any_of: MetadataValues
+    range: MetadataRange
+    def __init__(self, field: _Optional[str] = ..., equals: _Optional[_Union[MetadataValue, _Mapping]] = ..., any_of: _Optional[_Union[MetadataValues, _Mapping]] = ..., range: _Optional[_Union[MetadataRange, _Mapping]] = ...) -> None: ...
+
 class SearchRequest(_message.Message):
-    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields", "plan", "min_recall")
+    __slots__ = ("query", "granularity", "top_k", "filter", "explain", "metadata_fields", "plan", "min_recall", "where", "group_by", "group_size")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +154,9 @@ class SearchRequest(_message.Message):
     METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     MIN_RECALL_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     query: Query
     granularity: Granularity
     top_k: int
@@ -120,7 +165,10 @@ class SearchRequest(_message.Message):
     metadata_fields: _containers.RepeatedScalarFieldContainer[str]
     plan: SearchPlan
     min_recall: float
-    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[SearchPlan, _Mapping]] = ..., min_recall: _Optional[float] = ...) -> None: ...
+    where: _containers.RepeatedCompositeFieldContainer[MetadataCondition]
+    group_by: str
+    group_size: int
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[SearchPlan, _Mapping]] = ..., min_recall: _Optional[float] = ..., where: _Optional[_Iterable[_Union[MetadataCondition, _Mapping]]] = ..., group_by: _Optional[str] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version", "plan")
@@ -143,7 +191,7 @@ class SearchResponse(_message.Message):
     def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ..., plan: _Optional[_Union[PlanRun, _Mapping]] = ...) -> None: ...
 
 class Hit(_message.Message):
-    __slots__ = ("id", "score", "row", "metadata", "concepts", "shared_concepts")
+    __slots__ = ("id", "score", "row", "metadata", "concepts", "shared_concepts", "group")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,13 +205,15 @@ class Hit(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     SHARED_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     id: str
     score: float
     row: int
     metadata: _containers.ScalarMap[str, str]
     concepts: _containers.RepeatedCompositeFieldContainer[ActiveConcept]
     shared_concepts: _containers.RepeatedCompositeFieldContainer[SharedConcept]
-    def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., row: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ...) -> None: ...
+    group: str
+    def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., row: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class ActiveConcept(_message.Message):
     __slots__ = ("id", "label", "name", "activation", "scope")
@@ -353,6 +403,14 @@ class GetIndexInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class MetadataField(_message.Message):
+    __slots__ = ("name", "type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
+
 class PrefixIndex(_message.Message):
     __slots__ = ("granularity", "prefix_length", "factory", "kind", "on_disk", "search_parameters", "tuned_recall", "tuned_latency_ms", "recall_target")
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
@@ -376,7 +434,7 @@ class PrefixIndex(_message.Message):
     def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., factory: _Optional[str] = ..., kind: _Optional[str] = ..., on_disk: _Optional[bool] = ..., search_parameters: _Optional[str] = ..., tuned_recall: _Optional[float] = ..., tuned_latency_ms: _Optional[float] = ..., recall_target: _Optional[float] = ...) -> None: ...
 
 class GetIndexInfoResponse(_message.Message):
-    __slots__ = ("bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality", "prefixes", "metadata_fields", "concepts", "image_queries")
+    __slots__ = ("bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality", "prefixes", "metadata_fields", "concepts", "image_queries", "metadata_schema")
     BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +447,7 @@ class GetIndexInfoResponse(_message.Message):
     METADATA_FIELDS_FIELD_NUMBER: _ClassVar[int]
     CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     bundle_version: int
     bundle_name: str
     created_at: str
@@ -401,4 +460,5 @@ class GetIndexInfoResponse(_message.Message):
     metadata_fields: _containers.RepeatedScalarFieldContainer[str]
     concepts: int
     image_queries: bool
-    def __init__(self, bundle_version: _Optional[int] = ..., bundle_name: _Optional[str] = ..., created_at: _Optional[str] = ..., rows: _Optional[int] = ..., dim: _Optional[int] = ..., k: _Optional[int] = ..., encoder: _Optional[str] = ..., modality: _Optional[str] = ..., prefixes: _Optional[_Iterable[_Union[PrefixIndex, _Mapping]]] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., concepts: _Optional[int] = ..., image_queries: _Optional[bool] = ...) -> None: ...
+    metadata_schema: _containers.RepeatedCompositeFieldContainer[MetadataField]
+    def __init__(self, bundle_version: _Optional[int] = ..., bundle_name: _Optional[str] = ..., created_at: _Optional[str] = ..., rows: _Optional[int] = ..., dim: _Optional[int] = ..., k: _Optional[int] = ..., encoder: _Optional[str] = ..., modality: _Optional[str] = ..., prefixes: _Optional[_Iterable[_Union[PrefixIndex, _Mapping]]] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., concepts: _Optional[int] = ..., image_queries: _Optional[bool] = ..., metadata_schema: _Optional[_Iterable[_Union[MetadataField, _Mapping]]] = ...) -> None: ...
