@@ -150,7 +150,9 @@ def test_an_explanation_shows_each_prefix_and_the_shared_concepts(page, engine: 
     first = cards(page)[0]
     page.click(".card >> nth=0 >> .explain")
     page.wait_for_selector("#explanation:not([hidden]) [data-testid=similarity]")
-    why = engine.explain(SearchQuery.of("a man riding a horse"), row=int(first["row"]))
+    why = engine.explain(
+        SearchQuery.of("a man riding a horse"), row=int(first["row"]), near_captions=3
+    )
     bars = page.eval_on_selector_all(
         "[data-testid=similarity]",
         "rows => rows.map(r => [r.querySelector('.bar-label').innerText, "
@@ -164,6 +166,11 @@ def test_an_explanation_shows_each_prefix_and_the_shared_concepts(page, engine: 
     )
     assert shared == [f"{c.contribution:.3f}" for c in why.shared_concepts[:16]]
     assert page.inner_text("#explanation-title") == f"why {first['id']}"
+    described = page.inner_text("#explanation-description")
+    assert why.item_description is not None and why.item_description.captions
+    assert all(c.text in described for c in why.item_description.captions)
+    if why.item_description.phrase:
+        assert f"reads as: {why.item_description.phrase}" in described
     shot(page, "explanation")
     page.click("#close-explanation")
     assert page.is_hidden("#explanation")

@@ -246,11 +246,14 @@ function bar(label, value, scale, testid) {
 async function explain(hit) {
   showError("");
   try {
-    const why = await api("/v1/explain", { query: state.lastQuery, row: hit.row });
+    const why = await api("/v1/explain", { query: state.lastQuery, row: hit.row, nearCaptions: 3 });
     $("explanation-title").textContent = `why ${why.itemId}`;
-    const description = typeof why.description === "string" ? why.description : "";
-    $("explanation-description").textContent = description;
-    $("explanation-description").hidden = !description;
+    const described = why.itemDescription || { phrase: "", captions: [] };
+    const near = (described.captions || []).map((c) => c.text).filter(Boolean);
+    $("explanation-description").replaceChildren(
+      el("span", { class: "phrase" }, described.phrase ? `reads as: ${described.phrase}` : ""),
+      ...(near.length ? [el("span", { class: "near" }, ` · near: ${near.join(" / ")}`)] : []));
+    $("explanation-description").hidden = !described.phrase && !near.length;
     $("similarities").replaceChildren(...why.similarities.map((s) =>
       bar(`${pretty(s.granularity)} ${s.prefixLength}`, s.cosine, 1, "similarity")));
     const shared = why.sharedConcepts;
