@@ -31,7 +31,12 @@ from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 from training.core.granularity import default_contract
 from training.core.metrics import cknna, fraction_of_variance_unexplained
-from training.core.rotations import orthogonality_error, pca_rotation, random_rotation
+from training.core.rotations import (
+    ica_rotation,
+    orthogonality_error,
+    pca_rotation,
+    random_rotation,
+)
 from training.corpora.compositional import CompositionalCorpus
 from training.embedding.job import EmbedConfig, embed_corpus
 from training.probes import encode_labels, fit_linear_probe
@@ -100,6 +105,32 @@ def test_training_is_deterministic_and_resumes(tmp_path: Path):
         x[:500], x[500:], config.model_copy(update={"seed": 1}), tmp_path, progress=False
     )
     assert other.history[0]["l1"] != resumed.history[0]["l1"]
+
+
+def test_ica_finds_the_planted_sparse_basis():
+    x, basis = sparse_data(2000)
+    rotation = ica_rotation(x - x.mean(axis=0))
+    assert orthogonality_error(rotation) < 1e-8
+    match = np.abs(rotation @ basis.T).max(axis=1)  # each axis against its nearest true axis
+    assert np.median(match) > 0.95, match
+    assert np.median(np.abs(pca_rotation(x - x.mean(axis=0)) @ basis.T).max(axis=1)) < 0.9
+
+
+def test_fixed_rows_stay_and_the_rest_is_learnt():
+    x, _ = sparse_data(600)
+    start = random_rotation(DIM, seed=7)
+    config = CedarConfig(**{**FAST, "epochs": 2, "code_l1": 0.5})
+    result = train_cedar(x[:500], x[500:], config, progress=False, initial=start, fixed_rows=5)
+    np.testing.assert_allclose(result.rotation[:5], start[:5], atol=1e-6)
+    assert np.abs(result.rotation[5:] - start[5:]).max() > 1e-2
+    assert orthogonality_error(result.rotation) < 1e-6
+    assert "code_l1" in result.history[0]
+    with pytest.raises(ValueError, match="orthogonal"):
+        train_cedar(x[:500], x[500:], config, progress=False, initial=2 * start)
+    with pytest.raises(ValueError, match="fixed_rows"):
+        train_cedar(x[:500], x[500:], config, progress=False, initial=start, fixed_rows=DIM)
+    with pytest.raises(ValidationError, match="init"):
+        CedarConfig(init="kmeans")
 
 
 def test_curriculum_goes_from_dense_to_the_range():

@@ -27,7 +27,13 @@ from training.cedar.sparse_codes import reconstruct, reconstruct_torch
 from training.core.config import ConfigModel
 from training.core.encoders import resolve_device
 from training.core.metrics import fraction_of_variance_unexplained
-from training.core.rotations import pca_rotation, reorthogonalise, skew_exponential
+from training.core.rotations import (
+    ica_rotation,
+    orthogonality_error,
+    pca_rotation,
+    reorthogonalise,
+    skew_exponential,
+)
 from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
 
 
@@ -41,7 +47,10 @@ class CedarConfig(ConfigModel):
     learning_rate: float = Field(6e-3, gt=0)
     patience: int = Field(5, ge=1, description="epochs without validation gain before stopping")
     init: str = Field(
-        "pca", pattern="^(pca|identity)$", description="U₀: the rotation training starts from"
+        "pca", pattern="^(pca|identity|ica)$", description="U₀: the rotation training starts from"
+    )
+    code_l1: float = Field(
+        0.0, ge=0, description="weight of the L1 norm of the dense codes U(x − b), per row"
     )
     seed: int = 0
 
@@ -72,6 +81,11 @@ def draw_k(low: int, high: int, generator: torch.Generator) -> int:
     return int(min(high, max(low, round(math.exp(math.log(low) + u * math.log(high / low))))))
 
 
+def code_l1_norm(x: torch.Tensor, rotation: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """mean over rows of ‖U(x − b)‖₁: small when every row lies on few axes."""
+    return ((x - mean) @ rotation.T).abs().sum(dim=1).mean()
+
+
 def l1_reconstruction_loss(
     x: torch.Tensor, rotation: torch.Tensor, mean: torch.Tensor, k: int
 ) -> torch.Tensor:
@@ -94,20 +108,32 @@ class CedarTrainer(SkewParameterTrainer):
 
     label = "cedar"
 
-    def __init__(self, train: np.ndarray, val: np.ndarray, config: CedarConfig, device: str):
+    def __init__(
+        self,
+        train: np.ndarray,
+        val: np.ndarray,
+        config: CedarConfig,
+        device: str,
+        initial: np.ndarray | None = None,
+        fixed_rows: int = 0,
+    ):
         self.val, self.config, self.dim = val, config, train.shape[1]
         self.mean = train.mean(axis=0)
         self.x = torch.as_tensor(train, device=device)
         self.b = torch.as_tensor(self.mean, device=device)
-        identity = config.init == "identity"
-        self.base = np.eye(self.dim) if identity else pca_rotation(train - self.mean)
+        self.base = initial if initial is not None else initial_rotation(train - self.mean, config)
         self.u0 = torch.as_tensor(self.base, dtype=torch.float32, device=device)
         self.init_upper(self.dim, device, config.learning_rate)
+        self.mask = None
+        if fixed_rows:  # A's rows and columns of the fixed axes stay 0: exp(A) leaves them be
+            rows, _ = torch.triu_indices(self.dim, self.dim, offset=1, device=device)
+            self.mask = (rows >= fixed_rows).float()
         self.batches = max(1, len(train) // config.batch_size)
         self.curriculum_steps = max(1, config.curriculum_epochs * self.batches)
 
     def rotation(self) -> torch.Tensor:
-        return skew_exponential(self.upper, self.dim) @ self.u0
+        upper = self.upper if self.mask is None else self.upper * self.mask
+        return skew_exponential(upper, self.dim) @ self.u0
 
     def begin_round(self, index: int) -> None:
         self.generator = torch.Generator().manual_seed(self.config.seed + index)
@@ -119,11 +145,17 @@ class CedarTrainer(SkewParameterTrainer):
         k = draw_k(*k_bounds(progress, self.dim, config.k_min, config.k_max), self.generator)
         within = step % self.batches
         rows = self.order[within * config.batch_size : (within + 1) * config.batch_size]
-        loss = l1_reconstruction_loss(self.x[rows.to(self.x.device)], self.rotation(), self.b, k)
+        x, rotation = self.x[rows.to(self.x.device)], self.rotation()
+        loss = l1_reconstruction_loss(x, rotation, self.b, k)
+        record = {"l1": loss.item()}
+        if config.code_l1 > 0:
+            codes = code_l1_norm(x, rotation, self.b)
+            loss = loss + config.code_l1 * codes
+            record["code_l1"] = codes.item()
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        return {"l1": loss.item()}
+        return record
 
     def end_round(self, index: int, step: int, means: dict[str, float]) -> dict[str, float]:
         with torch.no_grad():
@@ -132,7 +164,18 @@ class CedarTrainer(SkewParameterTrainer):
         fvu = fraction_of_variance_unexplained(
             self.val, reconstruct(self.val, rotation, self.mean, k)
         )
-        return {"epoch": index + 1, "l1": means["l1"], f"val_fvu_k{k}": fvu}
+        codes = {"code_l1": means["code_l1"]} if "code_l1" in means else {}
+        return {"epoch": index + 1, "l1": means["l1"], **codes, f"val_fvu_k{k}": fvu}
+
+
+def initial_rotation(centred: np.ndarray, config: CedarConfig) -> np.ndarray:
+    """U₀ of `config.init`: the identity, the principal axes, or FastICA's axes made
+    orthonormal (`ica_rotation`)."""
+    if config.init == "identity":
+        return np.eye(centred.shape[1])
+    if config.init == "ica":
+        return ica_rotation(centred, seed=config.seed)
+    return pca_rotation(centred)
 
 
 def train_cedar(
@@ -142,8 +185,12 @@ def train_cedar(
     work_dir: Path | None = None,
     device: str = "auto",
     progress: bool = True,
+    initial: np.ndarray | None = None,
+    fixed_rows: int = 0,
 ) -> CedarResult:
-    """Learn U on `train` rows (float [N, D]); stop early on the validation FVU at `config.k`."""
+    """Learn U on `train` rows (float [N, D]); stop early on the validation FVU at `config.k`.
+    `initial` (an orthogonal [D, D]) replaces the U₀ of `config.init`; the first `fixed_rows`
+    rows of U₀ are kept as they are (only the rotation of their complement is learnt)."""
     train, val = _checked(train, "training"), _checked(val, "validation")
     dim = train.shape[1]
     if val.shape[1] != dim:
@@ -152,8 +199,15 @@ def train_cedar(
         raise ValueError(f"k_max {config.k_max} exceeds the dimension {dim}")
     device = resolve_device(device)
     torch.manual_seed(config.seed)
-    trainer = CedarTrainer(train, val, config, device)
-    fingerprint = hashlib.sha256(train.tobytes() + val.tobytes()).hexdigest()
+    if initial is not None:
+        initial = np.asarray(initial, dtype=np.float64)
+        if initial.shape != (dim, dim) or orthogonality_error(initial) > 1e-4:
+            raise ValueError(f"the initial rotation must be an orthogonal [{dim}, {dim}] matrix")
+    if not 0 <= fixed_rows < dim:
+        raise ValueError(f"fixed_rows must be in [0, {dim}), got {fixed_rows}")
+    trainer = CedarTrainer(train, val, config, device, initial, fixed_rows)
+    start = (b"" if initial is None else initial.tobytes()) + str(fixed_rows).encode()
+    fingerprint = hashlib.sha256(train.tobytes() + val.tobytes() + start).hexdigest()
     checkpointing = (
         Checkpointing(work_dir, config.fingerprint(), fingerprint, device) if work_dir else None
     )
@@ -165,7 +219,7 @@ def train_cedar(
         progress,
     )
     with torch.no_grad():
-        upper = result.best.double()
+        upper = result.best.double() * (1.0 if trainer.mask is None else trainer.mask.double())
         rotation = reorthogonalise(skew_exponential(upper, dim).cpu().numpy() @ trainer.base)
     return CedarResult(
         rotation=rotation,

@@ -79,3 +79,34 @@ def centred_principal_axes(rows: np.ndarray) -> np.ndarray:
     axes = pca_rotation(projected)
     rest = axes[np.abs(axes @ unit) < 0.5][: x.shape[1] - 1]
     return reorthogonalise(np.concatenate([rest, unit[None]]))
+
+
+def polar_rows(matrix: np.ndarray) -> np.ndarray:
+    """The matrix with orthonormal rows nearest to `matrix` [F, D] (F ≤ D, Frobenius norm; the
+    orthogonal Procrustes solution): P Qᵀ of its thin SVD P Σ Qᵀ, in float64."""
+    p, _, qt = np.linalg.svd(np.asarray(matrix, dtype=np.float64), full_matrices=False)
+    return p @ qt
+
+
+def ica_rotation(centred: np.ndarray, seed: int = 0, max_iter: int = 200) -> np.ndarray:
+    """FastICA's unmixing directions of `centred` rows, made orthonormal (`polar_rows`).
+
+    FastICA (sklearn, whitened) finds D directions along which the rows are least Gaussian —
+    for rows built from a few of many factors, the factors. Its unmixing rows are not
+    orthogonal in the embedding space; the polar factor is the rotation nearest to them. Each
+    row gets the sign that puts its heavy tail on the positive side (so +j fires when its
+    factor is present)."""
+    import warnings
+
+    from sklearn.decomposition import FastICA
+    from sklearn.exceptions import ConvergenceWarning
+
+    x = np.asarray(centred, dtype=np.float64)
+    ica = FastICA(whiten="unit-variance", random_state=seed, max_iter=max_iter, tol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ica.fit(x)
+    w = ica.components_ / np.linalg.norm(ica.components_, axis=1, keepdims=True)
+    s = x @ w.T
+    skew = ((s - s.mean(axis=0)) ** 3).mean(axis=0)
+    return reorthogonalise(polar_rows(w * np.where(skew < 0, -1.0, 1.0)[:, None]))
