@@ -376,3 +376,20 @@ def test_strata_search_where_and_group_by(server: BackgroundServer, capsys, monk
     assert code != 0 and err.strip().startswith("strata: error:") and "\n" not in err.strip()
     code, _, err = run("a dog", "--group-size", "2")
     assert code != 0 and "--group-size needs --group-by" in err
+
+
+def test_conditions_cross_the_wire_with_their_types():
+    from service.convert import search_query, search_request
+
+    where = (
+        MetadataCondition("flag", equals=True),
+        MetadataCondition("year", any_of=(1, 2)),
+        MetadataCondition("score", range=MetadataRange(min=0.5, max_exclusive=True, max=2.0)),
+        MetadataCondition("taken", range=MetadataRange(max="2024-01-01")),
+        MetadataCondition("split"),  # no test: kept so, refused by the engine naming the field
+    )
+    query = SearchQuery.of("a dog", where=where, group_by="group", group_size=3)
+    back = search_query(search_request(query))
+    assert back.where == where and (back.group_by, back.group_size) == ("group", 3)
+    assert type(back.where[0].equals) is bool and type(back.where[1].any_of[0]) is int
+    assert search_query(search_request(SearchQuery.of("a dog"))).group_size is None
