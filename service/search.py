@@ -142,9 +142,9 @@ class SearchEngine:
             )
         self.coder = bundle.coder
         self.contract = bundle.contract
-        self.metadata_fields = [n for n in pq.read_schema(bundle.path / IDS).names if n != "id"]
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
         self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
+        self.metadata_fields = list(self.metadata.schema)
         self.image_root = self.config.image_root or _recorded_image_root(bundle)
         self.planner = Planner(self.bundle, self.config.funnel)
 
