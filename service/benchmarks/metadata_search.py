@@ -14,7 +14,9 @@ rows of the cache drawn with `--seed`, sent as vectors through `SearchEngine.sea
    every query got min(10, qualifying) hits, every one of them qualifying;
 2. grouped: group_by "group" (one hit per image), top 5: distinct images in the ungrouped and
    grouped top 5, and the grouped answer against brute force (the 5 images of best caption
-   score, each with its best caption); with `--text`, one text query shown in full.
+   score, each with its best caption: the same rows, and — as equal captions of different
+   images tie exactly, which FAISS may order either way — the same scores); the query whose
+   ungrouped top 5 held the fewest images, shown in full; with `--text`, one text query too.
 
     python -m service.benchmarks.metadata_search
     python -m service.benchmarks.metadata_search --queries 200 --text "a dog runs on the beach"
@@ -135,34 +137,58 @@ def filtered_part(
     return report
 
 
+def shown(result, captions: list[str]) -> list[dict]:
+    return [
+        {"score": round(h.score, 4), "image": h.group or h.metadata.get("group"),
+         "caption": captions[h.row]}
+        for h in result.hits
+    ]  # fmt: skip
+
+
 def grouped_part(engine: SearchEngine, x: np.ndarray, picks: np.ndarray) -> dict:
     bundle = engine.bundle
     group = np.array(engine.metadata.table.column("group").to_pylist())
+    captions = engine.metadata.table.column("caption").to_pylist()
     length = bundle.contract[Granularity.FULL]
     gallery = prefix_vectors(bundle.rotate(x), length)
     queries = prefix_vectors(
         bundle.rotate(x[picks] / np.linalg.norm(x[picks], axis=1)[:, None]), length
     )
-    distinct_plain, distinct_grouped, matches = [], [], 0
+    distinct_plain, distinct_grouped, matches, same_scores = [], [], 0, 0
+    example: dict = {}
     for j, pick in enumerate(picks):
         base = {"vector": x[pick], "granularity": "full", "k": 5, "plan": "direct"}
         plain = engine.search(SearchQuery.of(**base, metadata_fields=["group"]))
         grouped = engine.search(SearchQuery.of(**base, group_by="group"))
         distinct_plain.append(len({h.metadata["group"] for h in plain.hits}))
         distinct_grouped.append(len({h.group for h in grouped.hits}))
-        ranked = np.lexsort((np.arange(len(gallery)), -(gallery @ queries[j])))
+        scores = gallery @ queries[j]
+        ranked = np.lexsort((np.arange(len(gallery)), -scores))
         best: dict[str, int] = {}
         for row in ranked:
             best.setdefault(group[row], int(row))
             if len(best) == 5:
                 break
         matches += [h.row for h in grouped.hits] == list(best.values())
+        # equal captions of different images tie exactly; FAISS may order a tie either way
+        found = [h.score for h in grouped.hits]
+        same_scores += bool(np.allclose(found, scores[list(best.values())], atol=1e-5))
+        if not example or distinct_plain[-1] < example["ungrouped_distinct_images"]:
+            example = {
+                "query_caption_row": int(pick),
+                "query": captions[pick],
+                "ungrouped_distinct_images": distinct_plain[-1],
+                "ungrouped": shown(plain, captions),
+                "grouped": shown(grouped, captions),
+            }
     return {
         "queries": len(picks),
         "ungrouped_top5_distinct_images_mean": float(np.mean(distinct_plain)),
         "ungrouped_top5_with_a_repeated_image": float(np.mean(np.array(distinct_plain) < 5)),
         "grouped_top5_distinct_images_min": int(min(distinct_grouped)),
-        "grouped_equal_to_brute_force": matches / len(picks),
+        "grouped_rows_equal_to_brute_force": matches / len(picks),
+        "grouped_scores_equal_to_brute_force": same_scores / len(picks),
+        "example_fewest_distinct_images_ungrouped": example,
     }
 
 
@@ -177,7 +203,7 @@ def text_example(bundle_dir: Path, text: str) -> dict:
         )
         out[name] = [
             {
-                "score": round(h.score, 3),
+                "score": round(h.score, 4),
                 "image": h.metadata["group"],
                 "caption": h.metadata["caption"],
             }
@@ -193,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work", type=Path, default=Path("runs/bench/flickr-metadata"))
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--text", default="a dog runs on the beach")
+    parser.add_argument("--text", default="a little girl climbing into a wooden playhouse")
     parser.add_argument("--json", type=Path, default=Path("runs/bench/metadata_search.json"))
     args = parser.parse_args(argv)
     bundle_dir = args.bundle or flickr_bundle(args.cache, args.work)
