@@ -131,6 +131,7 @@ def source_record(cache: EmbeddingCache) -> dict:
         "cache_format": cache.manifest.source,
         "rows": cache.rows,
         "shards": len(cache.manifest.shards),
+        "image_root": cache.manifest.image_root,  # relative image paths' root (None: absolute)
     }
 
 

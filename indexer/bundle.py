@@ -342,6 +342,10 @@ class Bundle:
     def _table(self) -> pa.Table:
         return pq.read_table(self.path / IDS, memory_map=True)
 
+    def metadata_table(self) -> pa.Table:
+        """The whole ids.parquet table (id and metadata columns), read once into RAM."""
+        return self._table
+
     def metadata(self, rows: np.ndarray | list[int]) -> pa.Table:
         """The ids.parquet rows (id and metadata columns) of row positions, in that order. The
         first call reads the whole table into RAM (the metadata, not the vectors)."""

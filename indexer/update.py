@@ -257,6 +257,8 @@ def write_added(
     writer.close_streams(writers, postings, ids, rows)
     copy_artifacts(base, writer)
     record = source_record(cache) | {
+        # the base's rows keep the base's root; the added rows' must lie under the same one
+        "image_root": base.manifest.source.get("image_root") or cache.manifest.image_root,
         "operation": "add",
         "cache_first_row": old,
         "base": base_reference(base),
@@ -308,6 +310,7 @@ def write_deleted(
         "rows": rows,
         "deleted_rows": deleted,
         "deleted_ids_sha256": ids_digest,
+        "image_root": base.manifest.source.get("image_root"),  # the kept rows' paths' root
         "base": base_reference(base),
         "lineage": lineage(
             base.manifest,

@@ -10,7 +10,7 @@ Immutable data: the servicer answers these on the event loop, without the engine
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from indexer.bundle import Bundle, PrefixEntry
@@ -98,9 +98,10 @@ class BundleCatalog:
         return find_concepts(self.bundle, concept, self.limits)
 
 
-def describe_index(bundle: Bundle, metadata_fields: Sequence[str], encoder: Any) -> IndexInfo:
-    """The served version: its manifest, prefixes, metadata fields, catalog size, and whether
-    image queries are served (`encoder` has an image tower)."""
+def describe_index(bundle: Bundle, metadata_schema: Mapping[str, str], encoder: Any) -> IndexInfo:
+    """The served version: its manifest, prefixes, metadata columns with their condition types
+    (service/metadata_filter.py), catalog size, and whether image queries are served
+    (`encoder` has an image tower)."""
     manifest = bundle.manifest
     return IndexInfo(
         bundle_version=manifest.version,
@@ -123,9 +124,10 @@ def describe_index(bundle: Bundle, metadata_fields: Sequence[str], encoder: Any)
             )
             for p in manifest.prefixes
         ],
-        metadata_fields=list(metadata_fields),
+        metadata_fields=list(metadata_schema),
         concepts=len(bundle.coder.catalog),
         image_queries=bool(encoder is not None and encoder.has_image_tower),
+        metadata_schema=dict(metadata_schema),
     )
 
 

@@ -32,10 +32,12 @@ from service.results import (
     ConceptRef,
     Explanation,
     IndexInfo,
+    MetadataCondition,
     SearchPlan,
     SearchQuery,
     SearchResult,
 )
+from service.where import parse_where
 
 
 class StrataClientError(ServiceError):
@@ -71,6 +73,7 @@ class StrataClient:
             credentials = grpc.ssl_channel_credentials(root_certificates=roots or None)
             self.channel = grpc.secure_channel(target, credentials, options=options)
         self.stub = search_pb2_grpc.SearchServiceStub(self.channel)
+        self._schema: dict[str, str] | None = None  # the server's metadata schema, once asked
 
     def close(self) -> None:
         self.channel.close()
@@ -106,13 +109,19 @@ class StrataClient:
         scope: str = "any",
         min_recall: float | None = None,
         plan: SearchPlan | str = AUTO,
+        where: Sequence[MetadataCondition | str] = (),
+        group_by: str = "",
+        group_size: int | None = None,
     ) -> SearchResult:
         """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
         label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
         that CDS scope; `min_recall` the recall@k the search must reach (an approximate index
         then searches at the fastest tuned operating point reaching it); `plan` "auto",
         "direct", "funnel" or a SearchPlan (a funnel's shortlist prefix and factor);
-        `result.plan` says which plan ran."""
+        `result.plan` says which plan ran. `where`: metadata conditions, every one must hold —
+        MetadataCondition values or text ("split=test", "split IN train,dev", "year>=2000",
+        typed by the server's metadata schema: service/where.py); `group_by` a metadata column:
+        top k groups of `group_size` hits (1), `result.groups` by group."""
         query = SearchQuery.of(
             text,
             image=_image_bytes(image),
@@ -126,6 +135,9 @@ class StrataClient:
             scope=scope,
             min_recall=min_recall,
             plan=plan,
+            where=self.conditions(where),
+            group_by=group_by,
+            group_size=group_size,
         )
         response = self._call("Search", convert.search_request(query))
         return convert.search_result(response)
@@ -177,7 +189,19 @@ class StrataClient:
 
     def index_info(self) -> IndexInfo:
         response = self._call("GetIndexInfo", pb.GetIndexInfoRequest())
-        return convert.index_info(response)
+        info = convert.index_info(response)
+        self._schema = info.metadata_schema
+        return info
+
+    def conditions(self, where: Sequence[MetadataCondition | str]) -> list[MetadataCondition]:
+        """Conditions as given, text ones parsed against the server's metadata schema (asked
+        once per client); QueryError naming a condition that does not read."""
+        if any(isinstance(c, str) for c in where) and self._schema is None:
+            self.index_info()
+        return [
+            c if isinstance(c, MetadataCondition) else parse_where(c, self._schema or {})
+            for c in where
+        ]
 
 
 def _pem(value: bytes | str | Path) -> bytes:

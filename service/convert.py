@@ -23,6 +23,9 @@ from service.results import (
     Explanation,
     Hit,
     IndexInfo,
+    MetadataCondition,
+    MetadataRange,
+    MetadataScalar,
     NearCaption,
     PlanRun,
     PrefixInfo,
@@ -160,6 +163,74 @@ def plan_run(message: pb.PlanRun) -> PlanRun:
     )
 
 
+# --- metadata conditions --------------------------------------------------------------------
+
+
+def value_to_proto(value: MetadataScalar) -> pb.MetadataValue:
+    """A Python value as a MetadataValue (bool before int: a bool is an int in Python)."""
+    if isinstance(value, bool):
+        return pb.MetadataValue(flag=value)
+    if isinstance(value, int):
+        return pb.MetadataValue(integer=value)
+    if isinstance(value, float):
+        return pb.MetadataValue(number=value)
+    if isinstance(value, str):
+        return pb.MetadataValue(text=value)
+    raise QueryError(
+        f"a metadata value must be text, a number or a flag, got {type(value).__name__}"
+    )
+
+
+def value_from_proto(message: pb.MetadataValue, field: str) -> MetadataScalar:
+    which = message.WhichOneof("kind")
+    if which is None:
+        raise QueryError(f"a value in the condition on {echo(field)} sets none of its kinds")
+    return getattr(message, which)
+
+
+def condition_to_proto(condition: MetadataCondition) -> pb.MetadataCondition:
+    message = pb.MetadataCondition(field=condition.field)
+    if condition.equals is not None:
+        message.equals.CopyFrom(value_to_proto(condition.equals))
+    elif condition.any_of is not None:
+        message.any_of.CopyFrom(
+            pb.MetadataValues(values=[value_to_proto(v) for v in condition.any_of])
+        )
+    elif condition.range is not None:
+        span = condition.range
+        message.range.CopyFrom(
+            pb.MetadataRange(min_exclusive=span.min_exclusive, max_exclusive=span.max_exclusive)
+        )
+        if span.min is not None:
+            message.range.min.CopyFrom(value_to_proto(span.min))
+        if span.max is not None:
+            message.range.max.CopyFrom(value_to_proto(span.max))
+    return message
+
+
+def condition_from_proto(message: pb.MetadataCondition) -> MetadataCondition:
+    """A request's condition; one with no test set is kept without one, which the engine's
+    validation refuses naming the field (INVALID_ARGUMENT)."""
+    field, which = message.field, message.WhichOneof("test")
+    if which == "equals":
+        return MetadataCondition(field, equals=value_from_proto(message.equals, field))
+    if which == "any_of":
+        values = tuple(value_from_proto(v, field) for v in message.any_of.values)
+        return MetadataCondition(field, any_of=values)
+    if which == "range":
+        span = message.range
+        return MetadataCondition(
+            field,
+            range=MetadataRange(
+                value_from_proto(span.min, field) if span.HasField("min") else None,
+                value_from_proto(span.max, field) if span.HasField("max") else None,
+                span.min_exclusive,
+                span.max_exclusive,
+            ),
+        )
+    return MetadataCondition(field)
+
+
 def search_request(query: SearchQuery) -> pb.SearchRequest:
     return pb.SearchRequest(
         query=query_to_proto(query),
@@ -174,6 +245,9 @@ def search_request(query: SearchQuery) -> pb.SearchRequest:
         metadata_fields=list(query.metadata_fields),
         min_recall=query.min_recall,
         plan=plan_to_proto(query.plan),
+        where=[condition_to_proto(c) for c in query.where],
+        group_by=query.group_by,
+        group_size=query.group_size,
     )
 
 
@@ -183,6 +257,11 @@ def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> S
     refs = len(message.filter.require) + len(message.filter.exclude)
     check_count("concept references (require + exclude)", refs, limits.concept_refs)
     check_count("metadata fields", len(message.metadata_fields), limits.metadata_fields)
+    check_count("metadata conditions", len(message.where), limits.conditions)
+    for condition in message.where:
+        if condition.WhichOneof("test") == "any_of":
+            values = len(condition.any_of.values)
+            check_count("values in one any_of", values, limits.condition_values)
     return SearchQuery(
         **query_fields(message.query),  # type: ignore[arg-type]
         granularity=granularity_from_proto(message.granularity),
@@ -194,6 +273,9 @@ def search_query(message: pb.SearchRequest, limits: RequestLimits = LIMITS) -> S
         scope=scope_from_proto(message.filter.scope),
         min_recall=round(message.min_recall, 6) if message.HasField("min_recall") else None,
         plan=plan_from_proto(message.plan),
+        where=tuple(condition_from_proto(c) for c in message.where),
+        group_by=message.group_by,
+        group_size=message.group_size if message.HasField("group_size") else None,
     )
 
 
@@ -258,6 +340,7 @@ def search_response(result: SearchResult) -> pb.SearchResponse:
                 metadata=h.metadata,
                 concepts=[_active(c) for c in h.concepts],
                 shared_concepts=[_shared(c) for c in h.shared_concepts],
+                group=h.group,
             )
             for h in result.hits
         ],
@@ -284,6 +367,7 @@ def search_result(message: pb.SearchResponse) -> SearchResult:
                 metadata=dict(h.metadata),
                 concepts=[_active_back(c) for c in h.concepts],
                 shared_concepts=[_shared_back(c) for c in h.shared_concepts],
+                group=h.group,
             )
             for h in message.hits
         ],
@@ -411,6 +495,9 @@ def index_info_response(info: IndexInfo) -> pb.GetIndexInfoResponse:
             for p in info.prefixes
         ],
         metadata_fields=info.metadata_fields,
+        metadata_schema=[
+            pb.MetadataField(name=name, type=kind) for name, kind in info.metadata_schema.items()
+        ],
     )
 
 
@@ -426,4 +513,5 @@ def index_info(message: pb.GetIndexInfoResponse) -> IndexInfo:
             for p in message.prefixes
         ],
         metadata_fields=list(message.metadata_fields),
+        metadata_schema={f.name: f.type for f in message.metadata_schema},
     )

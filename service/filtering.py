@@ -71,6 +71,16 @@ class AllowedRows:
             return self.rows
         return np.setdiff1d(np.arange(self.total, dtype=np.int64), self.rows, assume_unique=True)
 
+    def within(self, rows: np.ndarray) -> AllowedRows:
+        """The rows allowed here and in the sorted set `rows` (a metadata filter's: service/
+        metadata_filter.py)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.complement:
+            kept = np.setdiff1d(rows, self.rows, assume_unique=True)
+        else:
+            kept = np.intersect1d(self.rows, rows, assume_unique=True)
+        return AllowedRows(self.total, kept.astype(np.int64, copy=False))
+
     def contains(self, rows: np.ndarray) -> np.ndarray:
         """A mask: which of `rows` are allowed."""
         inside = np.isin(np.asarray(rows, dtype=np.int64), self.rows)

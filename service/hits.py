@@ -1,8 +1,14 @@
 """A search's hits from the rows FAISS found: ids, scores and metadata; with explain, each hit's
-strongest concepts and the concepts it shares with the query (service/explain.py)."""
+strongest concepts and the concepts it shares with the query (service/explain.py).
+
+Image paths: a cache embedded from an image corpus stores `image_path` relative to the corpus
+root (training/embedding/job.py); a hit returns it resolved against the engine's image root
+(`strata serve --image-root`, else the root the cache recorded). An absolute path — what
+caches held before — is returned as stored."""
 
 from __future__ import annotations
 
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -12,10 +18,27 @@ from service.explain import activations_of, row_concepts, shared_concepts
 from service.results import ConceptActivation, Hit
 from training.cedar.concepts import ConceptCoder
 
+IMAGE_PATH = "image_path"
 
-def hits_of(bundle: Bundle, scores: np.ndarray, rows: np.ndarray, fields: list[str]) -> list[Hit]:
+
+def resolve_image_path(value: str, root: Path | None) -> str:
+    """A stored image path as a hit returns it: relative ones joined to `root` (when given),
+    absolute ones unchanged."""
+    if root is None or PurePosixPath(value).is_absolute() or Path(value).is_absolute():
+        return value
+    return str(root / value)
+
+
+def hits_of(
+    bundle: Bundle,
+    scores: np.ndarray,
+    rows: np.ndarray,
+    fields: list[str],
+    image_root: Path | None = None,
+) -> list[Hit]:
     """One Hit per found row (rows −1, FAISS's "no more hits", left out), in the order found;
-    `fields` the metadata columns to return (null values left out)."""
+    `fields` the metadata columns to return (null values left out), `image_path` resolved
+    against `image_root` (module docstring)."""
     keep = rows >= 0
     scores, rows = scores[keep], rows[keep]
     ids = bundle.ids(rows) if len(rows) else []
@@ -23,7 +46,7 @@ def hits_of(bundle: Bundle, scores: np.ndarray, rows: np.ndarray, fields: list[s
     metadata: list[dict[str, Any]] = (
         bundle.metadata(rows).select(wanted).to_pylist() if wanted and len(rows) else []
     )
-    return [
+    hits = [
         Hit(
             id=str(ids[j]),
             score=float(scores[j]),
@@ -34,6 +57,10 @@ def hits_of(bundle: Bundle, scores: np.ndarray, rows: np.ndarray, fields: list[s
         )
         for j in range(len(rows))
     ]
+    for hit in hits:
+        if IMAGE_PATH in hit.metadata:
+            hit.metadata[IMAGE_PATH] = resolve_image_path(hit.metadata[IMAGE_PATH], image_root)
+    return hits
 
 
 def explain_hits(

@@ -4,6 +4,8 @@ refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
     concept references   64 per query (require + exclude together), each id, label or name
                          at most 128 characters
     metadata fields      32 per query, each name at most 128 characters
+    metadata conditions  32 per query (`where`), an any_of at most 1,000 values, a text value
+                         at most 1,000 characters
     explain              a search with explain returns at most 100 hits (top_k ≤ 100)
     BatchSearch          256 requests per call
     ids                  an Explain item id at most 256 characters
@@ -43,6 +45,9 @@ class RequestLimits(ConfigModel):
     ref_chars: int = 128
     metadata_fields: int = 32
     field_chars: int = 128
+    conditions: int = 32
+    condition_values: int = 1000
+    value_chars: int = 1000
     explain_hits: int = 100
     batch_requests: int = 256
     id_chars: int = 256
@@ -87,3 +92,21 @@ def check_fields(fields: Sequence[str], limits: RequestLimits = LIMITS) -> None:
     check_count("metadata fields", len(fields), limits.metadata_fields)
     for name in fields:
         check_chars("a metadata field name", name, limits.field_chars)
+
+
+def check_conditions(conditions: Sequence[object], limits: RequestLimits = LIMITS) -> None:
+    """Metadata conditions: how many, each field name's length, an any_of's values and each
+    text value's length."""
+    check_count("metadata conditions", len(conditions), limits.conditions)
+    for condition in conditions:
+        check_chars(
+            "a metadata field name", str(getattr(condition, "field", "")), limits.field_chars
+        )
+        values = list(getattr(condition, "any_of", None) or ())
+        check_count("values in one any_of", len(values), limits.condition_values)
+        span = getattr(condition, "range", None)
+        values += [getattr(condition, "equals", None)]
+        values += [getattr(span, "min", None), getattr(span, "max", None)] if span else []
+        for value in values:
+            if isinstance(value, str):
+                check_chars("a metadata value", value, limits.value_chars)

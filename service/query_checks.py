@@ -13,11 +13,18 @@ from typing import Any
 import numpy as np
 
 from service.errors import QueryError, echo
-from service.limits import RequestLimits, check_fields, check_filter
+from service.limits import (
+    RequestLimits,
+    check_chars,
+    check_conditions,
+    check_fields,
+    check_filter,
+)
 from service.results import (
     AUTO,
     GRANULARITY_CHOICES,
     MAX_FACTOR,
+    MAX_GROUP_SIZE,
     MAX_K,
     MAX_SHORTLIST,
     PLAN_KINDS,
@@ -65,6 +72,7 @@ def check_query(
     check_plan(query.plan, query.k)
     check_filter([*query.require, *query.exclude], limits)
     check_fields(query.metadata_fields, limits)
+    check_conditions(query.where, limits)
     unknown = [f for f in query.metadata_fields if f not in metadata_fields and f != "id"]
     if unknown:
         shown = ", ".join(map(echo, unknown[:3])) + (", …" if len(unknown) > 3 else "")
@@ -73,6 +81,28 @@ def check_query(
             f"the bundle has {', '.join(metadata_fields) or 'none'}"
         )
     check_query_input(query, limits, dim, encoder)
+
+
+def check_grouping(query: SearchQuery, limits: RequestLimits) -> None:
+    """group_by and group_size: a size in [1, MAX_GROUP_SIZE] only with a column, and at most
+    MAX_K hits in all (top_k × group_size; with explain, the explain limit). Whether the bundle
+    has the column is the engine's check (service/metadata_filter.py)."""
+    size = query.group_size
+    if not query.group_by:
+        if size is not None:
+            raise QueryError("group_size needs group_by (a metadata column to group hits by)")
+        return
+    check_chars("a group_by field name", query.group_by, limits.field_chars)
+    if size is None:
+        return
+    if not isinstance(size, int) or not 1 <= size <= MAX_GROUP_SIZE:
+        raise QueryError(f"group_size must lie in [1, {MAX_GROUP_SIZE}], got {size}")
+    most = limits.explain_hits if query.explain else MAX_K
+    if query.k * size > most:
+        raise QueryError(
+            f"top_k × group_size = {query.k} × {size} hits; at most {most}"
+            + (" with explain" if query.explain else "")
+        )
 
 
 def check_plan(plan: SearchPlan, k: int) -> None:

@@ -23,6 +23,59 @@ SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata ev
 PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/funnel.py)
 MAX_FACTOR = 1000  # a funnel's shortlist factor F at most
 MAX_SHORTLIST = 100_000  # a funnel's shortlist k·F at most
+MAX_GROUP_SIZE = 100  # hits per group at most (group_by)
+FIELD_TYPES = ("string", "integer", "number", "bool", "timestamp", "date")  # a column's, to test
+
+MetadataScalar = str | int | float | bool  # a condition's value; timestamps and dates as ISO text
+
+
+@dataclass(frozen=True)
+class MetadataRange:
+    """An interval of a column's values: an end left None is unbounded, a set end inclusive
+    unless its `*_exclusive` flag is set."""
+
+    min: MetadataScalar | None = None
+    max: MetadataScalar | None = None
+    min_exclusive: bool = False
+    max_exclusive: bool = False
+
+    def __str__(self) -> str:
+        low = "(-∞" if self.min is None else ("(" if self.min_exclusive else "[") + repr(self.min)
+        high = "∞)" if self.max is None else repr(self.max) + (")" if self.max_exclusive else "]")
+        return f"{low}, {high}"
+
+
+@dataclass(frozen=True)
+class MetadataCondition:
+    """One test on a metadata column: `equals` a value, is `any_of` several, or lies in a
+    `range`; exactly one is set (the engine refuses others). A null value meets no test."""
+
+    field: str
+    equals: MetadataScalar | None = None
+    any_of: tuple[MetadataScalar, ...] | None = None
+    range: MetadataRange | None = None
+
+    @property
+    def tests(self) -> list[str]:
+        """Which tests are set ("equals", "any_of", "range"): a valid condition has one."""
+        return [
+            name
+            for name, value in (
+                ("equals", self.equals),
+                ("any_of", self.any_of),
+                ("range", self.range),
+            )
+            if value is not None
+        ]
+
+    def __str__(self) -> str:
+        if self.equals is not None:
+            return f"{self.field} = {self.equals!r}"
+        if self.any_of is not None:
+            return f"{self.field} in ({', '.join(map(repr, self.any_of))})"
+        if self.range is not None:
+            return f"{self.field} in {self.range}"
+        return f"{self.field} (no test)"
 
 
 @dataclass(frozen=True)
@@ -103,6 +156,9 @@ class SearchQuery:
     scope: str = "any"  # the concept filter's references stand for concepts of this scope only
     min_recall: float | None = None  # recall@k to reach (indexer/tuning.py); None: as tuned
     plan: SearchPlan = SearchPlan()
+    where: tuple[MetadataCondition, ...] = ()  # every one must hold (and the concept filter)
+    group_by: str = ""  # a metadata column: top k groups of `group_size` hits; "": no groups
+    group_size: int | None = None  # hits per group (None: 1); only with group_by
 
     @classmethod
     def of(
@@ -120,9 +176,13 @@ class SearchQuery:
         scope: str = "any",
         min_recall: float | None = None,
         plan: SearchPlan | str = AUTO,
+        where: Sequence[MetadataCondition] = (),
+        group_by: str = "",
+        group_size: int | None = None,
     ) -> SearchQuery:
         """A query with concept references given as ids, labels or names; `plan` a SearchPlan
-        or its kind ("auto", "direct", "funnel")."""
+        or its kind ("auto", "direct", "funnel"); `where` metadata conditions (service/where.py
+        parses them from text)."""
         return cls(
             text=text,
             image=image,
@@ -136,6 +196,9 @@ class SearchQuery:
             scope=str(scope),
             min_recall=None if min_recall is None else float(min_recall),
             plan=plan if isinstance(plan, SearchPlan) else SearchPlan(str(plan)),
+            where=tuple(where),
+            group_by=str(group_by),
+            group_size=group_size,
         )
 
     @property
@@ -181,6 +244,7 @@ class Hit:
     metadata: dict[str, str] = field(default_factory=dict)
     concepts: list[ConceptActivation] = field(default_factory=list)
     shared_concepts: list[SharedConcept] = field(default_factory=list)
+    group: str = ""  # group_by only: the hit's value of the group_by column, as text
 
 
 @dataclass
@@ -197,6 +261,14 @@ class SearchResult:
     @property
     def ids(self) -> list[str]:
         return [h.id for h in self.hits]
+
+    @property
+    def groups(self) -> dict[str, list[Hit]]:
+        """A grouped search's hits by group, best group first (hits come in that order)."""
+        grouped: dict[str, list[Hit]] = {}
+        for hit in self.hits:
+            grouped.setdefault(hit.group, []).append(hit)
+        return grouped
 
 
 @dataclass(frozen=True)
@@ -298,6 +370,7 @@ class IndexInfo:
     metadata_fields: list[str]
     concepts: int
     image_queries: bool
+    metadata_schema: dict[str, str] = field(default_factory=dict)  # column → FIELD_TYPES or "other"
 
     @property
     def contract(self) -> dict[Granularity, int]:

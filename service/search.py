@@ -15,7 +15,9 @@
    and reranks exactly at the target (service/funnel.py); unfiltered queries of one prefix
    length, search setting (a query's min_recall picks one of the index's tuned operating
    points, service/operating_points.py) and plan in one FAISS call; each filtered query over
-   its allowed rows only (service/filtering.py);
+   its allowed rows only (service/filtering.py) — a concept filter's rows and the rows meeting
+   the metadata conditions `where` (service/metadata_filter.py), intersected; a grouped query
+   (`group_by`) widens its own search until it holds top_k groups (service/grouping.py);
 5. describe the hits: ids, requested metadata, and with `explain` the query's active concepts,
    each hit's strongest concepts and the concepts they share (service/explain.py).
 
@@ -52,14 +54,22 @@ from service.explain import (
     shared_concepts,
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
+from service.grouping import FETCH_MAX, grouped_search
 from service.hits import explain_hits, hits_of
 from service.limits import LIMITS, RequestLimits, check_chars, check_near_captions
+from service.metadata_filter import MetadataFilter
 from service.operating_points import check_min_recall, setting_for
 from service.plans import FunnelConfig, Planner
 from service.query_cache import QueryCache
-from service.query_checks import check_query, check_query_input, parse_granularity
+from service.query_checks import (
+    check_grouping,
+    check_query,
+    check_query_input,
+    parse_granularity,
+)
 from service.query_embedding import EncoderObserver, embed_texts, encode
 from service.results import (
+    MAX_SHORTLIST,
     ConceptInfo,
     ConceptPage,
     ConceptRef,
@@ -70,6 +80,7 @@ from service.results import (
     SearchResult,
 )
 from service.routing import Route, route_text
+from service.thumbnails import recorded_image_root
 from training.core.config import ConfigModel
 from training.core.encoders import Encoder, load_encoder
 from training.core.encoders.images import decode_image
@@ -83,7 +94,9 @@ log = logging.getLogger(__name__)
 class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
-    request may ask for (service/limits.py); `funnel`: when "auto" funnels (service/plans.py)."""
+    request may ask for (service/limits.py); `funnel`: when "auto" funnels (service/plans.py);
+    `image_root`: the folder relative `image_path` values are resolved against (None: the one
+    the bundle's cache recorded, else they are returned as stored: service/hits.py)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -91,6 +104,7 @@ class EngineConfig(ConfigModel):
     hit_concepts: int = 5
     limits: RequestLimits = LIMITS
     funnel: FunnelConfig = FunnelConfig()
+    image_root: Path | None = None
 
 
 @dataclass
@@ -105,6 +119,7 @@ class _Prepared:
     allowed: AllowedRows | None = None
     plan: PlanRun | None = None
     image: Any = None  # the decoded PIL image, between decoding and encoding
+    groups: list[int] | None = None  # group_by: each hit's group code (MetadataFilter.group_keys)
     result: SearchResult | None = None
 
 
@@ -129,9 +144,10 @@ class SearchEngine:
             )
         self.coder = bundle.coder
         self.contract = bundle.contract
-        self.metadata_fields = [n for n in pq.read_schema(bundle.path / IDS).names if n != "id"]
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
-        bundle.metadata(np.zeros(0, dtype=np.int64))  # read the table now, while the folder exists
+        self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
+        self.metadata_fields = list(self.metadata.schema)
+        self.image_root = self.config.image_root or recorded_image_root(bundle)
         self.planner = Planner(self.bundle, self.config.funnel)
 
     def with_bundle(self, bundle: Bundle) -> SearchEngine:
@@ -208,11 +224,18 @@ class SearchEngine:
             check_min_recall(query.min_recall)
             length = self.contract[prepared.route.granularity]
             prepared.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
+            check_grouping(query, self.config.limits)
+            if query.group_by:
+                self.metadata.check_field(query.group_by, "group_by")
+            self.metadata.check(query.where)
             if query.require or query.exclude:
                 prepared.allowed = allowed_rows(
                     self.bundle, query.require, query.exclude, query.scope
                 )
-            length = self.contract[prepared.route.granularity]
+            if query.where:
+                everything = AllowedRows(self.bundle.rows, np.zeros(0, np.int64), complement=True)
+                base = prepared.allowed or everything
+                prepared.allowed = base.within(self.metadata.rows(query.where))
             prepared.plan = self.planner.plan(
                 query, length, prepared.allowed, self.config.exact_max
             )
@@ -267,19 +290,12 @@ class SearchEngine:
         for i, p in enumerate(live):
             assert p.route is not None and p.plan is not None
             length = self.contract[p.route.granularity]
-            if p.allowed is None:
+            if p.query.group_by:
+                found[i] = self._grouped(p, rotated[i : i + 1], length)
+            elif p.allowed is None:
                 groups[length, p.setting, p.plan.shortlist_prefix, p.plan.factor].append(i)
-            elif p.plan.kind == "funnel":
-                found[i] = self.planner.filtered_funnel(
-                    p.plan, rotated[i : i + 1], length, p.query.k, p.allowed,
-                    self.config.exact_max,
-                )  # fmt: skip
             else:
-                index = self.bundle.index(length)
-                query = prefix_vectors(rotated[i : i + 1], length)
-                found[i] = filtered_search(
-                    index, query, p.query.k, p.allowed, self.config.exact_max, p.setting
-                )
+                found[i] = self._search_one(p, rotated[i : i + 1], length, p.query.k)
         for (length, setting, shortlist, factor), members in groups.items():
             k = max(live[i].query.k for i in members)
             if factor:
@@ -300,6 +316,41 @@ class SearchEngine:
             scores, rows = found[i]
             p.result = self._result(p, scores[0], rows[0], codes.get(i))
 
+    def _search_one(
+        self, p: _Prepared, rotated: np.ndarray, length: int, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One query's k best rows by its plan, inside its allowed rows if it has any."""
+        assert p.plan is not None
+        funnel = p.plan.kind == "funnel"
+        if p.allowed is None:
+            if funnel:
+                return self.planner.funnel(
+                    p.plan.shortlist_prefix, p.plan.factor, rotated, length, k
+                )
+            return self.bundle.search_prefix(length, rotated, k, p.setting)
+        if funnel:
+            return self.planner.filtered_funnel(
+                p.plan, rotated, length, k, p.allowed, self.config.exact_max
+            )
+        index = self.bundle.index(length)
+        query = prefix_vectors(rotated, length)
+        return filtered_search(index, query, k, p.allowed, self.config.exact_max, p.setting)
+
+    def _grouped(
+        self, p: _Prepared, rotated: np.ndarray, length: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A grouped query's hits, group by group (service/grouping.py); their group codes
+        kept in `p.groups`."""
+        assert p.plan is not None
+        codes, _ = self.metadata.group_keys(p.query.group_by)
+        available = self.bundle.rows if p.allowed is None else p.allowed.count
+        cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == "funnel" else FETCH_MAX
+        scores, rows, p.groups = grouped_search(
+            lambda k: self._search_one(p, rotated, length, k),
+            codes, p.query.k, p.query.group_size or 1, available, max(cap, 1),
+        )  # fmt: skip
+        return scores[None, :], rows[None, :]
+
     def _result(
         self,
         p: _Prepared,
@@ -308,7 +359,11 @@ class SearchEngine:
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
         assert p.route is not None
-        hits = hits_of(self.bundle, scores, rows, list(p.query.metadata_fields))
+        hits = hits_of(self.bundle, scores, rows, list(p.query.metadata_fields), self.image_root)
+        if p.groups is not None:
+            _, labels = self.metadata.group_keys(p.query.group_by)
+            for hit, code in zip(hits, p.groups, strict=True):
+                hit.group = str(labels[code])
         result = SearchResult(
             granularity=p.route.granularity,
             prefix_length=self.contract[p.route.granularity],
@@ -394,4 +449,4 @@ class SearchEngine:
         return find_concepts(self.bundle, ref, self.config.limits)
 
     def info(self) -> IndexInfo:
-        return describe_index(self.bundle, self.metadata_fields, self.encoder)
+        return describe_index(self.bundle, self.metadata.schema, self.encoder)

@@ -98,13 +98,6 @@ def serve_command(
     http_host: Annotated[
         str | None, typer.Option(help="address the HTTP API listens on (default: --host)")
     ] = None,
-    image_root: Annotated[
-        Path | None,
-        typer.Option(
-            help="the page's thumbnails come from this folder only (default: the folder "
-            "holding every image the bundle lists)"
-        ),
-    ] = None,
     admin_token_file: Annotated[
         Path | None,
         typer.Option(
@@ -130,23 +123,32 @@ def serve_command(
             "and answer them from this bundle"
         ),
     ] = None,
+    image_root: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder the bundle's relative image paths are resolved against, in hits and "
+            "for the page's thumbnails (none outside it is served; default: "
+            "$STRATA_IMAGE_ROOT, else the corpus root recorded when the images were embedded)"
+        ),
+    ] = None,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService), and HTTP with --http-port, until
     Ctrl-C."""
     from service.hot_swap import HotSwapper
     from service.metrics import ServerMetrics
     from service.query_cache import open_cache
-    from service.search import SearchEngine
+    from service.search import EngineConfig, SearchEngine
     from service.server import ServerConfig, StrataServer, serve
 
     settings = load_settings()
+    image_root = image_root or settings.image_root
+    if image_root is not None and not image_root.expanduser().is_dir():
+        raise InputError(f"--image-root is not a folder: {image_root}")
     if redis_url is None:
         redis_url = settings.redis_url
     for what, path in (("certificate", tls_cert), ("key", tls_key)):
         if path is not None and not path.expanduser().is_file():
             raise InputError(f"TLS {what} file not found: {path}")
-    if image_root is not None and not image_root.expanduser().is_dir():
-        raise InputError(f"image root is not a folder: {image_root}")
     values = {
         "host": host,
         "port": port,
@@ -169,9 +171,12 @@ def serve_command(
     config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
+    engine_config = EngineConfig(
+        image_root=image_root.expanduser().resolve() if image_root else None
+    )
     engine = SearchEngine.open(
         bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
-        translator=translator,
+        translator=translator, config=engine_config,
     )  # fmt: skip
 
     def ready(server: StrataServer) -> None:
@@ -267,6 +272,20 @@ def search_command(
     factor: Annotated[
         int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)")
     ] = 0,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a metadata condition every hit must meet: FIELD=VALUE, 'FIELD IN A,B', "
+            "FIELD>=X (also >, <=, <); repeatable (all must hold)"
+        ),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option(help="group hits by this metadata column: k groups (e.g. one per image)"),
+    ] = None,
+    group_size: Annotated[
+        int | None, typer.Option(help="hits per group with --group-by, 1-100 (default 1)")
+    ] = None,
     fields: Annotated[
         str | None,
         typer.Option(help="comma list of metadata columns to show (default: caption)"),
@@ -278,6 +297,8 @@ def search_command(
     """Search a running server and print its hits, scores and concepts."""
     if (query is None) == (image is None):
         raise InputError("give a text QUERY or --image FILE (one of them)")
+    if group_size is not None and not group_by:
+        raise InputError("--group-size needs --group-by")
     with StrataClient(target, timeout=timeout) as client:
         if fields is None:
             available = client.index_info().metadata_fields
@@ -296,6 +317,9 @@ def search_command(
             scope=scope,
             min_recall=min_recall,
             plan=SearchPlan(plan.strip().lower(), shortlist_prefix, factor),
+            where=where or (),
+            group_by=group_by or "",
+            group_size=group_size,
         )
     if as_json:
         typer.echo(json.dumps(asdict(result), indent=2, default=str))
@@ -329,12 +353,13 @@ def format_result(
     if not result.hits:
         lines.append("no hits")
         return "\n".join(lines)
-    header = ["#", "score", "id", *columns]
+    grouped = any(hit.group for hit in result.hits)
+    header = ["#", "score", "id", *(["group"] if grouped else []), *columns]
     if explain:
         header += ["concepts", "shared (contribution)"]
     rows = []
     for rank, hit in enumerate(result.hits, start=1):
-        row = [str(rank), f"{hit.score:.3f}", hit.id]
+        row = [str(rank), f"{hit.score:.3f}", hit.id, *([_cut(hit.group)] if grouped else [])]
         row += [_cut(hit.metadata.get(c, "")) for c in columns]
         if explain:
             row.append(", ".join(_scoped(c.name, c.scope) for c in hit.concepts))

@@ -83,7 +83,7 @@ class ServerConfig(ConfigModel):
     bundles_dir: Path | None = None  # where Reload finds versions; None: the served one's parent
     http_port: int | None = None  # the HTTP/JSON API and the page: None off, 0 any free port
     http_host: str | None = None  # where the HTTP API listens; None: `host`
-    image_root: Path | None = None  # the page's thumbnails; None: the bundle's (thumbnails.py)
+    image_root: Path | None = None  # relative image paths and thumbnails; None: the bundle's
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:

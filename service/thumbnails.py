@@ -3,14 +3,16 @@
     images = BundleImages(bundle, root=None)   # root None: the folder holding every image
     images.thumbnail(row)                      # JPEG bytes; NotFoundError for anything else
 
-A row's image is its `image_path` metadata value (the embed job writes it, absolute). It is
+A row's image is its `image_path` metadata value: relative to the corpus root (what the embed
+job writes now) or absolute (older caches). A relative path is joined to the image root. It is
 served only when the path, resolved (symbolic links followed, `..` removed), lies inside the
 resolved image root, names a file with an image suffix and decodes as an image: a path that
 leads out of the root — in the metadata, or through a link inside the root — is never read.
-The root is the one given (`strata serve --image-root`) or else the deepest folder that holds
-every image the bundle lists; when that would be the file system's root, no image is served
-without `--image-root`. The thumbnail is re-encoded (JPEG, longest side `THUMBNAIL_PIXELS`), so
-the bytes sent are an image decoded from the file, never the file itself.
+The root is the one given (`strata serve --image-root`, the same root hits' paths are resolved
+against), else the corpus root the cache recorded (`recorded_image_root`), else the deepest
+folder that holds every image the bundle lists; when that would be the file system's root, no
+image is served without `--image-root`. The thumbnail is re-encoded (JPEG, longest side
+`THUMBNAIL_PIXELS`), so the bytes sent are an image decoded from the file, never the file.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def inside(path: Path, root: Path) -> bool:
     return resolved != real_root and resolved.is_relative_to(real_root)
 
 
+def recorded_image_root(bundle: Bundle) -> Path | None:
+    """The corpus root the bundle's cache recorded for its relative image paths, if any."""
+    root = bundle.manifest.source.get("image_root")
+    return Path(root) if root else None
+
+
 def common_root(paths: list[str]) -> Path | None:
     """The deepest folder holding every path; None for no paths, or when that is `/`."""
     folders = {os.path.normpath(Path(p).absolute().parent) for p in paths if p}
@@ -60,6 +68,8 @@ class BundleImages:
         self._paths: list[str | None] | None = None
         table = bundle.metadata([]).schema
         self.has_images = IMAGE_COLUMN in table.names
+        if root is None:
+            root = recorded_image_root(bundle)
         if root is None and self.has_images:
             root = common_root([p for p in self.paths if p])
         self.root = root.expanduser().resolve() if root is not None else None
@@ -83,7 +93,7 @@ class BundleImages:
         value = self.paths[row]
         if not value:
             raise NotFoundError(f"row {row} has no image")
-        path = Path(value)
+        path = Path(value) if Path(value).is_absolute() else self.root / value
         if not inside(path, self.root) or path.suffix.lower() not in IMAGE_SUFFIXES:
             raise NotFoundError(f"row {row}'s image is not under the image root")
         resolved = path.resolve()

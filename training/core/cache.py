@@ -4,7 +4,9 @@ Layout (clip-retrieval / embedding-reader compatible, so a clip-retrieval cache 
 
     img_emb/img_emb_{i}.npy           float16 or float32 [rows_i, dim], L2-normalised
     text_emb/text_emb_{i}.npy         same rows as img_emb (when both exist)
-    metadata/metadata_{i}.parquet     row-aligned; `id` (unique), `caption`, `image_path`, ...
+    metadata/metadata_{i}.parquet     row-aligned; `id` (unique), `caption`, `image_path`
+                                      (relative to the manifest's `image_root` when it is
+                                      set; absolute in caches written before), ...
     manifest.json                     ours: encoder, dim, dtype, shards with rows and checksums
 
 Every file is written to a temporary name and renamed into place; a shard exists for readers
@@ -71,6 +73,7 @@ class CacheManifest:
     job: dict[str, Any] = field(default_factory=dict)
     encoder_provenance: dict[str, Any] = field(default_factory=dict)
     corpus_report: dict[str, Any] = field(default_factory=dict)
+    image_root: str | None = None  # what relative `image_path` values are relative to
     source: str = "strata"
     format: str = CACHE_FORMAT
 

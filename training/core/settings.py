@@ -28,6 +28,9 @@ class StrataSettings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis for the query cache, hot swap and version announcements"
     )
+    image_root: Path | None = Field(
+        None, description="where `strata serve` resolves a bundle's relative image paths"
+    )
     admin_token: str | None = Field(
         None, repr=False, description="the AdminService bearer token (a file is safer)"
     )

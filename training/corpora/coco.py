@@ -77,6 +77,9 @@ class CocoCaptionsCorpus(Corpus):
                 fields={"image_id": str(image_id)},
             )
 
+    def image_root(self) -> Path:
+        return self.image_dir.resolve()
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

@@ -36,6 +36,9 @@ class ImageFolderCorpus(Corpus):
                 continue
             yield Record(id=relative, image_path=str(path.resolve()), group=relative)
 
+    def image_root(self) -> Path:
+        return self.root.resolve()
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.root.resolve())}
 
@@ -110,6 +113,9 @@ class TextFileCorpus(Corpus):
         }
         group = str(entry.get("group") or record_id)
         return Record(id=record_id, text=text.strip(), image_path=image, group=group, fields=extra)
+
+    def image_root(self) -> Path:
+        return self.path.parent.resolve()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.path.resolve())}

@@ -6,6 +6,7 @@ import abc
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from training.core.errors import InputError
@@ -72,6 +73,11 @@ class Corpus(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
         """What this corpus is (kind, source, options), as recorded in a cache manifest."""
+
+    def image_root(self) -> Path | None:
+        """The folder this corpus's image paths lie under: the cache stores each image path
+        relative to it, and the root in its manifest (None: no images, paths kept as given)."""
+        return None
 
     def size_hint(self) -> int | None:
         """How many records iteration will yield, where cheap to know (for progress bars)."""

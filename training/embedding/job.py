@@ -98,6 +98,9 @@ def embed_corpus(
         "modalities": list(modalities),
     }
     manifest = _start_or_resume(out, job, encoder, modalities, config.overwrite)
+    image_root = corpus.image_root()
+    if image_root is not None and manifest.image_root is None:
+        manifest.image_root = str(image_root)  # written with the first shard's manifest
     removed = [str(p.relative_to(out)) for p in remove_unlisted_files(out, manifest)]
     if removed:
         log.warning("removed %d files a killed run left unlisted: %s", len(removed), removed[:5])
@@ -114,7 +117,7 @@ def embed_corpus(
         raise CacheError(
             f"{out}: the corpus now has fewer records ({consumed}) than the cache covers"
         )
-    embedder = _ShardEmbedder(encoder, modalities, config.decode_workers)
+    embedder = _ShardEmbedder(encoder, modalities, config.decode_workers, image_root)
     # decoded images are large: a window of them is one encoder batch, not thousands
     window = encoder.batch_size if "image" in modalities else config.encode_window
     bar = tqdm(
@@ -228,8 +231,14 @@ class _ShardEmbedder:
     """Embeds one shard's records a window at a time; images decoded on worker threads, each
     distinct image path encoded once per window (captions of one image share its vector)."""
 
-    def __init__(self, encoder: Encoder, modalities: tuple[str, ...], workers: int) -> None:
-        self.encoder, self.modalities = encoder, modalities
+    def __init__(
+        self,
+        encoder: Encoder,
+        modalities: tuple[str, ...],
+        workers: int,
+        image_root: Path | None = None,
+    ) -> None:
+        self.encoder, self.modalities, self.image_root = encoder, modalities, image_root
         self.pool = ThreadPoolExecutor(max_workers=workers) if "image" in modalities else None
         self.last_images: dict[str, np.ndarray] = {}
 
@@ -257,7 +266,7 @@ class _ShardEmbedder:
             if "text" in self.modalities:
                 parts["text"].append(self.encoder.encode_text([r.text for r in kept]))
             skipped += len(batch) - len(kept)
-            rows.extend(_metadata_row(r) for r in kept)
+            rows.extend(_metadata_row(r, self.image_root) for r in kept)
             bar.update(len(batch))
         embeddings = {m: np.concatenate(p) for m, p in parts.items()}
         metadata = (
@@ -309,11 +318,22 @@ def _batches(items: list[Record], size: int) -> Iterator[list[Record]]:
         yield items[start : start + size]
 
 
-def _metadata_row(record: Record) -> dict[str, Any]:
+def stored_image_path(path: str | None, root: Path | None) -> str | None:
+    """An image path as the cache stores it: relative (POSIX) to the corpus root when it lies
+    under it, else as given."""
+    if path is None or root is None:
+        return path
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return path
+
+
+def _metadata_row(record: Record, image_root: Path | None = None) -> dict[str, Any]:
     return {
         "id": record.id,
         "caption": record.text,
-        "image_path": record.image_path,
+        "image_path": stored_image_path(record.image_path, image_root),
         "group": record.group,
         **record.fields,
     }
