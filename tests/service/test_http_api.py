@@ -20,7 +20,7 @@ from service._generated.strata.v1 import search_pb2 as pb
 from service.client import StrataClient, StrataClientError
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from service.thumbnails import BundleImages, common_root, inside
+from service.thumbnails import BundleImages, common_root, inside, recorded_image_root
 
 SEARCH = "strata.v1.SearchService"
 
@@ -242,19 +242,22 @@ def test_thumbnails_come_from_the_image_root(image_bundle: Path, tiny_clip):
 def test_no_image_outside_the_root_is_served(image_bundle: Path, tmp_path: Path):
     bundle = Bundle.open(image_bundle)
     images = BundleImages(bundle)
-    root = Path(images.paths[0]).parent
-    assert images.root == root.resolve()
+    assert not Path(images.paths[0]).is_absolute()  # stored relative to the corpus root
+    root = recorded_image_root(bundle)
+    assert root is not None and images.root == root.resolve()
+    first = images.path_of(0)
+    assert first.is_relative_to(images.root)
     assert images.thumbnail(0)[:2] == b"\xff\xd8"
     # a narrower root: rows whose image lies beside it, not in it, are refused
     narrow = tmp_path / "narrow"
     narrow.mkdir()
-    (narrow / "link.png").symlink_to(images.paths[0])  # a link inside the root, leading out
+    (narrow / "link.png").symlink_to(first)  # a link inside the root, leading out
     assert not inside(narrow / "link.png", narrow)
     refused = BundleImages(bundle, root=narrow)
     with pytest.raises(Exception, match="not under the image root"):
         refused.thumbnail(0)
     assert not inside(narrow / ".." / "narrow", narrow)  # the root itself is no image
-    assert inside(Path(images.paths[0]), root)
+    assert inside(first, root)
     assert common_root(["/a/b/c.png", "/a/b/d/e.png"]) == Path("/a/b")
     assert common_root(["/a/c.png", "/b/e.png"]) is None  # no root would be the whole disk
 
