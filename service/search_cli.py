@@ -44,24 +44,28 @@ def serve_command(
     bundles: Annotated[
         Path, typer.Option("--bundles", help="bundle directory; its CURRENT version is served")
     ],
-    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 50051,
+    port: Annotated[
+        int, typer.Option(help="port to listen on (0: any free port)", min=0, max=65535)
+    ] = 50051,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     device: Annotated[
         str | None, typer.Option(help="encoder device: auto (CUDA when present), cpu, cuda:1")
     ] = None,
-    max_batch: Annotated[int, typer.Option(help="queries per encoder call at most")] = 32,
+    max_batch: Annotated[int, typer.Option(help="queries per encoder call at most", min=1)] = 32,
     max_wait_ms: Annotated[
         float,
         typer.Option(
             help="longest a query waits for others to batch with (0: none; queries that "
-            "arrive while a batch runs still form the next one)"
+            "arrive while a batch runs still form the next one)",
+            min=0,
         ),
     ] = BatchingConfig().max_wait_ms,
     max_queue: Annotated[
         int,
         typer.Option(
             help="requests waiting at most (a BatchSearch counts once); beyond, "
-            "RESOURCE_EXHAUSTED at once"
+            "RESOURCE_EXHAUSTED at once",
+            min=1,
         ),
     ] = BatchingConfig().max_queue,
     batching: Annotated[
@@ -104,7 +108,8 @@ def serve_command(
         float,
         typer.Option(
             help="seconds running calls get to finish when stopping; then they are cancelled "
-            "(a BatchSearch between two of its micro-batches) and the process exits"
+            "(a BatchSearch between two of its micro-batches) and the process exits",
+            min=0,
         ),
     ] = 5.0,
     translator: Annotated[
@@ -210,7 +215,9 @@ def search_command(
     granularity: Annotated[
         str, typer.Option("--granularity", "-g", help=" | ".join(GRANULARITY_CHOICES))
     ] = AUTO,
-    k: Annotated[int, typer.Option("--k", "-k", help="hits to return, 1-1000")] = 10,
+    k: Annotated[
+        int, typer.Option("--top-k", "-k", help="hits to return, 1-1000", min=1, max=1000)
+    ] = 10,
     require: Annotated[
         list[str] | None,
         typer.Option(help="a concept every hit must have: name or label (+12); repeatable"),
@@ -238,10 +245,11 @@ def search_command(
         typer.Option(help="search plan: " + " | ".join(PLAN_KINDS) + " (the server's choice)"),
     ] = AUTO,
     shortlist_prefix: Annotated[
-        int, typer.Option(help="funnel: the prefix length to shortlist at (0: the server's)")
+        int,
+        typer.Option(help="funnel: the prefix length to shortlist at (0: the server's)", min=0),
     ] = 0,
     factor: Annotated[
-        int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)")
+        int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)", min=0)
     ] = 0,
     fields: Annotated[
         str | None,
@@ -249,11 +257,15 @@ def search_command(
     ] = None,
     target: Annotated[str, typer.Option(help="server address host:port")] = DEFAULT_TARGET,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option(help="seconds to wait for the answer", min=0.001)
+    ] = 30.0,
 ) -> None:
     """Search a running server and print its hits, scores and concepts."""
     if (query is None) == (image is None):
         raise InputError("give a text QUERY or --image FILE (one of them)")
+    if image is not None and not image.expanduser().is_file():  # before any call to the server
+        raise InputError(f"image file not found: {image}")
     with StrataClient(target, timeout=timeout) as client:
         if fields is None:
             available = client.index_info().metadata_fields
