@@ -72,7 +72,7 @@ RayAddress = Annotated[
     str | None,
     typer.Option(help="--engine ray: the cluster to join (default: RAY_ADDRESS, else local)"),
 ]
-Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)")]
+Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)", min=1)]
 Progress = Annotated[bool, typer.Option(help="show progress bars")]
 OldBundles = Annotated[
     Path | None, typer.Argument(hidden=True, show_default=False)
@@ -338,7 +338,7 @@ def publish(
         typer.Option(help="the version to publish, v000007 or 7 (default: the current one)"),
     ] = None,
     sample: Annotated[
-        int, typer.Option(help="rows recomputed from the source cache when verifying")
+        int, typer.Option(help="rows recomputed from the source cache when verifying", min=0)
     ] = 64,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = DEFAULT_PREFIX,
@@ -391,7 +391,7 @@ def verify(
     cache: Annotated[
         Path | None, typer.Option(help="source cache (default: the path the manifest records)")
     ] = None,
-    sample: Annotated[int, typer.Option(help="rows recomputed from the cache")] = 64,
+    sample: Annotated[int, typer.Option(help="rows recomputed from the cache", min=0)] = 64,
 ) -> None:
     """Check a bundle version: files, indexes, postings, ids, artifacts, rows vs the cache.
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -150,10 +152,17 @@ def serve_command(
         "tls_key": tls_key.expanduser() if tls_key else None,
     }
     config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
+    # what a user can get wrong is checked before the bundle and the models load (seconds)
+    check_port_free(host, port, "--port")
+    if metrics_port is not None:
+        check_port_free(metrics_host or host, metrics_port, "--metrics-port")
+    from training.core.encoders import resolve_device
+
+    device = resolve_device(device or settings.device)
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine = SearchEngine.open(
-        bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
+        bundles, device=device, batch_size=settings.batch_size, cache=cache,
         translator=translator,
     )  # fmt: skip
 
@@ -191,6 +200,29 @@ def serve_command(
         cache.close()
     typer.echo("stopped")
     exit_now()
+
+
+def check_port_free(host: str, port: int, option: str) -> None:
+    """InputError when `host:port` cannot be listened on (taken, or not this machine's), found
+    by binding a plain socket, so the user hears it at once and without gRPC's core log."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "the port is in use (another server?)" if taken else exc.strerror
+            raise InputError(
+                f"cannot listen on {host}:{port}: {why}; choose another {option}"
+            ) from None
 
 
 def exit_now() -> None:

@@ -69,13 +69,19 @@ eval_app = typer.Typer(
             "grasp",
             "training.grasp.cli:eval_command",
             "Score a GraSP-VL artifact and its baselines.",
-            examples("strata eval grasp --cache /work/cache/flickr-minilm --artifact runs/grasp --out runs/grasp-eval"),
+            examples(
+                "strata eval grasp --cache /work/cache/flickr-minilm --artifact runs/grasp "
+                "--out runs/grasp-eval"
+            ),
         ),
         LazyCommand(
             "cedar",
             "training.cedar.cli:eval_command",
             "Score a CEDAR artifact and its baselines (FVU, probes, naming).",
-            examples("strata eval cedar --cache /work/cache/flickr-minilm --artifact runs/cedar --out runs/cedar-eval"),
+            examples(
+                "strata eval cedar --cache /work/cache/flickr-minilm --artifact runs/cedar "
+                "--out runs/cedar-eval"
+            ),
         ),
         LazyCommand(
             "cosae",
@@ -108,7 +114,7 @@ CorpusPath = Annotated[
 Split = Annotated[
     str, typer.Option(help="flickr8k: train|dev|test|all; compositional: train|val|test|all")
 ]
-Scenes = Annotated[int, typer.Option(help="compositional: number of scenes")]
+Scenes = Annotated[int, typer.Option(help="compositional: number of scenes", min=1)]
 Seed = Annotated[int, typer.Option(help="compositional: generator seed")]
 Strict = Annotated[
     bool, typer.Option("--strict", help="fail on the first malformed entry instead of skipping it")
@@ -134,9 +140,9 @@ def run(
         str | None, typer.Option(help="float16 | float32 (default from settings)")
     ] = None,
     shard_rows: Annotated[
-        int | None, typer.Option(help="rows per shard (default from settings)")
+        int | None, typer.Option(help="rows per shard (default from settings)", min=1)
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="encoder batch size")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="encoder batch size", min=1)] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:n]")] = None,
     modalities: Annotated[
         str | None, typer.Option(help="text, image or text,image (default: what the records have)")
@@ -233,7 +239,7 @@ def peek(
     seed: Seed = 0,
     images: Annotated[Path | None, typer.Option(help="coco: the image folder")] = None,
     strict: Strict = False,
-    limit: Annotated[int, typer.Option(help="records to print")] = 5,
+    limit: Annotated[int, typer.Option(help="records to print", min=0)] = 5,
 ) -> None:
     """Read a corpus without embedding it: a few records, the count, and what was skipped."""
     source = open_corpus(
