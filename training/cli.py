@@ -121,7 +121,14 @@ Strict = Annotated[
 ]
 
 
-@embed_app.command("run")
+@embed_app.command(
+    "run",
+    epilog=examples(
+        "strata embed run --corpus flickr8k --path ../shared/data/flickr8k --out runs/flickr",
+        "strata embed run --corpus compositional --scenes 2000 --out runs/comp2k --shard-rows 1000",
+        "strata embed run --corpus coco --path coco.json --encoder open_clip:ViT-B-32 -o runs/coco",
+    ),
+)
 def run(
     out: Annotated[Path, typer.Option("--out", "-o", help="cache folder to create or resume")],
     corpus: CorpusKind = "flickr8k",
@@ -195,7 +202,13 @@ def format_summary(summary: EmbedSummary) -> str:
     return "\n".join(lines)
 
 
-@embed_app.command("info")
+@embed_app.command(
+    "info",
+    epilog=examples(
+        "strata embed info /work/cache/flickr-minilm",
+        "strata embed info /work/cache/flickr-minilm --json",
+    ),
+)
 def info(
     cache: Annotated[Path, typer.Argument(help="cache folder")],
     as_json: Annotated[
@@ -219,7 +232,12 @@ def info(
     )
 
 
-@embed_app.command("verify")
+@embed_app.command(
+    "verify",
+    epilog=examples(
+        "strata embed verify /work/cache/flickr-minilm",
+    ),
+)
 def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
     """Check every listed file's checksum, row counts, shapes and unit norms; exit 1 on a fault."""
     faults = EmbeddingCache.open(cache).verify()
@@ -230,7 +248,13 @@ def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
     typer.echo(f"{cache}: ok")
 
 
-@embed_app.command("peek")
+@embed_app.command(
+    "peek",
+    epilog=examples(
+        "strata embed peek --corpus flickr8k --path ../shared/data/flickr8k --limit 3",
+        "strata embed peek --corpus compositional --scenes 100",
+    ),
+)
 def peek(
     corpus: CorpusKind = "flickr8k",
     path: CorpusPath = None,

@@ -41,7 +41,10 @@ def run_child(job: dict) -> int:
 
 
 def main(jobs_file: str) -> None:
-    import service.cli  # noqa: F401  (the expensive imports, paid once)
+    import indexer.cli  # noqa: F401  (the expensive imports, paid once: the commands
+    import service.cli  # noqa: F401  load lazily, and each child would pay them again)
+    import service.search_cli  # noqa: F401
+    import training.cli  # noqa: F401
 
     jobs = json.loads(Path(jobs_file).read_text())
     codes = []
