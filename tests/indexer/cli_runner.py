@@ -41,8 +41,9 @@ def run_child(job: dict) -> int:
 
 
 def main(jobs_file: str) -> None:
-    import indexer.cli  # noqa: F401  (the expensive imports, paid once: the commands
-    import service.cli  # noqa: F401  load lazily, and each child would pay them again)
+    # the expensive imports, paid once (the commands load lazily: each child would pay them)
+    import indexer.cli  # noqa: F401
+    import service.cli
     import service.search_cli  # noqa: F401
     import training.cli  # noqa: F401
 

@@ -37,7 +37,9 @@ def strata_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mo
 
 
 def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):
-    code, out, _ = strata_in_process("search", "a red dog", "--top-k", "3", "--target", server.target)
+    code, out, _ = strata_in_process(
+        "search", "a red dog", "--top-k", "3", "--target", server.target
+    )
     assert code == 0, out
     lines = out.splitlines()
     assert lines[0].startswith("granularity  attribute (prefix 48): attribute words (red)")
@@ -58,7 +60,15 @@ def test_search_with_filters_and_explain(strata_in_process, server, engine):
     assert f"filter       {len(engine.bundle.postings(common.concept)[0])} rows allowed" in out
     assert "concepts" in out and "shared (contribution)" in out and "query        " in out
     code, out, _ = strata_in_process(
-        "search", "a dog", "--top-k", "2", "--json", "--fields", "subject", "--target", server.target
+        "search",
+        "a dog",
+        "--top-k",
+        "2",
+        "--json",
+        "--fields",
+        "subject",
+        "--target",
+        server.target,
     )
     data = json.loads(out)
     assert len(data["hits"]) == 2 and set(data["hits"][0]["metadata"]) == {"subject"}
