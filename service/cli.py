@@ -52,7 +52,7 @@ COMMANDS = [
     LazyCommand(
         "demo",
         "service.demo_cli:demo",
-        "The main job: embed, train, index, serve and search, on the embedded default.",
+        "The main job: embed, train, index, serve and search.",
         examples("strata demo", "strata demo --out runs/demo2 --scenes 2000 --no-progress"),
     ),
     LazyCommand(
