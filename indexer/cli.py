@@ -41,12 +41,15 @@ from indexer.update import (
 )
 from indexer.verify import check_servable, resolve_version, verify_bundle
 from indexer.versions import BundleStore
+from training.core.commands import HiddenArgumentsCommand, examples
+from training.core.errors import InputError
 
 Summary = TypeVar("Summary", BuildSummary, UpdateSummary)
 
 index_app = typer.Typer(
     help="Build, update, publish, verify and inspect index bundles (a FAISS index per prefix "
-    "+ concept postings)."
+    "+ concept postings).",
+    no_args_is_help=True,
 )
 
 RedisUrl = Annotated[
@@ -69,8 +72,21 @@ RayAddress = Annotated[
     str | None,
     typer.Option(help="--engine ray: the cluster to join (default: RAY_ADDRESS, else local)"),
 ]
-Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)")]
+Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)", min=1)]
 Progress = Annotated[bool, typer.Option(help="show progress bars")]
+OldBundles = Annotated[
+    Path | None, typer.Argument(hidden=True, show_default=False)
+]  # the positional form these commands took before --bundles; still accepted
+
+
+def bundles_of(option: Path | None, positional: Path | None) -> Path:
+    """The bundle directory, from --bundles (or the old positional form)."""
+    if option is not None and positional is not None and option != positional:
+        raise InputError("give the bundle once: --bundles DIR")
+    given = option or positional
+    if given is None:
+        raise InputError("missing option '--bundles' (the bundle directory)")
+    return given
 
 
 def publisher_for(url: str | None, prefix: str) -> RedisPublisher | None:
@@ -103,7 +119,15 @@ def file_lines(files: dict[str, int]) -> list[str]:
     return lines
 
 
-@index_app.command("build")
+@index_app.command(
+    "build",
+    epilog=examples(
+        "strata index build --cache /work/cache/flickr-minilm --grasp runs/grasp "
+        "--cedar runs/cedar "
+        "--out runs/bundle",
+        "strata index build ... --index-type 24=HNSW32 --memory-budget 1GiB",
+    ),
+)
 def build(
     cache: Annotated[Path, typer.Option("--cache", help="embedding cache to index")],
     grasp: Annotated[Path, typer.Option("--grasp", help="GraSP-VL transform artifact")],
@@ -208,7 +232,9 @@ def tail_lines(announced: str | None, removed: list[str], cleaned: list[Path]) -
     return lines
 
 
-@index_app.command("add")
+@index_app.command(
+    "add", epilog=examples("strata index add --bundles runs/bundle --cache runs/new-rows")
+)
 def add(
     bundles: Annotated[Path, typer.Option("--bundles", help="bundle directory to add to")],
     cache: Annotated[Path, typer.Option("--cache", help="embedding cache of the new rows")],
@@ -237,7 +263,13 @@ def add(
     typer.echo(format_update_summary(summary, source=str(cache)))
 
 
-@index_app.command("delete")
+@index_app.command(
+    "delete",
+    epilog=examples(
+        "strata index delete --bundles runs/bundle --id 1000268201_693b08cb0e.jpg#0",
+        "strata index delete --bundles runs/bundle --ids removed.txt --missing-ok",
+    ),
+)
 def delete(
     bundles: Annotated[Path, typer.Option("--bundles", help="bundle directory to delete from")],
     ids_file: Annotated[
@@ -288,15 +320,25 @@ def format_update_summary(summary: UpdateSummary, source: str | None = None) -> 
     return "\n".join(lines)
 
 
-@index_app.command("publish")
+@index_app.command(
+    "publish",
+    cls=HiddenArgumentsCommand,
+    epilog=examples(
+        "strata index publish --bundles runs/bundle --version 3",
+        "strata index publish --bundles runs/bundle --redis-url redis://127.0.0.1:6379/0",
+    ),
+)
 def publish(
-    bundles: Annotated[Path, typer.Argument(help="bundle directory")],
+    old_bundles: OldBundles = None,
+    bundles: Annotated[
+        Path | None, typer.Option("--bundles", help="bundle directory", show_default=False)
+    ] = None,
     version: Annotated[
         str | None,
         typer.Option(help="the version to publish, v000007 or 7 (default: the current one)"),
     ] = None,
     sample: Annotated[
-        int, typer.Option(help="rows recomputed from the source cache when verifying")
+        int, typer.Option(help="rows recomputed from the source cache when verifying", min=0)
     ] = 64,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = DEFAULT_PREFIX,
@@ -306,6 +348,7 @@ def publish(
     A rollback, or a version whose announcement failed. Without --version the current version
     is announced again, which brings Redis level with CURRENT. The version is verified first
     (the checks of `strata index verify`); one that fails is refused, nothing changes."""
+    bundles = bundles_of(bundles, old_bundles)
     store = BundleStore(bundles)
     if not store.root.is_dir():
         raise BundleError(f"bundle directory not found: {bundles}")
@@ -329,18 +372,31 @@ def publish(
         typer.echo(f"announced    {announced}")
 
 
-@index_app.command("verify")
+@index_app.command(
+    "verify",
+    cls=HiddenArgumentsCommand,
+    epilog=examples(
+        "strata index verify --bundles runs/bundle",
+        "strata index verify --bundles runs/bundle/v000003 --sample 256",
+    ),
+)
 def verify(
-    bundle: Annotated[Path, typer.Argument(help="bundle directory (checks CURRENT) or version")],
+    old_bundles: OldBundles = None,
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles", help="bundle directory (checks CURRENT) or version", show_default=False
+        ),
+    ] = None,
     cache: Annotated[
         Path | None, typer.Option(help="source cache (default: the path the manifest records)")
     ] = None,
-    sample: Annotated[int, typer.Option(help="rows recomputed from the cache")] = 64,
+    sample: Annotated[int, typer.Option(help="rows recomputed from the cache", min=0)] = 64,
 ) -> None:
     """Check a bundle version: files, indexes, postings, ids, artifacts, rows vs the cache.
 
     Exit 0 and `ok`, or one FAULT line per problem (naming its file) and exit 2."""
-    path = resolve_version(bundle)
+    path = resolve_version(bundles_of(bundles, old_bundles))
     report = verify_bundle(path, cache_dir=cache, sample=sample)
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
@@ -379,12 +435,22 @@ def describe_tuning(entry: PrefixEntry) -> str:
     )
 
 
-@index_app.command("info")
+@index_app.command(
+    "info",
+    cls=HiddenArgumentsCommand,
+    epilog=examples(
+        "strata index info --bundles runs/bundle", "strata index info --bundles runs/bundle --json"
+    ),
+)
 def info(
-    bundles: Annotated[Path, typer.Argument(help="bundle directory")],
+    old_bundles: OldBundles = None,
+    bundles: Annotated[
+        Path | None, typer.Option("--bundles", help="bundle directory", show_default=False)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the current manifest")] = False,
 ) -> None:
     """Show the current version, its manifest summary, and every version kept."""
+    bundles = bundles_of(bundles, old_bundles)
     store = BundleStore(bundles)
     if not store.root.is_dir():
         raise BundleError(f"bundle directory not found: {bundles}")

@@ -43,6 +43,7 @@ import faiss
 import numpy as np
 
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
+from training.core.errors import InputError
 from training.core.files import HashedFile, fsync_file
 
 log = logging.getLogger(__name__)
@@ -367,8 +368,27 @@ def search_parameters(
     return params
 
 
+class IndexFileError(InputError, RuntimeError):
+    """A prefix index file that is missing or FAISS cannot read (a RuntimeError too, as FAISS's
+    own error is, so callers that catch that keep working)."""
+
+
 def read_prefix_index(path: Path, factory: str, ondisk: bool) -> faiss.Index:
-    """Open an index memory-mapped (see the module docstring for which flag each kind gets)."""
+    """Open an index memory-mapped (see the module docstring for which flag each kind gets);
+    a missing or unreadable file is an IndexFileError naming it, not FAISS's C++ traceback."""
+    if not path.is_file():
+        raise IndexFileError(f"index file missing: {path}")
+    try:
+        return _read_prefix_index(path, factory, ondisk)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise IndexFileError(
+            f"cannot read the FAISS index {path} (truncated or damaged? `strata index verify` "
+            f"checks every file): {first}"
+        ) from None
+
+
+def _read_prefix_index(path: Path, factory: str, ondisk: bool) -> faiss.Index:
     if ondisk:
         with quiet_stdout():  # FAISS prints the list file's new path on stdout
             return faiss.read_index(

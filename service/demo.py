@@ -25,19 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from pydantic import ConfigDict
 
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle, BundleError
 from service.client import StrataClient, StrataClientError
+from service.demo_config import DemoConfig
 from service.results import Explanation, SearchResult
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.cedar.cli import fit_cedar
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
-from training.core.config import ConfigModel
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.settings import StrataSettings
@@ -80,19 +79,6 @@ DEMO_SEARCHES: dict[str, tuple[DemoSearch, ...]] = {
         DemoSearch("concept filter", "a dog chasing a ball", "full", exclude=("beach",)),
     ),
 }
-
-
-class DemoConfig(ConfigModel):
-    """`scenes`: the compositional set's size when Flickr8k is absent; epochs of each transform
-    (short: the demo shows the pipeline); `k` hits per example search."""
-
-    model_config = ConfigDict(frozen=True)
-
-    scenes: int = 20_000
-    grasp_epochs: int = 8
-    cedar_epochs: int = 6
-    k: int = 5
-    progress: bool = True
 
 
 @dataclass

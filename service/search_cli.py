@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -44,24 +46,28 @@ def serve_command(
     bundles: Annotated[
         Path, typer.Option("--bundles", help="bundle directory; its CURRENT version is served")
     ],
-    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 50051,
+    port: Annotated[
+        int, typer.Option(help="port to listen on (0: any free port)", min=0, max=65535)
+    ] = 50051,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     device: Annotated[
         str | None, typer.Option(help="encoder device: auto (CUDA when present), cpu, cuda:1")
     ] = None,
-    max_batch: Annotated[int, typer.Option(help="queries per encoder call at most")] = 32,
+    max_batch: Annotated[int, typer.Option(help="queries per encoder call at most", min=1)] = 32,
     max_wait_ms: Annotated[
         float,
         typer.Option(
             help="longest a query waits for others to batch with (0: none; queries that "
-            "arrive while a batch runs still form the next one)"
+            "arrive while a batch runs still form the next one)",
+            min=0,
         ),
     ] = BatchingConfig().max_wait_ms,
     max_queue: Annotated[
         int,
         typer.Option(
             help="requests waiting at most (a BatchSearch counts once); beyond, "
-            "RESOURCE_EXHAUSTED at once"
+            "RESOURCE_EXHAUSTED at once",
+            min=1,
         ),
     ] = BatchingConfig().max_queue,
     batching: Annotated[
@@ -113,7 +119,8 @@ def serve_command(
         float,
         typer.Option(
             help="seconds running calls get to finish when stopping; then they are cancelled "
-            "(a BatchSearch between two of its micro-batches) and the process exits"
+            "(a BatchSearch between two of its micro-batches) and the process exits",
+            min=0,
         ),
     ] = 5.0,
     translator: Annotated[
@@ -169,13 +176,22 @@ def serve_command(
         "tls_key": tls_key.expanduser() if tls_key else None,
     }
     config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
+    # what a user can get wrong is checked before the bundle and the models load (seconds)
+    check_port_free(host, port, "--port")
+    if metrics_port is not None:
+        check_port_free(metrics_host or host, metrics_port, "--metrics-port")
+    if http_port is not None:
+        check_port_free(http_host or host, http_port, "--http-port")
+    from training.core.encoders import resolve_device
+
+    device = resolve_device(device or settings.device)
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine_config = EngineConfig(
         image_root=image_root.expanduser().resolve() if image_root else None
     )
     engine = SearchEngine.open(
-        bundles, device=device or settings.device, batch_size=settings.batch_size, cache=cache,
+        bundles, device=device, batch_size=settings.batch_size, cache=cache,
         translator=translator, config=engine_config,
     )  # fmt: skip
 
@@ -217,6 +233,29 @@ def serve_command(
     exit_now()
 
 
+def check_port_free(host: str, port: int, option: str) -> None:
+    """InputError when `host:port` cannot be listened on (taken, or not this machine's), found
+    by binding a plain socket, so the user hears it at once and without gRPC's core log."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "the port is in use (another server?)" if taken else exc.strerror
+            raise InputError(
+                f"cannot listen on {host}:{port}: {why}; choose another {option}"
+            ) from None
+
+
 def exit_now() -> None:
     """End the process once the server has stopped: output flushed, logging shut down, then
     `os._exit(0)`. The interpreter's own teardown (torch's and gRPC's native state, library
@@ -239,7 +278,9 @@ def search_command(
     granularity: Annotated[
         str, typer.Option("--granularity", "-g", help=" | ".join(GRANULARITY_CHOICES))
     ] = AUTO,
-    k: Annotated[int, typer.Option("--k", "-k", help="hits to return, 1-1000")] = 10,
+    k: Annotated[
+        int, typer.Option("--top-k", "-k", help="hits to return, 1-1000", min=1, max=1000)
+    ] = 10,
     require: Annotated[
         list[str] | None,
         typer.Option(help="a concept every hit must have: name or label (+12); repeatable"),
@@ -267,10 +308,11 @@ def search_command(
         typer.Option(help="search plan: " + " | ".join(PLAN_KINDS) + " (the server's choice)"),
     ] = AUTO,
     shortlist_prefix: Annotated[
-        int, typer.Option(help="funnel: the prefix length to shortlist at (0: the server's)")
+        int,
+        typer.Option(help="funnel: the prefix length to shortlist at (0: the server's)", min=0),
     ] = 0,
     factor: Annotated[
-        int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)")
+        int, typer.Option(help="funnel: shortlist k × factor rows (0: the server's)", min=0)
     ] = 0,
     where: Annotated[
         list[str] | None,
@@ -292,11 +334,15 @@ def search_command(
     ] = None,
     target: Annotated[str, typer.Option(help="server address host:port")] = DEFAULT_TARGET,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option(help="seconds to wait for the answer", min=0.001)
+    ] = 30.0,
 ) -> None:
     """Search a running server and print its hits, scores and concepts."""
     if (query is None) == (image is None):
         raise InputError("give a text QUERY or --image FILE (one of them)")
+    if image is not None and not image.expanduser().is_file():  # before any call to the server
+        raise InputError(f"image file not found: {image}")
     if group_size is not None and not group_by:
         raise InputError("--group-size needs --group-by")
     with StrataClient(target, timeout=timeout) as client:

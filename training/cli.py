@@ -4,35 +4,106 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.cds import cli as cds_cli
-from training.cedar import cli as cedar_cli
 from training.core.cache import EmbeddingCache
+from training.core.commands import LazyCommand, examples, lazy_group
 from training.core.config import build_config
-from training.core.encoders import load_encoder
 from training.core.errors import CacheError, InputError
 from training.core.settings import load_settings
 from training.corpora import CORPUS_KINDS, open_corpus
-from training.cosae import cli as cosae_cli
-from training.cosae import upgrade_cli
-from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
-from training.grasp import cli as grasp_cli
 
-embed_app = typer.Typer(help="Embed a corpus into an embedding cache, and inspect caches.")
-train_app = typer.Typer(help="Learn transforms (GraSP-VL, CEDAR) from an embedding cache.")
-eval_app = typer.Typer(help="Score transforms and their baselines with the project's metrics.")
-train_app.command("grasp")(grasp_cli.train_command)
-eval_app.command("grasp")(grasp_cli.eval_command)
-train_app.command("cedar")(cedar_cli.train_command)
-eval_app.command("cedar")(cedar_cli.eval_command)
-train_app.command("cosae")(cosae_cli.train_command)
-eval_app.command("cosae")(cosae_cli.eval_command)
-eval_app.command("upgrade")(upgrade_cli.eval_upgrade_command)
-eval_app.command("cds")(cds_cli.eval_command)
+if TYPE_CHECKING:
+    from training.embedding.job import EmbedSummary
+
+# each command's module loads when the command runs (torch, POT, sklearn only then)
+embed_app = typer.Typer(
+    help="Embed a corpus into an embedding cache, and inspect caches.",
+    cls=lazy_group(
+        LazyCommand(
+            "pairs",
+            "training.cosae.cli:pairs_command",
+            "Embed the same records with two encoders: a paired cache for CoSAE.",
+            examples("strata embed pairs --help"),
+        )
+    ),
+    no_args_is_help=True,
+)
+train_app = typer.Typer(
+    help="Learn transforms (GraSP-VL, CEDAR, CoSAE) from an embedding cache.",
+    cls=lazy_group(
+        LazyCommand(
+            "grasp",
+            "training.grasp.cli:train_command",
+            "Train GraSP-VL: a rotation whose prefixes are the granularities.",
+            examples(
+                "strata train grasp --cache /work/cache/flickr-minilm --out runs/grasp",
+            ),
+        ),
+        LazyCommand(
+            "cedar",
+            "training.cedar.cli:train_command",
+            "Train CEDAR: named sparse concepts over an embedding cache.",
+            examples(
+                "strata train cedar --cache /work/cache/flickr-minilm --out runs/cedar",
+                "strata train cedar --cache /work/cache/flickr-minilm --sparsity 16 "
+                "--out runs/cedar16",
+            ),
+        ),
+        LazyCommand(
+            "cosae",
+            "training.cosae.cli:train_command",
+            "Train CoSAE: a coupled sparse autoencoder over paired embeddings.",
+            examples("strata train cosae --help"),
+        ),
+    ),
+    no_args_is_help=True,
+)
+eval_app = typer.Typer(
+    help="Score transforms and their baselines with the project's metrics.",
+    cls=lazy_group(
+        LazyCommand(
+            "grasp",
+            "training.grasp.cli:eval_command",
+            "Score a GraSP-VL artifact and its baselines.",
+            examples(
+                "strata eval grasp --cache /work/cache/flickr-minilm --artifact runs/grasp "
+                "--out runs/grasp-eval"
+            ),
+        ),
+        LazyCommand(
+            "cedar",
+            "training.cedar.cli:eval_command",
+            "Score a CEDAR artifact and its baselines (FVU, probes, naming).",
+            examples(
+                "strata eval cedar --cache /work/cache/flickr-minilm --artifact runs/cedar "
+                "--out runs/cedar-eval"
+            ),
+        ),
+        LazyCommand(
+            "cosae",
+            "training.cosae.cli:eval_command",
+            "Score CoSAE against its baselines.",
+            examples("strata eval cosae --help"),
+        ),
+        LazyCommand(
+            "upgrade",
+            "training.cosae.upgrade_cli:eval_upgrade_command",
+            "Score a query translator against re-embedding.",
+            examples("strata eval upgrade --help"),
+        ),
+        LazyCommand(
+            "cds",
+            "training.cds.cli:eval_command",
+            "Score concepts' scope (local or global) with CDS.",
+            examples("strata eval cds --constructed --synthetic 16 --out runs/cds"),
+        ),
+    ),
+    no_args_is_help=True,
+)
 
 CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")
@@ -43,17 +114,21 @@ CorpusPath = Annotated[
 Split = Annotated[
     str, typer.Option(help="flickr8k: train|dev|test|all; compositional: train|val|test|all")
 ]
-Scenes = Annotated[int, typer.Option(help="compositional: number of scenes")]
+Scenes = Annotated[int, typer.Option(help="compositional: number of scenes", min=1)]
 Seed = Annotated[int, typer.Option(help="compositional: generator seed")]
 Strict = Annotated[
     bool, typer.Option("--strict", help="fail on the first malformed entry instead of skipping it")
 ]
 
 
-embed_app.command("pairs")(cosae_cli.pairs_command)
-
-
-@embed_app.command("run")
+@embed_app.command(
+    "run",
+    epilog=examples(
+        "strata embed run --corpus flickr8k --path ../shared/data/flickr8k --out runs/flickr",
+        "strata embed run --corpus compositional --scenes 2000 --out runs/comp2k --shard-rows 1000",
+        "strata embed run --corpus coco --path coco.json --encoder open_clip:ViT-B-32 -o runs/coco",
+    ),
+)
 def run(
     out: Annotated[Path, typer.Option("--out", "-o", help="cache folder to create or resume")],
     corpus: CorpusKind = "flickr8k",
@@ -72,9 +147,9 @@ def run(
         str | None, typer.Option(help="float16 | float32 (default from settings)")
     ] = None,
     shard_rows: Annotated[
-        int | None, typer.Option(help="rows per shard (default from settings)")
+        int | None, typer.Option(help="rows per shard (default from settings)", min=1)
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="encoder batch size")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="encoder batch size", min=1)] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:n]")] = None,
     modalities: Annotated[
         str | None, typer.Option(help="text, image or text,image (default: what the records have)")
@@ -85,6 +160,9 @@ def run(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Embed a corpus into the cache at OUT; a rerun resumes after the last whole shard."""
+    from training.core.encoders import load_encoder
+    from training.embedding.job import EmbedConfig, embed_corpus
+
     settings = load_settings()
     source = open_corpus(
         corpus, path, split=split, images=images, scenes=scenes, seed=seed,
@@ -124,7 +202,13 @@ def format_summary(summary: EmbedSummary) -> str:
     return "\n".join(lines)
 
 
-@embed_app.command("info")
+@embed_app.command(
+    "info",
+    epilog=examples(
+        "strata embed info /work/cache/flickr-minilm",
+        "strata embed info /work/cache/flickr-minilm --json",
+    ),
+)
 def info(
     cache: Annotated[Path, typer.Argument(help="cache folder")],
     as_json: Annotated[
@@ -148,7 +232,12 @@ def info(
     )
 
 
-@embed_app.command("verify")
+@embed_app.command(
+    "verify",
+    epilog=examples(
+        "strata embed verify /work/cache/flickr-minilm",
+    ),
+)
 def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
     """Check every listed file's checksum, row counts, shapes and unit norms; exit 1 on a fault."""
     faults = EmbeddingCache.open(cache).verify()
@@ -159,7 +248,13 @@ def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
     typer.echo(f"{cache}: ok")
 
 
-@embed_app.command("peek")
+@embed_app.command(
+    "peek",
+    epilog=examples(
+        "strata embed peek --corpus flickr8k --path ../shared/data/flickr8k --limit 3",
+        "strata embed peek --corpus compositional --scenes 100",
+    ),
+)
 def peek(
     corpus: CorpusKind = "flickr8k",
     path: CorpusPath = None,
@@ -168,7 +263,7 @@ def peek(
     seed: Seed = 0,
     images: Annotated[Path | None, typer.Option(help="coco: the image folder")] = None,
     strict: Strict = False,
-    limit: Annotated[int, typer.Option(help="records to print")] = 5,
+    limit: Annotated[int, typer.Option(help="records to print", min=0)] = 5,
 ) -> None:
     """Read a corpus without embedding it: a few records, the count, and what was skipped."""
     source = open_corpus(

@@ -41,7 +41,11 @@ def run_child(job: dict) -> int:
 
 
 def main(jobs_file: str) -> None:
-    import service.cli  # noqa: F401  (the expensive imports, paid once)
+    # the expensive imports, paid once (the commands load lazily: each child would pay them)
+    import indexer.cli  # noqa: F401
+    import service.cli
+    import service.search_cli  # noqa: F401
+    import training.cli  # noqa: F401
 
     jobs = json.loads(Path(jobs_file).read_text())
     codes = []

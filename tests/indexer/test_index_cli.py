@@ -70,7 +70,7 @@ def other_dim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ({"--index-type": "HNSW32"}, ["expected PREFIX=FACTORY"]),
         ({"--memory-budget": "lots"}, ["bad size 'lots'"]),
         ({"--modality": "text"}, ["has no text embeddings (image)"]),
-        ({"--keep": "0"}, ["--keep must be at least 1, got 0"]),
+        ({"--keep": "0"}, ["'--keep'", "greater than or equal to 1"]),
         ({"--engine": "spark"}, ["unknown --engine 'spark' (local | ray)"]),
     ],
     ids=[

@@ -19,7 +19,9 @@ from service.server import BackgroundServer
 
 
 def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):
-    code, out, _ = strata_in_process("search", "a red dog", "--k", "3", "--target", server.target)
+    code, out, _ = strata_in_process(
+        "search", "a red dog", "--top-k", "3", "--target", server.target
+    )
     assert code == 0, out
     lines = out.splitlines()
     assert lines[0].startswith("granularity  attribute (prefix 48): attribute words (red)")
@@ -40,7 +42,15 @@ def test_search_with_filters_and_explain(strata_in_process, server, engine):
     assert f"filter       {len(engine.bundle.postings(common.concept)[0])} rows allowed" in out
     assert "concepts" in out and "shared (contribution)" in out and "query        " in out
     code, out, _ = strata_in_process(
-        "search", "a dog", "--k", "2", "--json", "--fields", "subject", "--target", server.target
+        "search",
+        "a dog",
+        "--top-k",
+        "2",
+        "--json",
+        "--fields",
+        "subject",
+        "--target",
+        server.target,
     )
     data = json.loads(out)
     assert len(data["hits"]) == 2 and set(data["hits"][0]["metadata"]) == {"subject"}
@@ -48,7 +58,7 @@ def test_search_with_filters_and_explain(strata_in_process, server, engine):
 
 def test_search_runs_the_plan_asked_for_and_says_which_ran(strata_in_process, server):
     code, out, _ = strata_in_process(
-        "search", "a dog on the beach at dusk", "-g", "full", "--k", "3", "--shortlist-prefix",
+        "search", "a dog on the beach at dusk", "-g", "full", "--top-k", "3", "--shortlist-prefix",
         "48", "--factor", "5", "--target", server.target,
     )  # fmt: skip
     assert code == 0, out

@@ -14,7 +14,7 @@ from training.core.errors import InputError
 from training.cosae import cli, evaluate
 from training.cosae.model import load_cosae
 
-TINY = ["--rows", "600", "--steps", "30", "--concepts", "16", "--k", "2", "--no-progress",
+TINY = ["--rows", "600", "--steps", "30", "--concepts", "16", "--sparsity", "2", "--no-progress",
         "--device", "cpu"]  # fmt: skip
 
 
@@ -53,7 +53,7 @@ def test_eval_refuses_bad_fractions_methods_pairs_and_configs(app, tmp_path: Pat
     assert "comma list" in one_line_error(app, ["eval", "-o", out, "--fractions", "a,b"])
     assert "foo" in one_line_error(app, ["eval", "-o", out, "--methods", "cosae,foo"])
     assert "unknown pair" in one_line_error(app, ["eval", "-o", out, "--pair", "nonsense"])
-    message = one_line_error(app, ["eval", "-o", out, "--concepts", "4", "--k", "8"])
+    message = one_line_error(app, ["eval", "-o", out, "--concepts", "4", "--sparsity", "8"])
     assert "exceeds n_concepts" in message
     message = one_line_error(app, ["eval", "-o", out, "--distribution", "gaussian"])
     assert message.startswith("CosaeConfig: distribution")

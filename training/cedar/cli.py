@@ -61,6 +61,7 @@ from training.cedar.naming import (
 )
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.cache import EmbeddingCache
 from training.core.config import load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
@@ -201,8 +202,13 @@ def train_command(
     cache: CacheOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="artifact folder to write")],
     config: Annotated[Path | None, typer.Option(help="CedarConfig as JSON")] = None,
-    k: Annotated[int | None, typer.Option(help="override the default k")] = None,
-    epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
+    k: Annotated[
+        int | None,
+        typer.Option(
+            "--sparsity", help="active concepts per row, k (default: the config's)", min=1
+        ),
+    ] = None,
+    epochs: Annotated[int | None, typer.Option(help="override the config's epochs", min=1)] = None,
     vocabulary: VocabularyOption = None,
     encoder: EncoderOption = None,
     work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
@@ -222,6 +228,11 @@ def train_command(
     cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
+    if encoder is None and EmbeddingCache.open(cache).manifest.encoder is None:
+        raise InputError(  # checked now: the vocabulary is embedded after training
+            f"the cache {cache} records no encoder: pass --encoder (the model it was embedded "
+            "with) to embed the concept vocabulary"
+        )
     with logging_redirect_tqdm():
         fitted = fit_cedar(
             cache, out, cedar_config, vocabulary=vocabulary, encoder=encoder, work=work,

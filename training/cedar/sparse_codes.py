@@ -9,8 +9,12 @@ A concept is a signed axis: +j and −j are different concepts. Concept ids are 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def check_k(k: int, dim: int) -> int:
@@ -21,6 +25,8 @@ def check_k(k: int, dim: int) -> int:
 
 def top_k_abs(z: torch.Tensor, k: int) -> torch.Tensor:
     """Π_k(z): z with all but the k largest-|·| coordinates of each row set to zero."""
+    import torch  # here, not at import: numpy users of this module load no torch
+
     check_k(k, z.shape[-1])
     if k == z.shape[-1]:
         return z

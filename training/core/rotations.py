@@ -6,12 +6,18 @@ exactly: GraSP-VL uses the Cayley map, CEDAR the matrix exponential of a skew-sy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def skew_from_upper(upper: torch.Tensor, dim: int) -> torch.Tensor:
     """A = U - Uᵀ, where U holds `upper` (dim·(dim-1)/2 values) in its strict upper triangle."""
+    import torch  # here, not at import: numpy users of this module load no torch
+
     expected = dim * (dim - 1) // 2
     if upper.shape != (expected,):
         raise ValueError(
@@ -30,6 +36,8 @@ def cayley(upper: torch.Tensor, dim: int) -> torch.Tensor:
     inverse). I + A is always invertible for skew-symmetric A (its eigenvalues are 1 + iλ), and
     R is orthogonal with det R = 1. Differentiable in `upper`; A = 0 gives R = I.
     """
+    import torch  # here, not at import: numpy users of this module load no torch
+
     a = skew_from_upper(upper, dim)
     eye = torch.eye(dim, dtype=upper.dtype, device=upper.device)
     return torch.linalg.solve(eye + a, eye - a)
@@ -37,6 +45,8 @@ def cayley(upper: torch.Tensor, dim: int) -> torch.Tensor:
 
 def skew_exponential(upper: torch.Tensor, dim: int) -> torch.Tensor:
     """U = exp(A − Aᵀ) from the strict upper triangle of A (CEDAR's parameterisation)."""
+    import torch  # here, not at import: numpy users of this module load no torch
+
     return torch.linalg.matrix_exp(skew_from_upper(upper, dim))
 
 

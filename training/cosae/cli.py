@@ -61,7 +61,9 @@ TfidfDimOption = Annotated[int, typer.Option(help="tfidf: SVD dimension of domai
 ConfigOption = Annotated[Path | None, typer.Option(help="CosaeConfig as JSON")]
 StepsOption = Annotated[int | None, typer.Option(help="override the config's steps")]
 ConceptsOption = Annotated[int | None, typer.Option(help="override the shared dictionary size")]
-KOption = Annotated[int | None, typer.Option(help="override k of both domains")]
+KOption = Annotated[
+    int | None, typer.Option("--sparsity", help="override k of both domains", min=1)
+]
 DistributionOption = Annotated[
     str | None, typer.Option(help="override the distribution term: energy | sorted | sliced")
 ]

@@ -30,12 +30,28 @@ ENCODER_FAMILIES = ("minilm", "open_clip")
 
 
 def resolve_device(device: str) -> str:
-    """`auto` means CUDA when present, else CPU; anything else is passed to torch as is."""
-    if device != "auto":
-        return device
+    """`auto` means CUDA when present, else CPU; `cpu`, `cuda`, `cuda:N` (and other torch
+    devices) are checked here, so a device this machine lacks is one InputError, not a
+    traceback from deep inside the first model call."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    text = device.strip().lower()
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise InputError(f"unknown device {device!r} (auto, cpu, cuda or cuda:N)") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"device {device!r}: CUDA is not available on this machine; use --device cpu "
+                "(or auto)"
+            )
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise InputError(f"device {device!r}: this machine has {count} CUDA device(s)")
+    return text
 
 
 @dataclass(frozen=True)
