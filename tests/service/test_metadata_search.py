@@ -368,9 +368,9 @@ def test_strata_search_where_and_group_by(server: BackgroundServer, capsys, monk
             code = int(exc.code or 0)
         return code, *capsys.readouterr()
 
-    code, out, _ = run("a dog", "--where", "split=test", "--fields", "split", "--k", "3")
+    code, out, _ = run("a dog", "--where", "split=test", "--fields", "split", "--top-k", "3")
     assert code == 0 and out.count(" test") >= 3 and "rows allowed" in out
-    code, out, _ = run("a dog", "--group-by", "subject", "--fields", "subject", "--k", "3")
+    code, out, _ = run("a dog", "--group-by", "subject", "--fields", "subject", "--top-k", "3")
     assert code == 0 and "group" in out.splitlines()[-4]
     code, _, err = run("a dog", "--where", "split>>1")
     assert code != 0 and err.strip().startswith("strata: error:") and "\n" not in err.strip()
