@@ -7,8 +7,12 @@ by URI exactly as a cluster is; one test goes through a `.db` path and the `stra
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +248,39 @@ def wait_for_search(client: StrataClient, timeout: float = 30):
         except StrataClientError:
             assert time.monotonic() - started < timeout, "the engine did not come back"
             time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_export_and_serve_from_the_command_line(
+    strata, bundles: Path, engine: SearchEngine, tmp_path: Path
+) -> None:
+    target = str(tmp_path / "gallery.db")
+    bad = strata("index", "export", str(bundles), "--to", "nowhere")
+    assert bad.returncode == 2 and bad.stderr.startswith("strata: error: not a Milvus target")
+    assert "Traceback" not in bad.stderr
+    done = strata("index", "export", str(bundles), "--to", target, "--name", "cli", check=True)
+    assert "published    alias cli → cli__v000001" in done.stdout
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
+         "--device", "cpu", "--backend", target, "--collection", "cli"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving "), line + (
+            process.stderr.read() if process.poll() is not None else ""
+        )
+        address = line.split(" on ")[-1].split(";")[0]
+        with StrataClient(address) as client:
+            found = client.search("a red car", k=10, granularity="caption")
+        local = engine.search(SearchQuery.of("a red car", k=10, granularity="caption"))
+        assert found.ids == local.ids
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert f"backend: {target}, following alias cli" in out
