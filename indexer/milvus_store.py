@@ -312,6 +312,8 @@ def index_params_for(factory: str) -> tuple[str, dict[str, Any]]:
     """The Milvus index of a prefix whose local index is `factory`."""
     if factory.strip().lower() == "flat":
         return "FLAT", {}
+    if factory.strip().upper() == "HNSW":
+        return "HNSW", {"M": 32, "efConstruction": 200}
     if factory.startswith("HNSW"):
         m = factory.removeprefix("HNSW").split(",")[0].split("_")[0]
         return "HNSW", {"M": int(m) if m.isdigit() else 32, "efConstruction": 200}
@@ -406,11 +408,12 @@ def export_bundle(
     grace_s: float = DEFAULT_GRACE_S,
     rows_per_batch: int = INSERT_ROWS,
     progress: Callable[[int], None] | None = None,
+    index_kind: str | None = None,
 ) -> ExportSummary:
     """Write `bundle` into `{name}__v{version}`, then (with `publish`) switch the alias `name`
     to it and drop versions retired over `grace_s` ago (module docstring). An unpublished
     collection of the same version left by an interrupted export is replaced; the published
-    one is refused."""
+    one is refused. `index_kind` ("FLAT", "HNSW") overrides every prefix's index kind."""
     started = time.perf_counter()
     collection = collection_name(name, bundle.version)
     if store.current(name) == collection:
@@ -425,7 +428,7 @@ def export_bundle(
     schema = collection_schema(store, bundle, record)
     index_params = client.prepare_index_params()
     for entry in bundle.manifest.prefixes:
-        kind, params = index_params_for(entry.factory)
+        kind, params = index_params_for(entry.factory if index_kind is None else index_kind)
         index_params.add_index(
             vector_field(entry.length), index_type=kind, metric_type="IP", params=params
         )

@@ -126,8 +126,10 @@ class MilvusEngine(SearchEngine):
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
         name: str = DEFAULT_NAME,
+        ef: int | None = None,
     ) -> None:
         self.bundle, self.encoder, self.store = bundle, encoder, store
+        self.ef = ef  # an HNSW field's search breadth where the request's setting names none
         self.collection, self.name = collection, name
         self.config = config or EngineConfig()
         self.cache = cache
@@ -183,8 +185,9 @@ class MilvusEngine(SearchEngine):
         served one), sharing encoder, config, cache and connection."""
         bundle = Bundle.open_version(self.bundle.path.parent / self.store.record(collection).bundle)
         return MilvusEngine(
-            bundle, self.encoder, self.store, collection, self.config, self.cache, self.name
-        )
+            bundle, self.encoder, self.store, collection, self.config, self.cache, self.name,
+            self.ef,
+        )  # fmt: skip
 
     def with_bundle(self, bundle: Bundle) -> SearchEngine:
         raise ServiceError(
@@ -313,12 +316,18 @@ class MilvusEngine(SearchEngine):
             "searching", self.store.client.search, self.collection, data=list(vectors),
             anns_field=vector_field(length), limit=min(int(k), TOPK_MAX), filter=expression,
             output_fields=fields,
-            search_params={"metric_type": "IP", "params": engine_params(setting)},
+            search_params={"metric_type": "IP", "params": self._params(setting, k)},
         )  # fmt: skip
         return [
             [{**hit["entity"], "distance": float(hit["distance"])} for hit in answer]
             for answer in answers
         ]
+
+    def _params(self, setting: str, k: int) -> dict[str, Any]:
+        params = engine_params(setting)
+        if self.ef is not None and "ef" not in params:
+            params["ef"] = max(self.ef, min(int(k), TOPK_MAX))
+        return params
 
     def _engine_result(
         self,
