@@ -1,4 +1,4 @@
-"""`strata index build | add | delete | publish | verify | info`: the indexer's command group.
+"""`strata index build | add | delete | publish | export | verify | info`: the indexer's commands.
 
 Every command that makes a version takes `--redis-url` (default: the STRATA_REDIS_URL
 environment variable) and `--redis-prefix` (STRATA_REDIS_PREFIX, default "strata"): with a URL
@@ -23,6 +23,7 @@ from indexer.bundle import (
     read_manifest,
     version_name,
 )
+from indexer.export_cli import export_command
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
     DEFAULT_PREFIX,
@@ -370,6 +371,9 @@ def publish(
     typer.echo(f"published    {store.root / name} (now CURRENT)")
     if announced:
         typer.echo(f"announced    {announced}")
+
+
+index_app.command("export")(export_command)  # into Milvus: indexer/export_cli.py
 
 
 @index_app.command(

@@ -29,6 +29,11 @@ class DeadlineError(ServiceError):
     """A query whose deadline passed before it was computed: dropped (DEADLINE_EXCEEDED)."""
 
 
+class UnavailableError(ServiceError):
+    """A backend the service depends on (the vector engine) did not answer in time: retry
+    later (UNAVAILABLE)."""
+
+
 class InternalError(ServiceError):
     """A fault of the server's own in one query (INTERNAL); logged with its traceback."""
 

@@ -2,7 +2,8 @@
 
     QueryError      INVALID_ARGUMENT     NotFoundError   NOT_FOUND
     OverloadedError RESOURCE_EXHAUSTED   DeadlineError   DEADLINE_EXCEEDED
-    InternalError   INTERNAL             other ServiceError FAILED_PRECONDITION
+    InternalError   INTERNAL             UnavailableError UNAVAILABLE
+    other ServiceError FAILED_PRECONDITION
     anything else   INTERNAL, "internal error: …" (logged with its traceback)
 
 Handlers of the services named (SearchService, AdminService) raise; `ErrorStatusInterceptor`
@@ -25,6 +26,7 @@ from service.errors import (
     OverloadedError,
     QueryError,
     ServiceError,
+    UnavailableError,
     bounded,
 )
 from service.rpc_handlers import (
@@ -43,6 +45,7 @@ STATUSES: tuple[tuple[type[ServiceError], grpc.StatusCode], ...] = (
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (InternalError, grpc.StatusCode.INTERNAL),
+    (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (ServiceError, grpc.StatusCode.FAILED_PRECONDITION),
 )  # the first match wins: subclasses before ServiceError
 

@@ -138,6 +138,20 @@ def serve_command(
             "$STRATA_IMAGE_ROOT, else the corpus root recorded when the images were embedded)"
         ),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="where rows are scored: faiss (the bundle's own files) or the Milvus engine "
+            "`strata index export` wrote the bundle to (milvus://host:19530 | ./file.db); "
+            "with Milvus the alias's version is served and followed"
+        ),
+    ] = "faiss",
+    collection: Annotated[
+        str, typer.Option(help="Milvus backend: the alias `strata index export --name` set")
+    ] = "strata",
+    engine_timeout: Annotated[
+        float, typer.Option(help="Milvus backend: the deadline of every engine call, seconds")
+    ] = 2.0,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService), and HTTP with --http-port, until
     Ctrl-C."""
@@ -190,10 +204,23 @@ def serve_command(
     engine_config = EngineConfig(
         image_root=image_root.expanduser().resolve() if image_root else None
     )
-    engine = SearchEngine.open(
-        bundles, device=device, batch_size=settings.batch_size, cache=cache,
-        translator=translator, config=engine_config,
-    )  # fmt: skip
+    milvus = backend != "faiss"
+    if milvus:
+        from indexer.export_cli import require_pymilvus
+        from service.milvus_engine import AliasFollower, MilvusEngine
+
+        require_pymilvus()
+        if translator is not None:
+            raise InputError("--translator serves a local bundle only (--backend faiss)")
+        engine: SearchEngine = MilvusEngine.open_backend(
+            backend, bundles, collection, device=device, batch_size=settings.batch_size,
+            config=engine_config, cache=cache, timeout_s=engine_timeout,
+        )  # fmt: skip
+    else:
+        engine = SearchEngine.open(
+            bundles, device=device, batch_size=settings.batch_size, cache=cache,
+            translator=translator, config=engine_config,
+        )  # fmt: skip
 
     def ready(server: StrataServer) -> None:
         bundle = engine.bundle
@@ -218,12 +245,16 @@ def serve_command(
             typer.echo("admin: strata.v1.AdminService on (bearer token)")
         cache.report_state()  # strata_redis_up from the start
         typer.echo(cache.describe())
-        if redis_url:
+        if milvus:
+            followers.append(AliasFollower(server).start())
+            typer.echo(f"backend: {backend}, following alias {collection}")
+        elif redis_url:
             swappers.append(HotSwapper(server, redis_url, redis_prefix))
             swappers[0].start()  # on the server's loop
             typer.echo(f"hot swap: following {redis_prefix}:bundle:versions")
 
     swappers: list[HotSwapper] = []
+    followers: list[AliasFollower] = []
 
     try:
         asyncio.run(serve(engine, config, on_ready=ready, metrics=metrics))

@@ -1,0 +1,286 @@
+"""The Milvus backend on Milvus Lite: export, parity with local FAISS, filters, Explain, the
+alias switch under load, and the engine stopped and restarted.
+
+Milvus Lite runs here as a real gRPC server in this process (`start_server_in_thread`), reached
+by URI exactly as a cluster is; one test goes through a `.db` path and the `strata` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from serving_helpers import Searching, wait_for
+
+pytest.importorskip("pymilvus", reason="the Milvus backend needs pymilvus (the `milvus` extra)")
+pytest.importorskip("milvus_lite", reason="these tests run Milvus Lite (the `milvus` extra)")
+
+from milvus_lite.adapter.grpc.server import start_server_in_thread
+
+from indexer.bundle import MANIFEST, Bundle, read_current, version_name
+from indexer.milvus_store import (
+    MilvusStore,
+    collection_name,
+    export_bundle,
+)
+from service.batching import BatchingConfig
+from service.client import StrataClient, StrataClientError
+from service.errors import UnavailableError
+from service.milvus_engine import AliasFollower, MilvusEngine, concept_expression
+from service.results import ConceptRef, SearchPlan, SearchQuery
+from service.search import SearchEngine
+from service.server import BackgroundServer, ServerConfig
+
+TEXTS = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
+GRANULARITIES = ("object", "attribute", "relation", "caption", "full")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiteServer:
+    """A Milvus Lite gRPC server on a fixed port, stopped and started again at will."""
+
+    def __init__(self, data: Path) -> None:
+        self.data, self.port = data, free_port()
+        self.server = self.db = None
+        self.start()
+
+    @property
+    def uri(self) -> str:
+        return f"milvus://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.server, self.db, _ = start_server_in_thread(str(self.data), port=self.port)
+
+    def stop(self) -> None:
+        self.server.stop(grace=0)
+        self.db.close()
+
+
+@pytest.fixture(scope="module")
+def lite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteServer]:
+    running = LiteServer(tmp_path_factory.mktemp("milvus") / "lite.db")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def bundles(text_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the text bundle with a second version (the first one renumbered)."""
+    root = tmp_path_factory.mktemp("bundles") / "bundles"
+    shutil.copytree(text_bundle, root)
+    first = read_current(root)
+    second = root / version_name(2)
+    shutil.copytree(root / first, second)
+    manifest = json.loads((second / MANIFEST).read_text())
+    manifest["version"], manifest["name"] = 2, version_name(2)
+    (second / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def exported(lite: LiteServer, bundles: Path) -> str:
+    store = MilvusStore(lite.uri, timeout_s=10)
+    summary = export_bundle(Bundle.open(bundles), store, "gallery", rows_per_batch=128)
+    store.close()
+    assert summary.published and summary.rows == 300
+    return summary.collection
+
+
+@pytest.fixture(scope="module")
+def milvus_engine(lite: LiteServer, bundles: Path, exported: str, minilm) -> MilvusEngine:
+    return MilvusEngine.open_backend(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=5)
+
+
+def test_expression_of_a_concept_filter() -> None:
+    assert concept_expression([], []) == ""
+    assert concept_expression([[5, 3], [7]], [9, 2]) == (
+        "(array_contains_any(concepts, [3, 5])) and (array_contains_any(concepts, [7])) "
+        "and (not array_contains_any(concepts, [2, 9]))"
+    )
+
+
+def test_export_records_the_version_and_publishes_the_alias(lite: LiteServer, exported: str):
+    store = MilvusStore(lite.uri)
+    assert store.current("gallery") == exported == collection_name("gallery", 1)
+    record = store.record(exported)
+    assert (record.version, record.rows, record.prefixes) == (1, 300, (24, 48, 96, 192, 384))
+
+
+def test_same_top10_as_local_flat(milvus_engine: MilvusEngine, engine: SearchEngine) -> None:
+    assert {p.factory for p in engine.bundle.manifest.prefixes} == {"Flat"}
+    compared = 0
+    for text in TEXTS:
+        for granularity in GRANULARITIES:
+            query = SearchQuery.of(text, granularity=granularity, k=10)
+            local, remote = engine.search(query), milvus_engine.search(query)
+            assert remote.ids == local.ids, (text, granularity)
+            for a, b in zip(local.hits, remote.hits, strict=True):
+                assert a.row == b.row and abs(a.score - b.score) < 1e-4
+            compared += 1
+    auto = milvus_engine.search(SearchQuery.of("a dog", k=10))
+    assert auto.ids == engine.search(SearchQuery.of("a dog", k=10)).ids
+    assert compared == 25
+
+
+def test_concept_filters_run_in_the_engine(milvus_engine: MilvusEngine, engine: SearchEngine):
+    concepts = [c for c in range(2 * engine.bundle.dim) if len(engine.bundle.postings(c)[0])]
+    frequent = sorted(concepts, key=lambda c: -len(engine.bundle.postings(c)[0]))
+    for require, exclude in (
+        ([frequent[0]], []),
+        ([], [frequent[0], frequent[1]]),
+        ([frequent[1], frequent[2]], [frequent[3]]),
+    ):
+        query = SearchQuery.of(
+            "a dog", granularity="caption", k=10,
+            require=[ConceptRef(id=c) for c in require],
+            exclude=[ConceptRef(id=c) for c in exclude],
+        )  # fmt: skip
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert remote.filtered_rows == local.filtered_rows > 0
+        assert remote.ids == local.ids
+        allowed = set(remote.ids)
+        for c in require:
+            rows = set(engine.bundle.postings(c)[0].tolist())
+            assert all(h.row in rows for h in remote.hits)
+        for c in exclude:
+            rows = set(engine.bundle.postings(c)[0].tolist())
+            assert not any(h.row in rows for h in remote.hits)
+        assert allowed
+
+
+def test_explain_reads_the_row_back(milvus_engine: MilvusEngine, engine: SearchEngine) -> None:
+    query = SearchQuery.of("a red car")
+    item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
+    local, remote = engine.explain(query, item_id=item), milvus_engine.explain(query, item_id=item)
+    assert remote.row == local.row
+    assert [(s.prefix_length, round(s.cosine, 4)) for s in remote.similarities] == [
+        (s.prefix_length, round(s.cosine, 4)) for s in local.similarities
+    ]
+    assert [c.id for c in remote.item_concepts] == [c.id for c in local.item_concepts]
+    assert [c.id for c in remote.shared_concepts] == [c.id for c in local.shared_concepts]
+    explained = milvus_engine.search(SearchQuery.of("a red car", k=3, explain=True))
+    assert explained.hits[0].concepts and explained.query_concepts
+
+
+def test_requested_funnel_reranks_at_the_target(milvus_engine: MilvusEngine, engine: SearchEngine):
+    plan = SearchPlan("funnel", 24, 50)
+    query = SearchQuery.of("a man riding a horse", granularity="full", k=10, plan=plan)
+    remote = milvus_engine.search(query)
+    assert remote.plan.kind == "funnel" and remote.plan.shortlist_rows == 300
+    assert remote.ids == engine.search(query).ids  # the shortlist holds every row here
+
+
+def test_alias_switch_under_load_fails_no_request(
+    lite: LiteServer, bundles: Path, milvus_engine: MilvusEngine, minilm
+) -> None:
+    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=16, max_wait_ms=2))
+    with BackgroundServer(milvus_engine, config) as running:
+        follower = AliasFollower(running.server, poll_s=0.1).start()
+        try:
+            with Searching(running.target, threads=2) as load:
+                wait_for(lambda: load.requests >= 10, 60, "searches before the switch")
+                store = MilvusStore(lite.uri)
+                summary = export_bundle(
+                    Bundle.open_version(bundles / version_name(2)), store, "gallery",
+                    grace_s=3600,
+                )  # fmt: skip
+                assert summary.previous == collection_name("gallery", 1)
+                wait_for(lambda: follower.swaps == 1, 30, "the follower's swap")
+                before = load.requests
+                wait_for(lambda: load.requests >= before + 10, 60, "searches after the switch")
+                # within the grace period the old version stays; past it, it is dropped
+                assert store.drop_retired("gallery", grace_s=3600) == []
+                assert store.drop_retired("gallery", grace_s=0) == [summary.previous]
+                after = load.requests
+                wait_for(lambda: load.requests >= after + 10, 60, "searches after the drop")
+        finally:
+            follower.close()
+    assert load.failures == []
+    assert all(v == sorted(v) for v in load.versions)  # 1 … 1, 2 … 2 in every thread
+    assert {v for thread in load.versions for v in thread} == {1, 2}
+    assert store.versions("gallery") == [collection_name("gallery", 2)]
+
+
+def test_engine_down_is_unavailable_then_resumes(
+    lite: LiteServer, bundles: Path, exported: str, minilm
+) -> None:
+    engine = MilvusEngine.open_backend(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=2)
+    with (
+        BackgroundServer(engine, ServerConfig(port=0)) as running,
+        StrataClient(running.target, timeout=30) as client,
+    ):
+        assert len(client.search("a dog", k=5).hits) == 5
+        lite.stop()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StrataClientError) as failed:
+                client.search("a dog", k=5)
+            assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "vector engine" in str(failed.value) and str(lite.port) in str(failed.value)
+            assert time.monotonic() - started < 10
+            with pytest.raises(UnavailableError):
+                engine.explain(SearchQuery.of("a dog"), row=0)
+        finally:
+            lite.start()
+        found = wait_for_search(client)
+        assert len(found.hits) == 5
+
+
+def wait_for_search(client: StrataClient, timeout: float = 30):
+    started = time.monotonic()
+    while True:
+        try:
+            return client.search("a dog", k=5)
+        except StrataClientError:
+            assert time.monotonic() - started < timeout, "the engine did not come back"
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_export_and_serve_from_the_command_line(
+    strata, bundles: Path, engine: SearchEngine, tmp_path: Path
+) -> None:
+    target = str(tmp_path / "gallery.db")
+    bad = strata("index", "export", str(bundles), "--to", "nowhere")
+    assert bad.returncode == 2 and bad.stderr.startswith("strata: error: not a Milvus target")
+    assert "Traceback" not in bad.stderr
+    done = strata("index", "export", str(bundles), "--to", target, "--name", "cli", check=True)
+    assert "published    alias cli → cli__v000001" in done.stdout
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
+         "--device", "cpu", "--backend", target, "--collection", "cli"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving "), line + (
+            process.stderr.read() if process.poll() is not None else ""
+        )
+        address = line.split(" on ")[-1].split(";")[0]
+        with StrataClient(address) as client:
+            found = client.search("a red car", k=10, granularity="caption")
+        local = engine.search(SearchQuery.of("a red car", k=10, granularity="caption"))
+        assert found.ids == local.ids
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert f"backend: {target}, following alias cli" in out
