@@ -373,7 +373,13 @@ def publish(
         typer.echo(f"announced    {announced}")
 
 
-index_app.command("export")(export_command)  # into Milvus: indexer/export_cli.py
+index_app.command(  # into Milvus: indexer/export_cli.py
+    "export",
+    epilog=examples(
+        "strata index export --bundles runs/bundle --to ./strata-milvus.db",
+        "strata index export --bundles runs/bundle --to milvus://milvus:19530 --grace 600",
+    ),
+)(export_command)
 
 
 @index_app.command(

@@ -28,7 +28,9 @@ def require_pymilvus() -> None:
 
 
 def export_command(
-    bundles: Annotated[Path, typer.Argument(help="bundle directory (or one version folder)")],
+    bundles: Annotated[
+        Path, typer.Option("--bundles", help="bundle directory (or one version folder)")
+    ],
     to: Annotated[
         str,
         typer.Option(
@@ -47,10 +49,12 @@ def export_command(
     ] = True,
     grace: Annotated[
         float,
-        typer.Option(help="seconds a retired version stays before an export drops it"),
+        typer.Option(help="seconds a retired version stays before an export drops it", min=0),
     ] = DEFAULT_GRACE_S,
-    timeout: Annotated[float, typer.Option(help="deadline of every engine call, seconds")] = 60.0,
-    batch_rows: Annotated[int, typer.Option(help="rows per insert call")] = INSERT_ROWS,
+    timeout: Annotated[
+        float, typer.Option(help="deadline of every engine call, seconds", min=0.001)
+    ] = 60.0,
+    batch_rows: Annotated[int, typer.Option(help="rows per insert call", min=1)] = INSERT_ROWS,
 ) -> None:
     """Write a bundle version into Milvus (a collection per version, an alias on the current)."""
     require_pymilvus()

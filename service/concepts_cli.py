@@ -26,6 +26,7 @@ import typer
 from service.client import StrataClient
 from service.results import ConceptInfo, ConceptPage, ConceptRef, Explanation
 from training.cedar.near_misses import NEAR_CUTOFF, near_misses
+from training.core.commands import examples
 from training.core.errors import InputError
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -221,7 +222,13 @@ def _json(concepts: Sequence[ConceptInfo]) -> str:
 # --- the commands ---
 
 
-@concepts_app.command("list")
+@concepts_app.command(
+    "list",
+    epilog=examples(
+        "strata concepts list --bundles runs/demo/bundles-flickr8k --sort score --limit 20",
+        "strata concepts list --target 127.0.0.1:50051 --scope local",
+    ),
+)
 def list_command(
     bundles: BundlesOption = None,
     target: TargetOption = None,
@@ -233,14 +240,7 @@ def list_command(
     as_json: JsonOption = False,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """List the catalog: label, name, score, scope, frequency, active rows, top example.
-
-    Examples:
-
-        strata concepts list --bundles runs/demo/bundles-flickr8k --sort score --limit 20
-
-        strata concepts list --target 127.0.0.1:50051 --scope local
-    """
+    """List the catalog: label, name, score, scope, frequency, active rows, top example."""
     if scope is not None and scope not in ("local", "global"):
         raise InputError(f"--scope must be local or global, got {scope!r}")
     if sort not in SORTS:
@@ -262,7 +262,13 @@ def list_command(
         typer.echo(f"… {len(concepts) - len(shown)} more (--limit 0 shows all)")
 
 
-@concepts_app.command("search")
+@concepts_app.command(
+    "search",
+    epilog=examples(
+        "strata concepts search dog --bundles runs/demo/bundles-flickr8k",
+        "strata concepts search zebra --target 127.0.0.1:50051",
+    ),
+)
 def search_command(
     text: Annotated[str, typer.Argument(help="a word or part of a name")],
     bundles: BundlesOption = None,
@@ -275,12 +281,6 @@ def search_command(
 
     Names containing TEXT come first, then concepts with a runner-up containing it, then near
     misses (a typo, a plural), each group best score first.
-
-    Examples:
-
-        strata concepts search dog --bundles runs/demo/bundles-flickr8k
-
-        strata concepts search zebra --target 127.0.0.1:50051
     """
     if not text.strip():
         raise InputError("give a text to search concept names for")
@@ -297,7 +297,14 @@ def search_command(
     typer.echo(concept_table([c for c, _ in found], [why for _, why in found]))
 
 
-@concepts_app.command("show", context_settings={"ignore_unknown_options": True})
+@concepts_app.command(
+    "show",
+    context_settings={"ignore_unknown_options": True},
+    epilog=examples(
+        "strata concepts show dog --bundles runs/demo/bundles-flickr8k",
+        "strata concepts show +12 --target 127.0.0.1:50051",
+    ),
+)
 def show_command(
     concept: Annotated[
         str,
@@ -314,12 +321,6 @@ def show_command(
 
     Score, precision, scope, frequency, active rows, runner-ups and top examples. An unknown
     name fails with the names near it. A negative label needs no `--` (`show -3`).
-
-    Examples:
-
-        strata concepts show dog --bundles runs/demo/bundles-flickr8k
-
-        strata concepts show +12 --target 127.0.0.1:50051
     """
     with open_source(bundles, target, timeout) as (source, _):
         found = source.get_concept(concept)
@@ -355,12 +356,6 @@ def explain_command(
 
     The cosine at every prefix of the contract, and the CEDAR concepts the two share with
     their contributions.
-
-    Examples:
-
-        strata explain "a red dog" --id 2059616165_b7c99c1009.jpg#0
-
-        strata explain "a dog on the beach" --row 17 --target 127.0.0.1:50051
     """
     if (query is None) == (image is None):
         raise InputError("give a text QUERY or --image FILE (one of them)")

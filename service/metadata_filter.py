@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -85,6 +86,11 @@ class MetadataFilter:
             found = self.table.schema.field(name).type
             raise QueryError(f"metadata field {echo(name)} ({found}) cannot be used in {role}")
         return kind
+
+    def values(self, condition: MetadataCondition) -> list[Any]:
+        """The condition's values in the column's Python type (None: a range's open end), for
+        an engine that evaluates the condition itself (service/milvus_engine.py)."""
+        return [None if s is None else s.as_py() for s in self._scalars(condition)]
 
     def check(self, conditions: Sequence[MetadataCondition]) -> None:
         """QueryError naming the field of the first condition the engine cannot evaluate."""

@@ -58,12 +58,22 @@ from service.errors import (
 from service.explain import activations_of, shared_concepts
 from service.filtering import resolve_ref
 from service.funnel import pad_hits
+from service.grouping import grouped_search
 from service.limits import check_chars
+from service.metadata_filter import MetadataFilter
 from service.operating_points import check_min_recall, setting_for
 from service.query_cache import QueryCache
-from service.query_checks import check_query, check_query_input
+from service.query_checks import check_grouping, check_query, check_query_input
 from service.query_embedding import EncoderObserver
-from service.results import Explanation, Hit, PlanRun, PrefixSimilarity, SearchQuery, SearchResult
+from service.results import (
+    Explanation,
+    Hit,
+    MetadataCondition,
+    PlanRun,
+    PrefixSimilarity,
+    SearchQuery,
+    SearchResult,
+)
 from service.search import EngineConfig, SearchEngine, _Prepared
 from training.core.encoders import Encoder, load_encoder
 from training.core.files import sha256_file
@@ -87,6 +97,41 @@ def concept_expression(
     parts = [f"array_contains_any({field}, {sorted(set(map(int, r)))})" for r in required]
     if excluded:
         parts.append(f"not array_contains_any({field}, {sorted(set(map(int, excluded)))})")
+    return " and ".join(f"({p})" for p in parts)
+
+
+def literal(value: Any) -> str:
+    """A Python value as a Milvus expression literal (times and dates as the ISO text the
+    export stores them as)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if hasattr(value, "isoformat"):
+        return string_literal(value.isoformat())
+    return string_literal(str(value))
+
+
+def where_expression(metadata: MetadataFilter, conditions: Sequence[MetadataCondition]) -> str:
+    """The Milvus filter of metadata conditions, all of which must hold ("" for none); each is
+    checked and typed by the bundle's own table first (QueryError naming the field). A null
+    value meets no comparison in Milvus, as in the local filter."""
+    parts = []
+    for condition in conditions:
+        values, name = metadata.values(condition), condition.field
+        if condition.equals is not None:
+            parts.append(f"{name} == {literal(values[0])}")
+        elif condition.any_of is not None:
+            parts.append(f"{name} in [{', '.join(literal(v) for v in values)}]")
+        else:
+            assert condition.range is not None
+            low, high = values
+            span, tests = condition.range, []
+            if low is not None:
+                tests.append(f"{name} {'>' if span.min_exclusive else '>='} {literal(low)}")
+            if high is not None:
+                tests.append(f"{name} {'<' if span.max_exclusive else '<='} {literal(high)}")
+            parts.append(" and ".join(tests))
     return " and ".join(f"({p})" for p in parts)
 
 
@@ -215,13 +260,19 @@ class MilvusEngine(SearchEngine):
             check_min_recall(query.min_recall)
             length = self.contract[p.route.granularity]
             p.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
+            check_grouping(query, self.config.limits)
+            if query.group_by:
+                self.metadata.check_field(query.group_by, "group_by")
+            filters = [where_expression(self.metadata, query.where)]
             if query.require or query.exclude:
                 bundle, scope = self.bundle, query.scope
                 required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
                 excluded = [
                     c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)
                 ]
-                p.expression = concept_expression(required, excluded)
+                filters.append(concept_expression(required, excluded))
+            p.expression = " and ".join(f"({f})" for f in filters if f)
+            if p.expression:
                 p.allowed_count = self.count(p.expression)
             p.plan = self._plan(query, length, p.allowed_count)
         except EngineUnavailable as exc:
@@ -263,12 +314,15 @@ class MilvusEngine(SearchEngine):
 
     def _search(self, live: list[_Prepared], rotated: np.ndarray) -> None:
         groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
+        found: dict[int, list[dict[str, Any]]] = {}
         for i, p in enumerate(live):
             assert p.route is not None and p.plan is not None and isinstance(p, _EnginePrepared)
+            if p.query.group_by:
+                found[i] = self._grouped(p, rotated[i : i + 1])
+                continue
             length = self.contract[p.route.granularity]
             key = (length, p.setting, p.expression, p.plan.shortlist_prefix, p.plan.factor)
             groups[key].append(i)
-        found: dict[int, list[dict[str, Any]]] = {}
         for (length, setting, expression, shortlist, factor), members in groups.items():
             fields = self._output_fields([live[i].query for i in members])
             k = max(live[i].query.k for i in members)
@@ -292,6 +346,37 @@ class MilvusEngine(SearchEngine):
             codes = {i: (ids[j], values[j]) for j, i in enumerate(explained)}
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
+
+    def _grouped(self, p: _EnginePrepared, rotated: np.ndarray) -> list[dict[str, Any]]:
+        """A grouped query's hits, group by group (service/grouping.py widens the engine's
+        search until it has top_k full groups), each hit's group code in `p.groups`."""
+        assert p.route is not None and p.plan is not None
+        length = self.contract[p.route.granularity]
+        codes, _ = self.metadata.group_keys(p.query.group_by)
+        fields = self._output_fields([p.query])
+        by_row: dict[int, dict[str, Any]] = {}
+
+        def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
+            if p.plan is not None and p.plan.factor:
+                shortlist = min(k * p.plan.factor, TOPK_MAX)
+                answer = self._engine_search(
+                    rotated, p.plan.shortlist_prefix, shortlist, p.expression, p.setting,
+                    [*fields, vector_field(length)],
+                )[0]  # fmt: skip
+                answer = _reranked(answer, rotated[0], length, k)
+            else:
+                answer = self._engine_search(rotated, length, k, p.expression, p.setting, fields)[0]
+            by_row.update((int(h[ROW]), h) for h in answer)
+            rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
+            scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
+            return scores[None, :].astype(np.float32), rows[None, :]
+
+        available = self.bundle.rows if p.allowed_count is None else p.allowed_count
+        cap = TOPK_MAX // p.plan.factor if p.plan.factor else TOPK_MAX
+        _, rows, p.groups = grouped_search(
+            ranked, codes, p.query.k, p.query.group_size or 1, available, max(cap, 1)
+        )
+        return [by_row[int(r)] for r in rows]
 
     def _output_fields(self, queries: list[SearchQuery]) -> list[str]:
         fields = {ROW, ITEM_ID}
@@ -346,6 +431,10 @@ class MilvusEngine(SearchEngine):
             )
             for h in found
         ]
+        if p.groups is not None:
+            _, labels = self.metadata.group_keys(p.query.group_by)
+            for hit, code in zip(hits, p.groups, strict=True):
+                hit.group = str(labels[code])
         result = SearchResult(
             granularity=p.route.granularity,
             prefix_length=self.contract[p.route.granularity],

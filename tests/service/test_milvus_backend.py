@@ -34,9 +34,20 @@ from indexer.milvus_store import (
 )
 from service.batching import BatchingConfig
 from service.client import StrataClient, StrataClientError
-from service.errors import UnavailableError
-from service.milvus_engine import AliasFollower, MilvusEngine, concept_expression
-from service.results import ConceptRef, SearchPlan, SearchQuery
+from service.errors import QueryError, UnavailableError
+from service.milvus_engine import (
+    AliasFollower,
+    MilvusEngine,
+    concept_expression,
+    where_expression,
+)
+from service.results import (
+    ConceptRef,
+    MetadataCondition,
+    MetadataRange,
+    SearchPlan,
+    SearchQuery,
+)
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 
@@ -162,6 +173,37 @@ def test_concept_filters_run_in_the_engine(milvus_engine: MilvusEngine, engine: 
         assert allowed
 
 
+def test_metadata_conditions_and_groups_run_in_the_engine(
+    milvus_engine: MilvusEngine, engine: SearchEngine
+):
+    subjects = engine.metadata.column("subject").to_pylist()
+    common = max(set(subjects), key=subjects.count)
+    some = sorted(set(subjects))[:3]
+    assert where_expression(engine.metadata, [MetadataCondition("subject", equals=common)]) == (
+        f'(subject == "{common}")'
+    )
+    for where in (
+        [MetadataCondition("subject", equals=common)],
+        [MetadataCondition("subject", any_of=tuple(some))],
+        [MetadataCondition("subject", range=MetadataRange(min=some[0], max=some[-1]))],
+        [MetadataCondition("subject", range=MetadataRange(min=some[0], min_exclusive=True))],
+    ):
+        query = SearchQuery.of("a dog", granularity="caption", k=10, where=where)
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert remote.filtered_rows == local.filtered_rows > 0, where
+        assert remote.ids == local.ids, where
+    for size in (1, 2):
+        query = SearchQuery.of(
+            "a dog", granularity="object", k=5, group_by="subject", group_size=size
+        )
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert [h.group for h in remote.hits] == [h.group for h in local.hits]
+        assert len({h.group for h in remote.hits}) == 5
+        assert [round(h.score, 4) for h in remote.hits] == [round(h.score, 4) for h in local.hits]
+    with pytest.raises(QueryError, match="unknown metadata field 'nope'"):
+        milvus_engine.search(SearchQuery.of("a dog", where=[MetadataCondition("nope", equals="x")]))
+
+
 def test_explain_reads_the_row_back(milvus_engine: MilvusEngine, engine: SearchEngine) -> None:
     query = SearchQuery.of("a red car")
     item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
@@ -255,10 +297,12 @@ def test_export_and_serve_from_the_command_line(
     strata, bundles: Path, engine: SearchEngine, tmp_path: Path
 ) -> None:
     target = str(tmp_path / "gallery.db")
-    bad = strata("index", "export", str(bundles), "--to", "nowhere")
+    bad = strata("index", "export", "--bundles", str(bundles), "--to", "nowhere")
     assert bad.returncode == 2 and bad.stderr.startswith("strata: error: not a Milvus target")
     assert "Traceback" not in bad.stderr
-    done = strata("index", "export", str(bundles), "--to", target, "--name", "cli", check=True)
+    done = strata(
+        "index", "export", "--bundles", str(bundles), "--to", target, "--name", "cli", check=True
+    )
     assert "published    alias cli → cli__v000001" in done.stdout
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
