@@ -75,6 +75,7 @@ from service.results import (
     SearchResult,
 )
 from service.search import EngineConfig, SearchEngine, _Prepared
+from service.thumbnails import recorded_image_root
 from training.core.encoders import Encoder, load_encoder
 from training.core.files import sha256_file
 from training.core.granularity import Granularity
@@ -194,6 +195,9 @@ class MilvusEngine(SearchEngine):
         self.coder, self.contract = bundle.coder, bundle.contract
         _ = bundle.grasp
         self.metadata_fields = list(record.metadata_fields)
+        # conditions are checked and typed, and groups coded, by the version's own table
+        self.metadata = MetadataFilter(bundle.metadata_table())
+        self.image_root = self.config.image_root or recorded_image_root(bundle)
         self.planner = None  # type: ignore[assignment]
 
     @classmethod

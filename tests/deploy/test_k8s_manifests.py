@@ -212,7 +212,7 @@ def test_reindex_builds_then_publishes_one_at_a_time() -> None:
     lines = [argv for where, argv in strata_command_lines() if "strata-reindex" in where]
     assert [argv[:2] for argv in lines] == [["index", "build"], ["index", "publish"]]
     build, publish = lines
-    assert build[build.index("--out") + 1] == "/bundles" == publish[2]
+    assert build[build.index("--out") + 1] == "/bundles" == publish[publish.index("--bundles") + 1]
     script = pod_spec(cronjob)["containers"][0]["args"][0]
     assert "&& strata index publish" in script  # publish only after a build that succeeded
     assert pod_spec(cronjob)["restartPolicy"] == "Never"
