@@ -24,7 +24,7 @@ from typing import Annotated, Any, Protocol
 import typer
 
 from service.client import StrataClient
-from service.results import ConceptInfo, ConceptPage, ConceptRef, Explanation
+from service.results import ConceptInfo, ConceptPage, ConceptRef, Explanation, concept_text
 from training.cedar.near_misses import NEAR_CUTOFF, near_misses
 from training.core.commands import examples
 from training.core.errors import InputError
@@ -414,7 +414,9 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
     lines.append("")
     for side, active in (("query", why.query_concepts), ("item", why.item_concepts)):
         strongest = sorted(active, key=lambda c: -c.activation)
-        names = ", ".join(f"{c.name} ({c.label}) {c.activation:.3f}" for c in strongest[:8])
+        names = ", ".join(
+            f"{concept_text(c.name, c.label)} {c.activation:.3f}" for c in strongest[:8]
+        )
         more = f", … {len(strongest) - 8} more" if len(strongest) > 8 else ""
         lines.append(f"{side + ' concepts':<15}{names}{more}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from service.demo_config import DemoConfig
+from service.results import concept_text
 from service.search_cli import format_result
 from training.cli import format_summary
 from training.core.settings import load_settings
@@ -72,7 +73,7 @@ def format_demo(result: DemoResult) -> str:
             )
         )
         shared = ", ".join(
-            f"{c.name} ({c.label}) {c.contribution:.3f}" for c in why.shared_concepts[:6]
+            f"{concept_text(c.name, c.label)} {c.contribution:.3f}" for c in why.shared_concepts[:6]
         )
         lines.append(f"shared concepts (contribution): {shared or 'none'}")
     return "\n".join(lines)

@@ -375,3 +375,9 @@ class IndexInfo:
     @property
     def contract(self) -> dict[Granularity, int]:
         return {p.granularity: p.prefix_length for p in self.prefixes}
+
+
+def concept_text(name: str, label: str) -> str:
+    """How a concept reads in a listing: "dog (+12)", or just "+12" when it is unnamed (its
+    name is its label)."""
+    return label if name == label else f"{name} ({label})"

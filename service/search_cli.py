@@ -15,7 +15,14 @@ import typer
 
 from service.batching import BatchingConfig
 from service.client import StrataClient
-from service.results import AUTO, GRANULARITY_CHOICES, PLAN_KINDS, SearchPlan, SearchResult
+from service.results import (
+    AUTO,
+    GRANULARITY_CHOICES,
+    PLAN_KINDS,
+    SearchPlan,
+    SearchResult,
+    concept_text,
+)
 from training.core.config import build_config
 from training.core.errors import InputError
 from training.core.settings import StrataSettings, load_settings
@@ -425,7 +432,7 @@ def format_result(
         lines.append(f"filter       {result.filtered_rows} rows allowed")
     if explain and result.query_concepts:
         strongest = sorted(result.query_concepts, key=lambda c: -c.activation)
-        names = [f"{c.name} ({c.label})" for c in strongest]
+        names = [concept_text(c.name, c.label) for c in strongest]
         lines.append(f"query        {_listed(names, max_concepts)}")
     if not result.hits:
         lines.append("no hits")
