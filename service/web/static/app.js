@@ -259,7 +259,7 @@ async function explain(hit) {
     const shared = why.sharedConcepts;
     const top = Math.max(1e-9, ...shared.map((c) => Math.abs(c.contribution)));
     $("shared").replaceChildren(...(shared.length
-      ? shared.slice(0, 16).map((c) => bar(`${c.name}${c.scope ? ` ·${c.scope[0].toUpperCase()}` : ""} (${c.label})`,
+      ? shared.slice(0, 16).map((c) => bar(`${c.name === c.label ? c.label : `${c.name} (${c.label})`}${c.scope ? ` ·${c.scope[0].toUpperCase()}` : ""}`,
         c.contribution, top, "shared-concept"))
       : [el("p", {}, "no concept active in both")]));
     $("explanation").hidden = false;
