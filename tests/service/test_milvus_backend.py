@@ -147,6 +147,24 @@ def test_same_top10_as_local_flat(milvus_engine: MilvusEngine, engine: SearchEng
     assert compared == 25
 
 
+def test_hnsw_fields_reach_recall_99_against_local_flat(
+    lite: LiteServer, bundles: Path, engine: SearchEngine
+) -> None:
+    store = MilvusStore(lite.uri, timeout_s=10)
+    bundle = Bundle.open(bundles)
+    summary = export_bundle(bundle, store, "gallery-hnsw", index_kind="HNSW", rows_per_batch=128)
+    remote = MilvusEngine(bundle, engine.encoder, store, summary.collection, name="gallery-hnsw")
+    found = wanted = 0
+    for text in TEXTS:
+        for granularity in GRANULARITIES:
+            query = SearchQuery.of(text, granularity=granularity, k=10)
+            exact = set(engine.search(query).ids)
+            found += len(exact & set(remote.search(query).ids))
+            wanted += len(exact)
+    store.close()
+    assert wanted == 250 and found / wanted >= 0.99, found / wanted
+
+
 def test_concept_filters_run_in_the_engine(milvus_engine: MilvusEngine, engine: SearchEngine):
     concepts = [c for c in range(2 * engine.bundle.dim) if len(engine.bundle.postings(c)[0])]
     frequent = sorted(concepts, key=lambda c: -len(engine.bundle.postings(c)[0]))
