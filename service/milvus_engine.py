@@ -48,7 +48,6 @@ from indexer.milvus_store import (
     vector_field,
 )
 from service.errors import (
-    InternalError,
     NotFoundError,
     QueryError,
     ServiceError,
@@ -61,9 +60,8 @@ from service.funnel import pad_hits
 from service.grouping import grouped_search
 from service.limits import check_chars
 from service.metadata_filter import MetadataFilter
-from service.operating_points import check_min_recall, setting_for
 from service.query_cache import QueryCache
-from service.query_checks import check_grouping, check_query, check_query_input
+from service.query_checks import check_query_input
 from service.query_embedding import EncoderObserver
 from service.results import (
     Explanation,
@@ -254,39 +252,27 @@ class MilvusEngine(SearchEngine):
             log.warning("%s", exc)
             return [UnavailableError(str(exc)) for _ in queries]
 
-    def _prepare(self, query: SearchQuery) -> _Prepared:
-        p = _EnginePrepared(query)
-        try:
-            check_query(
-                query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
-            )
-            p.route = self.route(query)
-            check_min_recall(query.min_recall)
-            length = self.contract[p.route.granularity]
-            p.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
-            check_grouping(query, self.config.limits)
-            if query.group_by:
-                self.metadata.check_field(query.group_by, "group_by")
-            filters = [where_expression(self.metadata, query.where)]
-            if query.require or query.exclude:
-                bundle, scope = self.bundle, query.scope
-                required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
-                excluded = [
-                    c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)
-                ]
-                filters.append(concept_expression(required, excluded))
-            p.expression = " and ".join(f"({f})" for f in filters if f)
-            if p.expression:
-                p.allowed_count = self.count(p.expression)
-            p.plan = self._plan(query, length, p.allowed_count)
-        except EngineUnavailable as exc:
-            p.error = UnavailableError(str(exc))
-        except ServiceError as exc:
-            p.error = exc
-        except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
-            log.exception("preparing a query failed")
-            p.error = InternalError(f"internal error: {exc!r}")
-        return p
+    def _prepared(self, query: SearchQuery) -> _Prepared:
+        return _EnginePrepared(query)
+
+    def _restrict(self, prepared: _Prepared, length: int) -> None:
+        """The filter as one Milvus expression (metadata conditions and concepts, run inside
+        the engine's search), the rows it allows, and the plan."""
+        assert isinstance(prepared, _EnginePrepared)
+        query = prepared.query
+        filters = [where_expression(self.metadata, query.where)]
+        if query.require or query.exclude:
+            bundle, scope = self.bundle, query.scope
+            required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
+            excluded = [c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)]
+            filters.append(concept_expression(required, excluded))
+        prepared.expression = " and ".join(f"({f})" for f in filters if f)
+        if prepared.expression:
+            try:
+                prepared.allowed_count = self.count(prepared.expression)
+            except EngineUnavailable as exc:
+                raise UnavailableError(str(exc)) from None
+        prepared.plan = self._plan(query, length, prepared.allowed_count)
 
     def count(self, expression: str) -> int:
         found = self.store.call(

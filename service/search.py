@@ -215,7 +215,7 @@ class SearchEngine:
         return [p.error if p.error is not None else p.result for p in prepared]  # type: ignore[misc]
 
     def _prepare(self, query: SearchQuery) -> _Prepared:
-        prepared = _Prepared(query)
+        prepared = self._prepared(query)
         try:
             check_query(
                 query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
@@ -227,24 +227,30 @@ class SearchEngine:
             check_grouping(query, self.config.limits)
             if query.group_by:
                 self.metadata.check_field(query.group_by, "group_by")
-            self.metadata.check(query.where)
-            if query.require or query.exclude:
-                prepared.allowed = allowed_rows(
-                    self.bundle, query.require, query.exclude, query.scope
-                )
-            if query.where:
-                everything = AllowedRows(self.bundle.rows, np.zeros(0, np.int64), complement=True)
-                base = prepared.allowed or everything
-                prepared.allowed = base.within(self.metadata.rows(query.where))
-            prepared.plan = self.planner.plan(
-                query, length, prepared.allowed, self.config.exact_max
-            )
+            self._restrict(prepared, length)
         except ServiceError as exc:
             prepared.error = exc
         except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
             log.exception("preparing a query failed")
             prepared.error = InternalError(f"internal error: {exc!r}")
         return prepared
+
+    def _prepared(self, query: SearchQuery) -> _Prepared:
+        """A query's fresh state (a backend's engine adds its own fields)."""
+        return _Prepared(query)
+
+    def _restrict(self, prepared: _Prepared, length: int) -> None:
+        """The rows a checked query may return (its concept filter and metadata conditions)
+        and its plan at prefix `length`."""
+        query = prepared.query
+        self.metadata.check(query.where)
+        if query.require or query.exclude:
+            prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude, query.scope)
+        if query.where:
+            everything = AllowedRows(self.bundle.rows, np.zeros(0, np.int64), complement=True)
+            base = prepared.allowed or everything
+            prepared.allowed = base.within(self.metadata.rows(query.where))
+        prepared.plan = self.planner.plan(query, length, prepared.allowed, self.config.exact_max)
 
     def _embed(self, prepared: list[_Prepared], observer: EncoderObserver | None) -> None:
         """Unit embeddings for every live query: one encoder call per modality (timed into

@@ -28,25 +28,6 @@ def command(argv: list[str], root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root, check=True)
 
 
-def start_server(bundles: Path, root: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "service", "serve", "--bundles", str(bundles)]
-    process = subprocess.Popen(
-        [*argv, "--port", "0", "--device", "cpu"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=root,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("serving"):
-        process.kill()
-        raise RuntimeError(f"strata serve did not start: {line!r}")
-    return process, line.split(" on ")[-1].split(";")[0].strip()
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -54,13 +35,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compare", type=Path, help="another checkout, timed alike")
     parser.add_argument("--json", type=Path, default=Path("runs/bench/startup.json"))
     args = parser.parse_args(argv)
+    from service.benchmarks.fuzz import start_server
     from service.benchmarks.load import build_gallery
 
     here = Path(__file__).resolve().parents[2]
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="strata-startup-") as folder:
         bundles = build_gallery(Path(folder), args.rows)
-        server, target = start_server(bundles, here)
+        server, target, _ = start_server(bundles)  # this checkout's server
         try:
             search = [python, "-m", "service", "search", "a dog on the beach", "--target", target]
             checkouts = {"": here, **({"compare ": args.compare.resolve()} if args.compare else {})}
