@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 from bundle_inputs import Inputs, make_inputs
 
 from indexer.build import build_bundle
@@ -22,7 +23,6 @@ from training.core.cache import EmbeddingCache
 from training.core.errors import CacheError
 
 pytestmark = pytest.mark.slow
-ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")

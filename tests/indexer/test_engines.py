@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import threadpoolctl
 from bundle_inputs import Inputs
 
 from indexer.engines import local_batches, prefetched
@@ -64,7 +65,6 @@ def test_closing_stops_the_producer_and_closes_its_items():
 
 
 def test_the_local_engine_leaves_blas_as_it_found_it(inputs: Inputs):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
     before = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
     cache = EmbeddingCache.open(inputs.cache)
     grasp = TransformArtifact.load(inputs.grasp)

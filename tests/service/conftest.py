@@ -27,7 +27,10 @@ def prefix() -> Iterator[str]:
     try:
         client.ping()
     except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+        pytest.fail(
+            f"no Redis at {REDIS_URL}: {exc}; these tests need a Redis at 127.0.0.1:6379 "
+            "(.ci/run starts one)"
+        )
     name = f"strata-test-{uuid.uuid4().hex[:12]}"
     yield name
     keys = list(client.scan_iter(f"{name}:*"))

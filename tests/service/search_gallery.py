@@ -4,7 +4,9 @@ The text bundle: compositional scenes embedded with MiniLM by the embed job; as 
 artifact a stand-in with the same format (the principal axes of the gallery, method
 "grasp-vl": its leading coordinates carry the subject noun, which is what object search
 needs, at no training cost — trained GraSP-VL is tested in tests/training); a CEDAR artifact
-trained for two epochs and named from the captions' vocabulary; then `indexer.build`.
+trained for two epochs and named from the captions' vocabulary, with two entries of its catalog
+written for the tests (`write_test_concepts`: whatever the two epochs learned, the catalog holds
+a named concept with known runner-ups and an unnamed one); then `indexer.build`.
 
 The image bundle: solid-colour PNGs with captions, embedded (both towers) with a random-weight
 tiny open_clip, an identity GraSP-VL artifact and a random CEDAR artifact.
@@ -12,8 +14,9 @@ tiny open_clip, an identity GraSP-VL artifact and a random CEDAR artifact.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from training.cedar.concepts import (
+    CatalogEntry,
     build_catalog,
     catalog_json,
     name_concepts,
@@ -51,6 +55,13 @@ COLOURS = {
     "purple": (140, 30, 160),
     "orange": (240, 140, 20),
 }
+# The catalog entries written for the tests (words in no caption, so in no other concept's name
+# or runner-ups): the busiest concept is named LANTERN with these runner-ups, the next busiest
+# is left unnamed.
+LANTERN = "lantern"
+LANTERN_RUNNER_UPS = (("harbour", 0.41), ("lighthouse", 0.38), ("compass", 0.33))
+LANTERN_PRECISION = 0.625
+UNNAMED_PRECISION = 0.125
 
 
 def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: int = 3) -> Path:
@@ -85,6 +96,7 @@ def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: 
         [ids[i] for i in train],
         [captions[i] for i in train],
     )
+    catalog = write_test_concepts(catalog, words)
     TransformArtifact(
         "cedar",
         result.rotation,
@@ -100,6 +112,44 @@ def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: 
         )
     )
     return out
+
+
+def write_test_concepts(
+    catalog: Sequence[CatalogEntry], words: Sequence[str]
+) -> list[CatalogEntry]:
+    """The catalog with the busiest concept named LANTERN (its runner-ups LANTERN_RUNNER_UPS)
+    and the next busiest left unnamed (its label as its name), as name_by_data leaves one:
+    the premises of the concept tests, true for any trained rotation (with k of 2D concepts
+    active in every row, the busiest is active in at least k/2D of the rows)."""
+    written = {LANTERN, *(w for w, _ in LANTERN_RUNNER_UPS)}
+    if written & set(words):
+        raise AssertionError(f"the words written for the tests are in the captions: {written}")
+    busiest = sorted(catalog, key=lambda e: (-e.frequency, e.concept))
+    named, unnamed = busiest[0].concept, busiest[1].concept
+    out = list(catalog)
+    out[named] = dataclasses.replace(
+        out[named],
+        name=LANTERN,
+        runner_ups=list(LANTERN_RUNNER_UPS),
+        precision=LANTERN_PRECISION,
+        named=True,
+    )
+    out[unnamed] = dataclasses.replace(
+        out[unnamed],
+        name=out[unnamed].label,
+        score=0.0,
+        precision=UNNAMED_PRECISION,
+        named=False,
+    )
+    return out
+
+
+def written_concepts(catalog: Sequence[CatalogEntry]) -> tuple[CatalogEntry, CatalogEntry]:
+    """(the concept named LANTERN, the unnamed one) of the text bundle's catalog."""
+    named = [e for e in catalog if e.name == LANTERN]
+    unnamed = [e for e in catalog if not e.named]
+    assert len(named) == len(unnamed) == 1, "the text bundle's written concepts are missing"
+    return named[0], unnamed[0]
 
 
 def build_image_bundle(

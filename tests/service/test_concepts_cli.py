@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from search_gallery import LANTERN, LANTERN_RUNNER_UPS, written_concepts
 
 from service import convert
 from service.client import StrataClient
@@ -50,7 +52,7 @@ def test_list_reads_the_bundle_and_the_server_alike(
 
 
 def test_show_gives_the_whole_entry(strata_in_process, text_bundle: Path, engine: SearchEngine):
-    entry = max(engine.coder.catalog, key=lambda e: e.score)
+    entry, unnamed = written_concepts(engine.coder.catalog)
     code, out, err = strata_in_process(
         "concepts", "show", entry.label, "--bundles", str(text_bundle)
     )
@@ -59,18 +61,24 @@ def test_show_gives_the_whole_entry(strata_in_process, text_bundle: Path, engine
     assert lines[0] == f"{entry.label}  {entry.name}"
     assert f"score        {entry.score:.3f}" in out
     assert f"active rows  {len(engine.bundle.postings(entry.concept)[0])} in this bundle" in out
-    assert "runner-ups   " + ", ".join(f"{w} {s:.3f}" for w, s in entry.runner_ups) in out
+    assert "runner-ups   " + ", ".join(f"{w} {s:.3f}" for w, s in LANTERN_RUNNER_UPS) in out
+    assert f"precision    {entry.precision:.3f} (held out)" in out
     examples = [line for line in lines if line.startswith("    ")]
     assert len(examples) == len(entry.examples) and entry.examples[0]["id"] in examples[0]
     same_name = [e for e in engine.coder.catalog if e.name == entry.name]
     code, out, _ = strata_in_process("concepts", "show", entry.name, "--bundles", str(text_bundle))
     assert code == 0 and out.count(f"  {entry.name}\n") == len(same_name)
+    code, out, err = strata_in_process(
+        "concepts", "show", unnamed.label, "--bundles", str(text_bundle)
+    )
+    assert code == 0, err
+    assert out.split()[0] == unnamed.label and "found by label only" in out
 
 
 def test_an_unknown_name_fails_in_one_line_with_its_near_misses(
     strata_in_process, text_bundle: Path, server: BackgroundServer, engine: SearchEngine
 ):
-    entry = max((e for e in engine.coder.catalog if len(e.name) > 4), key=lambda e: e.score)
+    entry, _ = written_concepts(engine.coder.catalog)
     typo = _typo(entry.name)
     assert typo not in {e.name for e in engine.coder.catalog}
     for where in (["--bundles", str(text_bundle)], ["--target", server.target]):
@@ -90,33 +98,23 @@ def test_an_unknown_name_fails_in_one_line_with_its_near_misses(
 def test_search_finds_names_runner_ups_and_near_misses(
     strata_in_process, text_bundle: Path, engine: SearchEngine
 ):
-    entry = max((e for e in engine.coder.catalog if len(e.name) > 4), key=lambda e: e.score)
+    entry, _ = written_concepts(engine.coder.catalog)
     code, out, err = strata_in_process(
         "concepts", "search", entry.name, "--bundles", str(text_bundle), "--limit", "0"
     )
     assert code == 0, err
     rows = out.splitlines()[2:]
-    named = [e for e in engine.coder.catalog if entry.name.lower() in e.name.lower()]
-    assert [r.split()[0] for r in rows[: len(named)]] == [
-        e.label for e in sorted(named, key=lambda e: -e.score)
-    ]
-    assert all(r.endswith("name") for r in rows[: len(named)])
+    assert rows[0].split()[:2] == [entry.label, LANTERN] and rows[0].endswith("name")
     code, out, _ = strata_in_process(
         "concepts", "search", _typo(entry.name), "--bundles", str(text_bundle)
     )
     assert code == 0
     near = [r for r in out.splitlines() if r.split()[:2] == [entry.label, entry.name]]
     assert near and "name ≈ " in near[0]
-    names = {e.name.lower() for e in engine.coder.catalog}
-    runner_up, owner = next(
-        (w, e)
-        for e in sorted(engine.coder.catalog, key=lambda e: -e.score)
-        for w, _ in e.runner_ups
-        if not any(w.lower() in n for n in names)
-    )
+    runner_up = LANTERN_RUNNER_UPS[0][0]  # a word in no concept's name
     code, out, _ = strata_in_process("concepts", "search", runner_up, "--bundles", str(text_bundle))
     assert code == 0
-    assert out.splitlines()[2].split()[:2] == [owner.label, owner.name]
+    assert out.splitlines()[2].split()[:2] == [entry.label, LANTERN]
     assert out.splitlines()[2].endswith(f"runner-up {runner_up}")
     code, out, _ = strata_in_process("concepts", "search", "qqqqqq", "--bundles", str(text_bundle))
     assert code == 0 and out.startswith("no concept name in bundle ")
@@ -125,12 +123,13 @@ def test_search_finds_names_runner_ups_and_near_misses(
 def test_explain_prints_the_cosine_at_each_prefix_and_shared_concepts(
     strata_in_process, server: BackgroundServer, engine: SearchEngine
 ):
+    # a caption of the gallery as the query: its best hit is that row (cosine 1 at the full
+    # prefix), whose active concepts are the query's own, whatever the model
+    query = engine.bundle.metadata(np.array([0])).column("caption").to_pylist()[0]
     with StrataClient(server.target, timeout=60) as client:
-        hit = client.search("a red dog", k=1).hits[0]
-        why = client.explain("a red dog", item_id=hit.id)
-    code, out, err = strata_in_process(
-        "explain", "a red dog", "--id", hit.id, "--target", server.target
-    )
+        hit = client.search(query, granularity="full", k=1).hits[0]
+        why = client.explain(query, item_id=hit.id)
+    code, out, err = strata_in_process("explain", query, "--id", hit.id, "--target", server.target)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == f"item         {hit.id} (row {hit.row}, bundle version {why.bundle_version})"
@@ -140,12 +139,12 @@ def test_explain_prints_the_cosine_at_each_prefix_and_shared_concepts(
     ]
     assert [s.prefix_length for s in why.similarities] == engine.bundle.prefix_lengths
     assert f"shared concepts ({len(why.shared_concepts)}; " in out
-    assert why.shared_concepts  # the best hit of a query shares concepts with it
+    assert why.shared_concepts  # the query's concepts are its own row's
     top = why.shared_concepts[0]
     first = lines[lines.index(next(x for x in lines if x.startswith("shared concepts"))) + 2]
     assert first.split()[0] == top.label and first.endswith(f"{top.contribution:.3f}")
     code, by_row, _ = strata_in_process(
-        "explain", "a red dog", "--row", str(hit.row), "--target", server.target
+        "explain", query, "--row", str(hit.row), "--target", server.target
     )
     assert code == 0 and by_row == out
     for args, message in (

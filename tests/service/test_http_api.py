@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 from http_helpers import call
-from search_gallery import build_image_bundle
+from search_gallery import LANTERN, build_image_bundle
 from test_server_metrics import samples, value
 
 from indexer.bundle import Bundle
@@ -77,11 +77,11 @@ def test_batch_explain_concepts_and_info(http: BackgroundServer, engine: SearchE
     assert [s["prefixLength"] for s in why["similarities"]] == [24, 48, 96, 192, 384]
     status, page = call(url, "/v1/concepts?pageSize=5")
     assert status == 200 and len(page["concepts"]) == 5 and page["nextPageToken"]
-    name = page["concepts"][0]["name"]
+    name = LANTERN
     status, found = call(url, "/v1/concepts:get", {"concept": {"label": "+0"}})
     assert status == 200 and found["concepts"][0]["label"] == "+0"
-    status, named = call(url, f"/v1/concepts?nameContains={name}")
-    assert all(name in c["name"].lower() for c in named["concepts"])
+    status, named = call(url, f"/v1/concepts?nameContains={name.upper()}")
+    assert status == 200 and [c["name"] for c in named["concepts"]] == [LANTERN]
     status, info = call(url, "/v1/index-info")
     assert status == 200 and int(info["rows"]) == engine.bundle.rows and info["dim"] == 384
 

@@ -190,8 +190,12 @@ def test_a_filtered_search_returns_the_exact_top_k_of_the_rows_that_qualify(
     qualifying = np.flatnonzero(np.array(table.column("split").to_pylist()) == "test")
     assert 10 <= len(qualifying) < table.num_rows and result.filtered_rows == len(qualifying)
     assert [h.row for h in result.hits] == exact_top(served, vector, qualifying, 10)
-    # with a concept filter too: both hold, and the count is what both allow
-    refs = engine.bundle.coder.catalog[0].name
+    # with a concept filter too: both hold, and the count is what both allow (the concept is
+    # one active in a qualifying row, so it takes that row out, whatever the model)
+    from service.explain import row_concepts
+
+    active, _ = row_concepts(engine.bundle, [int(qualifying[0])])
+    refs = engine.bundle.coder.catalog[int(active[0][0])].label
     both = served.search(
         SearchQuery.of(
             vector=vector, granularity="full", k=10, exclude=[refs], where=where, plan="direct"
@@ -200,7 +204,7 @@ def test_a_filtered_search_returns_the_exact_top_k_of_the_rows_that_qualify(
     from service.filtering import allowed_rows
     from service.results import ConceptRef
 
-    allowed = allowed_rows(engine.bundle, [], [ConceptRef(name=refs)]).within(qualifying)
+    allowed = allowed_rows(engine.bundle, [], [ConceptRef(label=refs)]).within(qualifying)
     assert both.filtered_rows == allowed.count < len(qualifying)
     assert [h.row for h in both.hits] == exact_top(served, vector, allowed.materialise(), 10)
 

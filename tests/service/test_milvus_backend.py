@@ -19,12 +19,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from serving_helpers import Searching, wait_for
-
-pytest.importorskip("pymilvus", reason="the Milvus backend needs pymilvus (the `milvus` extra)")
-pytest.importorskip("milvus_lite", reason="these tests run Milvus Lite (the `milvus` extra)")
-
 from milvus_lite.adapter.grpc.server import start_server_in_thread
+from serving_helpers import Searching, wait_for
 
 from indexer.bundle import MANIFEST, Bundle, read_current, version_name
 from indexer.milvus_store import (

@@ -27,7 +27,7 @@ PREFIX = "strata-outage"
 @pytest.fixture
 def redis_server():
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not on PATH")
+        pytest.fail("redis-server is not on PATH: install Debian's redis-server package")
     with RedisServer() as server:
         yield server
 

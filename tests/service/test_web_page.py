@@ -17,20 +17,14 @@ from pathlib import Path
 
 import pytest
 from http_helpers import call
+from playwright import sync_api
+from search_gallery import LANTERN
 
 from service.results import ConceptRef, SearchQuery
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-if CHROMIUM is None:
-    pytest.skip(
-        "no chromium on PATH (Debian's chromium package; bash .ci/install-tools installs it)",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
-)
 SHOTS = os.environ.get("STRATA_SCREENSHOTS")
 TIMEOUT_MS = 30_000
 
@@ -43,6 +37,11 @@ def site(engine: SearchEngine) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    if CHROMIUM is None:
+        pytest.fail(
+            "no chromium on PATH: the page's tests need Debian's chromium package "
+            "(bash .ci/install-tools installs it)"
+        )
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
@@ -104,15 +103,8 @@ def test_search_at_two_granularities_and_auto(page, engine: SearchEngine):
     shot(page, "search")
 
 
-def _concept_with_rows(engine: SearchEngine) -> str:
-    for concept in engine.list_concepts(page_size=200).concepts:
-        if 10 <= concept.active_rows <= engine.bundle.rows // 2 and concept.name.isalpha():
-            return concept.name
-    raise AssertionError("no concept active in a tenth to a half of the rows")
-
-
 def test_a_concept_filter_from_autocomplete(page, engine: SearchEngine):
-    name = _concept_with_rows(engine)
+    name = LANTERN  # a named concept active in some rows (tests/service/search_gallery.py)
     page.fill("#concept-input", name[:3])
     page.wait_for_function(
         "name => [...document.querySelectorAll('#concept-options option')]"
@@ -180,7 +172,7 @@ def test_the_concept_browser(page, engine: SearchEngine):
     page.click("#tab-concepts")
     page.wait_for_selector(".concept-item")
     assert page.is_hidden("#view-search")
-    name = _concept_with_rows(engine)
+    name = LANTERN
     page.fill("#concept-search", name)
     page.wait_for_function(
         "name => [...document.querySelectorAll('.concept-item')].every(i => "
@@ -191,7 +183,7 @@ def test_the_concept_browser(page, engine: SearchEngine):
     page.wait_for_selector("[data-testid=concept-name]")
     label = page.get_attribute(".concept-item >> nth=0", "data-label")
     concept = engine.get_concept(ConceptRef(label=label))[0]
-    assert page.inner_text("[data-testid=concept-name]") == concept.name
+    assert page.inner_text("[data-testid=concept-name]") == concept.name == LANTERN
     assert page.inner_text("[data-testid=concept-active-rows]") == str(concept.active_rows)
     examples = page.eval_on_selector_all("[data-testid=example]", "es => es.length")
     assert examples == len(concept.examples) > 0
@@ -230,12 +222,10 @@ def test_cards_show_thumbnails_from_the_image_root(browser, tmp_path: Path, tiny
         context.close()
 
 
-def test_metadata_filters_and_group_by_when_the_engine_has_them(page, site: str):
+def test_metadata_filters_and_group_by(page, site: str):
     _, info = call(site, "/v1/index-info")
     schema = {f["name"]: f["type"] for f in info.get("metadataSchema", [])}
-    if not schema:
-        assert page.is_hidden("#metadata-controls")
-        pytest.skip("this engine fills no GetIndexInfo.metadata_schema: no filter or group-by UI")
+    assert schema, "the text bundle's engine fills GetIndexInfo.metadata_schema"
     assert page.is_visible("#metadata-controls")
     assert {"subject", "place"} <= schema.keys()
     page.click("#add-condition")
