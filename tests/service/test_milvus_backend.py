@@ -241,26 +241,33 @@ def test_requested_funnel_reranks_at_the_target(milvus_engine: MilvusEngine, eng
 
 
 def test_alias_switch_under_load_fails_no_request(
-    lite: LiteServer, bundles: Path, milvus_engine: MilvusEngine, minilm
+    lite: LiteServer, bundles: Path, exported: str, minilm
 ) -> None:
+    # an alias of this test's own: switching and dropping its versions leaves the module's
+    # "gallery" (which the other tests search, in any order) as it was
+    store = MilvusStore(lite.uri, timeout_s=10)
+    first = export_bundle(
+        Bundle.open_version(bundles / read_current(bundles)), store, "swap", rows_per_batch=128
+    )
+    assert first.published and first.collection == collection_name("swap", 1)
+    swapping = MilvusEngine.open_backend(lite.uri, bundles, "swap", encoder=minilm, timeout_s=5)
     config = ServerConfig(port=0, batching=BatchingConfig(max_batch=16, max_wait_ms=2))
-    with BackgroundServer(milvus_engine, config) as running:
+    with BackgroundServer(swapping, config) as running:
         follower = AliasFollower(running.server, poll_s=0.1).start()
         try:
             with Searching(running.target, threads=2) as load:
                 wait_for(lambda: load.requests >= 10, 60, "searches before the switch")
-                store = MilvusStore(lite.uri)
                 summary = export_bundle(
-                    Bundle.open_version(bundles / version_name(2)), store, "gallery",
+                    Bundle.open_version(bundles / version_name(2)), store, "swap",
                     grace_s=3600,
                 )  # fmt: skip
-                assert summary.previous == collection_name("gallery", 1)
+                assert summary.previous == collection_name("swap", 1)
                 wait_for(lambda: follower.swaps == 1, 30, "the follower's swap")
                 before = load.requests
                 wait_for(lambda: load.requests >= before + 10, 60, "searches after the switch")
                 # within the grace period the old version stays; past it, it is dropped
-                assert store.drop_retired("gallery", grace_s=3600) == []
-                assert store.drop_retired("gallery", grace_s=0) == [summary.previous]
+                assert store.drop_retired("swap", grace_s=3600) == []
+                assert store.drop_retired("swap", grace_s=0) == [summary.previous]
                 after = load.requests
                 wait_for(lambda: load.requests >= after + 10, 60, "searches after the drop")
         finally:
@@ -268,7 +275,9 @@ def test_alias_switch_under_load_fails_no_request(
     assert load.failures == []
     assert all(v == sorted(v) for v in load.versions)  # 1 … 1, 2 … 2 in every thread
     assert {v for thread in load.versions for v in thread} == {1, 2}
-    assert store.versions("gallery") == [collection_name("gallery", 2)]
+    assert store.versions("swap") == [collection_name("swap", 2)]
+    assert store.current("gallery") == exported  # the shared alias is untouched
+    store.close()
 
 
 def test_engine_down_is_unavailable_then_resumes(
