@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 import redis
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import Searching, wait_for
+from serving_helpers import WAIT_S, Searching, wait_for
 
 from indexer.bundle import Bundle
 from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version
@@ -129,8 +128,9 @@ def test_a_version_that_cannot_load_is_skipped_and_an_older_one_ignored(
             name = delete_and_publish(bundles, 5, prefix)  # v000002: newer than served
             wait_for(lambda: server.server.served.engine.bundle.name == name, 30, name)
             publish_version(store, "v000001", publisher)  # a rollback: older, not followed
-            wait_for(lambda: swapper.counts.announcements >= 3, 10, "the third announcement")
-            time.sleep(0.3)
+            wait_for(lambda: swapper.counts.announcements >= 3, WAIT_S, "the third announcement")
+            counts = swapper.counts  # every announcement decided: the rollback too
+            wait_for(lambda: counts.decided == counts.announcements, WAIT_S, "the decisions")
             assert server.server.served.engine.bundle.name == "v000002"
             client.close()
             with StrataClient(server.target) as grpc_client:
