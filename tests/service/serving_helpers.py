@@ -1,25 +1,23 @@
 """Helpers of the serving tests: a counting encoder and one whose calls the test holds, client
-threads searching without pause, a clock moved by hand, and waiting for a condition.
+threads searching without pause, and a clock moved by hand.
 
 The tests wait for events, never for time to pass: a held encoder keeps the engine busy for as
 long as the test needs, a hand-moved clock makes a deadline pass at a chosen step, and
-`wait_for` polls a condition with a bound that only catches a hang (WAIT_S)."""
+`waiting.wait_for` polls a condition with a bound that only catches a hang."""
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from waiting import WAIT_S
 
 from service.client import StrataClient, StrataClientError
 
 REDIS_URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-WAIT_S = 30.0  # how long a test waits for an event before failing: only a hang takes this long
 
 QUERIES = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
 
@@ -141,12 +139,3 @@ class Searching:
         self._stop.set()
         for thread in self._threads:
             thread.join(60)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until `condition()` held; fails the test naming `what` after `timeout`."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return time.monotonic() - started

@@ -12,7 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serving_helpers import WAIT_S, HeldEncoder, wait_for
+from serving_helpers import HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from pydantic import ValidationError
-from serving_helpers import WAIT_S, HandClock
+from serving_helpers import HandClock
+from waiting import WAIT_S
 
 from service.batching import BatchingConfig, MicroBatcher
 from service.errors import OverloadedError

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import WAIT_S, Searching, wait_for
+from serving_helpers import Searching
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from serving_helpers import WAIT_S, HandClock, HeldEncoder, wait_for
+from serving_helpers import HandClock, HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from serving_helpers import WAIT_S, Searching, wait_for
+from serving_helpers import Searching
+from waiting import WAIT_S, wait_for
 
 pytest.importorskip("pymilvus", reason="the Milvus backend needs pymilvus (the `milvus` extra)")
 pytest.importorskip("milvus_lite", reason="these tests run Milvus Lite (the `milvus` extra)")

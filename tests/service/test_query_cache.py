@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import redis
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import WAIT_S, CountingEncoder, wait_for
+from serving_helpers import CountingEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service.client import StrataClient

@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from serving_helpers import CountingEncoder, Searching, wait_for
+from serving_helpers import CountingEncoder, Searching
+from waiting import wait_for
 
 from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher

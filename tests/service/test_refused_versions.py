@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import wait_for
+from waiting import wait_for
 
 from indexer.benchmarks.tamper import damages
 from indexer.bundle import Bundle

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from search_gallery import build_image_bundle
-from serving_helpers import WAIT_S, HeldEncoder, wait_for
+from serving_helpers import HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
