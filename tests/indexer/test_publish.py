@@ -5,6 +5,7 @@ announcement that leave CURRENT where it was. Each test has its own key prefix, 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from bundle_inputs import Inputs, assert_one_line_error
+from waiting import WAIT_S, wait_for
 
 from indexer.build import build_bundle
 from indexer.bundle import read_current
@@ -110,12 +112,21 @@ def test_listeners_get_the_current_version_then_each_new_one(
     assert read_current(store.root) == "v000001"
 
 
-def test_two_publishers_serialise_on_the_lock(two_versions: BundleStore, prefix: str):
+def test_two_publishers_serialise_on_the_lock(
+    two_versions: BundleStore, prefix: str, caplog: pytest.LogCaptureFixture
+):
     store = two_versions
     holder = RedisPublisher(URL, prefix)
     impatient = RedisPublisher(URL, prefix, wait=0.3)
-    patient = RedisPublisher(URL, prefix, wait=10)
+    patient = RedisPublisher(URL, prefix, wait=WAIT_S)
     outcome: dict[str, object] = {}
+    caplog.set_level(logging.INFO, logger="indexer.publish")
+
+    def patient_waits() -> bool:
+        return any(
+            r.threadName == "patient" and "is held by another job" in r.getMessage()
+            for r in caplog.records
+        )
 
     def publish_patiently() -> None:
         outcome["announced"] = publish_version(store, "v000001", patient)
@@ -125,12 +136,12 @@ def test_two_publishers_serialise_on_the_lock(two_versions: BundleStore, prefix:
         with pytest.raises(PublishError, match="another job is publishing") as refused:
             publish_version(store, "v000001", impatient)
         assert "v000001 was not published (CURRENT still names v000002)" in str(refused.value)
-        waiter = threading.Thread(target=publish_patiently)
+        waiter = threading.Thread(target=publish_patiently, name="patient")
         waiter.start()
-        time.sleep(0.5)
+        wait_for(patient_waits, WAIT_S, "the patient publisher to find the lock held")
         assert waiter.is_alive() and read_current(store.root) == "v000002"
         released = time.monotonic()
-    waiter.join(timeout=10)
+    waiter.join(timeout=WAIT_S)
     assert outcome["at"] >= released and outcome["announced"]
     assert read_current(store.root) == "v000001"
     assert VersionChannel(URL, prefix).current()["name"] == "v000001"
