@@ -67,14 +67,14 @@ def test_build_and_delete_record_and_announce_their_versions(
     with channel.subscribe() as subscription:
         built = strata_main(*inputs.args(out, "--redis-url", URL, "--redis-prefix", prefix))
         assert built.returncode == 0, built.stderr
-        announced = subscription.get(timeout=5)
+        announced = subscription.get(timeout=WAIT_S)
         assert f"announced    {URL} key {prefix}:bundle:current" in built.stdout
         monkeypatch.setenv("STRATA_REDIS_URL", URL)  # the environment's URL, the CLI's prefix
         deleted = strata_main(
             "index", "delete", "--bundles", str(out), "--id", "row-7", "--redis-prefix", prefix
         )
         assert deleted.returncode == 0, deleted.stderr
-        second = subscription.get(timeout=5)
+        second = subscription.get(timeout=WAIT_S)
     assert announced is not None and second is not None
     assert announced["name"] == "v000001" and announced["rows"] == 600
     assert announced["path"] == str((out / "v000001").resolve())
@@ -94,7 +94,7 @@ def test_listeners_get_the_current_version_then_each_new_one(
     store, publisher = two_versions, RedisPublisher(URL, prefix)
     publish_version(store, "v000001", publisher)
     channel = VersionChannel(URL, prefix)
-    listener = channel.listen(idle_timeout=5, include_current=True)
+    listener = channel.listen(idle_timeout=WAIT_S, include_current=True)
     assert next(listener)["name"] == "v000001"  # subscribed before the current key was read
     publish_version(store, "v000002", publisher)
     assert next(listener)["name"] == "v000002"
