@@ -205,10 +205,18 @@ class RedisPublisher:
         """Hold the publish lock (yields its token); PublishError if it cannot be had."""
         token = secrets.token_hex(16)
         deadline = time.monotonic() + self.wait
+        waiting = False
         try:
             while not self.client.set(
                 self.keys.lock, token, nx=True, px=max(1, int(self.lock_ttl * 1000))
             ):
+                if not waiting:
+                    waiting = True
+                    log.info(
+                        "the publish lock %s is held by another job; waiting up to %g s",
+                        self.keys.lock,
+                        self.wait,
+                    )
                 if time.monotonic() >= deadline:
                     holder = self.client.pttl(self.keys.lock)
                     raise PublishError(

@@ -26,7 +26,8 @@ work is never done.
 
 Admission: a full queue (`max_queue` requests waiting, not counting the batch being processed)
 refuses a submission at once with `OverloadedError` (RESOURCE_EXHAUSTED) rather than letting
-latency grow without bound. A submission may carry a deadline (event-loop time): an item still
+latency grow without bound. A submission may carry a deadline (in the batcher's `clock`,
+`time.monotonic` — the event loop's time — unless another is given): an item still
 waiting when it passes is dropped with `DeadlineError` instead of being processed for a caller
 that no longer waits; for `submit_many` the first failing item fails the request, and its
 other waiting items are dropped.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -172,17 +174,23 @@ def take_batch(
 
 class MicroBatcher(Generic[T, R]):
     """Batches concurrent `submit` calls into `process(items) -> results` calls (one result or
-    exception per item, in order). Use from one event loop; `close()` when done."""
+    exception per item, in order). Use from one event loop; `close()` when done.
+
+    `clock` (seconds) stamps arrivals, judges deadlines and the oldest item's wait, and times
+    the chunks of a multi-item request; the default, `time.monotonic`, is the event loop's
+    time. The wait for company itself sleeps on the event loop."""
 
     def __init__(
         self,
         process: Callable[[list[T]], Sequence[R | BaseException]],
         config: BatchingConfig | None = None,
         executor: Executor | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.process = process
         self.config = config or BatchingConfig()
         self.executor = executor
+        self.clock = clock
         self.stats = BatchStats()
         self._flows: deque[_Flow[T, R]] = deque()
         self._in_flight: list[_Waiting[T, R]] = []
@@ -201,7 +209,7 @@ class MicroBatcher(Generic[T, R]):
 
     async def submit(self, item: T, deadline: float | None = None) -> R:
         """The result of `process` for this item (its exception is raised here). `deadline`:
-        the event-loop time after which the item is dropped unprocessed (DeadlineError)."""
+        the time (by `clock`) after which the item is dropped unprocessed (DeadlineError)."""
         try:
             return (await self.submit_many([item], deadline))[0]
         except ItemError as exc:
@@ -221,7 +229,7 @@ class MicroBatcher(Generic[T, R]):
         if self._closed:
             raise OverloadedError("the server is shutting down")
         loop = asyncio.get_running_loop()
-        if deadline is not None and deadline <= loop.time():
+        if deadline is not None and deadline <= self.clock():
             self.stats.expired += 1
             raise DeadlineError("the deadline passed before the query was queued")
         if not items:
@@ -233,7 +241,7 @@ class MicroBatcher(Generic[T, R]):
                 f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
             )
         self._start(loop)
-        now = loop.time()
+        now = self.clock()
         flow: _Flow[T, R] = _Flow(
             deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
             single=len(items) == 1,
@@ -297,7 +305,7 @@ class MicroBatcher(Generic[T, R]):
                 await self._arrived.wait()
             deadline = self._flows[0].items[0].arrived + wait
             while self.waiting_items < self.config.max_batch:
-                remaining = deadline - loop.time()
+                remaining = deadline - self.clock()
                 if remaining <= 0:
                     break
                 self._arrived.clear()
@@ -311,11 +319,11 @@ class MicroBatcher(Generic[T, R]):
             batch, source = take_batch(self._flows, self.config.max_batch, chunk_s, singles_first)
             singles_first = source is not None  # alternate while both kinds wait
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
-            batch = [w for w in batch if not self._expired(w, loop.time())]
+            batch = [w for w in batch if not self._expired(w, self.clock())]
             if not batch:
                 continue
             self._in_flight = batch
-            began = loop.time()
+            began = self.clock()
             try:
                 finish = source.finish if source is not None else None
                 results = await loop.run_in_executor(
@@ -325,7 +333,7 @@ class MicroBatcher(Generic[T, R]):
                 log.exception("batch of %d failed", len(batch))
                 results = [exc] * len(batch)
             if source is not None:
-                source.item_s = (loop.time() - began) / len(batch)
+                source.item_s = (self.clock() - began) / len(batch)
             for waiting, result in zip(batch, results, strict=True):
                 if waiting.future.done():
                     continue

@@ -131,6 +131,7 @@ class SwapCounts:
     swaps: int = 0
     failures: int = 0
     announcements: int = 0
+    decided: int = 0  # announcements the swap worker is done with: loaded, failed or skipped
     reconnects: int = 0
     events: list[SwapEvent] = field(default_factory=list)
 
@@ -314,6 +315,7 @@ class HotSwapper:
             record = self.tracker.choose(waiting)
             if record is not None:
                 await self._swap_to(record)
+            self.counts.decided += len(waiting)
 
     async def _swap_to(self, record: dict[str, Any]) -> None:
         name = record["name"]

@@ -103,13 +103,15 @@ class StrataServer:
     """One grpc.aio server around a loaded engine. `start()`, then `stop()` (same loop).
 
     `metrics`: the series this server records (a new `ServerMetrics` when not given); pass the
-    one the query cache was given, so that the cache's series are this server's."""
+    one the query cache was given, so that the cache's series are this server's. `clock`: the
+    micro-batcher's (queries' arrivals and deadlines; tests move a clock of their own)."""
 
     def __init__(
         self,
         engine: SearchEngine,
         config: ServerConfig | None = None,
         metrics: ServerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.served = ServedEngine(engine)
         self.config = config or ServerConfig()
@@ -118,7 +120,7 @@ class StrataServer:
         self.metrics_port: int | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
         self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
-            self._search_batch, self.config.batching, self.executor
+            self._search_batch, self.config.batching, self.executor, clock
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -361,8 +363,9 @@ class BackgroundServer:
         engine: SearchEngine,
         config: ServerConfig | None = None,
         metrics: ServerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.server = StrataServer(engine, config, metrics)
+        self.server = StrataServer(engine, config, metrics, clock)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 

@@ -57,6 +57,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def _on_engine(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
+    def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
+        """The call's deadline by the batcher's clock; None when the client set none."""
+        return call_deadline(context, self.batcher.clock)
+
     def _observe(self, results: list[SearchResult], started: float) -> None:
         self._observe_routed([r.granularity.value for r in results], started)
 
@@ -71,7 +75,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     ) -> pb.SearchResponse:
         started = time.perf_counter()
         query = convert.search_query(request, self.limits)
-        result = await self.batcher.submit(query, deadline=loop_deadline(context))
+        result = await self.batcher.submit(query, deadline=self._deadline(context))
         self._observe([result], started)
         return convert.search_response(result)
 
@@ -80,7 +84,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     ) -> pb.BatchSearchResponse:
         started = time.perf_counter()
         check_count("requests in one batch", len(request.requests), self.limits.batch_requests)
-        deadline = loop_deadline(context)
+        deadline = self._deadline(context)
         # converting 256 requests is tens of ms of Python: on a worker thread, so that the
         # event loop keeps serving other calls (the answers: on the engine thread, below)
         queries = await asyncio.to_thread(batch_queries, request, self.limits)
@@ -150,9 +154,9 @@ def routed_response(result: SearchResult) -> tuple[str, pb.SearchResponse]:
     return result.granularity.value, convert.search_response(result)
 
 
-def loop_deadline(context: grpc.aio.ServicerContext) -> float | None:
-    """The call's deadline in event-loop time; None when the client set none."""
+def call_deadline(context: grpc.aio.ServicerContext, clock: Callable[[], float]) -> float | None:
+    """The call's deadline in `clock`'s time (seconds); None when the client set none."""
     remaining = context.time_remaining()
     if remaining is None:
         return None
-    return asyncio.get_running_loop().time() + remaining
+    return clock() + remaining

@@ -5,6 +5,7 @@ announcement that leave CURRENT where it was. Each test has its own key prefix, 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from bundle_inputs import Inputs, assert_one_line_error
+from waiting import WAIT_S, wait_for
 
 from indexer.build import build_bundle
 from indexer.bundle import read_current
@@ -65,14 +67,14 @@ def test_build_and_delete_record_and_announce_their_versions(
     with channel.subscribe() as subscription:
         built = strata_main(*inputs.args(out, "--redis-url", URL, "--redis-prefix", prefix))
         assert built.returncode == 0, built.stderr
-        announced = subscription.get(timeout=5)
+        announced = subscription.get(timeout=WAIT_S)
         assert f"announced    {URL} key {prefix}:bundle:current" in built.stdout
         monkeypatch.setenv("STRATA_REDIS_URL", URL)  # the environment's URL, the CLI's prefix
         deleted = strata_main(
             "index", "delete", "--bundles", str(out), "--id", "row-7", "--redis-prefix", prefix
         )
         assert deleted.returncode == 0, deleted.stderr
-        second = subscription.get(timeout=5)
+        second = subscription.get(timeout=WAIT_S)
     assert announced is not None and second is not None
     assert announced["name"] == "v000001" and announced["rows"] == 600
     assert announced["path"] == str((out / "v000001").resolve())
@@ -92,7 +94,7 @@ def test_listeners_get_the_current_version_then_each_new_one(
     store, publisher = two_versions, RedisPublisher(URL, prefix)
     publish_version(store, "v000001", publisher)
     channel = VersionChannel(URL, prefix)
-    listener = channel.listen(idle_timeout=5, include_current=True)
+    listener = channel.listen(idle_timeout=WAIT_S, include_current=True)
     assert next(listener)["name"] == "v000001"  # subscribed before the current key was read
     publish_version(store, "v000002", publisher)
     assert next(listener)["name"] == "v000002"
@@ -110,12 +112,21 @@ def test_listeners_get_the_current_version_then_each_new_one(
     assert read_current(store.root) == "v000001"
 
 
-def test_two_publishers_serialise_on_the_lock(two_versions: BundleStore, prefix: str):
+def test_two_publishers_serialise_on_the_lock(
+    two_versions: BundleStore, prefix: str, caplog: pytest.LogCaptureFixture
+):
     store = two_versions
     holder = RedisPublisher(URL, prefix)
     impatient = RedisPublisher(URL, prefix, wait=0.3)
-    patient = RedisPublisher(URL, prefix, wait=10)
+    patient = RedisPublisher(URL, prefix, wait=WAIT_S)
     outcome: dict[str, object] = {}
+    caplog.set_level(logging.INFO, logger="indexer.publish")
+
+    def patient_waits() -> bool:
+        return any(
+            r.threadName == "patient" and "is held by another job" in r.getMessage()
+            for r in caplog.records
+        )
 
     def publish_patiently() -> None:
         outcome["announced"] = publish_version(store, "v000001", patient)
@@ -125,12 +136,12 @@ def test_two_publishers_serialise_on_the_lock(two_versions: BundleStore, prefix:
         with pytest.raises(PublishError, match="another job is publishing") as refused:
             publish_version(store, "v000001", impatient)
         assert "v000001 was not published (CURRENT still names v000002)" in str(refused.value)
-        waiter = threading.Thread(target=publish_patiently)
+        waiter = threading.Thread(target=publish_patiently, name="patient")
         waiter.start()
-        time.sleep(0.5)
+        wait_for(patient_waits, WAIT_S, "the patient publisher to find the lock held")
         assert waiter.is_alive() and read_current(store.root) == "v000002"
         released = time.monotonic()
-    waiter.join(timeout=10)
+    waiter.join(timeout=WAIT_S)
     assert outcome["at"] >= released and outcome["announced"]
     assert read_current(store.root) == "v000001"
     assert VersionChannel(URL, prefix).current()["name"] == "v000001"

@@ -1,15 +1,19 @@
-"""Helpers of the Redis-backed serving tests: a counting encoder, client threads searching
-without pause, and waiting for a condition."""
+"""Helpers of the serving tests: a counting encoder and one whose calls the test holds, client
+threads searching without pause, and a clock moved by hand.
+
+The tests wait for events, never for time to pass: a held encoder keeps the engine busy for as
+long as the test needs, a hand-moved clock makes a deadline pass at a chosen step, and
+`waiting.wait_for` polls a condition with a bound that only catches a hang."""
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from waiting import WAIT_S
 
 from service.client import StrataClient, StrataClientError
 
@@ -34,6 +38,63 @@ class CountingEncoder:
         self.calls += 1
         self.texts.extend(texts)
         return self.wrapped.encode_text(texts)
+
+
+class HeldEncoder(CountingEncoder):
+    """A CountingEncoder whose text calls wait at a turnstile while it is held: each for a pass
+    (`let_through`) or for `release()`. `batches`: each call's texts, recorded as the call
+    arrives (before it waits), in order."""
+
+    def __init__(self, encoder: Any, held: bool = False) -> None:
+        super().__init__(encoder)
+        self.batches: list[list[str]] = []
+        self._turnstile = threading.Condition()
+        self._held, self._passes = held, 0
+
+    def hold(self) -> None:
+        with self._turnstile:
+            self._held = True
+
+    def let_through(self, calls: int = 1) -> None:
+        """While held: `calls` more calls may pass (those waiting first)."""
+        with self._turnstile:
+            self._passes += calls
+            self._turnstile.notify_all()
+
+    def release(self) -> None:
+        """Every call waiting, and every later one, passes."""
+        with self._turnstile:
+            self._held = False
+            self._turnstile.notify_all()
+
+    def arrived(self, calls: int = 1, timeout: float = WAIT_S) -> bool:
+        """Whether `calls` calls have arrived (waited for up to `timeout` seconds)."""
+        with self._turnstile:
+            return self._turnstile.wait_for(lambda: len(self.batches) >= calls, timeout)
+
+    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        with self._turnstile:
+            self.batches.append(texts)
+            self._turnstile.notify_all()
+            # never released (a failing test): the call goes on after WAIT_S, no thread hangs
+            self._turnstile.wait_for(lambda: not self._held or self._passes > 0, WAIT_S)
+            if self._held and self._passes > 0:
+                self._passes -= 1
+        return super().encode_text(texts)
+
+
+class HandClock:
+    """A clock (seconds) that moves only when the test moves it."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class Searching:
@@ -78,12 +139,3 @@ class Searching:
         self._stop.set()
         for thread in self._threads:
             thread.join(60)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until `condition()` held; fails the test naming `what` after `timeout`."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return time.monotonic() - started

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from serving_helpers import HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
@@ -115,8 +116,7 @@ def test_reload_to_current_and_back_while_queries_run(admin_server: BackgroundSe
     ):
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         loops = [pool.submit(query_loop) for _ in range(2)]
-        while len(answered) < 2:
-            time.sleep(0.01)
+        wait_for(lambda: len(answered) >= 2 or bool(failures), WAIT_S, "the first answers")
         to_current = admin.Reload(apb.ReloadRequest(), metadata=AUTH, timeout=60)
         assert (to_current.previous_version, to_current.bundle_version) == (1, 2)
         assert (to_current.bundle_name, to_current.rows) == ("v000002", 297)
@@ -125,9 +125,8 @@ def test_reload_to_current_and_back_while_queries_run(admin_server: BackgroundSe
         assert (info.bundle_version, info.rows) == (2, 297)
         hits = client.search("a dog", k=300).ids
         assert len(hits) == 297 and not set(DELETED) & set(hits)
-        seen = len(answered)
-        while len(answered) < seen + 2:  # queries keep flowing on the new version
-            time.sleep(0.01)
+        seen = len(answered)  # queries keep flowing on the new version
+        wait_for(lambda: 2 in answered[seen:] or bool(failures), WAIT_S, "an answer from v2")
         back = admin.Reload(apb.ReloadRequest(version="v000001"), metadata=AUTH, timeout=60)
         assert (back.previous_version, back.bundle_version, back.rows) == (2, 1, 300)
         assert set(DELETED) <= set(client.search("a dog", k=300).ids)
@@ -198,45 +197,24 @@ def test_drain_reports_not_serving_but_still_answers(admin_server: BackgroundSer
         assert len(client.search("a dog", k=2).hits) == 2
 
 
-class HeldEncoder:
-    """An encoder proxy whose encode_text waits for `gate` (set: runs at once)."""
-
-    def __init__(self, encoder) -> None:
-        self.encoder, self.calls = encoder, 0
-        self.entered, self.gate = threading.Event(), threading.Event()
-        self.gate.set()
-
-    def __getattr__(self, name: str):
-        return getattr(self.encoder, name)
-
-    def encode_text(self, texts):
-        self.calls += 1
-        self.entered.set()
-        self.gate.wait(30)
-        return self.encoder.encode_text(texts)
-
-
 def test_graceful_shutdown_finishes_the_call_in_flight(text_bundle: Path, minilm):
-    encoder = HeldEncoder(minilm)
+    encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
     running = BackgroundServer(engine, ServerConfig(port=0)).start()
     target = running.target
-    with StrataClient(target, timeout=30) as client, ThreadPoolExecutor(2) as pool:
-        encoder.gate.clear()
+    with StrataClient(target, timeout=WAIT_S) as client, ThreadPoolExecutor(2) as pool:
         in_flight = pool.submit(client.search, "a dog", k=3)
-        assert encoder.entered.wait(10)
-        stopping = pool.submit(running.stop, 10.0)
-        deadline = time.monotonic() + 10
-        while running.server.serving and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not running.server.serving  # NOT_SERVING as soon as stopping starts
-        with StrataClient(target, timeout=5) as late, pytest.raises(StrataClientError) as caught:
+        assert encoder.arrived(1)
+        stopping = pool.submit(running.stop, 2 * WAIT_S, 3 * WAIT_S)  # a grace it never needs
+        wait_for(lambda: not running.server.serving, WAIT_S, "NOT_SERVING")  # as stopping starts
+        late = StrataClient(target, timeout=WAIT_S)
+        with late, pytest.raises(StrataClientError) as caught:
             late.search("a cat")  # new calls are refused while the running one finishes
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
         assert not in_flight.done()
-        encoder.gate.set()
-        result = in_flight.result(30)
-        stopping.result(30)
+        encoder.release()
+        result = in_flight.result(WAIT_S)
+        stopping.result(3 * WAIT_S)
     assert len(result.hits) == 3 and encoder.calls == 1
     assert running.server.metrics.registry.get_sample_value("strata_serving") == 0
 

@@ -1,5 +1,6 @@
 """The micro-batcher: concurrent submits share one call, the wait is bounded, a full queue
-refuses at once, errors stay with their own item."""
+refuses at once, errors stay with their own item. The batch function is held by an event where
+a test needs the batcher busy, and item costs are counted on a clock moved by hand."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from pydantic import ValidationError
+from serving_helpers import HandClock
+from waiting import WAIT_S
 
 from service.batching import BatchingConfig, MicroBatcher
 from service.errors import OverloadedError
@@ -18,19 +21,25 @@ from training.core.errors import InputError
 
 
 class Recorder:
-    """A batch function that records each call's items and can be held until released."""
+    """A batch function that records each call's items and can be held until released; with a
+    `clock`, each item moves it by `item_s` (what the item costs, as the batcher measures it)."""
 
-    def __init__(self, hold: bool = False) -> None:
+    def __init__(
+        self, hold: bool = False, clock: HandClock | None = None, item_s: float = 0.0
+    ) -> None:
         self.calls: list[list[int]] = []
         self.started = threading.Event()
         self.release = threading.Event()
+        self.clock, self.item_s = clock, item_s
         if not hold:
             self.release.set()
 
     def __call__(self, items: list[int]) -> list[int | BaseException]:
         self.calls.append(list(items))
         self.started.set()
-        self.release.wait(10)
+        self.release.wait(WAIT_S)
+        if self.clock is not None:
+            self.clock.advance(self.item_s * len(items))
         return [ValueError(f"bad {i}") if i < 0 else i * 10 for i in items]
 
 
@@ -38,26 +47,33 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def test_batches_alternate_small_requests_and_chunks_of_a_large_one():
-    """A large request is worked through in chunks that fit the chunk time by its items' cost
-    so far; small requests waiting get batches of their own in between."""
-    recorder = Recorder()
-    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=8, chunk_ms=1000))
+@pytest.mark.parametrize(("item_s", "chunk"), [(0.25, 4), (0.0, 8)])
+def test_batches_alternate_small_requests_and_chunks_of_a_large_one(item_s: float, chunk: int):
+    """A large request is worked through in chunks that fit the chunk time (1 s) by what its
+    items cost so far (`item_s` each, at most max_batch); small requests that arrive while a
+    chunk runs get a batch of their own before the next chunk."""
+    clock = HandClock()
+    recorder = Recorder(hold=True, clock=clock, item_s=item_s)
+    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=8, chunk_ms=1000), clock=clock)
 
     async def main():
         large = asyncio.ensure_future(batcher.submit_many(list(range(100, 120))))
-        await asyncio.sleep(0.05)  # its first chunks run alone
-        small = await asyncio.gather(*(batcher.submit(i) for i in range(3)))
+        assert await asyncio.to_thread(recorder.started.wait, WAIT_S)  # its first chunk runs
+        small = asyncio.gather(*(batcher.submit(i) for i in range(3)))
+        await asyncio.sleep(0)
+        assert batcher.waiting == 4  # the rest of the large request, and the small ones
+        recorder.release.set()
         results = await large
         await batcher.close()
-        return small, results
+        return await small, results
 
     small, results = run(main())
     assert small == [0, 10, 20] and results == [i * 10 for i in range(100, 120)]
-    assert recorder.calls[0] == [100]  # the first chunk: one item (its cost unknown)
-    assert max(len(c) for c in recorder.calls) == 8  # cheap items: chunks grow to max_batch
-    mixed = [c for c in recorder.calls if any(i < 100 for i in c)]
-    assert mixed == [[0, 1, 2]]  # the small ones together, with none of the large one's
+    rest = list(range(101, 120))
+    chunks = [rest[i : i + chunk] for i in range(0, len(rest), chunk)]
+    # the first chunk: one item (its cost unknown); then the small ones together, with none of
+    # the large one's; then chunks of what fits in 1 s
+    assert recorder.calls == [[100], [0, 1, 2], *chunks]
 
 
 def test_concurrent_submits_become_one_call_with_results_in_place():
@@ -87,7 +103,7 @@ def test_batches_are_cut_at_max_batch():
     assert [len(c) for c in recorder.calls] == [4, 4, 2]
 
 
-def test_a_lone_query_waits_no_longer_than_max_wait():
+def test_a_lone_query_waits_max_wait_for_company_then_runs_alone():
     recorder = Recorder()
     batcher = MicroBatcher(recorder, BatchingConfig(max_batch=32, max_wait_ms=40))
 
@@ -100,7 +116,7 @@ def test_a_lone_query_waits_no_longer_than_max_wait():
 
     result, elapsed = run(main())
     assert result == 70 and recorder.calls == [[7]]
-    assert 0.035 <= elapsed < 1.0
+    assert 0.035 <= elapsed < WAIT_S  # it waited for company, not for a batch that never fills
 
 
 def test_an_item_error_fails_its_caller_only():
@@ -125,22 +141,23 @@ def test_a_full_queue_refuses_at_once():
 
     async def main():
         first = asyncio.ensure_future(batcher.submit(1))
-        await asyncio.get_running_loop().run_in_executor(executor, recorder.started.wait, 5)
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(executor, recorder.started.wait, WAIT_S)
         queued = [asyncio.ensure_future(batcher.submit(i)) for i in (2, 3)]
         await asyncio.sleep(0)
         assert batcher.waiting == 2
-        started = time.perf_counter()
+        refusal = batcher.submit(4)
         with pytest.raises(OverloadedError, match="queue is full"):
-            await batcher.submit(4)
-        refused_in = time.perf_counter() - started
+            refusal.send(None)  # refused on its first step: it never waits for anything
+        held = list(recorder.calls)  # still [[1]]: the refusal did not wait for the batch
         recorder.release.set()
         done = await asyncio.gather(first, *queued)
         await batcher.close()
-        return done, refused_in
+        return done, held
 
-    done, refused_in = run(main())
+    done, held = run(main())
     executor.shutdown()
-    assert done == [10, 20, 30] and refused_in < 0.5
+    assert done == [10, 20, 30] and held == [[1]]
 
 
 def test_switched_off_every_query_is_processed_alone():
@@ -160,7 +177,8 @@ def test_closing_fails_waiting_callers():
 
     async def main():
         waiting = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(recorder.started.wait, WAIT_S)  # one in the batch function
+        assert batcher.waiting == 2  # and two queued
         await batcher.close()
         recorder.release.set()
         results = await asyncio.gather(*waiting, return_exceptions=True)

@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from serving_helpers import HandClock
 
 from service.circuit_breaker import CircuitBreaker
 
 
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_breaker_opens_on_failure_backs_off_and_closes_on_success():
-    clock = Clock()
+    clock = HandClock()
     breaker = CircuitBreaker(backoff=1.0, max_backoff=3.0, clock=clock)
     assert breaker.closed and breaker.wait() == 0
     breaker.failure()
     assert not breaker.closed and breaker.wait() == 1.0
-    clock.now += 0.4
+    clock.advance(0.4)
     assert breaker.wait() == pytest.approx(0.6)
     breaker.failure()  # a failed retry: twice the back-off
     assert breaker.wait() == 2.0

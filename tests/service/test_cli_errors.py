@@ -113,12 +113,14 @@ def test_every_bad_input_is_one_line(outcomes: list[Outcome]):
     assert bad == []
 
 
-def test_busy_port_is_refused_before_models_load(outcomes: list[Outcome]):
+def test_busy_port_is_refused_before_models_load(outcomes: list[Outcome], text_bundle: Path):
     busy = next(o for o in outcomes if o.case.what == "serve: busy port")
     assert busy.ok
     assert "grpc" not in busy.stderr.lower().replace("--", "")  # no core log line leaked
-    quick = next(o for o in outcomes if o.case.what == "unknown option")
-    assert busy.seconds < quick.seconds + 5  # nothing loaded: no bundle, no encoder
+    with listening_socket() as taken:
+        port = str(taken.getsockname()[1])
+        serve = ("serve", "--bundles", str(text_bundle), "--port", port, "--device", "cpu")
+        assert "torch" not in heavy_modules_after(*serve)  # refused before the encoder loads
 
 
 def test_train_cedar_without_encoder_fails_before_training(outcomes, tmp_path_factory):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 import redis
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import Searching, wait_for
+from serving_helpers import Searching
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version
@@ -76,7 +76,7 @@ def test_published_versions_swap_in_under_load_with_no_failed_request(
         swapper = HotSwapper(server.server, URL, prefix, backoff_s=0.1, poll_s=1.0)
         swapper.start(server.loop)
         try:
-            wait_for(lambda: swapper.connected, 10, "the subscription")
+            wait_for(lambda: swapper.connected, WAIT_S, "the subscription")
             with Searching(server.target) as load:
                 wait_for(lambda: all(len(v) >= 2 for v in load.versions), 30, "first searches")
                 for row, name in ((0, "v000002"), (1, "v000003")):
@@ -116,21 +116,22 @@ def test_a_version_that_cannot_load_is_skipped_and_an_older_one_ignored(
         swapper = HotSwapper(server.server, URL, prefix, backoff_s=0.1, poll_s=60)
         swapper.start(server.loop)
         try:
-            wait_for(lambda: swapper.connected, 10, "the subscription")
+            wait_for(lambda: swapper.connected, WAIT_S, "the subscription")
             client = redis.Redis.from_url(URL)
             broken = {**announcement(bundles / "v000001"), "name": "v000009", "version": 9}
             broken["path"] = str(bundles / "v000009")  # announced, but no such folder
             client.publish(ChannelKeys(prefix).channel, json.dumps(broken))
-            wait_for(lambda: swapper.counts.failures == 1, 10, "the failed load")
+            wait_for(lambda: swapper.counts.failures == 1, WAIT_S, "the failed load")
             assert server.server.served.engine.bundle.name == "v000001"
             assert "v000009" in swapper.counts.events[-1].name
             assert swapper.counts.events[-1].result == "failed"
 
             name = delete_and_publish(bundles, 5, prefix)  # v000002: newer than served
-            wait_for(lambda: server.server.served.engine.bundle.name == name, 30, name)
+            wait_for(lambda: server.server.served.engine.bundle.name == name, WAIT_S, name)
             publish_version(store, "v000001", publisher)  # a rollback: older, not followed
-            wait_for(lambda: swapper.counts.announcements >= 3, 10, "the third announcement")
-            time.sleep(0.3)
+            wait_for(lambda: swapper.counts.announcements >= 3, WAIT_S, "the third announcement")
+            counts = swapper.counts  # every announcement decided: the rollback too
+            wait_for(lambda: counts.decided == counts.announcements, WAIT_S, "the decisions")
             assert server.server.served.engine.bundle.name == "v000002"
             client.close()
             with StrataClient(server.target) as grpc_client:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 from search_gallery import build_image_bundle
+from serving_helpers import HandClock, HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
@@ -265,81 +266,67 @@ def test_an_oversize_message_is_resource_exhausted_by_grpc(engine: SearchEngine)
         assert len(stub.Search(pb.SearchRequest(query=DOG, top_k=1), timeout=30).hits) == 1
 
 
-class HeldEncoder:
-    """An encoder proxy recording the texts it embeds; `gate` cleared: calls wait for it."""
-
-    def __init__(self, encoder) -> None:
-        self.encoder, self.texts = encoder, []
-        self.entered, self.gate = threading.Event(), threading.Event()
-        self.gate.set()
-
-    def __getattr__(self, name: str):
-        return getattr(self.encoder, name)
-
-    def encode_text(self, texts):
-        self.texts.append(list(texts))
-        self.entered.set()
-        self.gate.wait(30)
-        return self.encoder.encode_text(texts)
-
-
 def test_a_query_whose_deadline_passes_in_the_queue_is_never_computed(text_bundle, minilm):
-    encoder = HeldEncoder(minilm)
+    """The engine is held on one query while a second waits in the queue; the batcher's clock,
+    moved by hand, passes the waiting query's deadline: it is answered DEADLINE_EXCEEDED,
+    counted, and never embedded, and the queue takes queries again."""
+    encoder, clock = HeldEncoder(minilm, held=True), HandClock()
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
     batching = BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1)
+    config = ServerConfig(port=0, batching=batching)
     with (
-        BackgroundServer(engine, ServerConfig(port=0, batching=batching)) as running,
-        StrataClient(running.target, timeout=30) as client,
-        StrataClient(running.target, timeout=0.3) as hasty,
+        BackgroundServer(engine, config, clock=clock) as running,
+        StrataClient(running.target, timeout=WAIT_S) as client,
         ThreadPoolExecutor(2) as pool,
     ):
-        encoder.gate.clear()
         held = pool.submit(client.search, "a held dog")
-        assert encoder.entered.wait(10)
-        late = pool.submit(hasty.search, "a late cat")
-        with pytest.raises(StrataClientError) as caught:
-            late.result(10)
-        assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
-        while running.server.batcher.waiting:  # the queue is free again: a third one fits
-            time.sleep(0.01)
-        queued = pool.submit(client.search, "a queued horse")
-        while running.server.batcher.waiting < 1:
-            time.sleep(0.01)
+        assert encoder.arrived(1)  # the engine is busy with it
+        late = pool.submit(client.search, "a late cat")
+        wait_for(lambda: running.server.batcher.waiting == 1, WAIT_S, "the late query queued")
         with pytest.raises(StrataClientError, match="the query queue is full") as full:
             client.search("one too many")
         assert full.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        encoder.gate.set()
-        assert held.result(30).hits and queued.result(30).hits
+        clock.advance(2 * WAIT_S)  # past the late query's deadline (WAIT_S), while it waits
+        encoder.release()
+        assert held.result(WAIT_S).hits
+        with pytest.raises(StrataClientError, match="dropped unprocessed") as caught:
+            late.result(WAIT_S)
+        assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert client.search("a queued horse").hits  # the queue is free again
         registry = running.server.metrics.registry
         labels = {"grpc_type": "unary", "grpc_service": "strata.v1.SearchService"}
         labels |= {"grpc_method": "Search", "grpc_code": "DEADLINE_EXCEEDED"}
-        deadline = time.monotonic() + 10
-        while not registry.get_sample_value("grpc_server_handled_total", labels):
-            assert time.monotonic() < deadline, "the expired call was never counted"
-            time.sleep(0.01)
-    assert encoder.texts == [["a held dog"], ["a queued horse"]]  # the late cat: never embedded
+        wait_for(
+            lambda: registry.get_sample_value("grpc_server_handled_total", labels) == 1,
+            WAIT_S,
+            "the expired call counted",
+        )
+    assert encoder.batches == [["a held dog"], ["a queued horse"]]  # the late cat: never embedded
+    assert running.server.batcher.stats.expired == 1
 
 
 def test_the_batcher_drops_an_expired_item_unprocessed():
     async def scenario() -> tuple[list[list[str]], BaseException | None, int]:
-        release = threading.Event()
+        started, release = threading.Event(), threading.Event()
         seen: list[list[str]] = []
+        clock = HandClock()
 
         def process(items: list[str]) -> list[str]:
             seen.append(list(items))
-            release.wait(10)
+            started.set()
+            release.wait(WAIT_S)
             return [item.upper() for item in items]
 
         with ThreadPoolExecutor(1) as pool:
             batcher: MicroBatcher[str, str] = MicroBatcher(
-                process, BatchingConfig(max_batch=1, max_wait_ms=0), pool
+                process, BatchingConfig(max_batch=1, max_wait_ms=0), pool, clock
             )
-            loop = asyncio.get_running_loop()
             first = asyncio.ensure_future(batcher.submit("first"))
-            while not seen:
-                await asyncio.sleep(0.005)
-            expiring = asyncio.ensure_future(batcher.submit("late", deadline=loop.time() + 0.05))
-            await asyncio.sleep(0.1)  # its deadline passes while "first" is processed
+            assert await asyncio.to_thread(started.wait, WAIT_S)  # "first" is being processed
+            expiring = asyncio.ensure_future(batcher.submit("late", deadline=clock() + 1))
+            await asyncio.sleep(0)
+            assert batcher.waiting == 1
+            clock.advance(2)  # its deadline passes while "first" is processed
             release.set()
             assert await first == "FIRST"
             error = None
@@ -348,10 +335,10 @@ def test_the_batcher_drops_an_expired_item_unprocessed():
             except DeadlineError as exc:
                 error = exc
             with pytest.raises(DeadlineError, match="before the query was queued"):
-                await batcher.submit("already late", deadline=loop.time() - 1)
+                await batcher.submit("already late", deadline=clock() - 1)
             await batcher.close()
         return seen, error, batcher.stats.expired
 
     seen, error, expired = asyncio.run(scenario())
     assert seen == [["first"]] and expired == 2
-    assert error is not None and "in the queue; the query was dropped unprocessed" in str(error)
+    assert error is not None and "after 2.000 s in the queue; the query was dropped" in str(error)

@@ -5,7 +5,6 @@ prefix, removed after."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 import redis
 from serving_helpers import REDIS_URL as URL
 from serving_helpers import CountingEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service.client import StrataClient
@@ -131,9 +131,10 @@ def test_redis_entries_expire_after_their_ttl(text_bundle: Path, minilm, prefix:
     hits(engine, "two children in the snow")
     key = writer.redis_key(cache_key("minilm", "two children in the snow"))
     client = redis.Redis.from_url(URL)
-    assert 0 < client.pttl(key) <= 500
-    time.sleep(0.7)
-    assert client.exists(key) == 0
+    assert writer.stats()["redis"]["stored"] == 1
+    remaining = client.pttl(key)  # -1: no expiry; -2: already expired (a slow machine)
+    assert remaining <= 500 and remaining != -1, remaining
+    wait_for(lambda: client.exists(key) == 0, WAIT_S, "the entry's expiry")
     client.close()
     caches.append(reader := QueryCache(redis_url=URL, prefix=prefix, ttl_s=0.5))
     later = engine_with(text_bundle, minilm, reader)
@@ -160,10 +161,8 @@ def test_an_unreachable_redis_costs_nothing_and_serves_on(text_bundle: Path, min
     caches.append(cache := QueryCache(redis_url=UNREACHABLE, prefix="x", backoff_s=60))
     assert cache.redis_state == DISCONNECTED
     engine = engine_with(text_bundle, minilm, cache)
-    started = time.perf_counter()
     first = hits(engine, "a dog on the beach")
     assert hits(engine, "a dog on the beach") == first
-    assert time.perf_counter() - started < 5
     stats = cache.stats()
     assert stats["redis"]["skipped"] == 1  # the breaker is open: Redis not even tried
     assert stats["local"] == {"hits": 1, "misses": 1} and engine.encoder.calls == 1

@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from serving_helpers import CountingEncoder, Searching, wait_for
+from serving_helpers import CountingEncoder, Searching
+from waiting import wait_for
 
 from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher
@@ -56,10 +57,10 @@ def test_redis_killed_mid_load_then_restarted(
             try:
                 with Searching(server.target) as load:
                     wait_for(lambda: cache.stats()["redis"]["hits"] >= 3, 30, "Redis hits")
-                    wait_for(lambda: swapper.connected, 10, "the subscription")
+                    wait_for(lambda: swapper.connected, 30, "the subscription")
 
                     redis_server.kill()
-                    wait_for(lambda: cache.redis_state == DISCONNECTED, 10, "the cache's outage")
+                    wait_for(lambda: cache.redis_state == DISCONNECTED, 30, "the cache's outage")
                     states.append(cache.redis_state)
                     wait_for(lambda: not swapper.connected, 30, "the swapper's outage")
                     down = cache.stats()["redis"]
@@ -72,7 +73,7 @@ def test_redis_killed_mid_load_then_restarted(
                     assert during["hits"] == down["hits"]
 
                     redis_server.start()  # same port, empty
-                    wait_for(lambda: cache.redis_state == CONNECTED, 10, "the cache's reconnect")
+                    wait_for(lambda: cache.redis_state == CONNECTED, 30, "the cache's reconnect")
                     states.append(cache.redis_state)
                     wait_for(lambda: swapper.connected, 30, "the swapper's reconnect")
                     hits = cache.stats()["redis"]["hits"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from serving_helpers import REDIS_URL as URL
-from serving_helpers import wait_for
+from waiting import WAIT_S, wait_for
 
 from indexer.benchmarks.tamper import damages
 from indexer.bundle import Bundle
@@ -64,10 +64,10 @@ def test_hot_swap_refuses_each_damaged_version_and_serves_on(bundles: Path, mini
         swapper = HotSwapper(server.server, URL, prefix, backoff_s=0.1, poll_s=60)
         swapper.start(server.loop)
         try:
-            wait_for(lambda: swapper.connected, 10, "the subscription")
+            wait_for(lambda: swapper.connected, WAIT_S, "the subscription")
             for number, (reason, named) in enumerate(CASES.values(), start=2):
                 publish_version(store, f"v{number:06d}", publisher)  # announced as it is
-                wait_for(lambda n=number: swapper.counts.failures == n - 1, 30, "the refusal")
+                wait_for(lambda n=number: swapper.counts.failures == n - 1, WAIT_S, "the refusal")
                 assert refused(server, reason) >= 1
                 event = swapper.counts.events[-1]
                 assert event.result == "failed" and named in (event.error or "")

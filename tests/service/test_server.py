@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,6 +11,8 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from search_gallery import LANTERN, LANTERN_RUNNER_UPS, build_image_bundle
+from serving_helpers import HeldEncoder
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
@@ -199,55 +200,49 @@ def test_health_reports_serving(server: BackgroundServer):
             assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-class GatedEncoder:
-    """An encoder proxy that counts encode_text calls and can hold them until released."""
-
-    def __init__(self, encoder) -> None:
-        self.encoder, self.calls, self.sizes = encoder, 0, []
-        self.entered = threading.Event()
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def __getattr__(self, name: str):
-        return getattr(self.encoder, name)
-
-    def encode_text(self, texts):
-        self.calls += 1
-        self.sizes.append(len(texts))
-        self.entered.set()
-        self.gate.wait(30)
-        return self.encoder.encode_text(texts)
-
-
 def test_concurrent_searches_share_one_encoder_call(text_bundle: Path, minilm):
-    encoder = GatedEncoder(minilm)
+    """Searches that arrive while the engine is busy wait together and become one call."""
+    encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=8, max_wait_ms=1000))
+    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=8))
     texts = ["a dog", "a cat", "a red horse", "a bird", "a fox", "a boy", "a girl", "a cow"]
-    with BackgroundServer(engine, config) as server, StrataClient(server.target) as client:
-        with ThreadPoolExecutor(len(texts)) as pool:
-            results = list(pool.map(lambda t: client.search(t, k=3), texts))
-        assert (encoder.calls, encoder.sizes) == (1, [8])
+    with (
+        BackgroundServer(engine, config) as server,
+        StrataClient(server.target, timeout=WAIT_S) as client,
+        ThreadPoolExecutor(len(texts) + 1) as pool,
+    ):
+        busy = pool.submit(client.search, "a busy engine", k=3)
+        assert encoder.arrived(1)  # the engine is busy with it
+        searches = [pool.submit(client.search, t, k=3) for t in texts]
+        queued = server.server.batcher
+        wait_for(lambda: queued.waiting == len(texts), WAIT_S, "the searches queued")
+        encoder.release()
+        results = [search.result(WAIT_S) for search in searches]
+        assert busy.result(WAIT_S).hits
+        batches = list(encoder.batches)
+    assert len(batches) == 2 and sorted(batches[1]) == sorted(texts)  # one call for all eight
     expected = [engine.search(SearchQuery.of(t, k=3)).ids for t in texts]
     assert [r.ids for r in results] == expected
 
 
 def test_a_full_queue_is_resource_exhausted(text_bundle: Path, minilm):
-    encoder = GatedEncoder(minilm)
+    encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
     config = ServerConfig(port=0, batching=BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1))
-    with BackgroundServer(engine, config) as server, StrataClient(server.target) as client:
-        encoder.gate.clear()
-        with ThreadPoolExecutor(2) as pool:
-            held = pool.submit(client.search, "a dog")
-            assert encoder.entered.wait(10)  # the first query is in the encoder
-            queued = pool.submit(client.search, "a cat")
-            while server.server.batcher.waiting < 1:
-                threading.Event().wait(0.01)
-            with pytest.raises(StrataClientError, match="queue is full") as caught:
-                client.search("a horse")
-            encoder.gate.set()
-            assert held.result().hits and queued.result().hits
+    with (
+        BackgroundServer(engine, config) as server,
+        StrataClient(server.target) as client,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        held = pool.submit(client.search, "a dog")
+        assert encoder.arrived(1)  # the first query is in the encoder
+        queued = pool.submit(client.search, "a cat")
+        batcher = server.server.batcher
+        wait_for(lambda: batcher.waiting == 1, WAIT_S, "the second query queued")
+        with pytest.raises(StrataClientError, match="queue is full") as caught:
+            client.search("a horse")
+        encoder.release()
+        assert held.result(WAIT_S).hits and queued.result(WAIT_S).hits
     assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 

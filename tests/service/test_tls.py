@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
+from waiting import WAIT_S
 
 from service.client import StrataClient, StrataClientError
 from service.errors import ServiceError
@@ -65,8 +66,8 @@ def test_tls_server_answers_clients_that_trust_its_certificate(engine: SearchEng
         with StrataClient(running.target, root_certificates=cert.read_bytes()) as client:
             assert client.index_info().rows == 300
         for untrusting in (
-            StrataClient(running.target, timeout=5),  # plaintext to a TLS port
-            StrataClient(running.target, timeout=5, root_certificates=other_cert),
+            StrataClient(running.target, timeout=WAIT_S),  # plaintext to a TLS port
+            StrataClient(running.target, timeout=WAIT_S, root_certificates=other_cert),
         ):
             with untrusting, pytest.raises(StrataClientError) as caught:
                 untrusting.search("a dog")

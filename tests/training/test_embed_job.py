@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from waiting import wait_for
 
 from training.core.cache import EmbeddingCache
 from training.core.config import build_config
@@ -164,14 +164,6 @@ def test_text_only_encoder_on_captioned_images(minilm, tmp_path: Path, write_png
         embed_corpus(open_corpus("texts", texts), minilm, tmp_path / "d", config)
 
 
-def wait_for(condition, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 def listed_shards(cache: Path) -> int:
     try:
         return len(json.loads((cache / "manifest.json").read_text())["shards"])
@@ -203,7 +195,7 @@ def test_resume_after_the_process_is_killed(tiny_clip_config: Path, tmp_path: Pa
         with corpus.open("w") as feed:  # blocks until the job opens the pipe
             feed.write("\n".join(lines[:250]) + "\n")
             feed.flush()
-            wait_for(lambda: listed_shards(cache) == 2 or job.poll() is not None)
+            wait_for(lambda: listed_shards(cache) == 2 or job.poll() is not None, 120, "two shards")
             job.send_signal(signal.SIGKILL)
             job.wait(timeout=30)
     finally:
