@@ -1,15 +1,15 @@
 """The same seed, the same model: every trained transform twice from one seed, then on simulated
 other machines.
 
-On a small compositional corpus embedded with MiniLM (made here, once), the real commands run
-in subprocesses, each variant in its own folder:
+On a small compositional corpus embedded with MiniLM (made here, once), each variant runs in
+its own subprocess and folder:
 
-- `strata train grasp` (the default recipe) and `strata train grasp --gallery` (the gallery
-  recipe), `strata train cedar`, `strata train cosae` (its synthetic pair), one SAE baseline
-  (`strata eval cedar --baselines topk`), all with `--seed`;
+- the functions of `strata train grasp` (the default recipe) and `strata train grasp --gallery`
+  (the gallery recipe), `strata train cedar`, `strata train cosae` (its synthetic pair), and
+  one SAE baseline as `strata eval cedar --baselines topk` trains it, all with the seed;
 - `strata demo --scenes ... --seed` (reference runs only: it embeds its own corpus), whose
-  bundle's data files (FAISS indexes, postings, ids; not the manifests, which hold times) are
-  hashed.
+  GraSP-VL and CEDAR weights and bundle data files (FAISS indexes, postings, ids; not the
+  manifests, which hold times) are hashed.
 
 Variants: the reference environment twice ("run 1", "run 2"), then "machines" simulated by the
 environment: torch's own kernels at the baseline instruction set (ATEN_CPU_CAPABILITY=default),
@@ -25,11 +25,11 @@ and what follows downstream (epochs run, the best epoch, validation scores, name
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -52,18 +52,6 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 REFERENCE = "run 1"
 WITH_DEMO = ("run 1", "run 2")
-
-
-def strata(args: list[str], env: dict[str, str], runs: Path) -> str:
-    """Run `strata ARGS` in a subprocess with `env` laid over ours; its stdout."""
-    full = {**os.environ, **env, "STRATA_RUNS_DIR": str(runs), "STRATA_LOG_LEVEL": "WARNING",
-            "HF_HUB_OFFLINE": "1", "STRATA_DEVICE": "cpu"}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "service", *args], capture_output=True, text=True, env=full
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"strata {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
 
 
 def sha256(data: bytes) -> str:
@@ -100,61 +88,89 @@ def max_difference(a: Path, b: Path) -> float:
     )
 
 
-def epochs_line(output: str) -> dict[str, int]:
-    """`epochs       N run, best M` of a train command's report."""
-    found = re.search(r"epochs\s+(\d+) run, best (\d+)", output)
-    return {"epochs_run": int(found[1]), "best_epoch": int(found[2])} if found else {}
+def run_once(folder: Path, cache: Path, args: Any) -> dict[str, dict[str, Any]]:
+    """Every transform once, in this process, through the train commands' own functions (their
+    options as the command line gives them, `--seed` included); per transform its weights file
+    and what follows downstream."""
+    from training.cedar.cli import train_command as train_cedar_command
+    from training.cedar.cli import trained_sae
+    from training.cedar.data import load_split_rows
+    from training.cosae.cli import train_command as train_cosae_command
+    from training.grasp.cli import train_command as train_grasp_command
+    from training.sae.config import SaeConfig
 
-
-def train_variant(
-    folder: Path, env: dict[str, str], cache: Path, args: Any, demo: bool
-) -> dict[str, dict[str, Any]]:
-    """Every transform once under `env`; per transform its weights file and downstream facts."""
-    seed = str(args.seed)
-    runs = args.work / "runs"  # shared: the embedded views, mined queries and query bank
-    views = ["--views", str(args.work / "views.npz")]
-    common = ["--seed", seed, "--device", "cpu", "--no-progress"]
     shutil.rmtree(folder, ignore_errors=True)  # a fresh run: no checkpoint to resume, no SAE kept
+    folder.mkdir(parents=True)
     out: dict[str, dict[str, Any]] = {}
-    started = time.perf_counter()
-    for name, extra in (("grasp", []), ("grasp-gallery", ["--gallery", str(cache)])):
+    for name, gallery in (("grasp", None), ("grasp-gallery", cache)):
         target = folder / name
-        text = strata(["train", "grasp", "--cache", str(cache), "--out", str(target), *views,
-                       "--epochs", str(args.grasp_epochs), *extra, *common], env, runs)  # fmt: skip
+        train_grasp_command(
+            cache, target, epochs=args.grasp_epochs, seed=args.seed, views=args.work / "views.npz",
+            device="cpu", progress=False, gallery=gallery,
+        )  # fmt: skip
         manifest = json.loads((target / "manifest.json").read_text())
         best = manifest["metrics"]["validation"]
-        out[name] = {"weights": target / "weights.safetensors", **epochs_line(text),
+        out[name] = {"weights": str(target / "weights.safetensors"), "best_epoch": best["epoch"],
                      "val_score": round(best["val_score"], 6)}  # fmt: skip
+    config = folder / "cedar.json"
+    config.write_text(json.dumps({"batch_size": 256}))
     target = folder / "cedar"
-    text = strata(["train", "cedar", "--cache", str(cache), "--out", str(target),
-                   "--epochs", str(args.cedar_epochs), *common], env, runs)  # fmt: skip
+    train_cedar_command(cache, target, config=config, epochs=args.cedar_epochs, seed=args.seed,
+                        device="cpu", progress=False)  # fmt: skip
     manifest = json.loads((target / "manifest.json").read_text())
     catalog = manifest["extra"]["catalog"]
+    metrics = manifest["metrics"]
     out["cedar"] = {
-        "weights": target / "weights.safetensors", **epochs_line(text),
-        "val_fvu": round(next(v for k, v in manifest["metrics"]["validation"].items()
+        "weights": str(target / "weights.safetensors"), "epochs_run": metrics["epochs_run"],
+        "best_epoch": metrics["validation"]["epoch"],
+        "val_fvu": round(next(v for k, v in metrics["validation"].items()
                               if k.startswith("val_fvu")), 6),
         "named": sum(1 for e in catalog if e["named"]),
         "names": sha256(json.dumps([e["name"] for e in catalog]).encode())[:16],
     }  # fmt: skip
     target = folder / "cosae"
-    strata(["train", "cosae", "--out", str(target), "--rows", str(args.cosae_rows),
-            "--steps", str(args.cosae_steps), *common], env, runs)  # fmt: skip
+    train_cosae_command(target, rows=args.cosae_rows, steps=args.cosae_steps, seed=args.seed,
+                        device="cpu", progress=False)  # fmt: skip
     manifest = json.loads((target / "manifest.json").read_text())
-    out["cosae"] = {"weights": target / "weights.safetensors",
+    out["cosae"] = {"weights": str(target / "weights.safetensors"),
                     "test_fvu_i": round(manifest["metrics"]["test"]["fvu_i"], 6)}  # fmt: skip
-    report = folder / "sae"
-    strata(["eval", "cedar", "--cache", str(cache), "--out", str(report), "--baselines", "topk",
-            "--sae-epochs", str(args.sae_epochs), "--ks", "8,32", "--seed", seed,
-            "--no-progress"], env, runs)  # fmt: skip
-    (saved,) = (report / "saes").glob("topk-*.pt")
-    fvu = json.loads((report / "report.json").read_text())["methods"]["topk-sae"]["fvu"]
-    out["topk-sae"] = {"weights": saved, "test_fvu_k32": round(fvu["32"], 6)}
+    data = load_split_rows(cache)  # as `strata eval cedar --baselines topk --seed` trains it
+    x, train, val = data.embeddings, data.rows("train"), data.rows("val")
+    sae = SaeConfig(kind="topk", k=32, k_range=(4, 128), epochs=args.sae_epochs, seed=args.seed)
+    trained_sae(sae, x[train], x[val], folder / "saes", progress=False)
+    (saved,) = (folder / "saes").glob("topk-*.pt")
+    out["topk-sae"] = {"weights": str(saved)}
+    return out
+
+
+def train_variant(
+    folder: Path, env: dict[str, str], cache: Path, args: Any, demo: bool
+) -> dict[str, dict[str, Any]]:
+    """`run_once` in a subprocess under `env` (a simulated machine), and with `demo` the demo
+    twice-comparable: `strata demo --seed` on its own small corpus, its bundle hashed."""
+    started = time.perf_counter()
+    runs = args.work / "runs"  # shared: the embedded views, mined queries and query bank
+    full = {**os.environ, **env, "STRATA_RUNS_DIR": str(runs), "STRATA_LOG_LEVEL": "WARNING",
+            "HF_HUB_OFFLINE": "1", "STRATA_DEVICE": "cpu"}  # fmt: skip
+    options = ["--work", str(args.work), "--seed", str(args.seed),
+               "--grasp-epochs", str(args.grasp_epochs), "--cedar-epochs", str(args.cedar_epochs),
+               "--sae-epochs", str(args.sae_epochs), "--cosae-rows", str(args.cosae_rows),
+               "--cosae-steps", str(args.cosae_steps), "--scenes", str(args.scenes)]  # fmt: skip
+    command = [sys.executable, "-m", "training.benchmarks.reproducibility", "--worker",
+               str(folder), *options]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=full)
+    if done.returncode != 0:
+        raise SystemExit(f"{folder.name} failed:\n{done.stderr[-3000:]}")
+    out = json.loads((folder / "facts.json").read_text())
     if demo:
         target = folder / "demo"
-        strata(["demo", "--out", str(target), "--scenes", str(args.demo_scenes),
-                "--grasp-epochs", "2", "--cedar-epochs", "2", "--seed", seed,
-                "--no-progress"], env, runs)  # fmt: skip
+        demo_args = ["demo", "--out", str(target), "--scenes", str(args.demo_scenes),
+                     "--grasp-epochs", "2", "--cedar-epochs", "2", "--seed", str(args.seed),
+                     "--no-progress"]  # fmt: skip
+        shown = subprocess.run([sys.executable, "-m", "service", *demo_args],
+                               capture_output=True, text=True, env=full)  # fmt: skip
+        if shown.returncode != 0:
+            raise SystemExit(f"strata demo failed:\n{shown.stderr[-3000:]}")
         out["demo"] = {"files": bundle_files(target)}
     print(f"{folder.name}: {time.perf_counter() - started:.0f} s", flush=True)
     return out
@@ -204,12 +220,12 @@ def compare(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
                 differ = sorted(n for n, d in run["files"].items() if ref["files"].get(n) != d)
                 rows[variant] = {"files": run["files"], "equal": not differ, "differ": differ}
                 continue
-            digest = weights_digest(run["weights"])
+            digest = weights_digest(Path(run["weights"]))
             facts = {k: v for k, v in run.items() if k != "weights"}
             rows[variant] = {
                 "sha256": digest,
-                "equal": digest == weights_digest(ref["weights"]),
-                "max_abs_diff": max_difference(ref["weights"], run["weights"]),
+                "equal": digest == weights_digest(Path(ref["weights"])),
+                "max_abs_diff": max_difference(Path(ref["weights"]), Path(run["weights"])),
                 **facts,
             }
         table[transform] = rows
@@ -219,17 +235,23 @@ def compare(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--work", type=Path, default=Path("runs/bench/reproducibility"))
-    parser.add_argument("--scenes", type=int, default=3000)
+    parser.add_argument("--scenes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--grasp-epochs", type=int, default=4)
-    parser.add_argument("--cedar-epochs", type=int, default=8)
-    parser.add_argument("--sae-epochs", type=int, default=4)
+    parser.add_argument("--grasp-epochs", type=int, default=3)
+    parser.add_argument("--cedar-epochs", type=int, default=6)
+    parser.add_argument("--sae-epochs", type=int, default=3)
     parser.add_argument("--cosae-rows", type=int, default=2000)
     parser.add_argument("--cosae-steps", type=int, default=200)
-    parser.add_argument("--demo-scenes", type=int, default=600)
+    parser.add_argument("--demo-scenes", type=int, default=200)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list")
     parser.add_argument("--json", type=Path, default=Path("runs/bench/reproducibility.json"))
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # one variant's run
     args = parser.parse_args(argv)
+    if args.worker is not None:
+        cache = args.work / "cache-minilm"
+        facts = run_once(args.worker, cache, args)
+        (args.worker / "facts.json").write_text(json.dumps(facts, indent=2) + "\n")
+        return facts
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
     if REFERENCE not in chosen:
         chosen.insert(0, REFERENCE)
