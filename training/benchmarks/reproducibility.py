@@ -129,8 +129,8 @@ def run_once(folder: Path, cache: Path, args: Any) -> dict[str, dict[str, Any]]:
         "names": sha256(json.dumps([e["name"] for e in catalog]).encode())[:16],
     }  # fmt: skip
     target = folder / "cosae"
-    train_cosae_command(target, rows=args.cosae_rows, steps=args.cosae_steps, seed=args.seed,
-                        device="cpu", progress=False)  # fmt: skip
+    train_cosae_command(target, rows=args.cosae_rows, steps=args.cosae_steps, concepts=128, k=4,
+                        seed=args.seed, device="cpu", progress=False)  # fmt: skip
     manifest = json.loads((target / "manifest.json").read_text())
     out["cosae"] = {"weights": str(target / "weights.safetensors"),
                     "test_fvu_i": round(manifest["metrics"]["test"]["fvu_i"], 6)}  # fmt: skip
@@ -167,8 +167,9 @@ def train_variant(
         demo_args = ["demo", "--out", str(target), "--scenes", str(args.demo_scenes),
                      "--grasp-epochs", "2", "--cedar-epochs", "2", "--seed", str(args.seed),
                      "--no-progress"]  # fmt: skip
+        alone = {**full, "STRATA_DATA_DIR": str(args.work / "no-data")}  # the compositional set
         shown = subprocess.run([sys.executable, "-m", "service", *demo_args],
-                               capture_output=True, text=True, env=full)  # fmt: skip
+                               capture_output=True, text=True, env=alone)  # fmt: skip
         if shown.returncode != 0:
             raise SystemExit(f"strata demo failed:\n{shown.stderr[-3000:]}")
         out["demo"] = {"files": bundle_files(target)}
