@@ -102,19 +102,20 @@ class DemoResult:
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "built in 12.3 s" | "reused"
 
 
-def demo_corpus(settings: StrataSettings, scenes: int) -> tuple[str, Corpus]:
+def demo_corpus(settings: StrataSettings, scenes: int, seed: int = 0) -> tuple[str, Corpus]:
     flickr = settings.data_dir / "flickr8k"
     if (flickr / "Flickr8k.token.txt").is_file():
         return "flickr8k", open_corpus("flickr8k", flickr)
     log.warning("no Flickr8k at %s: using the compositional set instead", flickr)
-    return "compositional", open_corpus("compositional", scenes=scenes)
+    return "compositional", open_corpus("compositional", scenes=scenes, seed=seed)
 
 
-def grasp_config(corpus: str, epochs: int) -> GraspConfig:
+def grasp_config(corpus: str, epochs: int, seed: int = 0) -> GraspConfig:
     """The gallery recipe (fitted to the cache the demo indexes; README "Fitting the gallery"),
     validated on Flickr8k's dev images or the compositional val split."""
+    validation = "dev" if corpus == "flickr8k" else "val"
     return GALLERY_RECIPE.model_copy(
-        update={"epochs": epochs, "validation_split": "dev" if corpus == "flickr8k" else "val"}
+        update={"epochs": epochs, "validation_split": validation, "seed": seed}
     )
 
 
@@ -138,7 +139,7 @@ def run_demo(
 ) -> DemoResult:
     """The whole pipeline (module docstring); outputs under `out` (default runs/demo)."""
     config = config or DemoConfig()
-    name, corpus = demo_corpus(settings, config.scenes)
+    name, corpus = demo_corpus(settings, config.scenes, config.seed)
     root = out or settings.runs_dir / "demo"
     encoder = load_encoder("minilm", device=settings.device, batch_size=settings.batch_size)
     stages: dict[str, str] = {}
@@ -157,7 +158,7 @@ def run_demo(
     if not reuse:
         log.info("training GraSP-VL (%d epochs)", config.grasp_epochs)
         fit_grasp(
-            cache_dir, grasp_dir, grasp_config(name, config.grasp_epochs),
+            cache_dir, grasp_dir, grasp_config(name, config.grasp_epochs, config.seed),
             views=root / f"views-{name}.npz", device=settings.device, overwrite=True,
             progress=config.progress, gallery=cache_dir,
         )  # fmt: skip
@@ -169,7 +170,7 @@ def run_demo(
     if not reuse:
         log.info("training CEDAR (%d epochs)", config.cedar_epochs)
         fit_cedar(
-            cache_dir, cedar_dir, CedarConfig(epochs=config.cedar_epochs),
+            cache_dir, cedar_dir, CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
             device=settings.device, overwrite=True, progress=config.progress,
         )  # fmt: skip
     stages["cedar"] = _took(started, reuse)
@@ -184,6 +185,7 @@ def run_demo(
                 grasp=grasp_dir,
                 cedar=cedar_dir,
                 out=bundles,
+                seed=config.seed,
                 progress=config.progress,
             )
         )

@@ -31,6 +31,9 @@ def demo(
     k: Annotated[
         int, typer.Option("--top-k", "-k", help="hits per example search", min=1)
     ] = DEMO.k,
+    seed: Annotated[
+        int, typer.Option(help="seed of every stage that draws (corpus, training, index)", min=0)
+    ] = DEMO.seed,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """The main job on the embedded default: embed real captions with MiniLM, train GraSP-VL
@@ -40,8 +43,9 @@ def demo(
     from service.demo import run_demo
 
     config = DemoConfig(
-        scenes=scenes, grasp_epochs=grasp_epochs, cedar_epochs=cedar_epochs, k=k, progress=progress
-    )
+        scenes=scenes, grasp_epochs=grasp_epochs, cedar_epochs=cedar_epochs, k=k, seed=seed,
+        progress=progress,
+    )  # fmt: skip
     with logging_redirect_tqdm():
         result = run_demo(load_settings(), config, out=out)
     typer.echo(format_demo(result))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from pathlib import Path
@@ -105,6 +106,21 @@ def test_training_is_deterministic_and_resumes(tmp_path: Path):
         x[:500], x[500:], config.model_copy(update={"seed": 1}), tmp_path, progress=False
     )
     assert other.history[0]["l1"] != resumed.history[0]["l1"]
+
+
+def test_the_seed_decides_the_weights_file(tmp_path: Path):
+    """The ICA start and the data order and k draws all follow the seed."""
+    x, _ = sparse_data(600)
+
+    def digest(seed: int, run: str) -> str:
+        config = CedarConfig(**{**FAST, "epochs": 2, "init": "ica", "seed": seed})
+        result = train_cedar(x[:500], x[500:], config, progress=False)
+        cedar_artifact(x[:500], result.rotation, result.mean)[0].save(tmp_path / run)
+        return hashlib.sha256((tmp_path / run / "weights.safetensors").read_bytes()).hexdigest()
+
+    first = digest(3, "a")
+    assert digest(3, "b") == first
+    assert digest(4, "c") != first
 
 
 def test_ica_finds_the_planted_sparse_basis():
@@ -318,11 +334,12 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     config.write_text(json.dumps({"epochs": 2, "k": 8, "k_min": 4, "k_max": 16, "batch_size": 64}))
     done = strata(
         "train", "cedar", "--cache", str(compositional_cache), "--out", str(artifact),
-        "--config", str(config), "--no-progress",
+        "--config", str(config), "--seed", "5", "--no-progress",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     loaded = TransformArtifact.load(artifact)
     assert loaded.method == "cedar" and len(loaded.extra["catalog"]) == 2 * loaded.dim
+    assert loaded.config["seed"] == 5  # --seed overrides the config file's (default) seed
     metadata = EmbeddingCache.open(compositional_cache).metadata().to_pydict()
     caption = dict(zip(metadata["id"], metadata["caption"], strict=True))
     split = dict(zip(metadata["id"], metadata["split"], strict=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -70,6 +71,21 @@ def test_train_writes_a_loadable_artifact_with_its_test_metrics(app, tmp_path: P
     assert "pairs known" in result.output
     again = CliRunner().invoke(app, ["train", "-o", str(out), *TINY])
     assert isinstance(again.exception, InputError) and "--overwrite" in str(again.exception)
+
+
+def test_the_seed_decides_the_weights_file(app, tmp_path: Path):
+    """--seed reaches the config, the split, the synthetic pair and the training draws."""
+
+    def digest(seed: str, run: str) -> str:
+        out = tmp_path / run
+        result = CliRunner().invoke(app, ["train", "-o", str(out), "--seed", seed, *TINY])
+        assert result.exit_code == 0, result.output
+        assert load_cosae(out)[1]["config"]["seed"] == int(seed)
+        return hashlib.sha256((out / "weights.safetensors").read_bytes()).hexdigest()
+
+    first = digest("3", "a")
+    assert digest("3", "b") == first
+    assert digest("4", "c") != first
 
 
 def test_eval_reports_every_method_at_every_fraction_and_reuses_finished_rows(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,55 @@ def test_training_is_deterministic_and_resumes(tmp_path: Path):
     again = train_grasp(data, config, tmp_path / "b", progress=False, device="cpu")
     assert again.epochs_run == 3 and len(again.history) == 3  # the checkpoint was complete
     np.testing.assert_array_equal(again.artifact.rotation, first.artifact.rotation)
+
+
+def weights_sha256(artifact: TransformArtifact, folder: Path) -> str:
+    """The sha256 of the weights file `artifact.save` writes into `folder`."""
+    artifact.save(folder)
+    return hashlib.sha256((folder / "weights.safetensors").read_bytes()).hexdigest()
+
+
+def test_the_seed_decides_the_weights_file(tmp_path: Path):
+    data = constructed_set(300)
+
+    def digest(seed: int, run: str) -> str:
+        config = GraspConfig(epochs=2, batch_size=64, patience=10, seed=seed)
+        result = train_grasp(data, config, tmp_path / f"work-{run}", progress=False, device="cpu")
+        return weights_sha256(result.artifact, tmp_path / run)
+
+    first = digest(3, "a")
+    assert digest(3, "b") == first  # a fresh run, not a resumed one: its own work folder
+    assert digest(4, "c") != first  # another data order
+
+
+@pytest.mark.slow
+def test_train_command_seed_reaches_the_config(tiny_clip, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from training.corpora.compositional import CompositionalCorpus
+    from training.embedding.job import EmbedConfig, embed_corpus
+    from training.grasp.cli import train_command
+
+    cache = tmp_path / "cache"
+    embed_corpus(CompositionalCorpus(scenes=300, seed=1), tiny_clip, cache,
+                 EmbedConfig(dtype="float32", progress=False))  # fmt: skip
+    out = tmp_path / "grasp"
+    args = ["--cache", str(cache), "--out", str(out), "--views", str(tmp_path / "views.npz"),
+            "--epochs", "1", "--seed", "7", "--device", "cpu", "--no-progress"]  # fmt: skip
+    result = CliRunner().invoke(typer_app(train_command), args)
+    assert result.exit_code == 0, result.output
+    assert TransformArtifact.load(out).config["seed"] == 7
+    bad = CliRunner().invoke(typer_app(train_command), [*args[:4], "--seed", "-1"])
+    assert bad.exit_code == 2 and "--seed" in bad.output  # a usage error, before any work
+
+
+def typer_app(command):
+    """One command as a typer app, for CliRunner."""
+    import typer
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    app.command()(command)
+    return app
 
 
 def test_switching_a_term_off_removes_it(tmp_path: Path):

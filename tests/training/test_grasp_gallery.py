@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_grasp import CONTRACT, DIM, constructed_set
+from test_grasp import CONTRACT, DIM, constructed_set, weights_sha256
 
 from training.core.granularity import Granularity
 from training.core.rotations import centred_principal_axes, orthogonality_error
-from training.grasp.config import GraspConfig, LossWeights
+from training.grasp.config import GALLERY_RECIPE, GraspConfig, LossWeights
 from training.grasp.evaluate import gallery_items
 from training.grasp.gallery import (
     QuerySet,
@@ -182,3 +182,26 @@ def test_a_gallery_fitted_rotation_finds_objects_at_the_first_prefix(tmp_path: P
     loaded = RetrievalTask.load(task_file)
     np.testing.assert_array_equal(loaded.queries[Granularity.OBJECT].relevant,
                                   test.queries[Granularity.OBJECT].relevant)  # fmt: skip
+
+
+def test_the_seed_decides_the_weights_file_of_the_gallery_recipe(tmp_path: Path):
+    data = constructed_set(300)
+    fit = GalleryFit(
+        gallery=object_task(data, "test").rows,
+        task=object_task(data, "train"),
+        validation=object_task(data, "val"),
+        query_bank={Granularity.OBJECT: object_task(data, "train").embedded[Granularity.OBJECT]},
+    )
+
+    def digest(seed: int, run: str) -> str:
+        config = GALLERY_RECIPE.model_copy(
+            update={"epochs": 2, "batch_size": 64, "rows_per_step": 128, "queries_per_step": 8,
+                    "seed": seed}
+        )  # fmt: skip
+        result = train_grasp(data, config, tmp_path / f"work-{run}", progress=False,
+                             device="cpu", fit=fit)  # fmt: skip
+        return weights_sha256(result.artifact, tmp_path / run)
+
+    first = digest(3, "a")
+    assert digest(3, "b") == first
+    assert digest(4, "c") != first  # another data order and other gallery samples

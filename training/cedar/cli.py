@@ -62,6 +62,7 @@ from training.cedar.naming import (
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.cache import EmbeddingCache
+from training.core.commands import SeedOption
 from training.core.config import load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
@@ -209,6 +210,7 @@ def train_command(
         ),
     ] = None,
     epochs: Annotated[int | None, typer.Option(help="override the config's epochs", min=1)] = None,
+    seed: SeedOption = None,
     vocabulary: VocabularyOption = None,
     encoder: EncoderOption = None,
     work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
@@ -225,7 +227,7 @@ def train_command(
     """Learn the CEDAR rotation, name its concepts, and write the artifact with its catalog."""
     if name_threshold is not None and not 0.0 <= name_threshold <= 1.0:
         raise InputError(f"--name-threshold must lie in [0, 1], got {name_threshold}")
-    cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs)
+    cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs, seed=seed)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     if encoder is None and EmbeddingCache.open(cache).manifest.encoder is None:
@@ -277,8 +279,9 @@ def fit_cedar(
     progress: bool = True,
     name_threshold: float | None = None,
 ) -> FittedCedar:
-    """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`."""
-    data = load_split_rows(cache)
+    """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`.
+    A cache without a split column is split by `config.seed` (its artifact records it)."""
+    data = load_split_rows(cache, seed=config.seed)
     train_rows, val_rows = data.rows("train"), data.rows("val")
     x = data.embeddings
     result = train_cedar(
@@ -469,6 +472,7 @@ def eval_command(
         str, typer.Option(help=f"comma list of {', '.join((*ROTATION_BASELINES, *SAE_KINDS))}")
     ] = ",".join((*ROTATION_BASELINES, *SAE_KINDS)),
     sae_epochs: Annotated[int, typer.Option(help="epoch budget of every SAE")] = 30,
+    seed: SeedOption = None,
     ks: Annotated[str, typer.Option(help="comma list of K")] = ",".join(map(str, KS)),
     vocabulary: VocabularyOption = None,
     encoder: EncoderOption = None,
@@ -482,7 +486,9 @@ def eval_command(
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
     """FVU against K, CKNNA, linear probes and concept purity for CEDAR and its baselines;
-    with --gallery, concept-filter quality and naming precision on the gallery's test rows."""
+    with --gallery, concept-filter quality and naming precision on the gallery's test rows.
+    The SAE baselines train from --seed (default the artifact's seed, else 0); a cache without
+    a split column is split by the artifact's seed, so its test rows are the ones CEDAR held out."""
     names = [b.strip() for b in baselines.split(",") if b.strip()]
     unknown = [n for n in names if n not in (*ROTATION_BASELINES, *SAE_KINDS)]
     if unknown:
@@ -494,17 +500,17 @@ def eval_command(
         raise InputError(f"--ks must be a comma list of integers, got {ks!r}") from exc
     if not k_list or k_list[0] < 1:
         raise InputError(f"--ks must hold positive integers, got {ks!r}")
-    data = load_split_rows(cache)
+    cedar = TransformArtifact.load(artifact) if artifact else None
+    cedar_config = CedarConfig.model_validate(cedar.config) if cedar else CedarConfig()
+    data = load_split_rows(cache, seed=cedar_config.seed)
     x = data.embeddings
     train, val, test = data.rows("train"), data.rows("val"), data.rows("test")
     dim = x.shape[1]
-    cedar = TransformArtifact.load(artifact) if artifact else None
     if cedar is not None and (cedar.method != "cedar" or cedar.dim != dim):
         raise InputError(
             f"{artifact} is a {cedar.dim}-d {cedar.method} artifact, not {dim}-d CEDAR"
         )
     k_default = int(cedar.extra.get("k", 32)) if cedar else 32
-    cedar_config = CedarConfig.model_validate(cedar.config) if cedar else CedarConfig()
     methods: list[SparseMethod] = []
     if cedar is not None:
         methods.append(rotation_method("cedar", cedar.rotation, cedar.mean))
@@ -519,7 +525,7 @@ def eval_command(
         else:
             sae_config = SaeConfig(
                 kind=name, k=k_default, k_range=(cedar_config.k_min, cedar_config.k_max),
-                epochs=sae_epochs,
+                epochs=sae_epochs, seed=cedar_config.seed if seed is None else seed,
             )  # fmt: skip
             model, seconds = trained_sae(
                 sae_config, x[train], x[val], out / "saes", progress=progress

@@ -34,6 +34,7 @@ from training.core.rotations import (
     reorthogonalise,
     skew_exponential,
 )
+from training.core.seeding import seeded
 from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
 
 
@@ -198,26 +199,26 @@ def train_cedar(
     if config.k_max > dim:
         raise ValueError(f"k_max {config.k_max} exceeds the dimension {dim}")
     device = resolve_device(device)
-    torch.manual_seed(config.seed)
     if initial is not None:
         initial = np.asarray(initial, dtype=np.float64)
         if initial.shape != (dim, dim) or orthogonality_error(initial) > 1e-4:
             raise ValueError(f"the initial rotation must be an orthogonal [{dim}, {dim}] matrix")
     if not 0 <= fixed_rows < dim:
         raise ValueError(f"fixed_rows must be in [0, {dim}), got {fixed_rows}")
-    trainer = CedarTrainer(train, val, config, device, initial, fixed_rows)
     start = (b"" if initial is None else initial.tobytes()) + str(fixed_rows).encode()
     fingerprint = hashlib.sha256(train.tobytes() + val.tobytes() + start).hexdigest()
     checkpointing = (
         Checkpointing(work_dir, config.fingerprint(), fingerprint, device) if work_dir else None
     )
-    result = run_loop(
-        trainer,
-        Schedule(config.epochs * trainer.batches, trainer.batches),
-        Selection(f"val_fvu_k{config.k}", "min", config.patience, config.curriculum_epochs),
-        checkpointing,
-        progress,
-    )
+    with seeded(config.seed):  # U₀ (the ICA start) and the training
+        trainer = CedarTrainer(train, val, config, device, initial, fixed_rows)
+        result = run_loop(
+            trainer,
+            Schedule(config.epochs * trainer.batches, trainer.batches),
+            Selection(f"val_fvu_k{config.k}", "min", config.patience, config.curriculum_epochs),
+            checkpointing,
+            progress,
+        )
     with torch.no_grad():
         upper = result.best.double() * (1.0 if trainer.mask is None else trainer.mask.double())
         rotation = reorthogonalise(skew_exponential(upper, dim).cpu().numpy() @ trainer.base)

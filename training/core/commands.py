@@ -10,13 +10,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     import click  # the types; typer runs its own copy of click
+
+# `--seed` of every command that trains: laid over the config's `seed` (load_config overrides)
+SeedOption = Annotated[
+    int | None,
+    typer.Option(help="seed of everything the run draws (default: the config's seed)", min=0),
+]
 
 
 @dataclass(frozen=True)

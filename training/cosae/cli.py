@@ -17,6 +17,7 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.core.artifacts import data_fingerprint
+from training.core.commands import SeedOption
 from training.core.config import load_config
 from training.core.encoders import load_encoder, resolve_device
 from training.core.errors import InputError
@@ -184,6 +185,7 @@ def train_command(
     concepts: ConceptsOption = None,
     k: KOption = None,
     distribution: DistributionOption = None,
+    seed: SeedOption = None,
     work: Annotated[Path | None, typer.Option(help="checkpoint folder (default: OUT.work)")] = None,
     device: DeviceOption = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
@@ -192,7 +194,7 @@ def train_command(
     """Train CoSAE on a pair with a share of its pairs known; score it; write the artifact."""
     run_config = cosae_config(
         config, paired_fraction=paired_fraction, steps=steps, n_concepts=concepts, k=k,
-        distribution=distribution,
+        distribution=distribution, seed=seed,
     )  # fmt: skip
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
@@ -258,6 +260,7 @@ def eval_command(
     concepts: ConceptsOption = None,
     k: KOption = None,
     distribution: DistributionOption = None,
+    seed: SeedOption = None,
     device: DeviceOption = None,
     progress: ProgressOption = True,
 ) -> None:
@@ -268,7 +271,7 @@ def eval_command(
     fraction_list = parse_fractions(fractions)
     method_list = parse_methods(methods)
     run_config = cosae_config(
-        config, steps=steps, n_concepts=concepts, k=k, distribution=distribution
+        config, steps=steps, n_concepts=concepts, k=k, distribution=distribution, seed=seed
     )
     device = resolve_device(device or load_settings().device)
     data = open_pair(

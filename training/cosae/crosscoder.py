@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from training.core.seeding import seeded
 from training.cosae.config import CosaeConfig
 from training.cosae.losses import reconstruction_loss
 from training.cosae.objective import DomainScale, prepare_half
@@ -119,21 +120,21 @@ def train_crosscoder(
     `config.paired_batch_size` drawn with replacement. Means and scales from `reference` (all
     training rows of each domain; default the pairs).
     """
-    torch.manual_seed(config.seed)
-    rows_i = np.ascontiguousarray(pair_i, dtype=np.float32)
-    rows_j = np.ascontiguousarray(pair_j, dtype=np.float32)
-    if len(rows_i) != len(rows_j) or len(rows_i) == 0:
-        raise ValueError("the crosscoder needs row-aligned, non-empty pairs")
-    model = Crosscoder(
-        rows_i.shape[1], rows_j.shape[1], config.n_concepts, max(config.k_i, config.k_j),
-        config.seed,
-    )  # fmt: skip
-    stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
-    scale_i = prepare_half(model.domain_i, torch.as_tensor(np.asarray(stats_i, np.float32)))
-    scale_j = prepare_half(model.domain_j, torch.as_tensor(np.asarray(stats_j, np.float32)))
-    model.to(device)
-    data = (torch.as_tensor(rows_i, device=device), torch.as_tensor(rows_j, device=device))
-    trainer = CrosscoderTrainer(model, data, (scale_i, scale_j), config)
-    result = run_loop(trainer, Schedule(config.steps, config.steps), progress=False)
+    with seeded(config.seed):
+        rows_i = np.ascontiguousarray(pair_i, dtype=np.float32)
+        rows_j = np.ascontiguousarray(pair_j, dtype=np.float32)
+        if len(rows_i) != len(rows_j) or len(rows_i) == 0:
+            raise ValueError("the crosscoder needs row-aligned, non-empty pairs")
+        model = Crosscoder(
+            rows_i.shape[1], rows_j.shape[1], config.n_concepts, max(config.k_i, config.k_j),
+            config.seed,
+        )  # fmt: skip
+        stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
+        scale_i = prepare_half(model.domain_i, torch.as_tensor(np.asarray(stats_i, np.float32)))
+        scale_j = prepare_half(model.domain_j, torch.as_tensor(np.asarray(stats_j, np.float32)))
+        model.to(device)
+        data = (torch.as_tensor(rows_i, device=device), torch.as_tensor(rows_j, device=device))
+        trainer = CrosscoderTrainer(model, data, (scale_i, scale_j), config)
+        result = run_loop(trainer, Schedule(config.steps, config.steps), progress=False)
     model.eval()
     return CrosscoderResult(model, result.state.seconds)

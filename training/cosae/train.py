@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from training.core.metrics import fraction_of_variance_unexplained
+from training.core.seeding import seeded
 from training.cosae.config import CosaeConfig
 from training.cosae.losses import random_directions
 from training.cosae.model import CoupledSae, reconstruct_rows
@@ -154,27 +155,28 @@ def train_coupled(
     """
     rows_i, rows_j = _checked_rows(x_i, "domain i"), _checked_rows(x_j, "domain j")
     pair_rows = _checked_pairs(pairs, len(rows_i), len(rows_j))
-    torch.manual_seed(config.seed)
-    model = CoupledSae(
-        rows_i.shape[1], rows_j.shape[1], config.n_concepts, config.k_i, config.k_j, config.seed
-    )
-    stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
-    scales = (
-        prepare_half(model.domain_i, torch.as_tensor(_checked_rows(stats_i, "reference i"))),
-        prepare_half(model.domain_j, torch.as_tensor(_checked_rows(stats_j, "reference j"))),
-    )
-    model.to(device)
-    data = (torch.as_tensor(rows_i).to(device), torch.as_tensor(rows_j).to(device))
-    pair_tensor = torch.as_tensor(pair_rows, device=device)
-    trainer = CoupledTrainer(model, data, pair_tensor, scales, config, val)
-    data_hash = hashlib.sha256(rows_i.tobytes() + rows_j.tobytes() + pair_rows.tobytes())
-    data_hash.update(repr(scales).encode())
-    checkpointing = None
-    if work_dir:
-        checkpointing = Checkpointing(work_dir, config.fingerprint(), data_hash.hexdigest(), device)
-    result = run_loop(
-        trainer, Schedule(config.steps, config.log_every), None, checkpointing, progress
-    )
+    with seeded(config.seed):
+        model = CoupledSae(
+            rows_i.shape[1], rows_j.shape[1], config.n_concepts, config.k_i, config.k_j, config.seed
+        )
+        stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
+        scales = (
+            prepare_half(model.domain_i, torch.as_tensor(_checked_rows(stats_i, "reference i"))),
+            prepare_half(model.domain_j, torch.as_tensor(_checked_rows(stats_j, "reference j"))),
+        )
+        model.to(device)
+        data = (torch.as_tensor(rows_i).to(device), torch.as_tensor(rows_j).to(device))
+        pair_tensor = torch.as_tensor(pair_rows, device=device)
+        trainer = CoupledTrainer(model, data, pair_tensor, scales, config, val)
+        data_hash = hashlib.sha256(rows_i.tobytes() + rows_j.tobytes() + pair_rows.tobytes())
+        data_hash.update(repr(scales).encode())
+        checkpointing = None
+        if work_dir:
+            fingerprint = data_hash.hexdigest()
+            checkpointing = Checkpointing(work_dir, config.fingerprint(), fingerprint, device)
+        result = run_loop(
+            trainer, Schedule(config.steps, config.log_every), None, checkpointing, progress
+        )
     model.eval()
     return CoupledResult(model, result.state.step, result.state.seconds, result.state.history)
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from training.core.errors import InputError
 from training.core.granularity import Contract, Granularity
+from training.core.seeding import seeded
 from training.grasp.config import GraspConfig
 from training.grasp.data import GraspSet
 from training.grasp.losses import info_nce
@@ -45,37 +46,37 @@ def fit_adapter(
     """Train adapter `kind` on `train` and return it as a numpy transform."""
     if kind not in ADAPTERS:
         raise InputError(f"unknown adapter {kind!r}; choose from {', '.join(ADAPTERS)}")
-    torch.manual_seed(config.seed)
-    dim = train.anchors.shape[1]
-    if kind == "mrl":
-        model: nn.Module = nn.Linear(dim, dim, bias=False)
-        nn.init.eye_(model.weight)
-    else:
-        model = ResidualMLP(dim, hidden=dim)
-    data = train.tensors()
-    no_preservation = config.model_copy(
-        update={"weights": config.weights.model_copy(update={"preservation": 0.0})}
-    )
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    lengths = sorted(set(contract.values()))
-    for epoch in range(epochs):
-        order = torch.randperm(
-            len(train), generator=torch.Generator().manual_seed(config.seed + epoch)
+    with seeded(config.seed):
+        dim = train.anchors.shape[1]
+        if kind == "mrl":
+            model: nn.Module = nn.Linear(dim, dim, bias=False)
+            nn.init.eye_(model.weight)
+        else:
+            model = ResidualMLP(dim, hidden=dim)
+        data = train.tensors()
+        no_preservation = config.model_copy(
+            update={"weights": config.weights.model_copy(update={"preservation": 0.0})}
         )
-        for start in range(0, len(train) - config.batch_size + 1, config.batch_size):
-            batch = {k: v[order[start : start + config.batch_size]] for k, v in data.items()}
-            if kind == "mrl":
-                anchors = model(batch["anchors"])
-                captions = model(batch[f"view_{Granularity.CAPTION.value}"])
-                loss = torch.stack(
-                    [info_nce(anchors, captions, n, config.temperature) for n in lengths]
-                ).mean()
-            else:
-                terms = loss_terms(model, batch, contract, no_preservation)
-                loss = weighted_total(terms, no_preservation)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        lengths = sorted(set(contract.values()))
+        for epoch in range(epochs):
+            order = torch.randperm(
+                len(train), generator=torch.Generator().manual_seed(config.seed + epoch)
+            )
+            for start in range(0, len(train) - config.batch_size + 1, config.batch_size):
+                batch = {k: v[order[start : start + config.batch_size]] for k, v in data.items()}
+                if kind == "mrl":
+                    anchors = model(batch["anchors"])
+                    captions = model(batch[f"view_{Granularity.CAPTION.value}"])
+                    loss = torch.stack(
+                        [info_nce(anchors, captions, n, config.temperature) for n in lengths]
+                    ).mean()
+                else:
+                    terms = loss_terms(model, batch, contract, no_preservation)
+                    loss = weighted_total(terms, no_preservation)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
     model.eval()
 
     def transform(x: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
+from training.core.commands import SeedOption
 from training.core.config import build_config, load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
@@ -44,9 +45,10 @@ EncoderOption = Annotated[
 
 
 def grasp_set(
-    cache_dir: Path, encoder_spec: str | None, views: Path | None
+    cache_dir: Path, encoder_spec: str | None, views: Path | None, seed: int = 0
 ) -> tuple[GraspSet, str]:
-    """The cache's GraspSet, embedded once and kept in `views` (default under the runs folder)."""
+    """The cache's GraspSet, embedded once and kept in `views` (default under the runs folder);
+    `seed` draws the negatives mined from captions (caches without view columns)."""
     cache = EmbeddingCache.open(cache_dir)
     spec = encoder_spec or cache.manifest.encoder
     if spec is None:
@@ -54,12 +56,14 @@ def grasp_set(
             f"{cache_dir} records no encoder (a clip-retrieval cache?): pass --encoder"
         )
     fingerprint = f"{cache.manifest.to_json()}{spec}v{GRASP_SET_VERSION}"
+    if seed:  # seed 0 keeps the key of the views files written before there was a seed
+        fingerprint += f"seed{seed}"
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     path = views or load_settings().runs_dir / "grasp-views" / f"{cache_dir.name}-{key}.npz"
     if path.is_file():
         log.info("using the embedded views in %s", path)
         return GraspSet.load(path), spec
-    data = build_from_cache(cache, load_encoder(spec, device=load_settings().device))
+    data = build_from_cache(cache, load_encoder(spec, device=load_settings().device), seed)
     data.save(path)
     return data, spec
 
@@ -83,7 +87,7 @@ def fit_grasp(
     gallery the bundle will index (see GalleryFit)."""
     from training.grasp.fitting import gallery_fit
 
-    data, spec = grasp_set(cache, encoder, views)
+    data, spec = grasp_set(cache, encoder, views, config.seed)
     fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
     result = train_grasp(
         data, config, work_folder(out, work), encoder=spec,
@@ -104,6 +108,7 @@ def train_command(
         ),
     ] = None,
     epochs: Annotated[int | None, typer.Option(help="override the config's epochs")] = None,
+    seed: SeedOption = None,
     validation_split: Annotated[
         str | None, typer.Option(help="override the config's validation split (Flickr8k: dev)")
     ] = None,
@@ -125,7 +130,7 @@ def train_command(
 ) -> None:
     """Learn the GraSP-VL rotation from a cache with views; resumes from its checkpoint."""
     settings = load_settings()
-    overrides = {"epochs": epochs, "validation_split": validation_split}
+    overrides = {"epochs": epochs, "seed": seed, "validation_split": validation_split}
     if config is None and gallery is not None:  # with a gallery and no config: the gallery recipe
         given = {name: value for name, value in overrides.items() if value is not None}
         recipe = GALLERY_RECIPE.model_dump() | given

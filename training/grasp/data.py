@@ -112,8 +112,9 @@ class GraspSet:
             )
 
 
-def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
-    """Embed the views and negatives named in the cache's metadata (see module docstring)."""
+def build_from_cache(cache: EmbeddingCache, encoder: Encoder, seed: int = 0) -> GraspSet:
+    """Embed the views and negatives named in the cache's metadata (see module docstring);
+    views extracted from captions draw their negatives from `seed`."""
     if encoder.dim != cache.dim:
         raise InputError(f"encoder {encoder.id} is {encoder.dim}-d but the cache is {cache.dim}-d")
     metadata = cache.metadata()
@@ -124,7 +125,7 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder) -> GraspSet:
         texts = {c: metadata.column(c).to_pylist() for c in kept}
     elif "caption" in columns:
         log.info("no view columns in %s: extracting views from the captions", cache.root)
-        texts = extracted_view_texts(metadata.column("caption").to_pylist())
+        texts = extracted_view_texts(metadata.column("caption").to_pylist(), seed)
     else:
         raise InputError(f"{cache.root}: metadata has neither view columns nor captions")
     # rows whose every view exists (real captions do not always have all of them)

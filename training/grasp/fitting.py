@@ -128,14 +128,14 @@ def retrieval_task_of(
 
 
 def query_bank(
-    encoder: Encoder | str, task: RetrievalTask | None, sources: list[str]
+    encoder: Encoder | str, task: RetrievalTask | None, sources: list[str], seed: int = 0
 ) -> dict[Granularity, np.ndarray]:
-    """Embedded query-like texts per granularity: the lexicon's templates ("vocabulary") and the
-    training task's mined query texts ("training")."""
+    """Embedded query-like texts per granularity: the lexicon's templates ("vocabulary", drawn
+    from `seed`) and the training task's mined query texts ("training")."""
     spec = encoder if isinstance(encoder, str) else encoder.id
     bank: dict[Granularity, list[np.ndarray]] = {}
     if "vocabulary" in sources:
-        texts = vocabulary_queries()
+        texts = vocabulary_queries(seed=seed)
         key = hashlib.sha256((spec + json.dumps(texts)).encode()).hexdigest()[:16]
         path = load_settings().runs_dir / "grasp-views" / f"vocabulary-{key}.npz"
         if path.is_file():
@@ -177,6 +177,8 @@ def gallery_fit(
     )
     validation = retrieval_task_of(train_cache, config.validation_split, model)
     bank = (
-        query_bank(model, task, config.distillation_queries) if config.weights.distillation else {}
+        query_bank(model, task, config.distillation_queries, config.seed)
+        if config.weights.distillation
+        else {}
     )
     return GalleryFit(gallery=gallery, task=task, validation=validation, query_bank=bank)

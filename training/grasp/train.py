@@ -19,6 +19,7 @@ from training.core.encoders import resolve_device
 from training.core.granularity import Contract, Granularity, default_contract, validate_contract
 from training.core.metrics import hard_negative_table, selectivity, staircase
 from training.core.rotations import cayley, centred_principal_axes, reorthogonalise
+from training.core.seeding import seeded
 from training.grasp.config import GraspConfig
 from training.grasp.data import GraspSet
 from training.grasp.gallery import RetrievalTask, gallery_retrieval
@@ -94,7 +95,6 @@ class GraspTrainer(SkewParameterTrainer):
         self.start_tensor = torch.as_tensor(self.start, dtype=torch.float32, device=device)
         self.validation_task = fit.validation if fit is not None else None
         self.fit_tensors = fit_tensors(fit, device)
-        torch.manual_seed(config.seed)
         self.init_upper(self.dim, device, config.learning_rate)
         self.tensors = self.train.tensors(device)
         self.device = device
@@ -163,14 +163,15 @@ def train_grasp(
     fingerprint = data_fingerprint(
         data.anchors, *data.views.values(), *data.negatives.values(), *extra
     )
-    trainer = GraspTrainer(data, config, contract, device, fit)
-    result = run_loop(
-        trainer,
-        Schedule(config.epochs * trainer.batches, trainer.batches),
-        Selection("val_score", "max", config.patience),
-        Checkpointing(work_dir, config.fingerprint(), fingerprint, device),
-        progress,
-    )
+    with seeded(config.seed):
+        trainer = GraspTrainer(data, config, contract, device, fit)
+        result = run_loop(
+            trainer,
+            Schedule(config.epochs * trainer.batches, trainer.batches),
+            Selection("val_score", "max", config.patience),
+            Checkpointing(work_dir, config.fingerprint(), fingerprint, device),
+            progress,
+        )
     state = result.state
     with torch.no_grad():
         best = cayley(result.best.double(), dim) @ trainer.start_tensor.double()

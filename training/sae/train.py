@@ -17,6 +17,7 @@ import torch
 
 from training.cedar.train import draw_k
 from training.core.metrics import fraction_of_variance_unexplained
+from training.core.seeding import seeded
 from training.loop import Schedule, Selection, run_loop
 from training.sae.base import (
     PenaltyInputs,
@@ -122,16 +123,17 @@ def train_sae(
     checked_k(config.largest_k(), n_latents)
     device = torch.device(config.device)
 
-    model = make_sae(config.kind, dim, n_latents, k=config.k, seed=config.seed)
-    x_all = torch.as_tensor(train_rows, device=device)
-    variance, scale = prepare_scale(model, x_all)
-    model.to(device)
-    trainer = SaeTrainer(model, x_all, val_rows, variance * scale**2, config)
-    selection = Selection("val_fvu", "min", config.patience)
-    schedule = Schedule(config.epochs * trainer.batches, trainer.batches)
-    result = run_loop(trainer, schedule, selection, progress=progress)
-    model.load_state_dict(result.best)
-    model.finish_training(x_all, config.k, config.batch_size)
+    with seeded(config.seed):
+        model = make_sae(config.kind, dim, n_latents, k=config.k, seed=config.seed)
+        x_all = torch.as_tensor(train_rows, device=device)
+        variance, scale = prepare_scale(model, x_all)
+        model.to(device)
+        trainer = SaeTrainer(model, x_all, val_rows, variance * scale**2, config)
+        selection = Selection("val_fvu", "min", config.patience)
+        schedule = Schedule(config.epochs * trainer.batches, trainer.batches)
+        result = run_loop(trainer, schedule, selection, progress=progress)
+        model.load_state_dict(result.best)
+        model.finish_training(x_all, config.k, config.batch_size)
     model.eval()
     return model, result.state.history
 

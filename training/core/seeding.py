@@ -1,0 +1,63 @@
+"""The one place a training run is seeded and made deterministic.
+
+`seeded(seed)` wraps every train entry point (`train_grasp`, `train_cedar`, `train_sae`,
+`train_coupled`, the crosscoder and the GraSP adapters): inside it python's `random`, numpy's
+global generator and torch's (CPU and CUDA) start from `seed`, and torch runs its
+deterministic algorithms. On leaving, everything is put back as it was, so a run leaves no state
+behind for what comes after it (another test, another run in the same process).
+
+What a run draws from its own generators (data order, k per batch, mined views and queries,
+the ICA start, splits) is seeded from the same config seed where it is drawn; the global
+generators seeded here catch whatever draws from them (module initialisers, sklearn without a
+`random_state`).
+
+The torch thread count is pinned to `TRAINING_THREADS` inside the block (and put back after):
+measured with `training.benchmarks.reproducibility` before the pin, 1 thread against 2 changed
+the bytes of GraSP-VL (both recipes) and CEDAR (MKL's and torch's reductions split their sums
+by thread), though not those of CoSAE or the SAEs. What a fixed count cannot remove is the CPU's
+instruction set (see README "Reproducibility").
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+# torch threads of every training run: fixed, so the split of each reduction is too
+TRAINING_THREADS = 4
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed python, numpy and torch from `seed`, use torch's deterministic algorithms and
+    `TRAINING_THREADS` threads inside the block; restore the generators' states, the
+    determinism flag and the thread count on exit.
+
+    On CUDA some kernels have no deterministic version; there torch warns instead of raising
+    (`warn_only`), so a GPU run is seeded but not guaranteed bit-identical."""
+    import torch  # here, not at import: numpy users of training.core load no torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    torch_state = torch.random.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # CUDA's generators too
+    torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
+    torch.set_num_threads(TRAINING_THREADS)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.set_num_threads(threads)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+        torch.random.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
