@@ -19,6 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from indexer.bundle import Bundle
 from training.core.cache import EmbeddingCache
+from training.core.commands import SeedOption
 from training.core.encoders import resolve_device
 from training.core.errors import InputError
 from training.core.settings import load_settings
@@ -91,11 +92,12 @@ def upgrade_command(
     device: DeviceOption = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing translator")] = False,
     progress: ProgressOption = True,
+    seed: SeedOption = None,
 ) -> None:
     """Fit a query translator B → A so a bundle built with A answers queries embedded by B."""
     parse_methods(method, TRANSLATOR_METHODS)
     fraction = checked_fraction(paired_fraction)
-    run_config = cosae_config(config, steps=steps)
+    run_config = cosae_config(config, steps=steps, seed=seed)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     bundle = Bundle.open(bundles)

@@ -16,6 +16,7 @@ import numpy as np
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.core.commands import SeedOption
 from training.core.encoders import resolve_device
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
@@ -77,6 +78,7 @@ def eval_upgrade_command(
     steps: StepsOption = None,
     device: DeviceOption = None,
     progress: ProgressOption = True,
+    seed: SeedOption = None,
 ) -> None:
     """A/A, B/B and translated-B/A R@1 and mAP on Flickr8k test captions: upgrade.md/.json.
 
@@ -87,7 +89,7 @@ def eval_upgrade_command(
         raise InputError("eval upgrade needs a Flickr8k caption pair: layer, tfidf or its .npz")
     fraction_list = parse_fractions(fractions)
     method_list = parse_methods(methods, TRANSLATOR_METHODS)
-    run_config = cosae_config(config, steps=steps)
+    run_config = cosae_config(config, steps=steps, seed=seed)
     device = resolve_device(device or load_settings().device)
     root = flickr8k or load_settings().data_dir / "flickr8k"
     data = open_pair(

@@ -184,8 +184,11 @@ def eval_command(
         ),
     ] = None,
     gallery_split: Annotated[str, typer.Option(help="the gallery cache's split")] = "test",
+    seed: SeedOption = None,
 ) -> None:
-    """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG."""
+    """Every GraSP metric for artifacts and baselines on one labelled set: JSON, Markdown, PNG.
+
+    `--seed` seeds what the baselines draw (the adapters' training, the random rotation)."""
     from training.grasp.fitting import gallery_rows, retrieval_task_of
 
     data, spec = grasp_set(cache, encoder, views)
@@ -210,9 +213,10 @@ def eval_command(
     for name in names:
         if name in ADAPTERS:
             log.info("fitting the %s adapter on %d train rows", name, len(train))
-            transforms[name] = (fit_adapter(name, train, contract, GraspConfig()), contract)
+            adapter_config = GraspConfig(seed=seed or 0)
+            transforms[name] = (fit_adapter(name, train, contract, adapter_config), contract)
         else:
-            fitted = baseline_artifact(name, train, contract, spec, gallery=rows)
+            fitted = baseline_artifact(name, train, contract, spec, seed or 0, gallery=rows)
             transforms[name] = (fitted.apply, contract)
     for path in artifact or []:
         loaded = TransformArtifact.load(path)
