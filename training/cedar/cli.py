@@ -70,6 +70,7 @@ from training.core.files import atomic_write_bytes
 from training.core.granularity import default_contract
 from training.core.metrics import unit_rows
 from training.core.rotations import pca_rotation, random_rotation
+from training.core.seeding import seeded
 from training.core.settings import load_settings
 from training.loop import work_folder
 from training.probes import encode_labels, fit_linear_probe
@@ -281,6 +282,25 @@ def fit_cedar(
 ) -> FittedCedar:
     """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`.
     A cache without a split column is split by `config.seed` (its artifact records it)."""
+    with seeded(config.seed):  # the naming's numpy sums too, not only the training
+        return _fit_cedar(
+            cache, out, config, vocabulary, encoder, work, device, overwrite, progress,
+            name_threshold,
+        )  # fmt: skip
+
+
+def _fit_cedar(
+    cache: Path,
+    out: Path,
+    config: CedarConfig,
+    vocabulary: Path | None,
+    encoder: str | None,
+    work: Path | None,
+    device: str,
+    overwrite: bool,
+    progress: bool,
+    name_threshold: float | None,
+) -> FittedCedar:
     data = load_split_rows(cache, seed=config.seed)
     train_rows, val_rows = data.rows("train"), data.rows("val")
     x = data.embeddings

@@ -11,11 +11,11 @@ the ICA start, splits) is seeded from the same config seed where it is drawn; th
 generators seeded here catch whatever draws from them (module initialisers, sklearn without a
 `random_state`).
 
-The torch thread count is pinned to `TRAINING_THREADS` inside the block (and put back after):
-measured with `training.benchmarks.reproducibility` before the pin, 1 thread against 2 changed
-the bytes of GraSP-VL (both recipes) and CEDAR (MKL's and torch's reductions split their sums
-by thread), though not those of CoSAE or the SAEs. What a fixed count cannot remove is the CPU's
-instruction set (see README "Reproducibility").
+Thread counts are pinned inside the block (and put back after): torch's to `TRAINING_THREADS`,
+numpy's BLAS to `BLAS_THREADS`. Measured with `training.benchmarks.reproducibility` before the
+pins, 1 thread against 2 changed the bytes of GraSP-VL (both recipes) and CEDAR (the reductions
+split their sums by thread), though not those of CoSAE or the SAEs. What a fixed count cannot
+remove is the CPU's instruction set (see README "Reproducibility").
 """
 
 from __future__ import annotations
@@ -28,17 +28,22 @@ import numpy as np
 
 # torch threads of every training run: fixed, so the split of each reduction is too
 TRAINING_THREADS = 4
+# numpy's BLAS (OpenBLAS) threads inside a run: its PCA starts, gallery fits and naming sums
+# split by thread too (measured: 1 thread against 2 moved CEDAR's weights by 1.84), and this
+# work is small beside torch's, so one thread
+BLAS_THREADS = 1
 
 
 @contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """Seed python, numpy and torch from `seed`, use torch's deterministic algorithms and
-    `TRAINING_THREADS` threads inside the block; restore the generators' states, the
-    determinism flag and the thread count on exit.
+    """Seed python, numpy and torch from `seed`, use torch's deterministic algorithms,
+    `TRAINING_THREADS` torch threads and `BLAS_THREADS` numpy BLAS threads inside the block;
+    restore the generators' states, the determinism flag and the thread counts on exit.
 
     On CUDA some kernels have no deterministic version; there torch warns instead of raising
     (`warn_only`), so a GPU run is seeded but not guaranteed bit-identical."""
     import torch  # here, not at import: numpy users of training.core load no torch
+    from threadpoolctl import threadpool_limits
 
     python_state, numpy_state = random.getstate(), np.random.get_state()
     torch_state = torch.random.get_rng_state()
@@ -52,7 +57,8 @@ def seeded(seed: int) -> Iterator[None]:
     torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
     torch.set_num_threads(TRAINING_THREADS)
     try:
-        yield
+        with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
+            yield
     finally:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.set_num_threads(threads)

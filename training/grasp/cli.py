@@ -18,6 +18,7 @@ from training.core.config import build_config, load_config
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.granularity import Contract, default_contract
+from training.core.seeding import seeded
 from training.core.settings import load_settings
 from training.grasp.adapters import ADAPTERS, fit_adapter
 from training.grasp.agreement import agreement, read_expert_judgments
@@ -87,12 +88,13 @@ def fit_grasp(
     gallery the bundle will index (see GalleryFit)."""
     from training.grasp.fitting import gallery_fit
 
-    data, spec = grasp_set(cache, encoder, views, config.seed)
-    fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
-    result = train_grasp(
-        data, config, work_folder(out, work), encoder=spec,
-        device=device, progress=progress, fit=fit,
-    )  # fmt: skip
+    with seeded(config.seed):  # the gallery fit's numpy sums too, not only the training
+        data, spec = grasp_set(cache, encoder, views, config.seed)
+        fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
+        result = train_grasp(
+            data, config, work_folder(out, work), encoder=spec,
+            device=device, progress=progress, fit=fit,
+        )  # fmt: skip
     result.artifact.save(out, overwrite=overwrite)
     return result
 
