@@ -120,7 +120,9 @@ class _Waiting(Generic[T, R]):
 @dataclass
 class _Flow(Generic[T, R]):
     """One request's items still waiting, oldest first (`futures`: all of its items');
-    `single`: a request of one item; `item_s`: what one of its items has cost (None: unknown)."""
+    `single`: a request of one item and no `finish`, which may share a batch with others like
+    it (a batch of singles is finished by nobody); `item_s`: what one of its items has cost
+    (None: unknown)."""
 
     items: deque[_Waiting[T, R]] = field(default_factory=deque)
     futures: list[asyncio.Future[R]] = field(default_factory=list)
@@ -244,7 +246,7 @@ class MicroBatcher(Generic[T, R]):
         now = self.clock()
         flow: _Flow[T, R] = _Flow(
             deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
-            single=len(items) == 1,
+            single=len(items) == 1 and finish is None,  # a one-query BatchSearch is finished
             finish=finish,
         )
         futures = flow.futures = [w.future for w in flow.items]

@@ -222,3 +222,26 @@ def test_submit_many_finishes_each_result_on_the_executor():
 
     assert run(main()) == ["<10>", "<20>", "<30>"]
     assert threads and all(name.startswith("engine") for name in threads)
+
+
+@pytest.mark.parametrize("items", [[1], [1, 2]])
+def test_a_finished_request_is_finished_whatever_its_size(items: list[int]):
+    """A one-item request with a `finish` (a BatchSearch of one query) gets it too; before, it
+    ran as a plain single and came back unfinished (INTERNAL over gRPC). Plain single queries
+    beside it still share its call."""
+    recorder = Recorder(hold=True)
+    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=8, max_wait_ms=1))
+
+    async def main():
+        blocker = asyncio.ensure_future(batcher.submit(0))  # holds the engine
+        await asyncio.get_running_loop().run_in_executor(None, recorder.started.wait, WAIT_S)
+        finished = asyncio.ensure_future(batcher.submit_many(items, finish=lambda r: f"<{r}>"))
+        single = asyncio.ensure_future(batcher.submit(5))
+        recorder.release.set()
+        results = await asyncio.gather(finished, single, blocker)
+        await batcher.close()
+        return results
+
+    finished, single, _ = run(main())
+    assert finished == [f"<{10 * i}>" for i in items]
+    assert single == 50

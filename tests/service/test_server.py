@@ -139,6 +139,10 @@ def test_batch_search_keeps_order_and_names_a_bad_request(client: StrataClient):
         Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION,
     ]  # fmt: skip
     assert [r.ids for r in results] == [client.search(q.text, k=2).ids for q in queries]
+    # a batch of exactly one is answered as one (it once failed INTERNAL: "cannot unpack")
+    (alone,) = client.batch_search(queries[:1])
+    assert alone.ids == results[0].ids and alone.granularity == Granularity.OBJECT
+    assert client.batch_search([]) == []
     with pytest.raises(StrataClientError, match="request 1: empty text query") as caught:
         client.batch_search([SearchQuery.of("a dog"), SearchQuery.of(" ")])
     assert caught.value.code == INVALID
