@@ -283,58 +283,44 @@ def fit_cedar(
     """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`.
     A cache without a split column is split by `config.seed` (its artifact records it)."""
     with seeded(config.seed):  # the naming's numpy sums too, not only the training
-        return _fit_cedar(
-            cache, out, config, vocabulary, encoder, work, device, overwrite, progress,
-            name_threshold,
+        data = load_split_rows(cache, seed=config.seed)
+        train_rows, val_rows = data.rows("train"), data.rows("val")
+        x = data.embeddings
+        result = train_cedar(
+            x[train_rows], x[val_rows], config,
+            work_dir=work_folder(out, work), device=device, progress=progress,
         )  # fmt: skip
-
-
-def _fit_cedar(
-    cache: Path,
-    out: Path,
-    config: CedarConfig,
-    vocabulary: Path | None,
-    encoder: str | None,
-    work: Path | None,
-    device: str,
-    overwrite: bool,
-    progress: bool,
-    name_threshold: float | None,
-) -> FittedCedar:
-    data = load_split_rows(cache, seed=config.seed)
-    train_rows, val_rows = data.rows("train"), data.rows("val")
-    x = data.embeddings
-    result = train_cedar(
-        x[train_rows], x[val_rows], config,
-        work_dir=work_folder(out, work), device=device, progress=progress,
-    )  # fmt: skip
-    rows = naming_rows(data, vocabulary, encoder)
-    method = rotation_method("cedar", result.rotation, result.mean)
-    names, naming = method_names(method, rows, data, result.mean, config.k, name_threshold)
-    vocab_info = rows.info
-    catalog = build_catalog(
-        names, result.rotation, result.mean, config.k, x[train_rows],
-        data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
-    )  # fmt: skip
-    best = result.history[result.best_epoch - 1]
-    artifact = TransformArtifact(
-        method="cedar",
-        rotation=result.rotation,
-        mean=result.mean,
-        contract=default_contract(x.shape[1]),
-        encoder=data.encoder,
-        config=config.model_dump(),
-        data_fingerprint=data_fingerprint(x[train_rows]),
-        metrics={"validation": best, "epochs_run": result.epochs_run, "seconds": result.seconds},
-        extra={
-            "k": config.k,
-            "vocabulary": vocab_info,
-            "naming": naming,
-            "catalog": catalog_json(catalog),
-        },
-    )
-    artifact.save(out, overwrite=overwrite)
-    return FittedCedar(artifact, result, catalog, vocab_info, naming)
+        rows = naming_rows(data, vocabulary, encoder)
+        method = rotation_method("cedar", result.rotation, result.mean)
+        names, naming = method_names(method, rows, data, result.mean, config.k, name_threshold)
+        vocab_info = rows.info
+        catalog = build_catalog(
+            names, result.rotation, result.mean, config.k, x[train_rows],
+            data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
+        )  # fmt: skip
+        best = result.history[result.best_epoch - 1]
+        artifact = TransformArtifact(
+            method="cedar",
+            rotation=result.rotation,
+            mean=result.mean,
+            contract=default_contract(x.shape[1]),
+            encoder=data.encoder,
+            config=config.model_dump(),
+            data_fingerprint=data_fingerprint(x[train_rows]),
+            metrics={
+                "validation": best,
+                "epochs_run": result.epochs_run,
+                "seconds": result.seconds,
+            },
+            extra={
+                "k": config.k,
+                "vocabulary": vocab_info,
+                "naming": naming,
+                "catalog": catalog_json(catalog),
+            },
+        )
+        artifact.save(out, overwrite=overwrite)
+        return FittedCedar(artifact, result, catalog, vocab_info, naming)
 
 
 def trained_sae(
