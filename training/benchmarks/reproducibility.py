@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from training.benchmarks import benchmark_parser, publish
+from training.core.files import sha256_file
 
 VARIANTS: dict[str, dict[str, str]] = {
     "run 1": {},
@@ -74,7 +75,7 @@ def weights_digest(path: Path) -> str:
     """sha256 of the weights file; of an SAE's state as safetensors (its .pt also holds the
     training time)."""
     if path.suffix == ".safetensors":
-        return sha256(path.read_bytes())
+        return sha256_file(path)
     from safetensors.numpy import save
 
     return sha256(save({n: np.ascontiguousarray(v) for n, v in tensors(path).items()}))
@@ -182,8 +183,9 @@ def bundle_files(demo: Path) -> dict[str, str]:
     bundle version (FAISS indexes, postings, ids); manifests and pointers hold times and are
     left out."""
     digests = {
-        f"{role}/weights.safetensors": sha256((demo / f"{role}-compositional" /
-                                               "weights.safetensors").read_bytes())
+        f"{role}/weights.safetensors": sha256_file(
+            demo / f"{role}-compositional" / "weights.safetensors"
+        )
         for role in ("grasp", "cedar")
     }  # fmt: skip
     bundles = demo / "bundles-compositional"
@@ -191,7 +193,7 @@ def bundle_files(demo: Path) -> dict[str, str]:
         relative = path.relative_to(bundles)
         if "manifest" in path.name or len(relative.parts) < 2 or path.suffix == ".json":
             continue
-        digests["bundle/" + "/".join(relative.parts[1:])] = sha256(path.read_bytes())
+        digests["bundle/" + "/".join(relative.parts[1:])] = sha256_file(path)
     return digests
 
 
@@ -254,6 +256,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         (args.worker / "facts.json").write_text(json.dumps(facts, indent=2) + "\n")
         return facts
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     if REFERENCE not in chosen:
         chosen.insert(0, REFERENCE)
     started = time.perf_counter()
