@@ -142,7 +142,7 @@ def write_version(
     writers = [
         open_writer(p, staging, rows, writer.work, trained.get(p.length)) for p in inputs.plans
     ]
-    n_concepts = 2 * inputs.grasp.dim
+    n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words
     postings = PostingsWriter(staging, writer.work, n_concepts)
     schema = unified_schema(shard_schema(cache, shard) for shard in cache.manifest.shards)
     ids = IdsWriter(staging / IDS, schema)

@@ -14,9 +14,16 @@ repeated values) takes its k axes from the argpartition sparse_codes runs, so th
 always the one `ConceptCoder.encode` chooses. The entries (row, concept 2j + [z < 0], |z|) are
 then grouped by concept with one stable counting sort of 16-bit concept ids (numpy's radix
 sort), which keeps rows ascending within a concept: a postings run (indexer/postings.py).
+
+Word concepts. With a vocabulary readout (training.cedar.readout: `ConceptCoder.word_margins`),
+each block also contributes (row, 2D + w, margin) for every word w whose margin is ≥ 0 on the
+row — the concept "w" of the catalog — after the block's axis entries; the same sort groups
+them, after the 2D axis concepts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -79,6 +86,16 @@ def block_entries(
     return rows, concepts, magnitudes.ravel()[flat]
 
 
+def word_entries(
+    word_margins: np.ndarray, first_concept: int, n_concepts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row within the block, concept first_concept + w, margin) where a margin is ≥ 0, in
+    row-major order."""
+    rows, words = np.nonzero(word_margins >= 0)
+    concepts = (words + first_concept).astype(concept_dtype(n_concepts))
+    return rows.astype(np.int64), concepts, word_margins[rows, words].astype(np.float32)
+
+
 def code_run(
     x: np.ndarray,
     rotation: np.ndarray,
@@ -86,19 +103,26 @@ def code_run(
     k: int,
     first_row: int,
     batch: int = CODE_BATCH,
+    words: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> PostingRun:
     """The postings run of rows first_row, first_row + 1, ... whose embeddings are x [n, D]:
     the run `shard_postings` makes of `ConceptCoder.encode`'s codes of the same blocks of
     `batch` rows (BLAS may round a product differently in the last bit for another number of
     rows; verification allows for that). The blocks bound the temporaries; the run itself is
-    n·k entries."""
+    n·k axis entries, then (with `words`, a block's word margins [n, V]: ConceptCoder.
+    word_margins) one entry per active word of each row."""
     x = np.asarray(x)  # widened to float32 block by block
     n, dim = x.shape
-    n_concepts = 2 * dim
-    parts = [
-        block_entries(x[start : start + batch], rotation, mean, k, n_concepts)
-        for start in range(0, n, batch)
-    ]
+    n_words = 0 if words is None else words(x[:0]).shape[1]
+    n_concepts = 2 * dim + n_words
+    parts = []
+    for start in range(0, n, batch):
+        block = x[start : start + batch]
+        part = block_entries(block, rotation, mean, k, n_concepts)
+        if words is not None:
+            extra = word_entries(words(block), 2 * dim, n_concepts)
+            part = tuple(np.concatenate(pair) for pair in zip(part, extra, strict=True))
+        parts.append(part)
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return PostingRun(np.zeros(n_concepts, np.int64), empty, np.zeros(0, np.float32))

@@ -303,10 +303,17 @@ class Postings:
 
 
 def postings_faults(
-    indptr: np.ndarray, rows: np.ndarray, values: np.ndarray, n_rows: int, k: int
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    values: np.ndarray,
+    n_rows: int,
+    k: int,
+    axis_concepts: int | None = None,
 ) -> list[str]:
-    """Every inconsistency of CSR postings over n_rows rows with k concepts per row (read in
-    chunks, so memory stays bounded by the chunk and a count per row)."""
+    """Every inconsistency of CSR postings over n_rows rows with k axis concepts per row (read
+    in chunks, so memory stays bounded by the chunk and a count per row). The first
+    `axis_concepts` concepts (None: all) are the CEDAR axes, k per row; the word concepts after
+    them hold any number of rows each."""
     faults = []
     if indptr.ndim != 1 or len(indptr) < 2 or indptr[0] != 0:
         return [f"{INDPTR}: must be 1-d, start at 0 (shape {indptr.shape})"]
@@ -318,8 +325,12 @@ def postings_faults(
             f"{len(values)} entries"
         )
         return faults
-    if len(rows) != n_rows * k:
-        faults.append(f"{ROWS}: {len(rows)} entries, expected rows·k = {n_rows}·{k}")
+    axes = len(indptr) - 1 if axis_concepts is None else axis_concepts
+    if not 0 < axes < len(indptr):
+        return [f"{INDPTR}: {len(indptr) - 1} concepts, fewer than the {axes} axes"]
+    axis_entries = int(indptr[axes])
+    if axis_entries != n_rows * k:
+        faults.append(f"{ROWS}: {axis_entries} axis entries, expected rows·k = {n_rows}·{k}")
     starts = indptr[1:-1]
     per_row = np.zeros(n_rows, dtype=np.int64)
     for start in range(0, len(rows), CHECK_CHUNK):
@@ -327,7 +338,7 @@ def postings_faults(
         if chunk.min() < 0 or chunk.max() >= n_rows:
             faults.append(f"{ROWS}: row ids outside [0, {n_rows})")
             return faults
-        body = chunk[:CHECK_CHUNK]
+        body = chunk[: max(0, min(CHECK_CHUNK, axis_entries - start))]
         per_row += np.bincount(body, minlength=n_rows)
         # step i goes from entry start + i to start + i + 1; it may descend only where a
         # concept starts, at start + i + 1

@@ -72,11 +72,14 @@ def process_shard(
     x = np.asarray(embeddings)  # float16 or float32: widened block by block where used
     cedar = coder.artifact
     check_codable(x, cedar.dim)
+    words = coder.word_margins if coder.readout is not None else None
     out = None if buffers is None else buffers.take(len(x), grasp.dim)
     if executor is None:
-        run = code_run(x, cedar.rotation, cedar.mean, coder.k, first_row)
+        run = code_run(x, cedar.rotation, cedar.mean, coder.k, first_row, words=words)
         return ShardBatch(first_row, rotate_blocks(x, grasp, out=out), metadata, run)
-    coding = executor.submit(code_run, x, cedar.rotation, cedar.mean, coder.k, first_row)
+    coding = executor.submit(
+        code_run, x, cedar.rotation, cedar.mean, coder.k, first_row, words=words
+    )
     try:
         rotated = rotate_blocks(x, grasp, out=out)
     finally:

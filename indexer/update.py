@@ -241,7 +241,7 @@ def write_added(
     for entry in base.manifest.prefixes:
         extended, actions[entry.file] = open_extended(entry, base.path, staging, rows, writer.work)
         writers.append(extended)
-    postings = PostingsWriter(staging, writer.work, 2 * base.dim, base=Postings(base.path))
+    postings = PostingsWriter(staging, writer.work, base.coder.concepts, base=Postings(base.path))
     actions["postings_*.npy"] = "merged: the base's CSR, then the new rows' runs"
     schema = unified_schema(
         [pq.read_schema(base.path / IDS)]

@@ -209,10 +209,15 @@ def check_postings(
     if not all(name in intact for name in POSTINGS_FILES):
         return
     postings = Postings(path)
-    concepts = 2 * manifest.dim
-    if postings.concepts != concepts:
+    axes = 2 * manifest.dim
+    concepts = int(manifest.postings.get("concepts", axes))  # 2D axes, then the readout's words
+    if postings.concepts != concepts or concepts < axes:
         faults.append(
-            Fault("postings", f"{INDPTR}: {postings.concepts} concepts, expected 2·D = {concepts}")
+            Fault(
+                "postings",
+                f"{INDPTR}: {postings.concepts} concepts, expected {concepts} (2·D = {axes} "
+                "axes, then the word concepts)",
+            )
         )
         return
     held = {INDPTR: len(postings.indptr), ROWS: len(postings.rows), VALUES: len(postings.values)}
@@ -221,7 +226,7 @@ def check_postings(
         if recorded is not None and recorded != count:
             faults.append(Fault("rows", f"{name} holds {count} entries, manifest says {recorded}"))
     found = postings_faults(
-        postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k
+        postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k, axes
     )
     faults.extend(Fault("rows" if "expected rows·k" in f else "postings", f) for f in found)
 

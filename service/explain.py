@@ -6,6 +6,12 @@ A query's concepts are coded on the spot (`ConceptCoder.encode`); an item's are 
 bundle's postings — the same codes the concept filter uses, so a hit that passed
 "require dog" lists that concept among its own.
 
+Word concepts. With a vocabulary readout (training.cedar.readout), a vector's active word
+concepts (margin ≥ 0: the query's computed on the spot, an item's read from the word
+postings, the very entries "require w" reads) come first in every list, by decreasing margin,
+then its k axis concepts; a shared word concept's contribution is the product of the two
+margins.
+
 Contribution. For a concept c active in both query q and item x (same axis, same sign),
 
     contribution(c) = a_q(c) · a_x(c) = z̃_q,j · z̃_x,j  > 0,
@@ -60,6 +66,39 @@ def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.nd
     return np.take_along_axis(ids, order, axis=1), np.take_along_axis(values, order, axis=1)
 
 
+def row_words(bundle: Bundle, rows: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per bundle row: (word concept ids, margins) active on it, largest margin first, read
+    from the postings of the word concepts (ids 2D and up; none without a vocabulary
+    readout): one binary search per word concept for all rows at once."""
+    rows = np.asarray(rows, dtype=np.int64)
+    found: list[tuple[list[int], list[float]]] = [([], []) for _ in rows]
+    for concept in range(bundle.coder.axis_concepts, bundle.coder.concepts):
+        posting_rows, margins = bundle.postings(concept)
+        if len(posting_rows) == 0 or len(rows) == 0:
+            continue
+        at = np.minimum(np.searchsorted(posting_rows, rows), len(posting_rows) - 1)
+        for i in np.flatnonzero(posting_rows[at] == rows):
+            found[i][0].append(concept)
+            found[i][1].append(float(margins[at[i]]))
+    out = []
+    for ids, values in found:
+        order = np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
+        out.append((np.asarray(ids, np.int64)[order], np.asarray(values, np.float32)[order]))
+    return out
+
+
+def with_words(
+    words: tuple[np.ndarray, np.ndarray], axes: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One code of a vector: its active word concepts, then its k axis concepts."""
+    return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
+
+
+def _order(coder: ConceptCoder, concept: int, value: float) -> tuple[bool, float]:
+    """Word concepts (named by construction) first, each kind by decreasing value."""
+    return concept < coder.axis_concepts, -value
+
+
 def activations_of(
     coder: ConceptCoder, ids: np.ndarray, values: np.ndarray, limit: int | None = None
 ) -> list[ConceptActivation]:
@@ -72,7 +111,7 @@ def activations_of(
         out.append(
             ConceptActivation(int(concept), entry.label, entry.name, float(value), entry.scope)
         )
-    out.sort(key=lambda c: -c.activation)
+    out.sort(key=lambda c: _order(coder, c.id, c.activation))
     return out[:limit] if limit is not None else out
 
 
@@ -92,7 +131,7 @@ def shared_concepts(
             entry = coder.catalog[concept]
             q, x = float(value), item[concept]
             shared.append(SharedConcept(concept, entry.label, entry.name, q, x, q * x, entry.scope))
-    shared.sort(key=lambda s: -s.contribution)
+    shared.sort(key=lambda s: _order(coder, s.id, s.contribution))
     return shared
 
 

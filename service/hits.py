@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from indexer.bundle import Bundle
-from service.explain import activations_of, row_concepts, shared_concepts
+from service.explain import activations_of, row_concepts, row_words, shared_concepts, with_words
 from service.results import ConceptActivation, Hit
 from training.cedar.concepts import ConceptCoder
 
@@ -73,8 +73,12 @@ def explain_hits(
     """Give every hit its `hit_concepts` strongest concepts and those it shares with the query
     (in place); the query's own active concepts."""
     q_ids, q_values = query_code
-    item_ids, item_values = row_concepts(bundle, [h.row for h in hits])
-    for hit, ids_row, values_row in zip(hits, item_ids, item_values, strict=True):
+    rows = [h.row for h in hits]
+    item_ids, item_values = row_concepts(bundle, rows)
+    for hit, ids_row, values_row, words in zip(
+        hits, item_ids, item_values, row_words(bundle, rows), strict=True
+    ):
+        ids_row, values_row = with_words(words, (ids_row, values_row))
         hit.concepts = activations_of(coder, ids_row, values_row, hit_concepts)
         hit.shared_concepts = shared_concepts(coder, q_ids, q_values, ids_row, values_row)
     return activations_of(coder, q_ids, q_values)

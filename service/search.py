@@ -51,7 +51,9 @@ from service.explain import (
     activations_of,
     prefix_similarities,
     row_concepts,
+    row_words,
     shared_concepts,
+    with_words,
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
 from service.grouping import FETCH_MAX, grouped_search
@@ -316,8 +318,10 @@ class SearchEngine:
         explained = [i for i, p in enumerate(live) if p.query.explain]
         codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if explained:
-            ids, values = self.coder.encode(np.stack([live[i].embedding for i in explained]))
-            codes = {i: (ids[j], values[j]) for j, i in enumerate(explained)}
+            embedded = np.stack([live[i].embedding for i in explained])
+            ids, values = self.coder.encode(embedded)
+            words = self.coder.active_words(embedded)
+            codes = {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
         for i, p in enumerate(live):
             scores, rows = found[i]
             p.result = self._result(p, scores[0], rows[0], codes.get(i))
@@ -408,9 +412,11 @@ class SearchEngine:
         if prepared.error is not None:
             raise prepared.error
         embedding = prepared.embedding[None, :]
-        q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
-        item_ids, item_values = (a[0] for a in row_concepts(self.bundle, [row]))
-        codes = stack_codes([(q_ids, q_values), (item_ids, item_values)])
+        q_axes = tuple(a[0] for a in self.coder.encode(embedding))
+        item_axes = tuple(a[0] for a in row_concepts(self.bundle, [row]))
+        q_ids, q_values = with_words(self.coder.active_words(embedding)[0], q_axes)
+        item_ids, item_values = with_words(row_words(self.bundle, [row])[0], item_axes)
+        codes = stack_codes([q_axes, item_axes])
         query_description, item_description = describe_codes(
             self.bundle, self.coder, *codes, near_captions, exclude=[(), (row,)]
         )

@@ -40,6 +40,18 @@ def prefix() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def word_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
+    """BUNDLES folder: the text bundle's scenes, its CEDAR artifact with the one-word readout
+    of search_gallery.beacon_readout (word concept BEACON)."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return build_text_bundle(tmp_path_factory.mktemp("word-bundle"), minilm, words=True)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
 def text_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
     """BUNDLES folder: 300 compositional scenes, MiniLM (384-d: prefixes 24/48/96/192/384)."""
     before = faiss.omp_get_max_threads()

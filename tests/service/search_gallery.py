@@ -32,6 +32,12 @@ from training.cedar.concepts import (
     vocabulary_from_texts,
 )
 from training.cedar.data import load_split_rows
+from training.cedar.readout import (
+    VocabularyReadout,
+    readout_input,
+    readout_record,
+    readout_tensors,
+)
 from training.cedar.train import CedarConfig, train_cedar
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -64,8 +70,40 @@ LANTERN_PRECISION = 0.625
 UNNAMED_PRECISION = 0.125
 
 
-def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: int = 3) -> Path:
-    """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions."""
+# The word concept written for the tests: a readout word active on exactly the BEACON_ROWS rows
+# nearest (centred cosine) to the first row, whatever the training learned.
+BEACON = "beacon"
+BEACON_ROWS = 24
+BEACON_PRECISION = 0.75
+
+
+def beacon_readout(x: np.ndarray, mean: np.ndarray) -> VocabularyReadout:
+    """A one-word readout: margin = cos(x − b, x₀ − b) − t, t midway between the BEACON_ROWS-th
+    and the next cosine, so that exactly those rows are active (the premise of the word-concept
+    tests)."""
+    features = readout_input(x, "dense", np.eye(x.shape[1]), mean, x.shape[1])
+    direction = features[0]
+    cosines = np.sort(features @ direction)[::-1]
+    cut = float(cosines[BEACON_ROWS - 1] + cosines[BEACON_ROWS]) / 2
+    return VocabularyReadout(
+        words=[BEACON],
+        classes=["noun"],
+        weight=direction[None, :].astype(np.float32),
+        offset=np.array([-cut], dtype=np.float32),
+        threshold=np.array([cut], dtype=np.float32),
+        own_threshold=np.array([True]),
+        precision=[BEACON_PRECISION],
+        recall=[0.5],
+        support=[BEACON_ROWS],
+        frequency=[BEACON_ROWS / len(x)],
+    )
+
+
+def build_text_bundle(
+    root: Path, encoder: Encoder, scenes: int = SCENES, seed: int = 3, words: bool = False
+) -> Path:
+    """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions; with `words`, its
+    CEDAR artifact carries the one-word readout `beacon_readout`."""
     cache = root / "cache"
     embed_corpus(
         CompositionalCorpus(scenes=scenes, seed=seed),
@@ -84,8 +122,8 @@ def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: 
     train, val = data.rows("train"), data.rows("val")
     result = train_cedar(x[train], x[val], CEDAR, device="cpu", progress=False)
     captions = data.texts(np.arange(len(x)))
-    words = [w for w, _ in vocabulary_from_texts(captions, min_count=3)]
-    names = name_concepts(result.rotation, result.mean, words, encoder.encode_text(words))
+    vocabulary = [w for w, _ in vocabulary_from_texts(captions, min_count=3)]
+    names = name_concepts(result.rotation, result.mean, vocabulary, encoder.encode_text(vocabulary))
     ids = data.metadata.column("id").to_pylist()
     catalog = build_catalog(
         names,
@@ -96,14 +134,20 @@ def build_text_bundle(root: Path, encoder: Encoder, scenes: int = SCENES, seed: 
         [ids[i] for i in train],
         [captions[i] for i in train],
     )
-    catalog = write_test_concepts(catalog, words)
+    catalog = write_test_concepts(catalog, vocabulary)
+    extra: dict = {"k": CEDAR_K, "catalog": catalog_json(catalog)}
+    tensors = {}
+    if words:
+        readout = beacon_readout(x, result.mean)
+        extra["readout"], tensors = readout_record(readout), readout_tensors(readout)
     TransformArtifact(
         "cedar",
         result.rotation,
         result.mean,
         default_contract(dim),
         encoder=encoder.id,
-        extra={"k": CEDAR_K, "catalog": catalog_json(catalog)},
+        extra=extra,
+        tensors=tensors,
     ).save(root / "cedar")
     out = root / "bundles"
     build_bundle(

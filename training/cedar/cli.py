@@ -59,6 +59,15 @@ from training.cedar.naming import (
     naming_precision,
     word_relevance,
 )
+from training.cedar.readout import (
+    ReadoutConfig,
+    VocabularyReadout,
+    mean_held_out,
+    readout_record,
+    readout_tensors,
+)
+from training.cedar.readout_quality import readout_quality, readout_variants
+from training.cedar.readout_rows import learn_readout
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.cache import EmbeddingCache
@@ -223,12 +232,21 @@ def train_command(
             help="val precision a name must reach to be kept (default: picked on the val rows)"
         ),
     ] = None,
+    readout: Annotated[
+        Path | None,
+        typer.Option(help="ReadoutConfig as JSON for the vocabulary readout (default: defaults)"),
+    ] = None,
+    no_readout: Annotated[
+        bool, typer.Option("--no-readout", help="no vocabulary readout (axes alone)")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
-    """Learn the CEDAR rotation, name its concepts, and write the artifact with its catalog."""
+    """Learn the CEDAR rotation, name its concepts, learn the vocabulary readout (a named
+    concept per word, where the cache has captions), and write the artifact with its catalog."""
     if name_threshold is not None and not 0.0 <= name_threshold <= 1.0:
         raise InputError(f"--name-threshold must lie in [0, 1], got {name_threshold}")
     cedar_config = load_config(CedarConfig, config, k=k, epochs=epochs, seed=seed)
+    readout_config = None if no_readout else load_config(ReadoutConfig, readout, seed=seed)
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     if encoder is None and EmbeddingCache.open(cache).manifest.encoder is None:
@@ -240,7 +258,7 @@ def train_command(
         fitted = fit_cedar(
             cache, out, cedar_config, vocabulary=vocabulary, encoder=encoder, work=work,
             device=device or load_settings().device, overwrite=overwrite, progress=progress,
-            name_threshold=name_threshold,
+            name_threshold=name_threshold, readout=readout_config,
         )  # fmt: skip
     result, catalog, vocab_info = fitted.result, fitted.catalog, fitted.vocabulary
     best = result.history[result.best_epoch - 1]
@@ -257,6 +275,13 @@ def train_command(
         f"named        {named}\n"
         f"frequent     " + ", ".join(f"{e.name} ({e.label})" for e in top)
     )
+    if fitted.readout is not None:
+        info = fitted.readout
+        typer.echo(
+            f"readout      {info['words']} word concepts ({info['own_thresholds']} with their "
+            f"own threshold), {info['epochs_run']} epochs, best {info['best_epoch']}; held-out "
+            f"precision {info['precision']:.3f}, recall {info['recall']:.3f} (mean over words)"
+        )
 
 
 @dataclass
@@ -266,6 +291,7 @@ class FittedCedar:
     catalog: list[CatalogEntry]
     vocabulary: dict[str, Any]
     naming: dict[str, Any]
+    readout: dict[str, Any] | None = None  # the readout's record, when one was learnt
 
 
 def fit_cedar(
@@ -279,9 +305,11 @@ def fit_cedar(
     overwrite: bool = False,
     progress: bool = True,
     name_threshold: float | None = None,
+    readout: ReadoutConfig | None = None,
 ) -> FittedCedar:
-    """Learn CEDAR on a cache's train rows, name its concepts, write the artifact to `out`.
-    A cache without a split column is split by `config.seed` (its artifact records it)."""
+    """Learn CEDAR on a cache's train rows, name its concepts, learn the vocabulary readout
+    (`readout`; skipped, with a log line, for a cache without captions), write the artifact to
+    `out`. A cache without a split column is split by `config.seed` (its artifact records it)."""
     with seeded(config.seed):  # the naming's numpy sums too, not only the training
         data = load_split_rows(cache, seed=config.seed)
         train_rows, val_rows = data.rows("train"), data.rows("val")
@@ -299,6 +327,18 @@ def fit_cedar(
             data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
         )  # fmt: skip
         best = result.history[result.best_epoch - 1]
+        learnt, readout_info, tensors, extra = None, None, {}, {}
+        if readout is not None and "caption" not in data.metadata.column_names:
+            log.info("no captions in %s: no vocabulary readout, the axes alone", cache)
+        elif readout is not None:
+            learnt, readout_info = learn_readout(
+                data, result.rotation, result.mean, config.k,
+                lambda words: embed_words(words, encoder or data.encoder), readout, progress,
+            )  # fmt: skip
+            readout_info.update(mean_held_out(learnt))
+            tensors = readout_tensors(learnt)
+            extra = {"readout": {**readout_record(learnt), "config": readout.model_dump()}}
+            extra["readout"]["training"] = {k: v for k, v in readout_info.items() if k != "history"}
         artifact = TransformArtifact(
             method="cedar",
             rotation=result.rotation,
@@ -317,10 +357,12 @@ def fit_cedar(
                 "vocabulary": vocab_info,
                 "naming": naming,
                 "catalog": catalog_json(catalog),
+                **extra,
             },
+            tensors=tensors,
         )
         artifact.save(out, overwrite=overwrite)
-        return FittedCedar(artifact, result, catalog, vocab_info, naming)
+        return FittedCedar(artifact, result, catalog, vocab_info, naming, readout_info)
 
 
 def trained_sae(
@@ -377,12 +419,14 @@ def gallery_quality(
     namings: dict[str, dict[str, list[str | None]]],
     k: int,
     encoder: str | None,
+    readouts: tuple[TransformArtifact, dict[str, VocabularyReadout]] | None = None,
 ) -> dict[str, Any]:
     """Concept-filter quality (training.cedar.filter_quality) on the gallery's test rows: each
     method under each of its namings ("clean": the catalog's, "cosine": best cosine word over the
     raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
     and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
-    val rows); and every naming's precision on the test rows."""
+    val rows); `readouts`' word-concept filters (training.cedar.readout_quality); and every
+    naming's precision on the test rows."""
     g = load_split_rows(gallery)
     if "caption" not in g.metadata.column_names:
         raise InputError(f"{gallery}: filter quality needs the gallery's captions")
@@ -405,6 +449,8 @@ def gallery_quality(
             allowed, covered = named_filters(fires, concept_names, names)
             scores[label] = filter_quality(allowed, covered, wanted, classes)
             naming[label] = naming_precision(concept_names, test_cooccurrence, vocab.words)
+    if readouts is not None:
+        scores.update(readout_quality(readouts[1], readouts[0], x, names, classes, wanted))
     mentions = [vocab.mentions(t) for t in g.texts(test)]
     own = np.array([[w in m for m in mentions] for w in words])
     everything = np.ones(len(words), dtype=bool)
@@ -573,13 +619,23 @@ def eval_command(
         for method in methods:
             cosine = name_directions(method.directions, mean, raw.words, raw_embeddings)
             if method.name == "cedar" and cedar is not None:
-                clean = [e.name if e.named else None for e in ConceptCoder(cedar).catalog]
+                axes = ConceptCoder(cedar).catalog[: 2 * cedar.dim]  # the words have their rows
+                clean = [e.name if e.named else None for e in axes]
             else:
                 found, _ = method_names(method, rows, data, mean, k_default)
                 clean = [n.name if n.named else None for n in found]
             namings[method.name] = {"clean": clean, "cosine": [n.name for n in cosine]}
+        readouts = None
+        coder = ConceptCoder(cedar) if cedar is not None else None
+        if coder is not None and coder.readout is not None:
+            assert cedar is not None
+            variants = readout_variants(
+                cedar, coder.readout, data,
+                lambda words: embed_words(words, encoder or data.encoder), progress,
+            )  # fmt: skip
+            readouts = (cedar, variants)
         report["filter_quality"] = gallery_quality(
-            gallery, methods, namings, k_default, encoder or data.encoder
+            gallery, methods, namings, k_default, encoder or data.encoder, readouts
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")

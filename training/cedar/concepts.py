@@ -14,6 +14,11 @@ The catalog: one entry per signed concept (2D entries), with its name, score, ru
 share of rows in which it is among the k active concepts (frequency), its top examples, and
 the name's val precision and whether it is named. The coder: embeddings → the k active
 concepts (signed ids and activation) → names; an unnamed concept is found by its label only.
+
+Word concepts. An artifact with a vocabulary readout (training.cedar.readout) also has one
+concept per word w of it, id 2D + w, active on a row where its margin is ≥ 0; its catalog entry
+is the word (label and name), with the word's held-out precision. A name resolves to its word
+concept where there is one, else to the axes so named; labels and ids resolve as before.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from training.cedar.naming import (
     with_precision,
 )
 from training.cedar.near_misses import suggestion
+from training.cedar.readout import VocabularyReadout, margins, readout_input, readout_of
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,
@@ -258,12 +264,56 @@ class ConceptCoder:
             )
         self.artifact = artifact
         self.k = check_k(int(artifact.extra.get("k", 0)), artifact.dim)
+        self.readout: VocabularyReadout | None = readout_of(
+            artifact.extra.get("readout"), artifact.tensors
+        )
         self.catalog = [catalog_entry(e) for e in catalog]
         self._by_name: dict[str, list[int]] = {}
         for entry in self.catalog:
             if not entry.named:  # an unnamed concept is found by its label only
                 continue
             self._by_name.setdefault(entry.name.lower(), []).append(entry.concept)
+        if self.readout is not None:
+            if self.readout.weight.shape[1] != artifact.dim:
+                raise InputError(
+                    f"the vocabulary readout is {self.readout.weight.shape[1]}-d, "
+                    f"the rotation {artifact.dim}-d"
+                )
+            first = 2 * artifact.dim
+            record = artifact.extra["readout"]["words"]
+            self.catalog += [word_entry(first + w, r) for w, r in enumerate(record)]
+            for w, word in enumerate(self.readout.words):  # a word's name is its word concept
+                self._by_name[word.lower()] = [first + w]
+
+    @property
+    def axis_concepts(self) -> int:
+        """2D: the signed axes, ids 0 .. 2D − 1; word concepts follow."""
+        return 2 * self.artifact.dim
+
+    @property
+    def concepts(self) -> int:
+        """Every concept id: the 2D signed axes, then one per readout word."""
+        return len(self.catalog)
+
+    def word_margins(self, embeddings: np.ndarray) -> np.ndarray:
+        """float32 [N, V]: each word concept's margin (active where ≥ 0); [N, 0] without a
+        readout."""
+        x = np.asarray(embeddings, dtype=np.float32)
+        if self.readout is None:
+            return np.zeros((len(x), 0), dtype=np.float32)
+        a = self.artifact
+        features = readout_input(x, self.readout.source, a.rotation, a.mean, self.k)
+        return margins(features, self.readout.weight, self.readout.offset)
+
+    def active_words(self, embeddings: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row: (word concept ids, margins), the active ones, largest margin first."""
+        m = self.word_margins(embeddings)
+        out = []
+        for row in m:
+            on = np.flatnonzero(row >= 0)
+            on = on[np.argsort(-row[on], kind="stable")]
+            out.append((on.astype(np.int64) + self.axis_concepts, row[on].astype(np.float32)))
+        return out
 
     def encode(self, embeddings: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(concept ids [N, k], activations [N, k] ≥ 0), strongest first."""
@@ -304,6 +354,22 @@ class ConceptCoder:
         if not found:
             raise InputError(f"no concept is named {concept!r}{suggestion(self.catalog, text)}")
         return found
+
+
+def word_entry(concept: int, record: dict[str, Any]) -> CatalogEntry:
+    """The catalog entry of a readout word (training.cedar.readout.readout_record)."""
+    word = str(record["word"])
+    precision = record.get("precision")
+    return CatalogEntry(
+        concept=concept,
+        label=word,
+        name=word,
+        score=0.0 if precision is None else float(precision),
+        runner_ups=[],
+        frequency=float(record.get("frequency", 0.0)),
+        precision=None if precision is None else float(precision),
+        named=True,
+    )
 
 
 def catalog_entry(data: dict[str, Any]) -> CatalogEntry:

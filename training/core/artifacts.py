@@ -5,7 +5,9 @@ A directory (design.md, format 2):
     manifest.json          format, method, encoder, dim, granularity contract, training config,
                            data fingerprint, evaluation metrics, extra (CEDAR: k and the concept
                            catalog), and the sha256 of the weights file
-    weights.safetensors    rotation float32 [D, D] (orthogonal), mean float32 [D]
+    weights.safetensors    rotation float32 [D, D] (orthogonal), mean float32 [D], and any
+                           further named tensors of the method (`tensors`; CEDAR's vocabulary
+                           readout: training/cedar/readout.py)
 
 z' = rotation @ (z - mean). An artifact is written into a temporary sibling directory and renamed
 into place, so a reader sees a whole artifact or none.
@@ -61,6 +63,7 @@ class TransformArtifact:
     data_fingerprint: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)  # beside rotation and mean
 
     def __post_init__(self) -> None:
         self.rotation = np.ascontiguousarray(self.rotation, dtype=np.float32)
@@ -100,7 +103,11 @@ class TransformArtifact:
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write the artifact atomically (temporary sibling directory, then rename)."""
-        weights = save({"rotation": self.rotation, "mean": self.mean})
+        reserved = {"rotation", "mean"} & set(self.tensors)
+        if reserved:
+            raise ArtifactError(f"tensor name(s) {sorted(reserved)} are the artifact's own")
+        extra = {name: np.ascontiguousarray(t) for name, t in sorted(self.tensors.items())}
+        weights = save({"rotation": self.rotation, "mean": self.mean, **extra})
         checksum = hashlib.sha256(weights).hexdigest()
         manifest = (json.dumps(self.manifest(checksum), indent=2) + "\n").encode()
         return write_folder(Path(path), {WEIGHTS: weights, MANIFEST: manifest}, overwrite)
@@ -146,6 +153,7 @@ class TransformArtifact:
                 data_fingerprint=manifest.get("data_fingerprint", ""),
                 metrics=manifest.get("metrics", {}),
                 extra=manifest.get("extra", {}),
+                tensors={n: t for n, t in tensors.items() if n not in ("rotation", "mean")},
             )
         except KeyError as exc:
             raise ArtifactError(f"{manifest_path} lacks {exc}") from exc

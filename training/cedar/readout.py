@@ -1,0 +1,403 @@
+"""The vocabulary readout: one named concept per word, whose name holds by construction.
+
+CEDAR's axes are the concept *basis* (reconstruction, explanations, CDS scope), but an axis is
+rarely one word. A user asks for "dog" or excludes "snow"; so every word w of the naming
+vocabulary is its own concept, with an activation per row learnt where labels exist:
+
+    x̃        = (x − b) / ‖x − b‖         x the row, b the CEDAR training mean ("dense" input);
+                                          "code": x the CEDAR reconstruction from its k active
+                                          concepts, so the filter reads what Explain shows
+    logit_w  = ⟨x̃, W_w⟩ + c_w            W_w starts at s·(t_w − b)/‖t_w − b‖ (t_w the word's
+                                          text embedding, Label-free CBM's start), c_w at c₀
+    margin_w = logit_w − θ_w              the activation a filter reads: active when ≥ 0
+
+Labels come free with a captioned corpus: the words of an image's *other* captions. Training
+targets are soft — the mean over n = 1, 2, 3 of "at least n other captions use w"
+(training.cedar.naming.word_relevance) — under binary cross-entropy, with an L2 pull of W
+towards its start (weight `anchor`) so that a word with few labels stays near its text
+direction. Adam, minibatches, model selection on the val rows' loss (training/loop.py).
+
+Thresholds θ_w are picked per word on a *calibration* half of the val rows (split by image):
+the cut of best F1 against the strict relevance (at least 2 other captions use w), where the
+word has at least `min_calibration` relevant rows there; elsewhere one global θ, the cut of
+best mean F1 over the words that have them. The other half of the val rows gives each word's
+held-out precision P(relevant | active) and recall, which the catalog shows. Pure functions
+and a `Trainer`; the caller does the I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from training.cedar.naming import OTHER_CAPTIONS
+from training.cedar.sparse_codes import reconstruct
+from training.core.config import ConfigModel
+from training.core.errors import InputError
+from training.core.metrics import unit_rows
+from training.core.seeding import seeded
+from training.loop import Schedule, Selection, run_loop
+
+WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
+SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
+
+
+class ReadoutConfig(ConfigModel):
+    source: str = Field(
+        "dense", pattern="^(dense|code)$", description="read x, or its reconstruction at k"
+    )
+    epochs: int = Field(12, gt=0)
+    batch_size: int = Field(512, gt=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    anchor: float = Field(1e-3, ge=0, description="weight of ‖W − W₀‖² (per word, mean)")
+    scale: float = Field(10.0, gt=0, description="s: the start's logit per unit cosine")
+    init_offset: float = Field(-3.0, description="c₀: every word's starting offset")
+    patience: int = Field(3, ge=1)
+    min_calibration: int = Field(
+        5, ge=1, description="relevant calibration rows a word needs for its own threshold"
+    )
+    vocabulary_min_count: int = Field(3, ge=1, description="occurrences a word needs")
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+
+@dataclass
+class VocabularyReadout:
+    """The learnt concepts: margin_w(x) = ⟨x̃, weight_w⟩ + offset_w (offset = c_w − θ_w)."""
+
+    words: list[str]
+    classes: list[str]
+    weight: np.ndarray  # float32 [V, D]
+    offset: np.ndarray  # float32 [V]
+    threshold: np.ndarray  # float32 [V]: θ_w, in logits (kept for the record)
+    own_threshold: np.ndarray  # bool [V]: θ_w calibrated for this word (else the global one)
+    precision: list[float | None]  # held-out P(relevant | active); None: not measurable
+    recall: list[float | None]
+    support: list[int]  # relevant training rows
+    source: str = "dense"
+    frequency: list[float] | None = None  # share of training rows where the word is active
+
+    def __post_init__(self) -> None:
+        v = len(self.words)
+        if self.weight.ndim != 2 or self.weight.shape[0] != v or self.offset.shape != (v,):
+            raise InputError(
+                f"readout of {v} words has weight {self.weight.shape}, offset {self.offset.shape}"
+            )
+
+
+def readout_input(
+    x: np.ndarray, source: str, rotation: np.ndarray, mean: np.ndarray, k: int
+) -> np.ndarray:
+    """x̃ of the module doc: the unit centred row, or of its reconstruction at k ("code")."""
+    x = np.asarray(x, dtype=np.float32)
+    if source == "code":
+        x = reconstruct(x, rotation, mean, k).astype(np.float32)
+    return unit_rows(x - mean).astype(np.float32)
+
+
+def margins(features: np.ndarray, weight: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """float32 [N, V]: every word's margin on rows x̃ (active where ≥ 0)."""
+    return np.asarray(features, dtype=np.float32) @ weight.T + offset
+
+
+def soft_targets(levels: Sequence[Any]) -> np.ndarray:
+    """float32 [N, V]: the mean of the relevance matrices at each level (dense)."""
+    return np.mean([np.asarray(m.toarray(), dtype=np.float32) for m in levels], axis=0)
+
+
+def best_cuts(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per word (column): the threshold of best F1 (rows with score ≥ it are allowed; the
+    midpoint between the last allowed and first refused score) and that F1. Exact: every cut
+    between sorted scores is tried. A word with no relevant row gets +inf and F1 0."""
+    n, v = scores.shape
+    order = np.argsort(-scores, axis=0, kind="stable")
+    ranked = np.take_along_axis(scores, order, axis=0)
+    hits = np.cumsum(np.take_along_axis(relevant, order, axis=0), axis=0, dtype=np.float64)
+    total = hits[-1]
+    allowed = np.arange(1, n + 1, dtype=np.float64)[:, None]
+    f1 = 2 * hits / (allowed + np.maximum(total, 1))
+    best = np.argmax(f1, axis=0)
+    cols = np.arange(v)
+    below = np.where(best + 1 < n, ranked[np.minimum(best + 1, n - 1), cols], -np.inf)
+    cut = np.where(np.isfinite(below), (ranked[best, cols] + below) / 2, ranked[best, cols])
+    cut = np.where(total > 0, cut, np.inf)
+    return cut.astype(np.float64), np.where(total > 0, f1[best, cols], 0.0)
+
+
+def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> float:
+    """The one threshold of best mean F1 over `words` (columns), from a grid of score
+    quantiles."""
+    if not len(words):
+        return 0.0
+    s, r = scores[:, words], relevant[:, words]
+    grid = np.unique(np.quantile(s, np.linspace(0.5, 0.9999, 400)))
+    best, best_f1 = float(grid[0]), -1.0
+    for t in grid:
+        allowed = s >= t
+        hits = (allowed & r).sum(axis=0)
+        f1 = 2 * hits / np.maximum(allowed.sum(axis=0) + r.sum(axis=0), 1)
+        if f1.mean() > best_f1:
+            best, best_f1 = float(t), float(f1.mean())
+    return best
+
+
+def split_calibration(groups: Sequence[str], seed: int) -> np.ndarray:
+    """bool per row: True for the calibration half (by group, so an image's captions stay
+    together), False for the held-out half."""
+    keys = [hashlib.sha256(f"{seed}:{g}".encode()).digest()[0] for g in groups]
+    return np.array([k % 2 == 0 for k in keys], dtype=bool)
+
+
+def calibrate(
+    logits: np.ndarray, relevant: np.ndarray, calibration: np.ndarray, min_calibration: int
+) -> dict[str, np.ndarray | float]:
+    """θ per word on the calibration rows (own where supported, else global), and each word's
+    precision / recall on the held-out rows (NaN where it allows or has no relevant row)."""
+    cal_scores, cal_relevant = logits[calibration], relevant[calibration]
+    cuts, _ = best_cuts(cal_scores, cal_relevant)
+    supported = cal_relevant.sum(axis=0) >= min_calibration
+    overall = global_cut(cal_scores, cal_relevant, np.flatnonzero(supported))
+    threshold = np.where(supported, cuts, overall)
+    held_scores, held_relevant = logits[~calibration], relevant[~calibration]
+    allowed = held_scores >= threshold
+    hits = (allowed & held_relevant).sum(axis=0).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(allowed.any(axis=0), hits / allowed.sum(axis=0), np.nan)
+        recall = np.where(held_relevant.any(axis=0), hits / held_relevant.sum(axis=0), np.nan)
+    return {
+        "threshold": threshold.astype(np.float32),
+        "own": supported,
+        "global": overall,
+        "precision": precision,
+        "recall": recall,
+    }
+
+
+class ReadoutTrainer:
+    """BCE on soft targets with an anchor to the text directions, for `run_loop`."""
+
+    label = "readout"
+
+    def __init__(
+        self,
+        train: tuple[np.ndarray, np.ndarray],
+        val: tuple[np.ndarray, np.ndarray],
+        start: np.ndarray,
+        config: ReadoutConfig,
+    ) -> None:
+        self.config = config
+        self.x, self.y = (torch.as_tensor(a) for a in train)
+        self.val_x, self.val_y = (torch.as_tensor(a) for a in val)
+        self.start = torch.as_tensor(start)
+        self.weight = torch.nn.Parameter(self.start.clone())
+        self.offset = torch.nn.Parameter(torch.full((len(start),), config.init_offset))
+        self.optimizer = torch.optim.Adam([self.weight, self.offset], lr=config.learning_rate)
+        self.batches = max(1, -(-len(self.x) // config.batch_size))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = x @ self.weight.T + self.offset
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+
+    def begin_round(self, index: int) -> None:
+        generator = torch.Generator().manual_seed(self.config.seed + index)
+        self.order = torch.randperm(len(self.x), generator=generator)
+
+    def step(self, step: int) -> dict[str, float]:
+        within, size = step % self.batches, self.config.batch_size
+        rows = self.order[within * size : (within + 1) * size]
+        bce = self.loss(self.x[rows], self.y[rows])
+        pull = ((self.weight - self.start) ** 2).sum(dim=1).mean()
+        loss = bce + self.config.anchor * pull
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return {"bce": bce.item(), "anchor": pull.item()}
+
+    def end_round(self, index: int, step: int, means: dict[str, float]) -> dict[str, float]:
+        with torch.no_grad():
+            val = self.loss(self.val_x, self.val_y).item()
+        return {"epoch": index + 1, **means, "val_bce": val}
+
+    def initial_record(self) -> dict[str, float] | None:
+        return None
+
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight.detach().clone(), self.offset.detach().clone()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {
+            "weight": self.weight.detach(),
+            "offset": self.offset.detach(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+    def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.weight.copy_(saved["weight"])
+            self.offset.copy_(saved["offset"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+
+
+@dataclass
+class ReadoutRows:
+    """What the readout learns from: x̃ and soft targets of the train rows, x̃ and the strict
+    relevance of the val rows, which val rows calibrate, the words and their embeddings."""
+
+    words: list[str]
+    classes: list[str]
+    word_embeddings: np.ndarray  # [V, D]
+    train_x: np.ndarray
+    train_targets: np.ndarray  # float32 [N, V]
+    train_support: np.ndarray  # int [V]: relevant (strict) training rows
+    val_x: np.ndarray
+    val_targets: np.ndarray
+    val_relevant: np.ndarray  # bool [M, V], strict
+    calibration: np.ndarray  # bool [M]
+
+
+def fit_readout(
+    rows: ReadoutRows, mean: np.ndarray, config: ReadoutConfig, progress: bool = True
+) -> tuple[VocabularyReadout, dict[str, Any]]:
+    """Train the readout, calibrate its thresholds, measure it held out (module doc)."""
+    start = config.scale * unit_rows(np.asarray(rows.word_embeddings, np.float32) - mean)
+    with seeded(config.seed):
+        trainer = ReadoutTrainer(
+            (rows.train_x, rows.train_targets),
+            (rows.val_x, rows.val_targets),
+            start.astype(np.float32),
+            config,
+        )
+        result = run_loop(
+            trainer,
+            Schedule(config.epochs * trainer.batches, trainer.batches),
+            Selection("val_bce", "min", config.patience),
+            None,
+            progress,
+        )
+    weight, offset = (t.numpy().astype(np.float32) for t in result.best)
+    logits = margins(rows.val_x, weight, offset)
+    found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration)
+    threshold = np.asarray(found["threshold"], dtype=np.float32)
+    finite = np.where(np.isfinite(threshold), threshold, np.float32(1e6))
+    readout = VocabularyReadout(
+        words=list(rows.words),
+        classes=list(rows.classes),
+        weight=weight,
+        offset=(offset - finite).astype(np.float32),
+        threshold=finite,
+        own_threshold=np.asarray(found["own"], dtype=bool),
+        precision=[None if np.isnan(p) else round(float(p), 4) for p in found["precision"]],
+        recall=[None if np.isnan(r) else round(float(r), 4) for r in found["recall"]],
+        support=[int(s) for s in rows.train_support],
+        source=config.source,
+    )
+    active = np.zeros(len(readout.words), dtype=np.int64)
+    for start in range(0, len(rows.train_x), 8192):
+        active += (margins(rows.train_x[start : start + 8192], weight, readout.offset) >= 0).sum(0)
+    readout.frequency = [round(float(a) / max(len(rows.train_x), 1), 6) for a in active]
+    info = {
+        "words": len(rows.words),
+        "own_thresholds": int(readout.own_threshold.sum()),
+        "global_threshold": float(found["global"]),
+        "epochs_run": result.state.rounds,
+        "best_epoch": result.state.best_round,
+        "seconds": round(result.state.seconds, 3),
+        "history": result.state.history,
+        "relevance": f"at least {OTHER_CAPTIONS} other captions of the image use the word",
+    }
+    return readout, info
+
+
+def readout_tensors(readout: VocabularyReadout) -> dict[str, np.ndarray]:
+    """The readout's tensors, for the CEDAR artifact's weights file."""
+    return {WEIGHT: readout.weight, OFFSET: readout.offset}
+
+
+def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
+    """The readout's words and figures, for the CEDAR artifact's manifest (`extra["readout"]`)."""
+    return {
+        "source": readout.source,
+        "words": [
+            {
+                "word": w,
+                "class": c,
+                "threshold": round(float(t), 6),
+                "own_threshold": bool(o),
+                "precision": p,
+                "recall": r,
+                "support": s,
+                "frequency": f,
+            }
+            for w, c, t, o, p, r, s, f in zip(
+                readout.words,
+                readout.classes,
+                readout.threshold,
+                readout.own_threshold,
+                readout.precision,
+                readout.recall,
+                readout.support,
+                readout.frequency or [0.0] * len(readout.words),
+                strict=True,
+            )
+        ],
+    }
+
+
+def readout_of(
+    record: dict[str, Any] | None, tensors: dict[str, np.ndarray]
+) -> VocabularyReadout | None:
+    """The readout stored in an artifact (`extra["readout"]` and its tensors); None for an
+    artifact made before readouts (its concepts are its axes alone)."""
+    if record is None:
+        return None
+    if WEIGHT not in tensors or OFFSET not in tensors:
+        raise InputError(f"the artifact's vocabulary lacks its tensors {WEIGHT}, {OFFSET}")
+    try:
+        words = record["words"]
+        return VocabularyReadout(
+            words=[str(w["word"]) for w in words],
+            classes=[str(w["class"]) for w in words],
+            weight=np.asarray(tensors[WEIGHT], dtype=np.float32),
+            offset=np.asarray(tensors[OFFSET], dtype=np.float32),
+            threshold=np.array([float(w["threshold"]) for w in words], dtype=np.float32),
+            own_threshold=np.array([bool(w["own_threshold"]) for w in words]),
+            precision=[None if w["precision"] is None else float(w["precision"]) for w in words],
+            recall=[None if w["recall"] is None else float(w["recall"]) for w in words],
+            support=[int(w["support"]) for w in words],
+            source=str(record.get("source", "dense")),
+            frequency=[float(w.get("frequency", 0.0)) for w in words],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"malformed vocabulary in the CEDAR artifact: {exc}") from exc
+
+
+def mean_held_out(readout: VocabularyReadout) -> dict[str, float]:
+    """Mean held-out precision and recall over the words where each is measured."""
+    p = [x for x in readout.precision if x is not None]
+    r = [x for x in readout.recall if x is not None]
+    return {
+        "precision": float(np.mean(p)) if p else 0.0,
+        "recall": float(np.mean(r)) if r else 0.0,
+    }
+
+
+def word_filters(
+    word_margins: np.ndarray, readout_words: Sequence[str], words: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The filter "require the word concept w" of each judged word: (allowed [W, N] bool — rows
+    where its margin is ≥ 0 — and covered [W] bool, whether the readout has the word)."""
+    index = {w: i for i, w in enumerate(readout_words)}
+    allowed = np.zeros((len(words), len(word_margins)), dtype=bool)
+    covered = np.array([w in index for w in words], dtype=bool)
+    for i, word in enumerate(words):
+        if word in index:
+            allowed[i] = word_margins[:, index[word]] >= 0
+    return allowed, covered

@@ -1,0 +1,93 @@
+"""The rows a vocabulary readout learns from, read off a captioned cache's train and val split.
+
+For the words of the train captions' clean vocabulary (training.cedar.naming, at least
+`vocabulary_min_count` occurrences): the readout input x̃ of every train and val row, the soft
+training targets and the strict relevance (training.cedar.readout), and the val rows' split
+into a calibration half and a held-out half, by image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from training.cedar.data import SplitRows
+from training.cedar.naming import (
+    OTHER_CAPTIONS,
+    CaptionVocabulary,
+    caption_vocabulary,
+    word_relevance,
+)
+from training.cedar.readout import (
+    SOFT_LEVELS,
+    ReadoutConfig,
+    ReadoutRows,
+    VocabularyReadout,
+    fit_readout,
+    readout_input,
+    soft_targets,
+    split_calibration,
+)
+from training.core.errors import InputError
+
+
+def groups_of(data: SplitRows, rows: np.ndarray) -> list[str]:
+    column = "group" if "group" in data.metadata.column_names else "id"
+    return [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]
+
+
+def readout_rows(
+    data: SplitRows,
+    vocab: CaptionVocabulary,
+    word_embeddings: np.ndarray,
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    k: int,
+    config: ReadoutConfig,
+) -> ReadoutRows:
+    """ReadoutRows of the cache's train and val rows (module doc); refuses a cache without
+    captions, which gives no labels."""
+    if "caption" not in data.metadata.column_names:
+        raise InputError("a vocabulary readout learns from captions: the cache has none")
+    parts = {}
+    for split in ("train", "val"):
+        rows = data.rows(split)
+        groups = groups_of(data, rows)
+        mentions = [vocab.mentions(t) for t in data.texts(rows)]
+        levels = {n: word_relevance(mentions, groups, len(vocab.words), n) for n in SOFT_LEVELS}
+        x = readout_input(data.embeddings[rows], config.source, rotation, mean, k)
+        parts[split] = (x, soft_targets(list(levels.values())), levels[OTHER_CAPTIONS], groups)
+    train_x, train_targets, train_strict, _ = parts["train"]
+    val_x, val_targets, val_strict, val_groups = parts["val"]
+    return ReadoutRows(
+        words=list(vocab.words),
+        classes=list(vocab.classes),
+        word_embeddings=np.asarray(word_embeddings, dtype=np.float32),
+        train_x=train_x,
+        train_targets=train_targets,
+        train_support=np.asarray(train_strict.sum(axis=0)).reshape(-1).astype(np.int64),
+        val_x=val_x,
+        val_targets=val_targets,
+        val_relevant=val_strict.toarray().astype(bool),
+        calibration=split_calibration(val_groups, config.seed),
+    )
+
+
+def learn_readout(
+    data: SplitRows,
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    k: int,
+    embed: Callable[[list[str]], np.ndarray],
+    config: ReadoutConfig,
+    progress: bool = True,
+) -> tuple[VocabularyReadout, dict[str, Any]]:
+    """The vocabulary of the train captions, embedded by `embed`, then `fit_readout`."""
+    vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
+    if not vocab.words:
+        raise InputError("the train captions give no vocabulary for a readout")
+    rows = readout_rows(data, vocab, embed(list(vocab.words)), rotation, mean, k, config)
+    return fit_readout(rows, mean, config, progress)
