@@ -35,6 +35,7 @@ from service.results import Explanation, SearchResult
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
 from training.cedar.cli import fit_cedar
+from training.cedar.readout import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import load_encoder
@@ -172,6 +173,7 @@ def run_demo(
         fit_cedar(
             cache_dir, cedar_dir, CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
             device=settings.device, overwrite=True, progress=config.progress,
+            readout=ReadoutConfig(seed=config.seed),
         )  # fmt: skip
     stages["cedar"] = _took(started, reuse)
 
