@@ -1,0 +1,117 @@
+"""The vocabulary readout's mathematics and its place in the CEDAR artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.benchmarks.synthetic import random_cedar_artifact
+from indexer.codes import code_run
+from indexer.postings import postings_faults
+from training.cedar.concepts import ConceptCoder
+from training.cedar.readout import (
+    VocabularyReadout,
+    best_cuts,
+    calibrate,
+    margins,
+    readout_of,
+    readout_record,
+    readout_tensors,
+    split_calibration,
+)
+from training.core.artifacts import TransformArtifact
+from training.core.errors import InputError
+
+
+def brute_best_f1(scores: np.ndarray, relevant: np.ndarray) -> float:
+    best = 0.0
+    for t in np.unique(scores):
+        allowed = scores >= t
+        hits = (allowed & relevant).sum()
+        best = max(best, 2 * hits / (allowed.sum() + relevant.sum()))
+    return best
+
+
+def test_best_cuts_find_the_best_f1_of_every_word():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(200, 6))
+    relevant = rng.random((200, 6)) < 0.2
+    relevant[:, 5] = False
+    cuts, f1 = best_cuts(scores, relevant)
+    for w in range(5):
+        assert f1[w] == pytest.approx(brute_best_f1(scores[:, w], relevant[:, w]))
+        allowed = scores[:, w] >= cuts[w]
+        hits = (allowed & relevant[:, w]).sum()
+        assert 2 * hits / (allowed.sum() + relevant[:, w].sum()) == pytest.approx(f1[w])
+    assert np.isinf(cuts[5]) and f1[5] == 0.0  # no relevant row: the word allows nothing
+
+
+def test_calibration_gives_unsupported_words_the_global_threshold():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(400, 3))
+    relevant = logits + rng.normal(scale=0.5, size=logits.shape) > 1.0
+    relevant[:, 2] = False
+    relevant[:3, 2] = True  # too few relevant rows for a threshold of its own
+    calibration = split_calibration([str(i // 5) for i in range(400)], seed=0)
+    assert 0.3 < calibration.mean() < 0.7
+    found = calibrate(logits, relevant, calibration, min_calibration=5)
+    assert found["own"].tolist() == [True, True, False]
+    assert found["threshold"][2] == pytest.approx(found["global"])
+    assert 0 < found["precision"][0] <= 1 and 0 < found["recall"][0] <= 1
+
+
+def readout(dim: int, words: int, rng: np.random.Generator) -> VocabularyReadout:
+    return VocabularyReadout(
+        words=[f"w{i}" for i in range(words)],
+        classes=["noun"] * words,
+        weight=rng.normal(size=(words, dim)).astype(np.float32),
+        offset=np.full(words, -1.0, dtype=np.float32),
+        threshold=np.zeros(words, dtype=np.float32),
+        own_threshold=np.ones(words, dtype=bool),
+        precision=[0.5] * words,
+        recall=[None] * words,
+        support=[3] * words,
+        frequency=[0.1] * words,
+    )
+
+
+def test_the_readout_travels_in_the_artifact_and_old_artifacts_have_none(tmp_path: Path):
+    rng = np.random.default_rng(2)
+    base = random_cedar_artifact(16, 4, np.random.default_rng(9).normal(size=(50, 16)), seed=0)
+    assert ConceptCoder(base).readout is None and ConceptCoder(base).concepts == 32
+    learnt = readout(16, 3, rng)
+    base.extra["readout"] = readout_record(learnt)
+    base.tensors = readout_tensors(learnt)
+    base.save(tmp_path / "cedar")
+    coder = ConceptCoder(TransformArtifact.load(tmp_path / "cedar"))
+    assert coder.concepts == 32 + 3 and coder.resolve("w1") == [33]
+    x = rng.normal(size=(5, 16)).astype(np.float32)
+    assert np.array_equal(coder.word_margins(x), margins(
+        (x - base.mean) / np.linalg.norm(x - base.mean, axis=1, keepdims=True),
+        learnt.weight, learnt.offset,
+    ))  # fmt: skip
+    with pytest.raises(InputError, match="lacks its tensors"):
+        readout_of(base.extra["readout"], {})
+
+
+def test_word_entries_follow_the_axes_and_pass_verification():
+    rng = np.random.default_rng(3)
+    cedar = random_cedar_artifact(16, 4, np.random.default_rng(8).normal(size=(50, 16)), seed=1)
+    learnt = readout(16, 4, rng)
+    cedar.extra["readout"], cedar.tensors = readout_record(learnt), readout_tensors(learnt)
+    coder = ConceptCoder(cedar)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    run = code_run(x, cedar.rotation, cedar.mean, coder.k, 0, batch=64, words=coder.word_margins)
+    assert len(run.counts) == 36
+    indptr = np.concatenate([[0], np.cumsum(run.counts)])
+    active = coder.word_margins(x) >= 0
+    assert run.counts[32:].tolist() == active.sum(axis=0).tolist()
+    for w in range(4):
+        assert (
+            run.rows[indptr[32 + w] : indptr[33 + w]].tolist()
+            == np.flatnonzero(active[:, w]).tolist()
+        )
+    assert postings_faults(indptr, run.rows, run.values, 300, coder.k, 32) == []
+    assert postings_faults(indptr, run.rows, run.values, 300, coder.k)  # all as axes: faults
