@@ -59,6 +59,7 @@ def test_calibration_gives_unsupported_words_the_global_threshold():
     found = calibrate(logits, relevant, calibration, min_calibration=5)
     assert found["own"].tolist() == [True, True, False]
     assert found["threshold"][2] == pytest.approx(found["global"])
+    assert 0 < found["precision"][1] <= 1
     assert 0 < found["precision"][0] <= 1 and 0 < found["recall"][0] <= 1
 
 

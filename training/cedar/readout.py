@@ -17,12 +17,12 @@ targets are soft — the mean over n = 1, 2, 3 of "at least n other captions use
 towards its start (weight `anchor`) so that a word with few labels stays near its text
 direction. Adam, minibatches, model selection on the val rows' loss (training/loop.py).
 
-Thresholds θ_w are picked per word on a *calibration* half of the val rows (split by image):
-the cut of best F1 against the strict relevance (at least 2 other captions use w), where the
-word has at least `min_calibration` relevant rows there; elsewhere one global θ, the cut of
-best mean F1 over the words that have them. The other half of the val rows gives each word's
-held-out precision P(relevant | active) and recall, which the catalog shows. Pure functions
-and a `Trainer`; the caller does the I/O.
+Thresholds θ_w are picked per word on the val rows: the cut of best F1 against the strict
+relevance (at least 2 other captions use w), where the word has at least `min_calibration`
+relevant rows there; elsewhere one global θ, the cut of best mean F1 over the words that have
+them. Each word's held-out precision P(relevant | active) and recall, which the catalog shows,
+come from cross-fitting: the val rows split in two halves by image, θ picked on one half and
+scored on the other, both ways. Pure functions and a `Trainer`; the caller does the I/O.
 """
 
 from __future__ import annotations
@@ -150,28 +150,49 @@ def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> f
 
 
 def split_calibration(groups: Sequence[str], seed: int) -> np.ndarray:
-    """bool per row: True for the calibration half (by group, so an image's captions stay
-    together), False for the held-out half."""
+    """bool per row: True for the first half of the val rows, False for the second (by group,
+    so an image's captions stay together): the halves of the cross-fitting."""
     keys = [hashlib.sha256(f"{seed}:{g}".encode()).digest()[0] for g in groups]
     return np.array([k % 2 == 0 for k in keys], dtype=bool)
 
 
+def thresholds(
+    logits: np.ndarray, relevant: np.ndarray, min_calibration: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """θ per word from these rows: its own best-F1 cut where it has `min_calibration` relevant
+    rows, else the global cut; (θ, own, the global cut)."""
+    cuts, _ = best_cuts(logits, relevant)
+    supported = relevant.sum(axis=0) >= min_calibration
+    overall = global_cut(logits, relevant, np.flatnonzero(supported))
+    return np.where(supported, cuts, overall), supported, overall
+
+
+def held_out(
+    logits: np.ndarray, relevant: np.ndarray, threshold: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hits, allowed, relevant) counts per word of θ on these rows."""
+    allowed = logits >= threshold
+    return (allowed & relevant).sum(axis=0), allowed.sum(axis=0), relevant.sum(axis=0)
+
+
 def calibrate(
-    logits: np.ndarray, relevant: np.ndarray, calibration: np.ndarray, min_calibration: int
+    logits: np.ndarray, relevant: np.ndarray, halves: np.ndarray, min_calibration: int
 ) -> dict[str, np.ndarray | float]:
-    """θ per word on the calibration rows (own where supported, else global), and each word's
-    precision / recall on the held-out rows (NaN where it allows or has no relevant row)."""
-    cal_scores, cal_relevant = logits[calibration], relevant[calibration]
-    cuts, _ = best_cuts(cal_scores, cal_relevant)
-    supported = cal_relevant.sum(axis=0) >= min_calibration
-    overall = global_cut(cal_scores, cal_relevant, np.flatnonzero(supported))
-    threshold = np.where(supported, cuts, overall)
-    held_scores, held_relevant = logits[~calibration], relevant[~calibration]
-    allowed = held_scores >= threshold
-    hits = (allowed & held_relevant).sum(axis=0).astype(np.float64)
+    """θ per word on all the val rows (own where supported, else global), and each word's
+    held-out precision / recall by cross-fitting: θ picked on one half (by image) and scored on
+    the other, both ways, counts pooled (NaN where it allows or has no relevant row)."""
+    threshold, supported, overall = thresholds(logits, relevant, min_calibration)
+    hits = allowed = wanted = 0
+    for fit in (halves, ~halves):
+        if not fit.any() or fit.all():
+            continue
+        theta, _, _ = thresholds(logits[fit], relevant[fit], max(1, min_calibration // 2))
+        h, a, r = held_out(logits[~fit], relevant[~fit], theta)
+        hits, allowed, wanted = hits + h, allowed + a, wanted + r
+    hits, allowed, wanted = (np.asarray(v, dtype=np.float64) for v in (hits, allowed, wanted))
     with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(allowed.any(axis=0), hits / allowed.sum(axis=0), np.nan)
-        recall = np.where(held_relevant.any(axis=0), hits / held_relevant.sum(axis=0), np.nan)
+        precision = np.where(allowed > 0, hits / allowed, np.nan) * np.ones(logits.shape[1])
+        recall = np.where(wanted > 0, hits / wanted, np.nan) * np.ones(logits.shape[1])
     return {
         "threshold": threshold.astype(np.float32),
         "own": supported,
@@ -249,7 +270,7 @@ class ReadoutTrainer:
 @dataclass
 class ReadoutRows:
     """What the readout learns from: x̃ and soft targets of the train rows, x̃ and the strict
-    relevance of the val rows, which val rows calibrate, the words and their embeddings."""
+    relevance of the val rows, their halves for cross-fitting, the words and their embeddings."""
 
     words: list[str]
     classes: list[str]
@@ -260,7 +281,7 @@ class ReadoutRows:
     val_x: np.ndarray
     val_targets: np.ndarray
     val_relevant: np.ndarray  # bool [M, V], strict
-    calibration: np.ndarray  # bool [M]
+    calibration: np.ndarray  # bool [M]: the first cross-fitting half of the val rows
 
 
 def fit_readout(
