@@ -47,11 +47,11 @@ from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
 from service.metrics import ServerMetrics
 from service.request_decoding import UndecodableRequestInterceptor
-from service.results import SearchQuery, SearchResult
+from service.results import SearchResult
 from service.rpc_errors import ErrorStatusInterceptor
 from service.rpc_metrics import MetricsInterceptor
 from service.search import SearchEngine
-from service.served_engine import ServedEngine
+from service.served_engine import PinnedQuery, ServedEngine, search_pinned
 from service.servicer import SearchServicer
 from training.core.config import ConfigModel
 
@@ -119,7 +119,7 @@ class StrataServer:
         self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
-        self.batcher: MicroBatcher[SearchQuery, SearchResult] = MicroBatcher(
+        self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(
             self._search_batch, self.config.batching, self.executor, clock
         )
         self.servicer = SearchServicer(
@@ -140,9 +140,9 @@ class StrataServer:
         """The bundle directory Reload reads versions (and CURRENT) from."""
         return self.config.bundles_dir or self.served.engine.bundle.path.parent
 
-    def _search_batch(self, queries: list[SearchQuery]) -> list[SearchResult | ServiceError]:
-        # the engine of the moment; its encoder calls timed into this server's metrics
-        return self.served.engine.search_batch(queries, self.metrics)
+    def _search_batch(self, items: list[PinnedQuery]) -> list[SearchResult | ServiceError]:
+        # each query on the engine its call leased; encoder calls timed into this server's metrics
+        return search_pinned(items, self.metrics)
 
     def _publish_bundle(self) -> None:
         bundle = self.served.engine.bundle
@@ -151,7 +151,8 @@ class StrataServer:
 
     def swap_engine(self, new_engine: SearchEngine) -> SearchEngine:
         """Serve `new_engine` from now on and return the old one: the one place the served engine
-        changes. Calls and batches already running finish on the engine they started with. Safe
+        changes. Calls already running (a BatchSearch between its chunks too) finish on the
+        engine they leased, which is released when the last of them ends. Safe
         from any thread; counts strata_hot_swaps_total{result="ok"} and sets the bundle gauges
         (a failed swap attempt is counted by its caller: `metrics.record_hot_swap(False)`)."""
         old = self.served.swap(new_engine)

@@ -10,8 +10,10 @@ methods raise the engine's errors; `service.rpc_errors.ErrorStatusInterceptor` t
 into statuses (one mapping for every service).
 
 A query carries its call's deadline into the micro-batcher: one whose deadline passes while it
-waits is dropped there, not computed. The engine is read from the `ServedEngine` at every
-call, so `StrataServer.swap_engine` replaces it for the calls that start afterwards.
+waits is dropped there, not computed. Search, BatchSearch and Explain each lease the engine
+from the `ServedEngine` when they start and are answered by that version to the end (every
+query of a batch is pinned to it, service/served_engine.py), so `StrataServer.swap_engine`
+replaces it for the calls that start afterwards; each response's `bundle_version` names it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from service.errors import QueryError, ServiceError
 from service.limits import LIMITS, RequestLimits, check_count
 from service.metrics import ServerMetrics
 from service.results import SearchQuery, SearchResult
-from service.served_engine import ServedEngine
+from service.served_engine import PinnedQuery, ServedEngine
 
 T = TypeVar("T")
 
@@ -43,7 +45,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     def __init__(
         self,
         served: ServedEngine,
-        batcher: MicroBatcher[SearchQuery, SearchResult],
+        batcher: MicroBatcher[PinnedQuery, SearchResult],
         executor: Executor,
         metrics: ServerMetrics | None = None,
         limits: RequestLimits = LIMITS,
@@ -75,7 +77,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     ) -> pb.SearchResponse:
         started = time.perf_counter()
         query = convert.search_query(request, self.limits)
-        result = await self.batcher.submit(query, deadline=self._deadline(context))
+        with self.served.lease() as engine:
+            pinned = PinnedQuery(engine, query)
+            result = await self.batcher.submit(pinned, deadline=self._deadline(context))
         self._observe([result], started)
         return convert.search_response(result)
 
@@ -88,17 +92,23 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         # converting 256 requests is tens of ms of Python: on a worker thread, so that the
         # event loop keeps serving other calls (the answers: on the engine thread, below)
         queries = await asyncio.to_thread(batch_queries, request, self.limits)
-        try:
-            results = await self.batcher.submit_many(
-                queries, deadline=deadline, finish=routed_response
-            )  # each answer converted on the engine thread, chunk by chunk
-        except ItemError as exc:
-            error = exc.error
-            if isinstance(error, ServiceError):
-                raise type(error)(f"request {exc.index}: {error}") from None
-            raise error from None
+        with self.served.lease() as engine:  # one version for every chunk of the batch
+            try:
+                results = await self.batcher.submit_many(
+                    [PinnedQuery(engine, q) for q in queries],
+                    deadline=deadline,
+                    finish=routed_response,
+                )  # each answer converted on the engine thread, chunk by chunk
+            except ItemError as exc:
+                error = exc.error
+                if isinstance(error, ServiceError):
+                    raise type(error)(f"request {exc.index}: {error}") from None
+                raise error from None
         self._observe_routed([g for g, _ in results], started)
-        return pb.BatchSearchResponse(responses=[response for _, response in results])
+        return pb.BatchSearchResponse(
+            responses=[response for _, response in results],
+            bundle_version=engine.bundle.version,
+        )
 
     async def Explain(  # noqa: N802
         self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext
@@ -109,10 +119,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         row = request.row if which == "row" else None
         if which is None:
             raise QueryError("name the item: set item_id or row")
-        engine = self.served.engine
-        explanation = await self._on_engine(
-            lambda: engine.explain(query, item_id, row, self.metrics, request.near_captions)
-        )
+        with self.served.lease() as engine:
+            explanation = await self._on_engine(
+                lambda: engine.explain(query, item_id, row, self.metrics, request.near_captions)
+            )
         return convert.explain_response(explanation)
 
     async def ListConcepts(  # noqa: N802

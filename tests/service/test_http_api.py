@@ -71,6 +71,9 @@ def test_batch_explain_concepts_and_info(http: BackgroundServer, engine: SearchE
         {"query": {"text": "a cat"}, "granularity": "GRANULARITY_FULL", "topK": 3},
     ]})  # fmt: skip
     assert status == 200 and [len(r["hits"]) for r in batch["responses"]] == [2, 3]
+    version = str(engine.bundle.version)  # int64: a JSON string; the batch's and each answer's
+    assert [batch["bundleVersion"]] == list({r["bundleVersion"] for r in batch["responses"]})
+    assert batch["bundleVersion"] == version
     row = int(batch["responses"][0]["hits"][0]["row"])
     status, why = call(url, "/v1/explain", {"query": {"text": "a dog"}, "row": row})
     assert status == 200 and int(why["row"]) == row

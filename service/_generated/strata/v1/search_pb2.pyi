@@ -254,10 +254,12 @@ class BatchSearchRequest(_message.Message):
     def __init__(self, requests: _Optional[_Iterable[_Union[SearchRequest, _Mapping]]] = ...) -> None: ...
 
 class BatchSearchResponse(_message.Message):
-    __slots__ = ("responses",)
+    __slots__ = ("responses", "bundle_version")
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
     responses: _containers.RepeatedCompositeFieldContainer[SearchResponse]
-    def __init__(self, responses: _Optional[_Iterable[_Union[SearchResponse, _Mapping]]] = ...) -> None: ...
+    bundle_version: int
+    def __init__(self, responses: _Optional[_Iterable[_Union[SearchResponse, _Mapping]]] = ..., bundle_version: _Optional[int] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("query", "item_id", "row", "near_captions")
