@@ -62,7 +62,6 @@ from service.grouping import grouped_search
 from service.limits import check_chars
 from service.metadata_filter import MetadataFilter
 from service.query_cache import QueryCache
-from service.query_checks import check_query_input
 from service.query_embedding import EncoderObserver
 from service.results import (
     Explanation,
