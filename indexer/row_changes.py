@@ -1,7 +1,10 @@
 """What an add or a delete may change: the refusals, and which rows it keeps (pure but for
 reading a cache's ids, an id file or the bundle directory's CURRENT).
 
-Either needs a published version to start from (`open_base`). An add needs a cache of the
+Either needs a published version to start from (`open_base`), and one that verifies: the
+base is held to `indexer.verify.check_servable`, as `strata index publish` and a hot swap hold
+a version, so a damaged base is refused in one line naming its file (VersionRefusedError)
+before anything is read from it or written. An add needs a cache of the
 bundle's encoder, dimension and modality whose ids are all new and none repeated; a delete
 needs known ids (unless --missing-ok), something to delete, and a row left. `rows_to_delete`
 gives the renumbering: row r becomes r − the deleted rows before it.
@@ -17,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer.bundle import Bundle
+from indexer.verify import check_servable
 from indexer.versions import BundleStore
 from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
@@ -118,7 +122,8 @@ def cache_ids(cache: EmbeddingCache) -> pa.Array:
 
 
 def open_base(store: BundleStore) -> Bundle:
-    """The published version (call with the lock held, so that it stays the base)."""
+    """The published version, verified (`check_servable`; call with the lock held, so that it
+    stays the base)."""
     if not store.root.is_dir():
         raise UpdateError(f"bundle directory not found: {store.root}")
     name = store.current()
@@ -127,4 +132,5 @@ def open_base(store: BundleStore) -> Bundle:
             f"{store.root} has no published bundle (no CURRENT) to change; "
             "make one with `strata index build`"
         )
+    check_servable(store.root / name)
     return Bundle.open_version(store.root / name)

@@ -32,7 +32,8 @@ waiting when it passes is dropped with `DeadlineError` instead of being processe
 that no longer waits; for `submit_many` the first failing item fails the request, and its
 other waiting items are dropped.
 With batching switched off (`enabled=False`, for load tests) every item is processed alone,
-on the same executor.
+on the same executor, and admission holds all the same: a request beyond the one running and
+`max_queue` waiting is refused with `OverloadedError`.
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ class MicroBatcher(Generic[T, R]):
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
+        self._alone_requests = 0  # batching off: requests running or waiting for the executor
 
     @property
     def waiting(self) -> int:
@@ -237,11 +239,15 @@ class MicroBatcher(Generic[T, R]):
         if not items:
             return []
         if not self.config.enabled:
-            return await self._alone(list(items), loop, finish)
+            if self._alone_requests > self.config.max_queue:  # one running, max_queue waiting
+                raise self._full()
+            self._alone_requests += 1
+            try:
+                return await self._alone(list(items), loop, finish)
+            finally:
+                self._alone_requests -= 1
         if len(self._flows) >= self.config.max_queue:
-            raise OverloadedError(
-                f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
-            )
+            raise self._full()
         self._start(loop)
         now = self.clock()
         flow: _Flow[T, R] = _Flow(
@@ -263,6 +269,11 @@ class MicroBatcher(Generic[T, R]):
             return [future.result() for future in futures]
         finally:  # done, failed, or the caller gave up: what still waits leaves the queue
             self._drop(flow)
+
+    def _full(self) -> OverloadedError:
+        return OverloadedError(
+            f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
+        )
 
     def _drop(self, flow: _Flow[T, R]) -> None:
         with contextlib.suppress(ValueError):

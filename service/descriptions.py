@@ -6,7 +6,8 @@ described by (training/cedar/descriptions.py)
 - its phrase: composed from its strongest named concepts, unnamed axes skipped;
 - its nearest captions: the gallery rows nearest to its reconstruction x̂ = Uᵀ z̃ + b, searched
   in the bundle's full-length prefix index (s_D, the cosine of the rotated vectors, x̂ first
-  normalised as every query is), the rows to exclude dropped — the row itself when a row is
+  normalised as every query is; on the Milvus backend, the engine's full-length field), the
+  rows to exclude dropped — the row itself when a row is
   described — and their text read from the metadata's caption column.
 
 A bundle whose metadata has no caption column (`caption`, else `text`) gets phrases only: no
@@ -15,7 +16,7 @@ search is run. Asking for no captions runs no search either.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from training.core.granularity import Granularity
 from training.core.metrics import unit_rows
 
 CAPTION_COLUMNS = ("caption", "text")
+
+# (prefix length, rotated queries [Q, ≥ L], k) → (scores [Q, k], rows [Q, k], −1 past the last)
+PrefixSearch = Callable[[int, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def caption_column(columns: Collection[str]) -> str | None:
@@ -59,9 +63,11 @@ def nearest_captions(
     activations: np.ndarray,
     count: int,
     exclude: Sequence[Collection[int]],
+    search: PrefixSearch | None = None,
 ) -> list[list[NearCaption]]:
     """Per code [N, k]: the `count` gallery rows nearest to its reconstruction, best first, none
-    of its `exclude` rows; [] each when `count` is 0 or the bundle has no caption column."""
+    of its `exclude` rows; [] each when `count` is 0 or the bundle has no caption column.
+    `search`: where the rows are found (default: the bundle's own index, `search_prefix`)."""
     column = caption_column(bundle.metadata(np.zeros(0, dtype=np.int64)).column_names)
     if count <= 0 or column is None or len(concepts) == 0:
         return [[] for _ in range(len(concepts))]
@@ -69,7 +75,7 @@ def nearest_captions(
     x_hat = unit_rows(code_reconstruction(artifact.rotation, artifact.mean, concepts, activations))
     full = bundle.prefix_length(Granularity.FULL)
     k = min(bundle.rows, count + max(len(e) for e in exclude))
-    scores, rows = bundle.search_prefix(full, bundle.rotate(x_hat), k)
+    scores, rows = (search or bundle.search_prefix)(full, bundle.rotate(x_hat), k)
     kept = [
         [(int(r), float(s)) for s, r in zip(score, row, strict=True) if r >= 0 and r not in skip]
         for score, row, skip in zip(scores, rows, exclude, strict=True)
@@ -110,13 +116,15 @@ def describe_codes(
     activations: np.ndarray,
     captions: int,
     exclude: Sequence[Collection[int]] | None = None,
+    search: PrefixSearch | None = None,
 ) -> list[Description]:
     """The description of each code [N, k]: its phrase and its nearest captions (module
-    docstring); `exclude[i]` the rows code i's captions may not be (default: none)."""
+    docstring); `exclude[i]` the rows code i's captions may not be (default: none); `search`
+    as `nearest_captions` takes it."""
     concepts = np.atleast_2d(concepts)
     activations = np.atleast_2d(activations)
     exclude = exclude if exclude is not None else [()] * len(concepts)
-    near = nearest_captions(bundle, coder, concepts, activations, captions, exclude)
+    near = nearest_captions(bundle, coder, concepts, activations, captions, exclude, search)
     return [
         Description(code_phrase(coder, c, a), n)
         for c, a, n in zip(concepts, activations, near, strict=True)

@@ -13,7 +13,8 @@ catalog and the answer's shape are the engine's own; what changes is where rows 
   (AND over required references, `not …` for excluded ones), so the filter runs inside the
   engine's search; the allowed rows are counted with `count(*)` over the same expression;
 - Explain: the row's concepts and activations and its p_L at every prefix are read back from
-  the engine; an item id is found by a query on `item_id`.
+  the engine; an item id is found by a query on `item_id`; the descriptions' near captions
+  are a search of the engine's full-length field, their text the version's own metadata.
 
 The version's manifest and artifacts (rotation, CEDAR coder, catalog, postings for the
 catalog's counts) come from the bundle folder; the FAISS files are not opened. Every engine
@@ -61,7 +62,6 @@ from service.grouping import grouped_search
 from service.limits import check_chars
 from service.metadata_filter import MetadataFilter
 from service.query_cache import QueryCache
-from service.query_checks import check_query_input
 from service.query_embedding import EncoderObserver
 from service.results import (
     Explanation,
@@ -451,27 +451,26 @@ class MilvusEngine(SearchEngine):
         item_id: str | None = None,
         row: int | None = None,
         observer: EncoderObserver | None = None,
+        near_captions: int = 0,
     ) -> Explanation:
-        if len(query.kinds) != 1:
-            raise QueryError("give one query: a text, an image or a vector")
-        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
+        """SearchEngine.explain over the engine's rows: the row, its concepts and its p_L at
+        every prefix read back; near captions searched in the engine (`nearest_rows`)."""
+        self.check_explain(query, near_captions)
         try:
             entity = self._entity(item_id, row)
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
-        prepared = _Prepared(query)
-        self._embed([prepared], observer)
-        if prepared.error is not None:
-            raise prepared.error
-        embedding = prepared.embedding[None, :]
+        embedding, q_ids, q_values = self.explained_query(query, observer)
         rotated = self.bundle.rotate(embedding)
-        q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
         item_ids, item_values = _concepts_of(entity)
         similarities = []
         for granularity, length in sorted(self.contract.items(), key=lambda g: g[1]):
             stored = np.asarray(entity[vector_field(length)], dtype=np.float32)
             cosine = float(prefix_vectors(rotated, length)[0] @ stored)
             similarities.append(PrefixSimilarity(Granularity(granularity), length, cosine))
+        query_description, item_description = self.describe_pair(
+            (q_ids, q_values), (item_ids, item_values), int(entity[ROW]), near_captions
+        )
         return Explanation(
             item_id=str(entity[ITEM_ID]),
             row=int(entity[ROW]),
@@ -480,7 +479,24 @@ class MilvusEngine(SearchEngine):
             query_concepts=activations_of(self.coder, q_ids, q_values),
             item_concepts=activations_of(self.coder, item_ids, item_values),
             bundle_version=self.bundle.version,
+            query_description=query_description,
+            item_description=item_description,
         )
+
+    def nearest_rows(
+        self, length: int, rotated: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The descriptions' search, in the engine: (scores, rows) padded with row −1."""
+        try:
+            answers = self._engine_search(rotated, length, k, "", "", [ROW])
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
+        scores = np.zeros((len(answers), k), dtype=np.float32)
+        rows = np.full((len(answers), k), -1, dtype=np.int64)
+        for i, answer in enumerate(answers):
+            for j, hit in enumerate(answer[:k]):
+                scores[i, j], rows[i, j] = hit["distance"], int(hit[ROW])
+        return scores, rows
 
     def _entity(self, item_id: str | None, row: int | None) -> dict[str, Any]:
         """One row's fields and vectors, read from the engine; NotFoundError when absent."""

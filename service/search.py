@@ -75,6 +75,7 @@ from service.results import (
     ConceptInfo,
     ConceptPage,
     ConceptRef,
+    Description,
     Explanation,
     IndexInfo,
     PlanRun,
@@ -402,24 +403,16 @@ class SearchEngine:
         """Shared concepts and per-prefix cosines of a query and one item (by id or row), and a
         description of each one's code (service/descriptions.py) with `near_captions` nearest
         captions (0: the phrases only, no search); the encoder call timed into `observer`."""
-        if len(query.kinds) != 1:
-            raise QueryError("give one query: a text, an image or a vector")
-        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
-        check_near_captions(near_captions, self.config.limits)
+        self.check_explain(query, near_captions)
         row = self.row_of(item_id, row)
-        prepared = _Prepared(query)
-        self._embed([prepared], observer)
-        if prepared.error is not None:
-            raise prepared.error
-        embedding = prepared.embedding[None, :]
-        q_axes = tuple(a[0] for a in self.coder.encode(embedding))
+        embedding, q_axis_ids, q_axis_values = self.explained_query(query, observer)
+        q_axes = (q_axis_ids, q_axis_values)
         item_axes = tuple(a[0] for a in row_concepts(self.bundle, [row]))
+        query_description, item_description = self.describe_pair(
+            q_axes, item_axes, row, near_captions
+        )
         q_ids, q_values = with_words(self.coder.active_words(embedding)[0], q_axes)
         item_ids, item_values = with_words(row_words(self.bundle, [row])[0], item_axes)
-        codes = stack_codes([q_axes, item_axes])
-        query_description, item_description = describe_codes(
-            self.bundle, self.coder, *codes, near_captions, exclude=[(), (row,)]
-        )
         return Explanation(
             item_id=str(self.bundle.ids([row])[0]),
             row=row,
@@ -431,6 +424,48 @@ class SearchEngine:
             query_description=query_description,
             item_description=item_description,
         )
+
+    # the opening and the descriptions of every engine's Explain (MilvusEngine's too)
+
+    def check_explain(self, query: SearchQuery, near_captions: int) -> None:
+        """QueryError unless the query is one valid text, image or vector and near_captions
+        lies within the limit."""
+        if len(query.kinds) != 1:
+            raise QueryError("give one query: a text, an image or a vector")
+        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
+        check_near_captions(near_captions, self.config.limits)
+
+    def explained_query(
+        self, query: SearchQuery, observer: EncoderObserver | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query embedded ([1, D]) and its code: (embedding, concept ids, activations)."""
+        prepared = _Prepared(query)
+        self._embed([prepared], observer)
+        if prepared.error is not None:
+            raise prepared.error
+        embedding = prepared.embedding[None, :]
+        q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
+        return embedding, q_ids, q_values
+
+    def describe_pair(
+        self,
+        query_code: tuple[np.ndarray, np.ndarray],
+        item_code: tuple[np.ndarray, np.ndarray],
+        row: int,
+        near_captions: int,
+    ) -> list[Description]:
+        """The descriptions of a query's and an item's code (the item's row excluded from the
+        item's captions), captions found by `nearest_rows`."""
+        codes = stack_codes([query_code, item_code])
+        return describe_codes(
+            self.bundle, self.coder, *codes, near_captions, [(), (row,)], self.nearest_rows
+        )
+
+    def nearest_rows(
+        self, length: int, rotated: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of the `k` rows nearest at prefix `length` (Bundle.search_prefix)."""
+        return self.bundle.search_prefix(length, rotated, k)
 
     def row_of(self, item_id: str | None = None, row: int | None = None) -> int:
         """The row of an item id (or a row checked to exist); NotFoundError otherwise."""

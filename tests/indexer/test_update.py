@@ -9,6 +9,7 @@ the same hits as before, renumbered."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import faiss
@@ -16,7 +17,9 @@ import numpy as np
 import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
+from indexer.benchmarks.tamper import damages
 from indexer.bundle import MANIFEST, Bundle, read_current
+from indexer.faults import VersionRefusedError
 from indexer.prefixes import exact_top_k
 from indexer.row_changes import UpdateError
 from indexer.update import (
@@ -222,6 +225,23 @@ def test_an_add_refuses_ids_it_holds_and_caches_that_differ(
     with pytest.raises(UpdateError, match="no published bundle"):
         add_rows(AddConfig(bundles=tmp_path, cache=parts.caches["B"], progress=False))
     assert_unchanged(built_a)
+
+
+def test_add_and_delete_refuse_a_base_that_does_not_verify(
+    strata_main, parts: Parts, built_a: Path, tmp_path: Path
+):
+    """A flipped byte in the published version: `index add` and `index delete` refuse it in one
+    line naming the file, as `index publish` and a hot swap do, and write nothing."""
+    out = Path(shutil.copytree(built_a, tmp_path / "bundles"))
+    damages(out / "v000001")["flipped byte: prefix index"](out / "v000001")
+    cache = str(parts.caches["B"])
+    added = strata_main("index", "add", "--bundles", str(out), "--cache", cache, "--no-progress")
+    assert_one_line_error(added, "v000001 does not verify, refused: ", "checksum mismatch")
+    deleted = strata_main("index", "delete", "--bundles", str(out), "--id", "a-0-0")
+    assert_one_line_error(deleted, "v000001 does not verify, refused: ", "checksum mismatch")
+    with pytest.raises(VersionRefusedError, match=r"\.faiss: checksum mismatch"):
+        delete_rows(DeleteConfig(bundles=out, ids=("a-0-0",)))
+    assert_unchanged(out)
 
 
 def test_the_summary_notes_where_a_build_would_choose_another_index(built_a: Path):

@@ -244,13 +244,18 @@ def test_a_small_query_is_not_held_behind_the_largest_batch(text_bundle, minilm)
     assert all(len(answer.hits) == 5 for answer in answers)
 
 
-def test_overload_at_concurrency_128_is_refused_fast_and_nothing_else_fails(text_bundle, minilm):
+@pytest.mark.parametrize("batching", [True, False], ids=["batching", "no-batching"])
+def test_overload_at_concurrency_128_is_refused_fast_and_nothing_else_fails(
+    text_bundle, minilm, batching: bool
+):
     """128 searches at once while the engine is held on the first batch: a full queue (16)
     waits, and every other search is refused RESOURCE_EXHAUSTED while they still wait (no
-    refusal waits for any computation); once the engine goes on, every queued one is served."""
+    refusal waits for any computation); once the engine goes on, every queued one is served.
+    The same with batching off (`--no-batching`): one search runs, 16 wait, the rest are
+    refused (before, every one was admitted)."""
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, batching=BatchingConfig(max_queue=16))
+    config = ServerConfig(port=0, batching=BatchingConfig(enabled=batching, max_queue=16))
     calls, outcomes = 128, []
 
     async def load(target: str) -> None:
@@ -277,6 +282,7 @@ def test_overload_at_concurrency_128_is_refused_fast_and_nothing_else_fails(text
         loading.result(2 * WAIT_S)
     assert while_held == ["RESOURCE_EXHAUSTED"] * (calls - admitted)
     assert sorted(outcomes) == sorted(["OK"] * admitted + while_held)
+    assert batching or all(len(texts) == 1 for texts in encoder.batches)  # each alone
 
 
 def test_stop_ends_the_largest_batch_at_the_grace(text_bundle, minilm):

@@ -232,6 +232,38 @@ def test_explain_reads_the_row_back(milvus_engine: MilvusEngine, engine: SearchE
     assert explained.hits[0].concepts and explained.query_concepts
 
 
+def test_explain_through_the_server_with_near_captions(
+    milvus_engine: MilvusEngine, engine: SearchEngine
+) -> None:
+    """gRPC Explain on the Milvus backend (once INTERNAL: the servicer passes near_captions,
+    which MilvusEngine.explain did not take): the local engine's answer, descriptions and
+    their near captions included, the captions searched in Milvus; out-of-range near_captions
+    is refused as on FAISS."""
+    item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
+    local = engine.explain(SearchQuery.of("a red car"), item_id=item, near_captions=3)
+    with (
+        BackgroundServer(milvus_engine, ServerConfig(port=0)) as running,
+        StrataClient(running.target, timeout=60) as client,
+    ):
+        remote = client.explain("a red car", item_id=item, near_captions=3)
+        plain = client.explain("a red car", row=local.row)
+        with pytest.raises(StrataClientError, match=r"near_captions must lie in \[0, 20\]"):
+            client.explain("a red car", row=local.row, near_captions=21)
+    assert (remote.item_id, remote.row) == (item, local.row)
+    assert [(s.prefix_length, round(s.cosine, 4)) for s in remote.similarities] == [
+        (s.prefix_length, round(s.cosine, 4)) for s in local.similarities
+    ]
+    for ours, theirs in (
+        (remote.query_description, local.query_description),
+        (remote.item_description, local.item_description),
+    ):
+        assert ours.phrase == theirs.phrase
+        assert [c.id for c in ours.captions] == [c.id for c in theirs.captions]
+        assert len(ours.captions) == 3 and all(c.text for c in ours.captions)
+    assert local.row not in [c.row for c in remote.item_description.captions]
+    assert plain.query_description.captions == [] and plain.item_description.captions == []
+
+
 def test_requested_funnel_reranks_at_the_target(milvus_engine: MilvusEngine, engine: SearchEngine):
     plan = SearchPlan("funnel", 24, 50)
     query = SearchQuery.of("a man riding a horse", granularity="full", k=10, plan=plan)
