@@ -50,6 +50,7 @@ from training.core.errors import InputError
 
 EXACT_MAX = 4096
 EXACT_FALLBACK_MAX = 200_000
+BITMAP_SHARE = 32  # listed rows above 1/32 of the gallery: a bitmap selector, not a hash set
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,13 @@ class AllowedRows:
         return ~inside if self.complement else inside
 
     def selector(self) -> faiss.IDSelector:
-        """A FAISS ID selector of the allowed rows (hold a reference while it is used): the
-        listed rows, or for a complement a bitmap of every allowed row."""
-        if not self.complement:
+        """A FAISS ID selector of the allowed rows (hold a reference while it is used): a hash
+        set of the listed rows when they are few (under 1/BITMAP_SHARE of the rows), else — and
+        for a complement — a bitmap of every allowed row, whose test is one bit read."""
+        if not self.complement and len(self.rows) * BITMAP_SHARE < self.total:
             return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
-        mask = np.ones(self.total, dtype=bool)
-        mask[self.rows] = False
+        mask = np.full(self.total, self.complement, dtype=bool)
+        mask[self.rows] = not self.complement
         bits = np.packbits(mask, bitorder="little")
         selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
         selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
@@ -186,7 +188,13 @@ def exact_scores(
     if len(rows) == 0:
         return np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)
     vectors = storage.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64))
-    scores = vectors @ np.asarray(query, dtype=np.float32).reshape(-1)
+    # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
+    # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
+    scores = np.einsum("ij,j->i", vectors, np.asarray(query, dtype=np.float32).reshape(-1))
+    if len(rows) > k:  # only the rows scoring at least the k-th best can be among the top k
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = np.flatnonzero(scores >= kth)
+        scores, rows = scores[keep], np.asarray(rows)[keep]
     order = np.lexsort((rows, -scores))[:k]
     return scores[order][None, :].astype(np.float32), rows[order][None, :].astype(np.int64)
 

@@ -1,0 +1,100 @@
+"""Concept-filtered search against unfiltered search, side by side: the p50 ratio.
+
+The bundle: a captioned cache (default Flickr8k's 40,460 MiniLM captions, `runs/flickr-minilm`)
+indexed with an identity GraSP-VL artifact and a CEDAR artifact that has a vocabulary readout
+(default `runs/cedar-flickr`, from `strata train cedar`), so the filter reads real word
+postings. Queries are `--queries` cache rows (seeded), sent as vectors through
+`SearchEngine.search` at the full granularity, k = 10, one FAISS thread. For every word of
+`--words` (default: the readout's words at the 10th, 50th and 90th percentile of frequency
+among those with their own threshold, and the most frequent), each query is timed unfiltered,
+with `require` the word and with `exclude` it, interleaved query by query so that the machine's
+drift hits all three alike. Prints and writes p50 per arm and the ratios to the unfiltered p50.
+
+    python -m service.benchmarks.filter_latency
+    python -m service.benchmarks.filter_latency --cache runs/flickr-minilm --cedar runs/cedar-flickr
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.build import build_bundle
+from indexer.build_inputs import BuildConfig
+from indexer.bundle import Bundle
+from service.results import SearchQuery
+from service.search import SearchEngine
+from training.benchmarks import benchmark_parser, publish
+from training.core.artifacts import TransformArtifact
+from training.core.cache import EmbeddingCache
+from training.core.errors import InputError
+
+
+def word_bundle(cache: Path, cedar: Path, work: Path) -> Path:
+    """BUNDLES folder over `cache` (identity GraSP-VL, the given CEDAR); built once in `work`."""
+    out = work / "bundles"
+    if (out / "CURRENT").exists():
+        return out
+    x = EmbeddingCache.open(cache).embeddings("text")
+    TransformArtifact.identity(x.shape[1], method="grasp-vl").save(work / "grasp", overwrite=True)
+    build_bundle(BuildConfig(cache=cache, grasp=work / "grasp", cedar=cedar, out=out))
+    return out
+
+
+def chosen_words(engine: SearchEngine) -> list[str]:
+    readout = engine.coder.readout
+    if readout is None:
+        raise InputError("the CEDAR artifact has no vocabulary readout: no word concepts")
+    own = [i for i in range(len(readout.words)) if readout.own_threshold[i]]
+    freq = np.array([(readout.frequency or [0.0] * len(readout.words))[i] for i in own])
+    order = np.argsort(freq)
+    picks = [order[int(q * (len(order) - 1))] for q in (0.1, 0.5, 0.9, 1.0)]
+    return [readout.words[own[p]] for p in dict.fromkeys(picks)]
+
+
+def main() -> None:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--cache", type=Path, default=Path("runs/flickr-minilm"))
+    parser.add_argument("--cedar", type=Path, default=Path("runs/cedar-flickr"))
+    parser.add_argument("--work", type=Path, default=Path("runs/bench/filter-latency"))
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--words", default="", help="comma list (default: chosen by frequency)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=Path("runs/bench/filter_latency.json"))
+    args = parser.parse_args()
+    faiss.omp_set_num_threads(1)
+    engine = SearchEngine(Bundle.open(word_bundle(args.cache, args.cedar, args.work)), None)
+    words = [w for w in args.words.split(",") if w] or chosen_words(engine)
+    x = EmbeddingCache.open(args.cache).embeddings("text")
+    rows = np.random.default_rng(args.seed).choice(len(x), args.queries, replace=False)
+    result: dict = {"rows": engine.bundle.rows, "queries": args.queries, "k": 10, "words": {}}
+    for word in words:
+        [concept] = engine.coder.resolve(word)
+        active = len(engine.bundle.postings(concept)[0])
+        times: dict[str, list[float]] = {"unfiltered": [], "require": [], "exclude": []}
+        for row in rows:
+            vector = x[row].astype(np.float32)
+            for arm, extra in (
+                ("unfiltered", {}),
+                ("require", {"require": [word]}),
+                ("exclude", {"exclude": [word]}),
+            ):
+                query = SearchQuery.of(vector=vector, granularity="full", k=10, **extra)
+                started = time.perf_counter()
+                engine.search(query)
+                times[arm].append(time.perf_counter() - started)
+        p50 = {arm: float(np.median(t)) * 1e3 for arm, t in times.items()}
+        result["words"][word] = {
+            "active_rows": active,
+            "p50_ms": {a: round(v, 3) for a, v in p50.items()},
+            "require_ratio": round(p50["require"] / p50["unfiltered"], 3),
+            "exclude_ratio": round(p50["exclude"] / p50["unfiltered"], 3),
+        }
+    publish(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
