@@ -102,7 +102,7 @@ def test_a_wrong_row_count_is_caught_in_every_file(version: Path):
         "prefix_4.faiss holds 600 rows, manifest says 601",
         "prefix_64.faiss holds 600 rows, manifest says 601",
         "ids.parquet holds 600 rows, manifest says 601",
-        "postings_rows.npy: 2400 entries, expected rows·k = 601·4",
+        "postings_rows.npy: 2400 axis entries, expected rows·k = 601·4",
     ):
         assert expected in faults, faults
 

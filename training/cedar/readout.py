@@ -15,14 +15,16 @@ Labels come free with a captioned corpus: the words of an image's *other* captio
 targets are soft — the mean over n = 1, 2, 3 of "at least n other captions use w"
 (training.cedar.naming.word_relevance) — under binary cross-entropy, with an L2 pull of W
 towards its start (weight `anchor`) so that a word with few labels stays near its text
-direction. Adam, minibatches, model selection on the val rows' loss (training/loop.py).
+direction. Adam, minibatches, model selection on the val rows' loss (training/loop.py;
+the trainer is in training/cedar/readout_training.py, so that reading a readout loads no
+torch).
 
 Thresholds θ_w are picked per word on the val rows: the cut of best F1 against the strict
 relevance (at least 2 other captions use w), where the word has at least `min_calibration`
 relevant rows there; elsewhere one global θ, the cut of best mean F1 over the words that have
 them. Each word's held-out precision P(relevant | active) and recall, which the catalog shows,
 come from cross-fitting: the val rows split in two halves by image, θ picked on one half and
-scored on the other, both ways. Pure functions and a `Trainer`; the caller does the I/O.
+scored on the other, both ways. Pure functions; the caller does the I/O.
 """
 
 from __future__ import annotations
@@ -33,16 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import Field
 
-from training.cedar.naming import OTHER_CAPTIONS
 from training.cedar.sparse_codes import reconstruct
 from training.core.config import ConfigModel
 from training.core.errors import InputError
 from training.core.metrics import unit_rows
-from training.core.seeding import seeded
-from training.loop import Schedule, Selection, run_loop
 
 WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
 SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
@@ -202,71 +200,6 @@ def calibrate(
     }
 
 
-class ReadoutTrainer:
-    """BCE on soft targets with an anchor to the text directions, for `run_loop`."""
-
-    label = "readout"
-
-    def __init__(
-        self,
-        train: tuple[np.ndarray, np.ndarray],
-        val: tuple[np.ndarray, np.ndarray],
-        start: np.ndarray,
-        config: ReadoutConfig,
-    ) -> None:
-        self.config = config
-        self.x, self.y = (torch.as_tensor(a) for a in train)
-        self.val_x, self.val_y = (torch.as_tensor(a) for a in val)
-        self.start = torch.as_tensor(start)
-        self.weight = torch.nn.Parameter(self.start.clone())
-        self.offset = torch.nn.Parameter(torch.full((len(start),), config.init_offset))
-        self.optimizer = torch.optim.Adam([self.weight, self.offset], lr=config.learning_rate)
-        self.batches = max(1, -(-len(self.x) // config.batch_size))
-
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = x @ self.weight.T + self.offset
-        return torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
-
-    def begin_round(self, index: int) -> None:
-        generator = torch.Generator().manual_seed(self.config.seed + index)
-        self.order = torch.randperm(len(self.x), generator=generator)
-
-    def step(self, step: int) -> dict[str, float]:
-        within, size = step % self.batches, self.config.batch_size
-        rows = self.order[within * size : (within + 1) * size]
-        bce = self.loss(self.x[rows], self.y[rows])
-        pull = ((self.weight - self.start) ** 2).sum(dim=1).mean()
-        loss = bce + self.config.anchor * pull
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return {"bce": bce.item(), "anchor": pull.item()}
-
-    def end_round(self, index: int, step: int, means: dict[str, float]) -> dict[str, float]:
-        with torch.no_grad():
-            val = self.loss(self.val_x, self.val_y).item()
-        return {"epoch": index + 1, **means, "val_bce": val}
-
-    def initial_record(self) -> dict[str, float] | None:
-        return None
-
-    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight.detach().clone(), self.offset.detach().clone()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {
-            "weight": self.weight.detach(),
-            "offset": self.offset.detach(),
-            "optimizer": self.optimizer.state_dict(),
-        }
-
-    def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
-        with torch.no_grad():
-            self.weight.copy_(saved["weight"])
-            self.offset.copy_(saved["offset"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-
-
 @dataclass
 class ReadoutRows:
     """What the readout learns from: x̃ and soft targets of the train rows, x̃ and the strict
@@ -282,59 +215,6 @@ class ReadoutRows:
     val_targets: np.ndarray
     val_relevant: np.ndarray  # bool [M, V], strict
     calibration: np.ndarray  # bool [M]: the first cross-fitting half of the val rows
-
-
-def fit_readout(
-    rows: ReadoutRows, mean: np.ndarray, config: ReadoutConfig, progress: bool = True
-) -> tuple[VocabularyReadout, dict[str, Any]]:
-    """Train the readout, calibrate its thresholds, measure it held out (module doc)."""
-    start = config.scale * unit_rows(np.asarray(rows.word_embeddings, np.float32) - mean)
-    with seeded(config.seed):
-        trainer = ReadoutTrainer(
-            (rows.train_x, rows.train_targets),
-            (rows.val_x, rows.val_targets),
-            start.astype(np.float32),
-            config,
-        )
-        result = run_loop(
-            trainer,
-            Schedule(config.epochs * trainer.batches, trainer.batches),
-            Selection("val_bce", "min", config.patience),
-            None,
-            progress,
-        )
-    weight, offset = (t.numpy().astype(np.float32) for t in result.best)
-    logits = margins(rows.val_x, weight, offset)
-    found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration)
-    threshold = np.asarray(found["threshold"], dtype=np.float32)
-    finite = np.where(np.isfinite(threshold), threshold, np.float32(1e6))
-    readout = VocabularyReadout(
-        words=list(rows.words),
-        classes=list(rows.classes),
-        weight=weight,
-        offset=(offset - finite).astype(np.float32),
-        threshold=finite,
-        own_threshold=np.asarray(found["own"], dtype=bool),
-        precision=[None if np.isnan(p) else round(float(p), 4) for p in found["precision"]],
-        recall=[None if np.isnan(r) else round(float(r), 4) for r in found["recall"]],
-        support=[int(s) for s in rows.train_support],
-        source=config.source,
-    )
-    active = np.zeros(len(readout.words), dtype=np.int64)
-    for start in range(0, len(rows.train_x), 8192):
-        active += (margins(rows.train_x[start : start + 8192], weight, readout.offset) >= 0).sum(0)
-    readout.frequency = [round(float(a) / max(len(rows.train_x), 1), 6) for a in active]
-    info = {
-        "words": len(rows.words),
-        "own_thresholds": int(readout.own_threshold.sum()),
-        "global_threshold": float(found["global"]),
-        "epochs_run": result.state.rounds,
-        "best_epoch": result.state.best_round,
-        "seconds": round(result.state.seconds, 3),
-        "history": result.state.history,
-        "relevance": f"at least {OTHER_CAPTIONS} other captions of the image use the word",
-    }
-    return readout, info
 
 
 def readout_tensors(readout: VocabularyReadout) -> dict[str, np.ndarray]:

@@ -26,11 +26,11 @@ from training.cedar.readout import (
     ReadoutConfig,
     ReadoutRows,
     VocabularyReadout,
-    fit_readout,
     readout_input,
     soft_targets,
     split_calibration,
 )
+from training.cedar.readout_training import fit_readout
 from training.core.errors import InputError
 
 
