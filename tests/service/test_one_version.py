@@ -102,13 +102,15 @@ def test_the_old_version_is_released_when_its_last_call_ends(versions, minilm):
 
 def test_a_batch_names_its_version_even_when_empty(versions, minilm):
     engine = SearchEngine(Bundle.open_version(versions[1]), minilm)
-    with BackgroundServer(engine, ServerConfig(port=0)) as background:
-        with StrataClient(background.target) as client:
-            empty = client._call("BatchSearch", pb.BatchSearchRequest())
-            two = client._call("BatchSearch", pb.BatchSearchRequest(requests=[
-                pb.SearchRequest(query=pb.Query(text="a dog"), top_k=2),
-                pb.SearchRequest(query=pb.Query(text="a cat"), top_k=2),
-            ]))  # fmt: skip
+    with (
+        BackgroundServer(engine, ServerConfig(port=0)) as background,
+        StrataClient(background.target) as client,
+    ):
+        empty = client._call("BatchSearch", pb.BatchSearchRequest())
+        two = client._call("BatchSearch", pb.BatchSearchRequest(requests=[
+            pb.SearchRequest(query=pb.Query(text="a dog"), top_k=2),
+            pb.SearchRequest(query=pb.Query(text="a cat"), top_k=2),
+        ]))  # fmt: skip
     assert empty.bundle_version == engine.bundle.version and not empty.responses
     assert two.bundle_version == engine.bundle.version
     assert [r.bundle_version for r in two.responses] == [engine.bundle.version] * 2

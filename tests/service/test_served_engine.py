@@ -1,4 +1,5 @@
-"""The served engine: held once, swapped atomically, the swaps counted, lent to calls and a\nswapped-out engine released when its last lease ends."""
+"""The served engine: held once, swapped atomically, the swaps counted, lent to calls and a
+swapped-out engine released when its last lease ends."""
 
 from __future__ import annotations
 
