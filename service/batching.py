@@ -12,17 +12,16 @@ CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no 
 little more than one query, as on a GPU.
 
 Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
-`submit_many(items)` (a BatchSearch) one request of many, worked through in chunks. Batches
-alternate: while single-item requests wait, every other batch is made of them alone (oldest
-first, up to `max_batch`); the batches between are one chunk of one multi-item request (those
-take turns, round-robin). A chunk is as many items as fit in `chunk_ms` by what that request's
-items have cost so far (the first chunk: one item; at most `max_batch`). So a small query that
-arrives while a large request is worked through waits for at most the chunk being processed
-(about `chunk_ms`, or one item where a single item costs more) and then runs in a batch of
-small queries — never behind the large request's remaining items, and never batched with them
-(no head-of-line blocking). A caller that gives up (a deadline, a cancelled call, a server
-stopping at its grace) takes its items still waiting out of the queue at once, so its remaining
-work is never done.
+`submit_many(items)` (a BatchSearch) one request of many, worked through in chunks;
+`submit_call(call)` (an Explain) one request that runs `call()` alone on the same executor.
+Which request the next batch serves is service/batch_order.py's rule: the first in line by
+arrival, moved back by twice the processing it has had — no caller starves, and a small query
+beside a large request waits for at most the chunk being processed. A chunk is as many items
+as fit in `chunk_ms` by what that request's items have cost so far (the first chunk: one item;
+at most `max_batch`), and is never batched with another request's items (no head-of-line
+blocking).
+A caller that gives up (a deadline, a cancelled call, a server stopping at its grace) takes its
+items still waiting out of the queue at once, so its remaining work is never done.
 
 Admission: a full queue (`max_queue` requests waiting, not counting the batch being processed)
 refuses a submission at once with `OverloadedError` (RESOURCE_EXHAUSTED) rather than letting
@@ -43,13 +42,14 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import ConfigDict, ValidationInfo, field_validator
 
+from service.batch_order import Flow, Waiting, take_batch
 from service.errors import DeadlineError, OverloadedError
 from training.core.config import ConfigModel
 
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+C = TypeVar("C")
 
 
 class BatchingConfig(ConfigModel):
@@ -110,34 +111,6 @@ class BatchStats:
         self.largest = max(self.largest, size)
 
 
-@dataclass
-class _Waiting(Generic[T, R]):
-    item: T
-    future: asyncio.Future[R]
-    arrived: float
-    deadline: float | None = None
-
-
-@dataclass
-class _Flow(Generic[T, R]):
-    """One request's items still waiting, oldest first (`futures`: all of its items');
-    `single`: a request of one item and no `finish`, which may share a batch with others like
-    it (a batch of singles is finished by nobody); `item_s`: what one of its items has cost
-    (None: unknown)."""
-
-    items: deque[_Waiting[T, R]] = field(default_factory=deque)
-    futures: list[asyncio.Future[R]] = field(default_factory=list)
-    single: bool = True
-    item_s: float | None = None
-    finish: Callable[[R], Any] | None = None
-
-    def chunk(self, chunk_s: float, most: int) -> int:
-        """Items of this request in its next chunk: what fits in `chunk_s` (1 while unknown)."""
-        if self.item_s is None:
-            return 1
-        return max(1, min(most, int(chunk_s / max(self.item_s, 1e-6))))
-
-
 class ItemError(Exception):
     """`submit_many`: the item at `index` failed with `error` (the request's other items were
     dropped)."""
@@ -145,34 +118,6 @@ class ItemError(Exception):
     def __init__(self, index: int, error: BaseException) -> None:
         super().__init__(f"item {index}: {error}")
         self.index, self.error = index, error
-
-
-def take_batch(
-    flows: deque[_Flow[T, R]], max_batch: int, chunk_s: float, singles_first: bool
-) -> tuple[list[_Waiting[T, R]], _Flow[T, R] | None]:
-    """The next batch from the waiting requests (`flows`, arrival order): up to `max_batch`
-    single-item requests, oldest first, when `singles_first` or no multi-item request waits;
-    else one chunk of the first multi-item request, which then moves to the back. Returns the
-    batch and the multi-item request it came from (None: singles). Mutates `flows`."""
-    singles = [f for f in flows if f.single]
-    multis = [f for f in flows if not f.single]
-    if singles and (singles_first or not multis):
-        taken = singles[:max_batch]
-        rest = {id(f) for f in taken}
-        kept = [f for f in flows if id(f) not in rest]
-        flows.clear()
-        flows.extend(kept)
-        return [f.items.popleft() for f in taken], None
-    if not multis:
-        return [], None
-    flow = multis[0]
-    batch = [
-        flow.items.popleft() for _ in range(min(flow.chunk(chunk_s, max_batch), len(flow.items)))
-    ]
-    flows.remove(flow)
-    if flow.items:
-        flows.append(flow)
-    return batch, flow
 
 
 class MicroBatcher(Generic[T, R]):
@@ -195,8 +140,8 @@ class MicroBatcher(Generic[T, R]):
         self.executor = executor
         self.clock = clock
         self.stats = BatchStats()
-        self._flows: deque[_Flow[T, R]] = deque()
-        self._in_flight: list[_Waiting[T, R]] = []
+        self._flows: deque[Flow[T, R]] = deque()
+        self._in_flight: list[Waiting[T, R]] = []
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
@@ -239,22 +184,45 @@ class MicroBatcher(Generic[T, R]):
         if not items:
             return []
         if not self.config.enabled:
-            if self._alone_requests > self.config.max_queue:  # one running, max_queue waiting
-                raise self._full()
-            self._alone_requests += 1
-            try:
-                return await self._alone(list(items), loop, finish)
-            finally:
-                self._alone_requests -= 1
-        if len(self._flows) >= self.config.max_queue:
-            raise self._full()
-        self._start(loop)
-        now = self.clock()
-        flow: _Flow[T, R] = _Flow(
-            deque(_Waiting(item, loop.create_future(), now, deadline) for item in items),
+            return await self._admitted_alone(lambda: self._alone(list(items), loop, finish))
+        flow: Flow[T, R] = Flow(
             single=len(items) == 1 and finish is None,  # a one-query BatchSearch is finished
             finish=finish,
         )
+        return await self._queued(flow, list(items), deadline, loop)
+
+    async def submit_call(self, call: Callable[[], C], deadline: float | None = None) -> C:
+        """`call()` run alone on the executor as one request, in its turn among the others
+        (module docstring); its exception is raised here. Admission and `deadline` as for
+        `submit`."""
+        if self._closed:
+            raise OverloadedError("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        if deadline is not None and deadline <= self.clock():
+            self.stats.expired += 1
+            raise DeadlineError("the deadline passed before the call was queued")
+        if not self.config.enabled:
+            return await self._admitted_alone(lambda: loop.run_in_executor(self.executor, call))
+        flow: Flow[Any, Any] = Flow(single=False, call=call)
+        try:
+            return (await self._queued(flow, [None], deadline, loop))[0]
+        except ItemError as exc:
+            raise exc.error from None
+
+    async def _queued(
+        self,
+        flow: Flow[Any, Any],
+        items: list[Any],
+        deadline: float | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> list[Any]:
+        """Queue `flow` with `items` and wait for all of their results (ItemError: the first
+        that failed)."""
+        if len(self._flows) >= self.config.max_queue:
+            raise self._full()
+        self._start(loop)
+        now = flow.arrived = self.clock()
+        flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
         self._flows.append(flow)
         assert self._arrived is not None
@@ -275,7 +243,18 @@ class MicroBatcher(Generic[T, R]):
             f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
         )
 
-    def _drop(self, flow: _Flow[T, R]) -> None:
+    async def _admitted_alone(self, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Batching off: admission as with batching on (one running, max_queue waiting), then
+        `run()`."""
+        if self._alone_requests > self.config.max_queue:
+            raise self._full()
+        self._alone_requests += 1
+        try:
+            return await run()
+        finally:
+            self._alone_requests -= 1
+
+    def _drop(self, flow: Flow[T, R]) -> None:
         with contextlib.suppress(ValueError):
             self._flows.remove(flow)
         for future in flow.futures:  # waiting or in a running batch: nobody awaits it now
@@ -311,7 +290,6 @@ class MicroBatcher(Generic[T, R]):
         assert self._arrived is not None
         wait = self.config.max_wait_ms / 1000
         chunk_s = self.config.chunk_ms / 1000
-        singles_first = True
         while True:
             while not self._flows:
                 self._arrived.clear()
@@ -329,8 +307,7 @@ class MicroBatcher(Generic[T, R]):
                     break
                 if not self._flows:
                     break
-            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s, singles_first)
-            singles_first = source is not None  # alternate while both kinds wait
+            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s)
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
             batch = [w for w in batch if not self._expired(w, self.clock())]
             if not batch:
@@ -338,14 +315,18 @@ class MicroBatcher(Generic[T, R]):
             self._in_flight = batch
             began = self.clock()
             try:
-                finish = source.finish if source is not None else None
-                results = await loop.run_in_executor(
-                    self.executor, self._call, [w.item for w in batch], finish
-                )
+                if source is not None and source.call is not None:
+                    results = await loop.run_in_executor(self.executor, _called, source.call)
+                else:
+                    finish = source.finish if source is not None else None
+                    results = await loop.run_in_executor(
+                        self.executor, self._call, [w.item for w in batch], finish
+                    )
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
                 results = [exc] * len(batch)
             if source is not None:
+                source.served += self.clock() - began
                 source.item_s = (self.clock() - began) / len(batch)
             for waiting, result in zip(batch, results, strict=True):
                 if waiting.future.done():
@@ -356,7 +337,7 @@ class MicroBatcher(Generic[T, R]):
                     waiting.future.set_result(result)
             self._in_flight = []
 
-    def _expired(self, waiting: _Waiting[T, R], now: float) -> bool:
+    def _expired(self, waiting: Waiting[T, R], now: float) -> bool:
         if waiting.deadline is None or waiting.deadline > now:
             return False
         self.stats.expired += 1
@@ -389,6 +370,14 @@ class MicroBatcher(Generic[T, R]):
             if not item.future.done():
                 item.future.set_exception(OverloadedError("the server is shutting down"))
         self._flows.clear()
+
+
+def _called(call: Callable[[], R]) -> list[R | BaseException]:
+    """`[call()]`, or `[the exception it raised]`."""
+    try:
+        return [call()]
+    except Exception as exc:
+        return [exc]
 
 
 def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:

@@ -23,10 +23,10 @@ What `strata index build | add | delete | publish --redis-url` announce (indexer
    its encoder checked to be the served bundle's, then a new `SearchEngine` (everything loaded,
    see `Bundle.load`) sharing the served engine's encoder, config and query cache;
 4. swap on the event loop: `StrataServer.swap_engine(new)`, the one place the served engine
-   changes, replaces it for the servicer and the micro-batcher at once. A batch already
-   running on the engine thread finishes on the old engine (it holds its own reference; the
-   old version's files stay open until it is dropped), every later one runs on the new one —
-   no request fails, none waits for the load.
+   changes, replaces it for the calls that start afterwards. A call already running — a
+   BatchSearch between two of its chunks too — finishes on the old engine, which it leased
+   when it started (service/served_engine.py); the old version is released when the last of
+   those calls ends — no request fails, none waits for the load, none mixes two versions.
 
 A load that fails (a missing or unreadable folder, a different encoder, a manifest that is not
 the announced one, a version that does not verify) is logged and counted

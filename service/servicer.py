@@ -3,8 +3,9 @@
 Search and BatchSearch go through the micro-batcher to `SearchEngine.search_batch` — a
 BatchSearch as one request of many queries, worked through a few at a time between other
 requests' queries (service/batching.py), so it never holds the queue, and dropped as soon as
-its call ends (deadline, cancellation, the server's grace); Explain runs on the same single
-engine thread (the encoder is used by one thread at a time); catalog and info calls read
+its call ends (deadline, cancellation, the server's grace); Explain too, as a request of its
+own run alone on the same single engine thread (the encoder is used by one thread at a time),
+in its turn among the searches; catalog and info calls read
 immutable data on the event loop. Every request is held to service/limits.py first. The
 methods raise the engine's errors; `service.rpc_errors.ErrorStatusInterceptor` turns them
 into statuses (one mapping for every service).
@@ -22,7 +23,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import TypeVar
 
 import grpc
 
@@ -35,8 +35,6 @@ from service.limits import LIMITS, RequestLimits, check_count
 from service.metrics import ServerMetrics
 from service.results import SearchQuery, SearchResult
 from service.served_engine import PinnedQuery, ServedEngine
-
-T = TypeVar("T")
 
 
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
@@ -55,9 +53,6 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self.executor = executor
         self.metrics = metrics
         self.limits = limits
-
-    async def _on_engine(self, call: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
         """The call's deadline by the batcher's clock; None when the client set none."""
@@ -119,9 +114,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         row = request.row if which == "row" else None
         if which is None:
             raise QueryError("name the item: set item_id or row")
-        with self.served.lease() as engine:
-            explanation = await self._on_engine(
-                lambda: engine.explain(query, item_id, row, self.metrics, request.near_captions)
+        with self.served.lease() as engine:  # in its turn among the searches (batching.py)
+            explanation = await self.batcher.submit_call(
+                lambda: engine.explain(query, item_id, row, self.metrics, request.near_captions),
+                deadline=self._deadline(context),
             )
         return convert.explain_response(explanation)
 

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "heavy_request",
         "rows": args.rows,
         "threads": args.threads,
-        "limits": {k: getattr(LIMITS, k) for k in LIMITS.__dataclass_fields__},
+        "limits": LIMITS.model_dump(),
         "excluded_concepts_rows": [sizes[c] for c in excluded],
         "candidates_s": candidates,
         "most_expensive": worst,
