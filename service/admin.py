@@ -9,7 +9,8 @@ The token is checked by `service.admin_auth.AdminAuthInterceptor`, errors become
 `service.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the server's bundle
 directory (by name, or the one CURRENT names), verifies it (`indexer.verify.check_servable`; a
 version that fails is refused with FAILED_PRECONDITION naming the file, and counted in
-`strata_bundle_refused_total{reason}`), loads it on a worker thread while the old version
+`strata_bundle_refused_total{reason}`), loads it on a daemon thread (service/daemon_work.py:
+a reload still running when the server stops never delays its exit) while the old version
 keeps serving, then hands the new engine to `StrataServer.swap_engine`.
 """
 
@@ -30,6 +31,7 @@ from indexer.verify import check_servable
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.batching import MicroBatcher
+from service.daemon_work import on_daemon_thread
 from service.errors import QueryError, ServiceError, echo
 from service.metrics import ServerMetrics
 from service.search import SearchEngine
@@ -131,7 +133,9 @@ class Admin:
         async with self._reloading:
             started = time.perf_counter()
             try:
-                engine = await asyncio.to_thread(self.open_engine, version)
+                engine = await on_daemon_thread(  # never delays the server's exit
+                    lambda: self.open_engine(version), "strata-reload"
+                )
             except Exception:
                 self.server.metrics.record_hot_swap(False)
                 raise

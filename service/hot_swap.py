@@ -16,7 +16,8 @@ What `strata index build | add | delete | publish --redis-url` announce (indexer
    than the one served is ignored (a re-publish of an older version — a rollback — is not
    followed: use the AdminService's Reload, or restart); of several waiting, only the newest
    is loaded;
-3. load OFF the event loop (a worker thread): `Bundle.open_version(path)`, its manifest's
+3. load OFF the event loop (a daemon thread, so that a load still running when the server
+   stops never delays its exit: service/daemon_work.py): `Bundle.open_version(path)`, its manifest's
    sha256 checked against the announcement's, the version verified (`indexer.verify.
    check_servable`: every file's size and checksum, row counts, indexes, postings, ids,
    artifacts, prefix cross-checks — what `strata index verify` checks but the cache sample),
@@ -53,6 +54,7 @@ from indexer.faults import Fault, VersionRefusedError
 from indexer.publish import DEFAULT_PREFIX, PublishError, one_line
 from indexer.verify import check_servable
 from indexer.version_channel import VersionChannel
+from service.daemon_work import on_daemon_thread
 from service.errors import ServiceError
 from service.search import SearchEngine
 from training.core.errors import InputError
@@ -321,7 +323,8 @@ class HotSwapper:
         name = record["name"]
         started = time.perf_counter()
         try:
-            engine = await asyncio.to_thread(self.loader, record, self.server.served.engine)
+            served = self.server.served.engine  # loaded on a daemon thread: never delays exit
+            engine = await on_daemon_thread(lambda: self.loader(record, served), "strata-swap")
             self.server.swap_engine(engine)
         except asyncio.CancelledError:
             raise

@@ -18,7 +18,8 @@ in), int64 as strings, enums by name, bytes as base64, unknown fields refused; e
 written, defaults included. A body that is no such JSON is INVALID_ARGUMENT, one over
 `body_bytes` (twice the gRPC message limit: JSON and base64 are wordier) is refused unread
 (413) and a parsed message over the gRPC limit is RESOURCE_EXHAUSTED, as gRPC refuses it.
-`Strata-Timeout: S` (seconds) is the call's deadline, as a gRPC deadline is.
+`Strata-Timeout: S` (seconds) is the call's deadline, as a gRPC deadline is, and a client that
+disconnects cancels its call, as a gRPC client's cancellation does (`unless_disconnected`).
 
 Errors: the status `service.rpc_errors.status_of` gives (the one error → status mapping) as an
 HTTP status (`HTTP_STATUS`, the mapping of Google's HTTP APIs), with the same message:
@@ -33,10 +34,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -66,6 +67,7 @@ from service.servicer import SearchServicer
 from service.thumbnails import BundleImages
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearchService"].full_name
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -223,6 +225,33 @@ async def read_body(request: Request, most: int) -> bytes:
     return b"".join(chunks)
 
 
+async def unless_disconnected(call: Awaitable[T], request: Request) -> T:
+    """`call`'s answer, or ClientDisconnect as soon as the client goes away while it runs: the
+    call is cancelled then, as gRPC cancels a call whose client left (its queries still waiting
+    leave the micro-batcher's queue, so no work is done for nobody)."""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the endpoint itself is cancelled (the server stopping)
+        task.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if task not in done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # its cancellation, nothing else
+        raise ClientDisconnect()
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the ASGI server says the client disconnected (the body is read by then:
+    what else arrives is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 class HttpApi:
     """The Starlette app of one server: the API over its servicer, health, the page."""
 
@@ -276,7 +305,8 @@ class HttpApi:
                 try:
                     context.set_timeout(timeout_of(request))
                     message = await self._request_message(message_class, request)
-                    response = await getattr(self.servicer, op.rpc)(message, context)
+                    call = getattr(self.servicer, op.rpc)(message, context)
+                    response = await unless_disconnected(call, request)
                 except ClientDisconnect:
                     context.set_code(grpc.StatusCode.CANCELLED)
                     raise

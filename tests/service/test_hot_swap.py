@@ -1,11 +1,16 @@
 """Hot swap: which announced versions are loaded, and a live server following the real Redis
 (127.0.0.1:6379, or STRATA_TEST_REDIS_URL) while client threads search without pause — new
-versions made by the indexer and published with `indexer.publish`, zero failed requests."""
+versions made by the indexer and published with `indexer.publish`, zero failed requests; and a
+SIGTERM while a version is being verified exits without waiting for the verification."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,10 +25,10 @@ from indexer.update import DeleteConfig, delete_rows
 from indexer.versions import BundleStore
 from service.batching import BatchingConfig
 from service.client import StrataClient, StrataClientError
-from service.hot_swap import HotSwapper, VersionTracker
+from service.hot_swap import HotSwapper, VersionTracker, load_engine
 from service.query_cache import QueryCache
 from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.server import BackgroundServer, ServerConfig, StrataServer, serve
 
 
 @pytest.fixture
@@ -143,3 +148,52 @@ def test_a_version_that_cannot_load_is_skipped_and_an_older_one_ignored(
         finally:
             swapper.close()
     assert swapper.state()["swaps"] == 1 and swapper.state()["failures"] == 1
+
+
+class HeldLoader:
+    """The real load (`load_engine`: open, verify, load), held at its start until released;
+    `finished` once it has returned."""
+
+    def __init__(self) -> None:
+        self.arrived, self.released, self.finished = (threading.Event() for _ in range(3))
+
+    def __call__(self, record: dict, current: SearchEngine) -> SearchEngine:
+        self.arrived.set()
+        self.released.wait(WAIT_S)  # never released (a failing test): goes on after WAIT_S
+        try:
+            return load_engine(record, current)
+        finally:
+            self.finished.set()
+
+
+def test_sigterm_during_a_verification_exits_without_waiting_for_it(
+    bundles: Path, minilm, prefix: str
+):
+    """`serve` (what `strata serve` runs) gets SIGTERM while the hot swap is verifying a new
+    version: it returns at the grace while the verification is still held. Before, the load ran
+    on the loop's default executor, which `asyncio.run` joins at its end: the exit waited for
+    the verification to finish."""
+    engine = SearchEngine(Bundle.open(bundles), minilm)
+    delete_and_publish(bundles, 0, prefix)  # v000002, announced: the swapper loads it at once
+    loader = HeldLoader()
+    swappers: list[HotSwapper] = []
+
+    def ready(server: StrataServer) -> None:
+        swappers.append(HotSwapper(server, URL, prefix, loader=loader))
+        swappers[0].start()
+
+    def terminate_once_held() -> None:
+        if loader.arrived.wait(WAIT_S):
+            os.kill(os.getpid(), signal.SIGTERM)  # serve's handler takes it (main thread)
+
+    signaller = threading.Thread(target=terminate_once_held, daemon=True)
+    signaller.start()
+    try:
+        asyncio.run(serve(engine, ServerConfig(port=0, grace_s=0.5), on_ready=ready))
+        held_at_exit = not loader.finished.is_set()
+    finally:
+        loader.released.set()
+        signaller.join(WAIT_S)
+    assert loader.arrived.is_set()
+    assert held_at_exit  # serve returned while the verification was still held
+    assert loader.finished.wait(WAIT_S)  # (the abandoned daemon thread ends on its own)

@@ -1,5 +1,6 @@
 """The HTTP/JSON API of a real server: the gRPC API in the proto's JSON mapping, on the same
-engine, with the same errors, the same metrics, and thumbnails from the image root only."""
+engine, with the same errors, the same metrics, and thumbnails from the image root only; a
+client that disconnects cancels its call."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import json
 import socket
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
 from http_helpers import call
 from search_gallery import LANTERN, build_image_bundle
+from serving_helpers import HeldEncoder
 from test_server_metrics import samples, value
+from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
@@ -189,6 +193,34 @@ def test_health_openapi_and_metrics(http: BackgroundServer):
     )
 
 
+def test_a_client_that_disconnects_cancels_its_call(text_bundle: Path, minilm):
+    """A search whose client hangs up while it waits in the queue is cancelled at once: its
+    query leaves the micro-batcher (the engine still held on another) and is never embedded,
+    and the call is counted CANCELLED. Before, it stayed queued and was computed for nobody."""
+    encoder = HeldEncoder(minilm, held=True)
+    engine = SearchEngine(Bundle.open(text_bundle), encoder)
+    config = ServerConfig(port=0, http_port=0, metrics_port=0)
+    leaving = json.dumps({"query": {"text": "a cat that hangs up"}, "topK": 3}).encode()
+    with BackgroundServer(engine, config) as running, ThreadPoolExecutor(1) as pool:
+        url, batcher = base(running), running.server.batcher
+        host, port = running.server.http_address.rsplit(":", 1)
+        held = pool.submit(call, url, "/v1/search", {"query": {"text": "a held dog"}, "topK": 3})
+        assert encoder.arrived(1)  # the engine is busy with it
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as client:
+            head = f"POST /v1/search HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json"
+            client.sendall(f"{head}\r\ncontent-length: {len(leaving)}\r\n\r\n".encode() + leaving)
+            wait_for(lambda: batcher.waiting == 1, WAIT_S, "the second search queued")
+        wait_for(lambda: batcher.waiting == 0, WAIT_S, "its query taken out of the queue")
+        assert len(encoder.batches) == 1  # still held on the first search
+        encoder.release()
+        assert held.result(WAIT_S)[0] == 200
+        found = samples(_scrape(running))
+    assert "a cat that hangs up" not in encoder.texts
+    labels = {"grpc_type": "http", "grpc_service": SEARCH, "grpc_method": "Search"}
+    assert value(found, "grpc_server_handled_total", **labels, grpc_code="CANCELLED") == 1
+    assert value(found, "grpc_server_handled_total", **labels, grpc_code="OK") == 1
+
+
 def _scrape(server: BackgroundServer) -> str:
     port = server.server.metrics_port
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -288,4 +320,6 @@ def test_a_fuzz_of_bad_requests_gets_4xx_and_no_path_leaks(image_bundle: Path, t
         assert call(base(running), "/healthz")[0] == 200
     assert report["sent"] == 300 and report["5xx"] == 0 and not report["leaks"], report
     assert report["4xx"] > 150 and report["kinds"]["traversal"].get("2xx", 0) == 0
+    grown = ("where", "group_by", "plan", "min_recall", "batch_size")  # the API's newer fields
+    assert {f"grpc:{kind}" for kind in grown} <= set(report["kinds"])
     assert report["ok"], report

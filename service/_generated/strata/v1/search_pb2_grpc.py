@@ -79,7 +79,7 @@ class SearchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def BatchSearch(self, request, context):
-        """Several queries (at most 1024) in one call: one encoder call per modality, responses in
+        """Several queries (0 to 256) in one call: one encoder call per modality, responses in
         request order. An invalid request fails the whole call with INVALID_ARGUMENT naming its
         position.
         """
