@@ -369,6 +369,13 @@ def test_export_and_serve_from_the_command_line(
             process.stderr.read() if process.poll() is not None else ""
         )
         address = line.split(" on ")[-1].split(";")[0]
+        # the start-up lines come before any call is answered; read them here (a readline's
+        # buffer may already hold them, and communicate() below would not see what it holds)
+        started: list[str] = []
+        while len(started) < 10:
+            started.append(process.stdout.readline())
+            if started[-1].startswith("backend:") or not started[-1]:
+                break
         with StrataClient(address) as client:
             found = client.search("a red car", k=10, granularity="caption")
         local = engine.search(SearchQuery.of("a red car", k=10, granularity="caption"))
@@ -379,4 +386,4 @@ def test_export_and_serve_from_the_command_line(
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert f"backend: {target}, following alias cli" in out
+    assert f"backend: {target}, following alias cli\n" in started + out.splitlines(True)
