@@ -4,7 +4,11 @@ same requests (service/benchmarks/fuzz.py sends them).
 A kind is a mutation of a good SearchRequest (empty, huge or random text; random bytes as an
 image; vectors of random dimension, with NaN/Inf, or of extreme magnitude; random enum
 integers, top_k, concept references and metadata fields; a Query with no kind set or two kinds
-on the wire), a BatchSearch of mutated requests, a mutated Explain, ListConcepts or
+on the wire; metadata conditions `where` — known and unknown fields, values of every kind,
+any_of up to one past its limit, ranges, no test, one condition past the limit; `group_by`
+and `group_size`; a search `plan` of random kind, shortlist prefix and factor; `min_recall`
+at and past (0, 1], NaN and Inf), a BatchSearch of mutated requests, a BatchSearch of every
+size from 0 to one past the limit (`batch_size`), a mutated Explain, ListConcepts or
 GetConcept, or raw bytes (random, truncated or bit-flipped serializations).
 """
 
@@ -131,15 +135,73 @@ def search_mutation(kind: str, rng: random.Random, t: Target) -> pb.SearchReques
         request.explain = rng.random() < 0.5
     elif kind == "query_unset":
         request.ClearField("query")
+    elif kind == "where":
+        count = rng.choice((1, 1, 2, 4, LIMITS.conditions, LIMITS.conditions + 1))
+        request.where.extend(_condition(rng, t) for _ in range(count))
+    elif kind == "group_by":
+        if rng.random() < 0.9:
+            request.group_by = rng.choice(_field_pool(rng, t))
+        if rng.random() < 0.7:
+            request.group_size = rng.choice((0, 1, 2, 100, 101, _int32(rng)))
+    elif kind == "plan":
+        prefixes = (t.dim // 16, t.dim // 8, t.dim // 4, t.dim // 2, t.dim)
+        request.plan.kind = rng.choice((0, 1, 2, 3, _int32(rng)))
+        if rng.random() < 0.6:
+            request.plan.shortlist_prefix = rng.choice((0, *prefixes, _int32(rng)))
+        if rng.random() < 0.6:
+            request.plan.factor = rng.choice((0, 1, 10, 1000, 1001, _int32(rng)))
+        request.granularity = rng.choice((0, 4, 5, 6, rng.randint(0, 6)))
+    elif kind == "min_recall":
+        request.min_recall = rng.choice(
+            (0.0, 1.0, 0.5, 0.9, 0.99, 1.0001, -1.0, 1e-45, math.nan, math.inf, rng.random())
+        )
     else:
         raise ValueError(f"unknown search kind {kind!r}")
     return request
 
 
+def _field_pool(rng: random.Random, t: Target) -> list[str]:
+    return [*t.metadata_fields, "id", "", _unicode(rng, 5), rng.choice(WORDS)]
+
+
+def _value(rng: random.Random) -> pb.MetadataValue:
+    """A metadata value of a random kind (of the column's type or not)."""
+    which = rng.randrange(5)
+    if which == 0:
+        return pb.MetadataValue(text=rng.choice((rng.choice(WORDS), _unicode(rng, 6), "", "1")))
+    if which == 1:
+        wide = rng.randint(-(2**63), 2**63 - 1)
+        return pb.MetadataValue(integer=rng.choice((0, 1, -1, rng.randint(-1000, 1000), wide)))
+    if which == 2:
+        return pb.MetadataValue(number=rng.choice((0.5, -1e300, math.nan, math.inf, rng.random())))
+    if which == 3:
+        return pb.MetadataValue(flag=rng.random() < 0.5)
+    return pb.MetadataValue()  # no kind set
+
+
+def _condition(rng: random.Random, t: Target) -> pb.MetadataCondition:
+    """A metadata condition: a field (known or not) and a test of random values, or none."""
+    condition = pb.MetadataCondition(field=rng.choice(_field_pool(rng, t)))
+    test = rng.randrange(4)
+    if test == 0:
+        condition.equals.CopyFrom(_value(rng))
+    elif test == 1:
+        count = rng.choice((0, 1, 3, LIMITS.condition_values, LIMITS.condition_values + 1))
+        condition.any_of.values.extend(_value(rng) for _ in range(count))
+    elif test == 2:
+        if rng.random() < 0.8:
+            condition.range.min.CopyFrom(_value(rng))
+        if rng.random() < 0.8:
+            condition.range.max.CopyFrom(_value(rng))
+        condition.range.min_exclusive = rng.random() < 0.3
+        condition.range.max_exclusive = rng.random() < 0.3
+    return condition  # test 3: no test at all
+
+
 SEARCH_KINDS = (
     "good", "text_empty", "text_huge", "text_random", "image_random", "vector_dim",
     "vector_nonfinite", "vector_extreme", "granularity_int", "top_k_int", "concepts", "metadata",
-    "query_unset",
+    "query_unset", "where", "group_by", "plan", "min_recall",
 )  # fmt: skip
 
 
@@ -174,6 +236,24 @@ def _bitflip(rng: random.Random, data: bytes) -> bytes:
     return bytes(flipped)
 
 
+BATCH_TEXTS = tuple(f"{a} {b}" for a in WORDS[:8] for b in WORDS[8:16])  # 64: the cache holds them
+
+
+def _sized_batch(rng: random.Random, t: Target) -> pb.BatchSearchRequest:
+    """A BatchSearch of any size from 0 to one past the limit (the edges more often), of good
+    requests with now and then one mutated request at a random position."""
+    most = LIMITS.batch_requests
+    size = rng.choice((0, 1, 2, most - 1, most, most + 1, rng.randint(0, most)))
+    requests = [
+        pb.SearchRequest(query=pb.Query(text=rng.choice(BATCH_TEXTS)), top_k=rng.randint(1, 5))
+        for _ in range(size)
+    ]
+    if requests and rng.random() < 0.3:
+        cheap = [k for k in SEARCH_KINDS if k not in ("text_huge", "text_random")]
+        requests[rng.randrange(size)] = search_mutation(rng.choice(cheap), rng, t)
+    return pb.BatchSearchRequest(requests=requests)
+
+
 def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
     """One request of `kind` (one of KINDS)."""
     if kind in SEARCH_KINDS:
@@ -201,6 +281,8 @@ def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
         return FuzzRequest(
             kind, "BatchSearch", pb.BatchSearchRequest(requests=requests).SerializeToString()
         )
+    if kind == "batch_size":
+        return FuzzRequest(kind, "BatchSearch", _sized_batch(rng, t).SerializeToString())
     if kind == "explain":
         request = pb.ExplainRequest(query=search_mutation(rng.choice(SEARCH_KINDS), rng, t).query)
         which = rng.randrange(3)
@@ -208,6 +290,8 @@ def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
             request.row = rng.choice((rng.randrange(t.rows), rng.randint(-(2**63), 2**63 - 1)))
         elif which == 1:
             request.item_id = rng.choice(("", _unicode(rng, 8), "scene-0000001", "x" * 5000))
+        if rng.random() < 0.5:
+            request.near_captions = rng.choice((0, 1, 3, 20, 21, -1, _int32(rng)))
         return FuzzRequest(kind, "Explain", request.SerializeToString())
     if kind == "list_concepts":
         request = pb.ListConceptsRequest(
@@ -226,7 +310,7 @@ def draw(kind: str, rng: random.Random, t: Target) -> FuzzRequest:
 
 KINDS = (
     *SEARCH_KINDS, "oneof_clash", "raw_random", "raw_truncated", "raw_bitflip", "batch",
-    "explain", "list_concepts", "get_concept",
+    "batch_size", "explain", "list_concepts", "get_concept",
 )  # fmt: skip
 
 
