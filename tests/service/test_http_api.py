@@ -320,4 +320,6 @@ def test_a_fuzz_of_bad_requests_gets_4xx_and_no_path_leaks(image_bundle: Path, t
         assert call(base(running), "/healthz")[0] == 200
     assert report["sent"] == 300 and report["5xx"] == 0 and not report["leaks"], report
     assert report["4xx"] > 150 and report["kinds"]["traversal"].get("2xx", 0) == 0
+    grown = ("where", "group_by", "plan", "min_recall", "batch_size")  # the API's newer fields
+    assert {f"grpc:{kind}" for kind in grown} <= set(report["kinds"])
     assert report["ok"], report
