@@ -171,7 +171,10 @@ def concept_details(concept: ConceptInfo) -> str:
     precision = precision_of(concept)
     lines = [
         f"{concept.label}  {concept.name}",
-        f"  score        {concept.score:.3f} (cosine of the axis with its name's text embedding)",
+        f"  score        {concept.score:.3f} (cosine of the axis with its name's text embedding)"
+        if concept.label.startswith(("+", "-"))
+        else f"  score        {concept.score:.3f} (a word concept, learnt from captions: its "
+        "held-out precision)",
     ]
     if precision is not None:
         lines.append(f"  precision    {precision:.3f} (held out)")
