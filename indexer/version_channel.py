@@ -145,6 +145,9 @@ class VersionChannel:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=POLL)
                 except redis_errors() as exc:
                     raise self.fail(exc) from None
+                task = asyncio.current_task()  # a cancel that met the read's timeout: stop
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError
                 if message is None or message.get("type") != "message":
                     await asyncio.sleep(0)
                     continue

@@ -304,6 +304,7 @@ class MicroBatcher(Generic[T, R]):
                     async with asyncio.timeout(remaining):
                         await self._arrived.wait()
                 except TimeoutError:
+                    raise_if_cancelled()  # a cancel that met the timeout is still a cancel
                     break
                 if not self._flows:
                     break
@@ -378,6 +379,15 @@ def _called(call: Callable[[], R]) -> list[R | BaseException]:
         return [call()]
     except Exception as exc:
         return [exc]
+
+
+def raise_if_cancelled() -> None:
+    """CancelledError when the running task has been asked to stop: for a loop whose await can
+    come back without raising it (a timeout that expired as the cancel came), so that a
+    cancelled worker ends instead of waiting on forever (and holding up `asyncio.run`'s exit)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
