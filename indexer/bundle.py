@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from indexer.ids import IDS, read_ids
-from indexer.postings import Postings
+from indexer.postings import Postings, entries_of_rows
 from indexer.prefix_index import apply_search_parameters, read_prefix_index, search_parameters
 from indexer.tuning import Tuning
 from training.cedar.concepts import ConceptCoder
@@ -354,6 +354,14 @@ class Bundle:
     @cached_property
     def _postings(self) -> Postings:
         return Postings(self.path)
+
+    def entries_of_rows(
+        self, first_concept: int, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, concept, activation) of the postings entries of `rows` among the concepts
+        from `first_concept` on (indexer.postings.entries_of_rows)."""
+        p = self._postings
+        return entries_of_rows(p.indptr, p.rows, p.values, first_concept, rows)
 
     def postings(self, concept: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows int64 ascending, activations float32) of the rows where the concept is active."""

@@ -302,6 +302,22 @@ class Postings:
         return np.asarray(self.rows[start:stop]), np.asarray(self.values[start:stop])
 
 
+def entries_of_rows(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    values: np.ndarray,
+    first_concept: int,
+    wanted: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, concept, value) of every entry of concepts first_concept and up whose row is one
+    of `wanted` (few rows): one pass over those concepts' entries, in concept order."""
+    start = int(indptr[first_concept])
+    tail = np.asarray(rows[start:])
+    at = np.flatnonzero(np.isin(tail, np.asarray(wanted, dtype=np.int64)))
+    concepts = np.searchsorted(indptr, start + at, side="right") - 1
+    return tail[at], concepts.astype(np.int64), np.asarray(values[start:])[at]
+
+
 def postings_faults(
     indptr: np.ndarray,
     rows: np.ndarray,

@@ -68,22 +68,15 @@ def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.nd
 
 def row_words(bundle: Bundle, rows: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per bundle row: (word concept ids, margins) active on it, largest margin first, read
-    from the postings of the word concepts (ids 2D and up; none without a vocabulary
-    readout): one binary search per word concept for all rows at once."""
+    from the postings of the word concepts (ids 2D and up; none without a vocabulary readout)
+    in one pass over their entries."""
     rows = np.asarray(rows, dtype=np.int64)
-    found: list[tuple[list[int], list[float]]] = [([], []) for _ in rows]
-    for concept in range(bundle.coder.axis_concepts, bundle.coder.concepts):
-        posting_rows, margins = bundle.postings(concept)
-        if len(posting_rows) == 0 or len(rows) == 0:
-            continue
-        at = np.minimum(np.searchsorted(posting_rows, rows), len(posting_rows) - 1)
-        for i in np.flatnonzero(posting_rows[at] == rows):
-            found[i][0].append(concept)
-            found[i][1].append(float(margins[at[i]]))
+    found_rows, concepts, margins = bundle.entries_of_rows(bundle.coder.axis_concepts, rows)
     out = []
-    for ids, values in found:
-        order = np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
-        out.append((np.asarray(ids, np.int64)[order], np.asarray(values, np.float32)[order]))
+    for row in rows:
+        mine = np.flatnonzero(found_rows == row)
+        order = np.argsort(-margins[mine].astype(np.float64), kind="stable")
+        out.append((concepts[mine][order], margins[mine][order].astype(np.float32)))
     return out
 
 

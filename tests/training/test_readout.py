@@ -9,7 +9,7 @@ import pytest
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.codes import code_run
-from indexer.postings import postings_faults
+from indexer.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
 from training.cedar.readout import (
     VocabularyReadout,
@@ -115,4 +115,9 @@ def test_word_entries_follow_the_axes_and_pass_verification():
             == np.flatnonzero(active[:, w]).tolist()
         )
     assert postings_faults(indptr, run.rows, run.values, 300, coder.k, 32) == []
+    wanted = np.array([3, 150, 299])
+    rows, concepts, _ = entries_of_rows(indptr, run.rows, run.values, 32, wanted)
+    found = sorted(zip(rows.tolist(), concepts.tolist(), strict=True))
+    expected = sorted((int(r), 32 + int(w)) for r in wanted for w in np.flatnonzero(active[r]))
+    assert found == expected
     assert postings_faults(indptr, run.rows, run.values, 300, coder.k)  # all as axes: faults
