@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 import typer
 from scipy import sparse
@@ -43,41 +41,33 @@ from training.cedar.evaluate import (
     rotation_method,
     sae_method,
 )
-from training.cedar.filter_quality import (
-    filter_quality,
-    frequent_words,
-    named_filters,
-    naming_table,
-    pick_cosine_threshold,
-    quality_table,
+from training.cedar.gallery_quality import (
+    caption_relevance,
+    embed_words,
+    filter_quality_markdown,
+    gallery_quality,
 )
 from training.cedar.naming import (
     CaptionVocabulary,
     caption_vocabulary,
     cooccurrence,
-    fires_matrix,
-    naming_precision,
-    word_relevance,
 )
 from training.cedar.readout import (
     ReadoutConfig,
-    VocabularyReadout,
     mean_held_out,
     readout_record,
     readout_tensors,
 )
-from training.cedar.readout_quality import readout_quality, readout_variants
+from training.cedar.readout_quality import readout_variants
 from training.cedar.readout_rows import learn_readout
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.cache import EmbeddingCache
 from training.core.commands import SeedOption
 from training.core.config import load_config
-from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import default_contract
-from training.core.metrics import unit_rows
 from training.core.rotations import pca_rotation, random_rotation
 from training.core.seeding import seeded
 from training.core.settings import load_settings
@@ -130,32 +120,6 @@ def vocabulary_embeddings(
 
 def vocabulary_info(vocab: CaptionVocabulary, source: str) -> dict[str, Any]:
     return {"source": source, "size": len(vocab.words), "classes": dict(Counter(vocab.classes))}
-
-
-def embed_words(words: list[str], spec: str | None) -> np.ndarray:
-    """Text embeddings of words with the encoder `spec` (loaded once per process)."""
-    if spec is None:
-        raise InputError("the cache records no encoder: pass --encoder")
-    log.info("embedding %d words with %s", len(words), spec)
-    return _encoder(spec).encode_text(words)
-
-
-@functools.cache
-def _encoder(spec: str) -> Any:
-    return load_encoder(spec, device=load_settings().device)
-
-
-def caption_relevance(
-    data: SplitRows, rows: np.ndarray, vocab: CaptionVocabulary
-) -> sparse.csr_matrix | None:
-    """Which words each row is relevant to (training.cedar.naming.word_relevance), judged by the
-    other captions of its group (image); None when the cache has no captions."""
-    if "caption" not in data.metadata.column_names:
-        return None
-    column = "group" if "group" in data.metadata.column_names else "id"
-    groups = [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]
-    mentions = [vocab.mentions(t) for t in data.texts(rows)]
-    return word_relevance(mentions, groups, len(vocab.words))
 
 
 @dataclass
@@ -411,109 +375,6 @@ def labelled_tasks(data: SplitRows, train: np.ndarray, test: np.ndarray) -> list
         probe = fit_linear_probe(data.embeddings[train][keep], y_train[keep], classes)
         tasks.append(LabelledTask(name, probe, encode_labels(values[test], classes)[0]))
     return tasks
-
-
-def gallery_quality(
-    gallery: Path,
-    methods: list[SparseMethod],
-    namings: dict[str, dict[str, list[str | None]]],
-    k: int,
-    encoder: str | None,
-    readouts: tuple[TransformArtifact, dict[str, VocabularyReadout]] | None = None,
-) -> dict[str, Any]:
-    """Concept-filter quality (training.cedar.filter_quality) on the gallery's test rows: each
-    method under each of its namings ("clean": the catalog's, "cosine": best cosine word over the
-    raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
-    and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
-    val rows); `readouts`' word-concept filters (training.cedar.readout_quality); and every
-    naming's precision on the test rows."""
-    g = load_split_rows(gallery)
-    if "caption" not in g.metadata.column_names:
-        raise InputError(f"{gallery}: filter quality needs the gallery's captions")
-    test, val = g.rows("test"), g.rows("val")
-    judged = {split: judged_words(g, rows) for split, rows in (("test", test), ("val", val))}
-    vocab, relevant, words = judged["test"]
-    names = [vocab.words[w] for w in words]
-    classes = [vocab.classes[w] for w in words]
-    wanted = relevant[:, words].T.toarray().astype(bool)
-    x = g.embeddings[test]
-    scores: dict[str, Any] = {}
-    naming: dict[str, Any] = {}
-    for method in methods:
-        active = method.concepts(x, k)
-        n = len(method.directions)
-        fires = fires_matrix(active, n).tocsc()
-        test_cooccurrence = cooccurrence(active, relevant, n)
-        for variant, concept_names in namings[method.name].items():
-            label = method.name if variant == "clean" else f"{method.name} (cosine names)"
-            allowed, covered = named_filters(fires, concept_names, names)
-            scores[label] = filter_quality(allowed, covered, wanted, classes)
-            naming[label] = naming_precision(concept_names, test_cooccurrence, vocab.words)
-    if readouts is not None:
-        scores.update(readout_quality(readouts[1], readouts[0], x, names, classes, wanted))
-    mentions = [vocab.mentions(t) for t in g.texts(test)]
-    own = np.array([[w in m for m in mentions] for w in words])
-    everything = np.ones(len(words), dtype=bool)
-    scores["keyword (own caption)"] = filter_quality(own, everything, wanted, classes)
-    centre = g.embeddings[g.rows("train")].mean(axis=0)
-    val_vocab, val_relevant, val_words = judged["val"]
-    val_names = [val_vocab.words[w] for w in val_words]
-    terms = sorted(set(names) | set(val_names))
-    embedded = dict(zip(terms, embed_words(terms, encoder), strict=True))
-
-    def cosines(rows: np.ndarray, of: list[str]) -> np.ndarray:
-        t = unit_rows(np.array([embedded[w] for w in of], dtype=np.float64) - centre)
-        return t @ unit_rows(g.embeddings[rows].astype(np.float64) - centre).T
-
-    threshold, curve = pick_cosine_threshold(
-        cosines(val, val_names), val_relevant[:, val_words].T.toarray().astype(bool)
-    )
-    allowed = cosines(test, names) >= threshold
-    scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(allowed, everything, wanted, classes)
-    return {
-        "gallery": str(gallery),
-        "test_rows": len(test),
-        "k": k,
-        "words": dict(Counter(classes)),
-        "word_list": dict(zip(names, classes, strict=True)),
-        "cosine_threshold": threshold,
-        "cosine_val_f1": curve,
-        "methods": scores,
-        "naming": naming,
-    }
-
-
-def judged_words(
-    g: SplitRows, rows: np.ndarray
-) -> tuple[CaptionVocabulary, sparse.csr_matrix, np.ndarray]:
-    """The rows' own clean vocabulary, their relevance and its frequent words."""
-    vocab = caption_vocabulary(g.texts(rows), min_count=5)
-    relevant = caption_relevance(g, rows, vocab)
-    if relevant is None:
-        raise InputError("filter quality needs the gallery's captions")
-    return vocab, relevant, frequent_words(relevant, vocab.classes)
-
-
-def filter_quality_markdown(quality: dict[str, Any]) -> str:
-    words = {**quality["words"], "all": sum(quality["words"].values())}
-    return "\n".join(
-        [
-            f"## Concept-filter quality on {quality['gallery']} "
-            f"(test, {quality['test_rows']} rows)",
-            "",
-            "Macro precision / recall per word class of the rows each filter allows (a row is "
-            "relevant when at least 2 other captions of its image use the word); a word with "
-            "no concept of its name scores 0 / 0; covered: words with a filter. "
-            f"k = {quality['k']}; the cosine threshold was picked on the val rows.",
-            "",
-            quality_table(quality["methods"], words),
-            "## Naming precision on the test rows",
-            "",
-            "P(name relevant | concept active), mean over the named concepts active on the rows.",
-            "",
-            naming_table(quality["naming"]),
-        ]
-    )
 
 
 def eval_command(

@@ -35,6 +35,7 @@ from training.core.errors import InputError
 
 
 def groups_of(data: SplitRows, rows: np.ndarray) -> list[str]:
+    """The group (image) of each row, or its id where the cache has no groups."""
     column = "group" if "group" in data.metadata.column_names else "id"
     return [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]
 
