@@ -40,6 +40,7 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         active_rows=len(rows),
         precision=entry.precision,
         named=entry.named,
+        zero_shot=entry.zero_shot,
     )
 
 

@@ -40,7 +40,16 @@ from training.core.granularity import Granularity
 MAX_MESSAGE_BYTES = 16 * 2**20  # responses (the server's send, a client's both ways)
 
 # fields of the same name and meaning in a message and its value, copied as they are
-_CONCEPT_FIELDS = ("id", "label", "name", "score", "frequency", "active_rows", "named")
+_CONCEPT_FIELDS = (
+    "id",
+    "label",
+    "name",
+    "score",
+    "frequency",
+    "active_rows",
+    "named",
+    "zero_shot",
+)
 _INDEX_FIELDS = (
     "bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality",
     "concepts", "image_queries",

@@ -334,6 +334,7 @@ class ConceptInfo:
     active_rows: int = 0
     precision: float | None = None  # the name's held-out precision, where measured
     named: bool = True  # False: no name held up; `name` is the label
+    zero_shot: bool = False  # a word concept without labels (its text direction's cosine)
 
 
 @dataclass

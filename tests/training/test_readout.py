@@ -11,6 +11,7 @@ from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.codes import code_run
 from indexer.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
+from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
     VocabularyReadout,
     best_cuts,
@@ -20,7 +21,11 @@ from training.cedar.readout import (
     readout_record,
     readout_tensors,
     split_calibration,
+    text_directions,
+    with_zero_shot,
 )
+from training.cedar.readout_quality import with_global_threshold
+from training.cedar.readout_rows import zero_shot_terms
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 
@@ -121,3 +126,41 @@ def test_word_entries_follow_the_axes_and_pass_verification():
     expected = sorted((int(r), 32 + int(w)) for r in wanted for w in np.flatnonzero(active[r]))
     assert found == expected
     assert postings_faults(indptr, run.rows, run.values, 300, coder.k)  # all as axes: faults
+
+
+def test_a_zero_shot_word_is_the_cosine_filter_of_its_text_direction(tmp_path: Path):
+    rng = np.random.default_rng(4)
+    base = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=0)
+    learnt = readout(16, 2, rng)
+    texts = rng.normal(size=(2, 16)).astype(np.float32)
+    grown = with_zero_shot(learnt, ["fox", "donkey"], ["noun", "noun"],
+                           text_directions(texts, base.mean), 0.3)  # fmt: skip
+    base.extra["readout"] = readout_record(grown)
+    base.tensors = readout_tensors(grown)
+    base.save(tmp_path / "cedar")
+    coder = ConceptCoder(TransformArtifact.load(tmp_path / "cedar"))
+    x = rng.normal(size=(40, 16)).astype(np.float32)
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    cosine = unit(x - base.mean) @ unit(texts - base.mean).T
+    found = coder.word_margins(x)
+    assert np.allclose(found[:, 2:], cosine - 0.3, atol=1e-5)  # active exactly where cos ≥ τ
+    assert np.array_equal(found[:, :2], margins(unit(x - base.mean), learnt.weight, learnt.offset))
+    fox = coder.catalog[coder.resolve("fox")[0]]
+    assert fox.zero_shot and fox.precision is None
+    assert not coder.catalog[coder.resolve("w0")[0]].zero_shot
+    with pytest.raises(InputError, match="already learnt"):
+        with_zero_shot(grown, ["fox"], ["noun"], texts[:1], 0.3)
+    # one global θ moves the learnt words only: a zero-shot word stays on its cosine scale
+    moved = with_global_threshold(grown, 2.0)
+    assert np.array_equal(moved.offset[2:], grown.offset[2:])
+    assert not np.array_equal(moved.offset[:2], grown.offset[:2])
+
+
+def test_zero_shot_terms_are_the_words_the_readout_could_not_learn():
+    texts = ["a puppy runs"] * 50 + ["a puppy sits on grass", "a fox", "a pupy"]
+    trained = caption_vocabulary(texts, min_count=3)
+    assert set(trained.words) == {"puppy", "running"}
+    terms = dict(zero_shot_terms(texts, trained))
+    assert "fox" in terms and "grass" in terms and "sitting" in terms  # rare in the captions
+    assert "donkey" in terms  # never in them: the caption lexicon's word
+    assert not {"puppy", "running", "pupy"} & set(terms)  # learnt, or a typo merged into one

@@ -245,6 +245,12 @@ def train_command(
             f"readout      {info['words']} word concepts ({info['own_thresholds']} with their "
             f"own threshold), {info['epochs_run']} epochs, best {info['best_epoch']}; held-out "
             f"precision {info['precision']:.3f}, recall {info['recall']:.3f} (mean over words)"
+            + (
+                f"; {info['zero_shot_words']} zero-shot words "
+                f"(cosine ≥ {info['zero_shot_cut']:.3f})"
+                if info.get("zero_shot_words")
+                else ""
+            )
         )
 
 

@@ -198,6 +198,7 @@ class CatalogEntry:
     scope: str | None = None  # local / global, once CDS has measured it
     precision: float | None = None  # the name's precision on held-out rows (None: not measured)
     named: bool = True  # False: left unnamed, `name` is the label (found by label only)
+    zero_shot: bool = False  # a word concept without labels: its text direction's cosine filter
 
 
 def build_catalog(
@@ -369,6 +370,7 @@ def word_entry(concept: int, record: dict[str, Any]) -> CatalogEntry:
         frequency=float(record.get("frequency", 0.0)),
         precision=None if precision is None else float(precision),
         named=True,
+        zero_shot=bool(record.get("zero_shot", False)),
     )
 
 

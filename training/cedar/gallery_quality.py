@@ -36,7 +36,7 @@ from training.cedar.naming import (
     naming_precision,
     word_relevance,
 )
-from training.cedar.readout import VocabularyReadout
+from training.cedar.readout import VocabularyReadout, text_directions
 from training.cedar.readout_quality import readout_quality
 from training.cedar.readout_rows import groups_of
 from training.core.artifacts import TransformArtifact
@@ -84,8 +84,9 @@ def gallery_quality(
     method under each of its namings ("clean": the catalog's, "cosine": best cosine word over the
     raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
     and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
-    val rows); `readouts`' word-concept filters (training.cedar.readout_quality); and every
-    naming's precision on the test rows."""
+    val rows); `readouts`' word-concept filters (training.cedar.readout_quality) and, beside
+    them, every word as a zero-shot concept (the cosine threshold a gallery without labels
+    gets: the readout's training-corpus cut); and every naming's precision on the test rows."""
     g = load_split_rows(gallery)
     if "caption" not in g.metadata.column_names:
         raise InputError(f"{gallery}: filter quality needs the gallery's captions")
@@ -129,6 +130,13 @@ def gallery_quality(
     )
     allowed = cosines(test, names) >= threshold
     scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(allowed, everything, wanted, classes)
+    trained = readouts[0].extra["readout"].get("training", {}) if readouts is not None else {}
+    if readouts is not None and "zero_shot_cut" in trained:
+        cedar, cut = readouts[0], float(trained["zero_shot_cut"])
+        t = text_directions(np.array([embedded[w] for w in names]), cedar.mean)
+        allowed = (unit_rows(np.asarray(x, np.float32) - cedar.mean) @ t.T >= cut).T
+        label = f"zero-shot cosine ≥ {cut:.2f} (the training corpus's cut, no gallery labels)"
+        scores[label] = filter_quality(allowed, everything, wanted, classes)
     return {
         "gallery": str(gallery),
         "test_rows": len(test),

@@ -24,11 +24,19 @@ relevance (at least 2 other captions use w), where the word has at least `min_ca
 relevant rows there; elsewhere one global θ, the cut of best mean F1 over the words that have
 them. Each word's held-out precision P(relevant | active) and recall, which the catalog shows,
 come from cross-fitting: the val rows split in two halves by image, θ picked on one half and
-scored on the other, both ways. Pure functions; the caller does the I/O.
+scored on the other, both ways.
+
+Zero-shot words. A word the training captions use too rarely to learn from (fewer than
+`vocabulary_min_count` times, or never: the caption lexicon's words) is still a concept, the
+cosine filter of its text direction: margin_w = ⟨x̃, t̃_w⟩ − τ, with t̃_w = (t_w − b)/‖t_w − b‖
+and τ the one cut of best mean F1 on the val rows over the learnt words' own text directions
+(`cosine_cut`). It has no held-out precision, and says so. Pure functions; the caller does the
+I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,6 +69,9 @@ class ReadoutConfig(ConfigModel):
         5, ge=1, description="relevant calibration rows a word needs for its own threshold"
     )
     vocabulary_min_count: int = Field(3, ge=1, description="occurrences a word needs")
+    zero_shot: bool = Field(
+        True, description="add the rarer caption words and the lexicon's as zero-shot concepts"
+    )
     seed: int = 0
 
     def fingerprint(self) -> str:
@@ -82,6 +93,7 @@ class VocabularyReadout:
     support: list[int]  # relevant training rows
     source: str = "dense"
     frequency: list[float] | None = None  # share of training rows where the word is active
+    zero_shot: list[bool] | None = None  # True: no labels, the cosine filter (module doc)
 
     def __post_init__(self) -> None:
         v = len(self.words)
@@ -89,6 +101,9 @@ class VocabularyReadout:
             raise InputError(
                 f"readout of {v} words has weight {self.weight.shape}, offset {self.offset.shape}"
             )
+
+    def is_zero_shot(self, word: int) -> bool:
+        return bool(self.zero_shot[word]) if self.zero_shot is not None else False
 
 
 def readout_input(
@@ -145,6 +160,60 @@ def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> f
         if f1.mean() > best_f1:
             best, best_f1 = float(t), float(f1.mean())
     return best
+
+
+def text_directions(word_embeddings: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """float32 [V, D]: t̃_w, each word's centred unit text direction."""
+    return unit_rows(np.asarray(word_embeddings, dtype=np.float32) - mean).astype(np.float32)
+
+
+def cosine_cut(
+    features: np.ndarray, directions: np.ndarray, relevant: np.ndarray, min_calibration: int
+) -> float:
+    """τ of the zero-shot words: the one cosine cut ⟨x̃, t̃_w⟩ ≥ τ of best mean F1 on these
+    (val) rows, over the words with at least `min_calibration` relevant rows."""
+    supported = np.flatnonzero(np.asarray(relevant).sum(axis=0) >= min_calibration)
+    return global_cut(np.asarray(features) @ np.asarray(directions).T, relevant, supported)
+
+
+def with_zero_shot(
+    readout: VocabularyReadout,
+    words: Sequence[str],
+    classes: Sequence[str],
+    directions: np.ndarray,
+    cut: float,
+) -> VocabularyReadout:
+    """The readout with `words` appended as zero-shot concepts: weight t̃_w, offset −τ (module
+    doc); no precision, recall or support. A word the readout already has is refused."""
+    known = set(readout.words)
+    clash = [w for w in words if w in known]
+    if clash:
+        raise InputError(f"zero-shot words already learnt: {', '.join(clash[:5])}")
+    n = len(words)
+    flags = [readout.is_zero_shot(w) for w in range(len(readout.words))]
+    return dataclasses.replace(
+        readout,
+        words=[*readout.words, *words],
+        classes=[*readout.classes, *classes],
+        weight=np.concatenate([readout.weight, np.asarray(directions, np.float32)]),
+        offset=np.concatenate([readout.offset, np.full(n, -cut, dtype=np.float32)]),
+        threshold=np.concatenate([readout.threshold, np.full(n, cut, dtype=np.float32)]),
+        own_threshold=np.concatenate([readout.own_threshold, np.zeros(n, dtype=bool)]),
+        precision=[*readout.precision, *[None] * n],
+        recall=[*readout.recall, *[None] * n],
+        support=[*readout.support, *[0] * n],
+        frequency=None,
+        zero_shot=[*flags, *[True] * n],
+    )
+
+
+def active_share(readout: VocabularyReadout, features: np.ndarray) -> list[float]:
+    """Per word: the share of rows x̃ where its margin is ≥ 0 (in chunks of 8,192 rows)."""
+    active = np.zeros(len(readout.words), dtype=np.int64)
+    for start in range(0, len(features), 8192):
+        chunk = features[start : start + 8192]
+        active += (margins(chunk, readout.weight, readout.offset) >= 0).sum(0)
+    return [round(float(a) / max(len(features), 1), 6) for a in active]
 
 
 def split_calibration(groups: Sequence[str], seed: int) -> np.ndarray:
@@ -236,8 +305,9 @@ def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
                 "recall": r,
                 "support": s,
                 "frequency": f,
+                **({"zero_shot": True} if z else {}),
             }
-            for w, c, t, o, p, r, s, f in zip(
+            for w, c, t, o, p, r, s, f, z in zip(
                 readout.words,
                 readout.classes,
                 readout.threshold,
@@ -246,6 +316,7 @@ def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
                 readout.recall,
                 readout.support,
                 readout.frequency or [0.0] * len(readout.words),
+                readout.zero_shot or [False] * len(readout.words),
                 strict=True,
             )
         ],
@@ -275,6 +346,7 @@ def readout_of(
             support=[int(w["support"]) for w in words],
             source=str(record.get("source", "dense")),
             frequency=[float(w.get("frequency", 0.0)) for w in words],
+            zero_shot=[bool(w.get("zero_shot", False)) for w in words],
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed vocabulary in the CEDAR artifact: {exc}") from exc

@@ -31,12 +31,16 @@ from training.core.artifacts import TransformArtifact
 
 
 def with_global_threshold(readout: VocabularyReadout, threshold: float) -> VocabularyReadout:
-    """The same readout with one threshold θ for every word: offset = c − θ."""
+    """The same readout with one threshold θ for every learnt word: offset = c − θ (zero-shot
+    words, on the cosine scale, keep theirs)."""
+    learnt = ~np.array([readout.is_zero_shot(w) for w in range(len(readout.words))], dtype=bool)
     logit_offset = readout.offset + readout.threshold
     return dataclasses.replace(
         readout,
-        offset=(logit_offset - np.float32(threshold)).astype(np.float32),
-        threshold=np.full_like(readout.threshold, threshold),
+        offset=np.where(learnt, logit_offset - np.float32(threshold), readout.offset).astype(
+            np.float32
+        ),
+        threshold=np.where(learnt, np.float32(threshold), readout.threshold).astype(np.float32),
         own_threshold=np.zeros_like(readout.own_threshold),
     )
 

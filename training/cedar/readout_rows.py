@@ -3,7 +3,9 @@
 For the words of the train captions' clean vocabulary (training.cedar.naming, at least
 `vocabulary_min_count` occurrences): the readout input x̃ of every train and val row, the soft
 training targets and the strict relevance (training.cedar.readout), and the val rows' split
-into a calibration half and a held-out half, by image.
+into a calibration half and a held-out half, by image. With `zero_shot`, the words the train
+captions use too rarely, and the caption lexicon's words they never use, join as zero-shot
+concepts (training.cedar.readout: the cosine filter of their text direction).
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ from training.cedar.readout import (
     ReadoutConfig,
     ReadoutRows,
     VocabularyReadout,
+    active_share,
+    cosine_cut,
     readout_input,
     soft_targets,
     split_calibration,
+    text_directions,
+    with_zero_shot,
 )
 from training.cedar.readout_training import fit_readout
 from training.core.errors import InputError
+from training.core.lexicon.nouns import SINGULAR
+from training.core.lexicon.words import ADJECTIVES, VERBS_BARE
 
 
 def groups_of(data: SplitRows, rows: np.ndarray) -> list[str]:
@@ -91,4 +99,43 @@ def learn_readout(
     if not vocab.words:
         raise InputError("the train captions give no vocabulary for a readout")
     rows = readout_rows(data, vocab, embed(list(vocab.words)), rotation, mean, k, config)
-    return fit_readout(rows, mean, config, progress)
+    readout, info = fit_readout(rows, mean, config, progress)
+    if not config.zero_shot:
+        return readout, info
+    extra = zero_shot_terms(data.texts(data.rows("train")), vocab)
+    cut = cosine_cut(
+        rows.val_x,
+        text_directions(rows.word_embeddings, mean),
+        rows.val_relevant,
+        config.min_calibration,
+    )
+    directions = text_directions(embed([w for w, _ in extra]), mean) if extra else None
+    if directions is not None:
+        readout = with_zero_shot(
+            readout, [w for w, _ in extra], [c for _, c in extra], directions, cut
+        )
+        readout.frequency = active_share(readout, rows.train_x)
+    return readout, {**info, "zero_shot_words": len(extra), "zero_shot_cut": round(cut, 6)}
+
+
+def lexicon_terms() -> CaptionVocabulary:
+    """Every noun, adjective and verb of the caption lexicon, as the clean vocabulary names it
+    (plurals singular, verbs in their -ing form)."""
+    forms = sorted({*SINGULAR.values(), *ADJECTIVES, *VERBS_BARE})
+    return caption_vocabulary(forms, min_count=1)
+
+
+def zero_shot_terms(texts: list[str], trained: CaptionVocabulary) -> list[tuple[str, str]]:
+    """(word, class) of the zero-shot words (module doc): the clean words of `texts` the trained
+    vocabulary lacks (a token it reads as one of its own words — a merged typo — left out),
+    most frequent first, then the lexicon's words that neither has, in sorted order."""
+    seen = caption_vocabulary(texts, min_count=1)
+    have = set(trained.words)
+    terms: list[tuple[str, str]] = []
+    for word, kind in seen.terms():
+        if word not in have and word not in trained.forms:
+            terms.append((word, kind))
+            have.add(word)
+    lexicon = sorted(lexicon_terms().terms())
+    terms += [(w, c) for w, c in lexicon if w not in have and w not in trained.forms]
+    return terms

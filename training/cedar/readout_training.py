@@ -14,10 +14,11 @@ from training.cedar.readout import (
     ReadoutConfig,
     ReadoutRows,
     VocabularyReadout,
+    active_share,
     calibrate,
     margins,
+    text_directions,
 )
-from training.core.metrics import unit_rows
 from training.core.seeding import seeded
 from training.loop import Schedule, Selection, run_loop
 
@@ -91,7 +92,7 @@ def fit_readout(
     rows: ReadoutRows, mean: np.ndarray, config: ReadoutConfig, progress: bool = True
 ) -> tuple[VocabularyReadout, dict[str, Any]]:
     """Train the readout, calibrate its thresholds, measure it held out (module doc)."""
-    start = config.scale * unit_rows(np.asarray(rows.word_embeddings, np.float32) - mean)
+    start = config.scale * text_directions(rows.word_embeddings, mean)
     with seeded(config.seed):
         trainer = ReadoutTrainer(
             (rows.train_x, rows.train_targets),
@@ -123,10 +124,7 @@ def fit_readout(
         support=[int(s) for s in rows.train_support],
         source=config.source,
     )
-    active = np.zeros(len(readout.words), dtype=np.int64)
-    for start in range(0, len(rows.train_x), 8192):
-        active += (margins(rows.train_x[start : start + 8192], weight, readout.offset) >= 0).sum(0)
-    readout.frequency = [round(float(a) / max(len(rows.train_x), 1), 6) for a in active]
+    readout.frequency = active_share(readout, rows.train_x)
     info = {
         "words": len(rows.words),
         "own_thresholds": int(readout.own_threshold.sum()),

@@ -376,7 +376,7 @@ class ConceptExample(_message.Message):
     def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Concept(_message.Message):
-    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named")
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -388,6 +388,7 @@ class Concept(_message.Message):
     ACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     NAMED_FIELD_NUMBER: _ClassVar[int]
+    ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -399,7 +400,8 @@ class Concept(_message.Message):
     active_rows: int
     precision: float
     named: bool
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ...) -> None: ...
+    zero_shot: bool
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ...) -> None: ...
 
 class GetIndexInfoRequest(_message.Message):
     __slots__ = ()
