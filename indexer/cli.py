@@ -32,6 +32,7 @@ from indexer.publish import (
     publish_version,
 )
 from indexer.row_changes import read_id_file
+from indexer.store import DTYPES
 from indexer.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update import (
     AddConfig,
@@ -161,6 +162,10 @@ def build(
     tuning_queries: Annotated[
         int, typer.Option(min=1, help="held-out gallery rows the tuning measures recall on")
     ] = TUNING_QUERIES,
+    store: Annotated[
+        str,
+        typer.Option(help="none | float16 | int8: keep every row once, for every Flat prefix"),
+    ] = "none",
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -174,7 +179,10 @@ def build(
     verified, so a killed build leaves the previous version current."""
     if recall_target <= 0:
         raise BuildError("--recall-target must lie in (0, 1]")
+    if store not in ("none", *DTYPES):
+        raise BuildError(f"--store {store!r}: choose none, {', '.join(DTYPES)}")
     config = BuildConfig(
+        store=store,
         cache=cache,
         grasp=grasp,
         cedar=cedar,
