@@ -24,6 +24,7 @@ from indexer.bundle import (
     version_name,
 )
 from indexer.export_cli import export_command
+from indexer.footprint import footprint_lines
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
     DEFAULT_PREFIX,
@@ -491,9 +492,12 @@ def info(
         f"{manifest.postings['entries']} entries\n"
         f"on disk      {format_bytes(sum(f.bytes for f in manifest.files.values()))}"
     )
+    shared = manifest.store
+    typer.echo(f"store        {'none' if shared is None else shared['dtype']} (bytes per row:)")
+    typer.echo("\n".join(footprint_lines(manifest)))
     typer.echo("prefixes")
     for p in manifest.prefixes:
-        disk = " (lists on disk)" if p.ondisk else ""
+        disk = " (lists on disk)" if p.ondisk else " (served from the store)" if p.store else ""
         typer.echo(f"  {p.length:>5} {p.granularity:<10} {p.factory}{disk}  [{p.reason}]")
         typer.echo(f"        {describe_tuning(p)}")
     typer.echo("versions")

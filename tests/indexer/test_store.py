@@ -180,3 +180,23 @@ def test_a_bundle_written_before_the_store_still_loads_verifies_and_serves(
     rows, values = old.postings(concept)
     assert rows.dtype == np.int64 and (np.diff(rows) > 0).all() and len(rows) == len(values)
     np.testing.assert_array_equal(rows, layouts["float16"].postings(concept)[0])
+
+
+def test_index_info_prints_bytes_per_row_per_part(layouts, strata_main):
+    from indexer.footprint import footprint
+
+    bundle = layouts["float16"]
+    parts = {p.name: p for p in footprint(bundle.manifest)}
+    assert set(parts) >= {"store", "postings", "ids", "artifacts"}
+    rows, dim = bundle.rows, bundle.dim
+    assert parts["store"].disk > rows * dim * 2  # float16 codes, plus the norms and headers
+    assert sum(p.disk for p in parts.values()) == sum(
+        f.bytes for f in bundle.manifest.files.values()
+    )
+    run = strata_main("index", "info", "--bundles", str(bundle.path.parent))
+    assert run.returncode == 0, run.stderr
+    assert "resident B/row" in run.stdout and "served from the store" in run.stdout
+    lines = [line.split() for line in run.stdout.splitlines()]
+    assert ["store", "float16", "(bytes", "per", "row:)"] in lines
+    row = next(w for w in lines if len(w) == 3 and w[0] == "store")
+    assert float(row[1]) == pytest.approx(parts["store"].disk / rows, abs=0.1)
