@@ -15,8 +15,8 @@ per granularity recall@10 and p50 beside hnswlib's full-D HNSW at equal recall, 
    smallest ef whose recall@10 against exact full-D search reaches Strata's at L; p50 of both,
    one thread, interleaved rounds, and their ratio.
 
-    python -m indexer.benchmarks.memory --rows 100000
-    python -m indexer.benchmarks.memory --rows 1000000 --memory-only
+    python -m service.benchmarks.memory --rows 100000
+    python -m service.benchmarks.memory --rows 1000000 --memory-only
 """
 
 from __future__ import annotations
