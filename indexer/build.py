@@ -6,6 +6,8 @@ whatever the chosen index types hold in RAM — see indexer/index_plan.py):
     x           the shard's embeddings of the gallery modality, float32 [n, D]
     z           = (x − mean_G) @ R_Gᵀ                          one matmul (GraSP-VL)
     p_L         = z[:, :L] / ‖z[:, :L]‖  for each prefix L      → prefix_{L}.faiss
+    (or, with `--store`: p_D once as float16/int8 + head norms  → store_vectors.npy,
+     store_norms.npy; a Flat prefix other than the shortest then has no file: `store_served`)
     (c, a)      = the k active concepts of each row (CEDAR)     → concept postings
     metadata    the shard's rows, in order                      → ids.parquet
 
@@ -63,6 +65,7 @@ from indexer.publish import Publisher
 from indexer.release import release_version
 from indexer.sampling import Reservoir
 from indexer.shard_step import ShardSource
+from indexer.store import VECTORS, StoreWriter, store_record
 from indexer.verify import verify_bundle
 from indexer.version_writer import VersionWriter
 from indexer.versions import BundleStore
@@ -117,6 +120,17 @@ def training_sample(
     return reservoir.sample()
 
 
+def store_served(plans: list[PrefixPlan], store: str) -> set[int]:
+    """The prefixes a bundle with a store serves from it: every in-RAM Flat one but the
+    shortest, which keeps its own float32 index as the funnel's shortlist."""
+    if store == "none":
+        return set()
+    shortest = min(p.length for p in plans)
+    return {
+        p.length for p in plans if p.factory == "Flat" and not p.ondisk and p.length != shortest
+    }
+
+
 def write_version(
     staging: Path,
     version: int,
@@ -139,11 +153,18 @@ def write_version(
         for p in inputs.plans
         if p.needs_training and sample is not None
     }
-    writers = [
-        open_writer(p, staging, rows, writer.work, trained.get(p.length)) for p in inputs.plans
+    served = store_served(inputs.plans, config.store)
+    writers: list = [
+        open_writer(p, staging, rows, writer.work, trained.get(p.length))
+        for p in inputs.plans
+        if p.length not in served
     ]
+    lengths = [p.length for p in inputs.plans]
+    store = None if config.store == "none" else store_record(config.store, lengths)
+    if store is not None:
+        writers.append(StoreWriter(staging, rows, inputs.grasp.dim, lengths, config.store))
     n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words
-    postings = PostingsWriter(staging, writer.work, n_concepts)
+    postings = PostingsWriter(staging, writer.work, n_concepts, rows=rows)
     schema = unified_schema(shard_schema(cache, shard) for shard in cache.manifest.shards)
     ids = IdsWriter(staging / IDS, schema)
     source = ShardSource(cache, inputs.modality, inputs.grasp, inputs.coder, 0)
@@ -164,18 +185,20 @@ def write_version(
             PrefixEntry(
                 length=p.length,
                 granularity=p.granularity.value,
-                file=p.file,
+                file=VECTORS if p.length in served else p.file,
                 factory=p.factory,
                 kind=p.kind,
                 ondisk=p.ondisk,
                 search=default_search_parameters(p.factory, p.length),
-                reason=p.reason,
+                reason=p.reason + ("; served from the shared store" if p.length in served else ""),
+                store=p.length in served,
             )
             for p in inputs.plans
         ],
         config.recall_target,
         config.tuning_queries,
         config.seed,
+        store,
     )
     artifacts = {}
     for role, path, artifact in (
@@ -203,6 +226,7 @@ def write_version(
             prefixes=prefixes,
             postings={"concepts": n_concepts, "entries": entries, "k": inputs.coder.k},
             files=writer.files,
+            store=store,
             build={
                 "seconds": round(time.perf_counter() - started, 3),
                 "tuning_seconds": tuning_seconds,

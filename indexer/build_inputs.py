@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -54,6 +55,8 @@ class BuildConfig(ConfigModel):
     ray_address: str | None = None  # --engine ray: a cluster to join (default: RAY_ADDRESS/local)
     recall_target: float = Field(RECALL_TARGET, gt=0, le=1)  # recall@10 the tuning aims at
     tuning_queries: int = Field(TUNING_QUERIES, ge=1)  # held-out gallery rows it measures on
+    # the shared vector store's codes (indexer/store.py); "none": one file per prefix, as before
+    store: Literal["none", "float16", "int8"] = "none"
 
 
 @dataclass

@@ -10,11 +10,17 @@ A bundle directory holds versions, and a pointer to the published one:
 
     v000007/
       manifest.json               below
-      prefix_{L}.faiss            one FAISS index per prefix length L of the contract, inner
-                                  product, FAISS id = row position; an IVF whose lists are on
-                                  disk adds prefix_{L}.ivfdata
+      store_vectors.npy           with a store (format 4, indexer/store.py): every row's unit
+      store_norms.npy             rotated vector once (float16 or int8 [N, D]) and its head
+                                  norms at each prefix (float32 [N, P]); Flat prefixes are
+                                  served from it and have no file of their own
+      prefix_{L}.faiss            one FAISS index per prefix length L of the contract (with a
+                                  store: only the prefixes that need their own: the shortest,
+                                  the shortlist, and approximate ones), inner product, FAISS
+                                  id = row position; an IVF with lists on disk adds .ivfdata
       postings_indptr.npy         CSR concept postings (indexer/postings.py): int64 [2D + 1],
-      postings_rows.npy           int64 row ids and float32 activations [N·k]
+      postings_rows.npy           int32 row ids (the narrowest type: indexer.postings.row_dtype;
+                                  int64 before) and float32 activations [N·k]
       postings_values.npy
       ids.parquet                 row r = gallery row r: `id` and the cache's metadata columns
       artifacts/grasp/            copies of the two transform artifacts (manifest.json +
@@ -29,8 +35,10 @@ FAISS factory string, rule kind, on-disk lists or not, search parameters, why th
 for an approximate index its `tuning`: recall target, the operating points measured at build
 time and the chosen one's recall@k and latency, indexer/tuning.py; absent in older bundles),
 `postings` (concepts = 2D, entries = N·k), `files` (every file: sha256, bytes, rows — the rows or
-entries it holds, null for artifact files) and `build` (seconds, memory budget, FAISS version,
-GPU used).
+entries it holds, null for artifact files), `build` (seconds, memory budget, FAISS version,
+GPU used) and `store` (its files, dtype and the prefixes its norms cover; null without one, as
+in every bundle before format 4, which load and serve as they did); a prefix served from the
+store has `store: true` and no file.
 
 Stored vectors: p_L(x) = z[:L] / ‖z[:L]‖ with z = (x − mean) @ Rᵀ, R and mean those of the GraSP
 copy; a query goes through `Bundle.rotate` and is renormalised per prefix the same way, so every
@@ -57,6 +65,7 @@ import pyarrow.parquet as pq
 from indexer.ids import IDS, read_ids
 from indexer.postings import Postings, entries_of_rows
 from indexer.prefix_index import apply_search_parameters, read_prefix_index, search_parameters
+from indexer.store import StoreIndex, VectorStore
 from indexer.tuning import Tuning
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
@@ -113,6 +122,7 @@ class PrefixEntry:
     search: str
     reason: str = ""
     tuning: Tuning | None = None  # approximate indexes: indexer/tuning.py (absent before)
+    store: bool = False  # served from the shared vector store: no file of its own (absent before)
 
 
 @dataclass
@@ -141,6 +151,7 @@ class BundleManifest:
     files: dict[str, FileRecord] = field(default_factory=dict)
     build: dict[str, Any] = field(default_factory=dict)
     format: str = BUNDLE_FORMAT
+    store: dict[str, Any] | None = None  # the shared vector store (indexer/store.py); None before
 
     @property
     def name(self) -> str:
@@ -231,7 +242,7 @@ class Bundle:
         it; a lazily opened one would fail on the first prefix it had not touched yet."""
         for length in self.prefix_lengths:
             self.index(length)
-        _ = self._ids, self._postings, self.grasp, self.coder
+        _ = self.store, self._ids, self._postings, self.grasp, self.coder
         return self
 
     # --- description ---
@@ -290,10 +301,22 @@ class Bundle:
 
     # --- search ---
 
-    def index(self, length: int) -> faiss.Index:
-        """The prefix's FAISS index, memory-mapped, with the manifest's search parameters."""
+    @cached_property
+    def store(self) -> VectorStore | None:
+        """The shared vector store (memory-mapped), or None in a bundle written without one."""
+        record = self.manifest.store
+        return None if record is None else VectorStore(self.path, record)
+
+    def index(self, length: int) -> faiss.Index | StoreIndex:
+        """The prefix's FAISS index, memory-mapped, with the manifest's search parameters; a
+        prefix served from the store gets the store's exact view (indexer/store.py)."""
         if length not in self._indexes:
             entry = self.manifest.prefix(length)
+            if entry.store:
+                if self.store is None:
+                    raise BundleError(f"prefix {length} is served from a store the bundle lacks")
+                self._indexes[length] = StoreIndex(self.store, length)
+                return self._indexes[length]
             index = read_prefix_index(self.path / entry.file, entry.factory, entry.ondisk)
             apply_search_parameters(index, entry.search)
             self._indexes[length] = index

@@ -24,6 +24,7 @@ from indexer.bundle import (
     version_name,
 )
 from indexer.export_cli import export_command
+from indexer.footprint import footprint_lines
 from indexer.index_plan import format_bytes, parse_size
 from indexer.publish import (
     DEFAULT_PREFIX,
@@ -32,6 +33,7 @@ from indexer.publish import (
     publish_version,
 )
 from indexer.row_changes import read_id_file
+from indexer.store import DTYPES
 from indexer.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update import (
     AddConfig,
@@ -161,6 +163,10 @@ def build(
     tuning_queries: Annotated[
         int, typer.Option(min=1, help="held-out gallery rows the tuning measures recall on")
     ] = TUNING_QUERIES,
+    store: Annotated[
+        str,
+        typer.Option(help="none | float16 | int8: keep every row once, for every Flat prefix"),
+    ] = "none",
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -174,7 +180,10 @@ def build(
     verified, so a killed build leaves the previous version current."""
     if recall_target <= 0:
         raise BuildError("--recall-target must lie in (0, 1]")
+    if store not in ("none", *DTYPES):
+        raise BuildError(f"--store {store!r}: choose none, {', '.join(DTYPES)}")
     config = BuildConfig(
+        store=store,
         cache=cache,
         grasp=grasp,
         cedar=cedar,
@@ -483,9 +492,12 @@ def info(
         f"{manifest.postings['entries']} entries\n"
         f"on disk      {format_bytes(sum(f.bytes for f in manifest.files.values()))}"
     )
+    shared = manifest.store
+    typer.echo(f"store        {'none' if shared is None else shared['dtype']} (bytes per row:)")
+    typer.echo("\n".join(footprint_lines(manifest)))
     typer.echo("prefixes")
     for p in manifest.prefixes:
-        disk = " (lists on disk)" if p.ondisk else ""
+        disk = " (lists on disk)" if p.ondisk else " (served from the store)" if p.store else ""
         typer.echo(f"  {p.length:>5} {p.granularity:<10} {p.factory}{disk}  [{p.reason}]")
         typer.echo(f"        {describe_tuning(p)}")
     typer.echo("versions")

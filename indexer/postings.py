@@ -5,8 +5,10 @@ Each gallery row x has k active concepts (ConceptCoder.encode: ids c ∈ [0, 2D)
 that [N, k] table, stored as CSR:
 
     postings_indptr.npy   int64   [2D + 1]   indptr[0] = 0, non-decreasing, indptr[-1] = N·k
-    postings_rows.npy     int64   [N·k]      rows of concept c: rows[indptr[c]:indptr[c + 1]],
-                                             strictly increasing (a row lists a concept once)
+    postings_rows.npy     int32   [N·k]      rows of concept c: rows[indptr[c]:indptr[c + 1]],
+                                             strictly increasing (a row lists a concept once);
+                                             the narrowest of int32, uint32, int64 that holds
+                                             row N − 1 (`row_dtype`; int64 before)
     postings_values.npy   float32 [N·k]      the matching activations, ≥ 0
 
 Built shard by shard: `shard_postings` (pure) turns a shard's codes into a run sorted by
@@ -38,6 +40,17 @@ from training.core.files import HashedFile, fsync_file
 INDPTR, ROWS, VALUES = "postings_indptr.npy", "postings_rows.npy", "postings_values.npy"
 FILES = (INDPTR, ROWS, VALUES)
 CHECK_CHUNK = 4 * 2**20
+
+
+def row_dtype(rows: int) -> np.dtype:
+    """The narrowest integer type holding row ids 0 .. rows − 1: int32, uint32, else int64."""
+    if rows <= 2**31:
+        return np.dtype("<i4")
+    if rows <= 2**32:
+        return np.dtype("<u4")
+    return np.dtype("<i8")
+
+
 MERGE_BLOCK = 4 * 2**20  # entries per block of PostingsWriter.close (48 MB of rows and values)
 
 
@@ -131,12 +144,20 @@ class PostingsWriter:
     one block (a concept with more entries than MERGE_BLOCK is one block of its own).
 
     With `base` (a bundle's postings), the output starts from those entries — rows [0, N) of
-    the base — and the runs added must hold the rows after them (an incremental add)."""
+    the base — and the runs added must hold the rows after them (an incremental add).
+    `rows`: the version's row count, which sets the row ids' dtype (`row_dtype`; None: bounded
+    by the entries)."""
 
     def __init__(
-        self, folder: Path, work: Path, n_concepts: int, base: Postings | None = None
+        self,
+        folder: Path,
+        work: Path,
+        n_concepts: int,
+        base: Postings | None = None,
+        rows: int | None = None,
     ) -> None:
         self.folder, self.work, self.n_concepts = folder, work, n_concepts
+        self.rows = rows
         if base is not None and base.concepts != n_concepts:
             raise ValueError(f"base postings have {base.concepts} concepts, not {n_concepts}")
         self.base = base
@@ -171,7 +192,8 @@ class PostingsWriter:
             base = self.base
             sources.append((self.base_counts, lambda a, b: (base.rows[a:b], base.values[a:b])))
         sources += [(run.counts, run.read) for run in self.runs]
-        rows = NpyStream(self.folder / ROWS, np.dtype("<i8"), entries)
+        dtype = row_dtype(entries if self.rows is None else self.rows)
+        rows = NpyStream(self.folder / ROWS, dtype, entries)
         values = NpyStream(self.folder / VALUES, np.dtype("<f4"), entries)
         for block_rows, block_values in merged_blocks(sources, indptr, MERGE_BLOCK):
             rows.write(block_rows)
@@ -226,18 +248,26 @@ def merged_blocks(
 
 
 class NpyStream:
-    """A 1-d .npy file of a known length written front to back (np.save's header and bytes),
-    hashed on the way."""
+    """A .npy file of a known length (rows of `row_shape`) written front to back (np.save's
+    header and bytes), hashed on the way."""
 
-    def __init__(self, path: Path, dtype: np.dtype, length: int) -> None:
+    def __init__(
+        self, path: Path, dtype: np.dtype, length: int, row_shape: tuple[int, ...] = ()
+    ) -> None:
         self.path, self.dtype, self.length = path, dtype, length
+        self.row_shape = row_shape
         self.written = 0
         self._file = HashedFile(path)
-        header = {"descr": dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
+        shape = (length, *row_shape)
+        header = {"descr": dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
         write_array_header_1_0(self._file, header)
 
     def write(self, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array, dtype=self.dtype)
+        if array.shape[1:] != self.row_shape:
+            raise ValueError(
+                f"{self.path.name}: rows of shape {array.shape[1:]}, expected {self.row_shape}"
+            )
         self._file.write(memoryview(array).cast("B"))
         self.written += len(array)
 
@@ -263,7 +293,8 @@ def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[P
             entry_concepts(indptr, start, stop)[kept], minlength=base.concepts
         ).astype(np.int64)
     new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    rows = open_memmap(folder / ROWS, "w+", np.int64, (int(new_indptr[-1]),))
+    kept_rows = int((new_row >= 0).sum())
+    rows = open_memmap(folder / ROWS, "w+", row_dtype(kept_rows), (int(new_indptr[-1]),))
     values = open_memmap(folder / VALUES, "w+", np.float32, (int(new_indptr[-1]),))
     at = 0
     for start in range(0, entries, CHECK_CHUNK):
@@ -299,7 +330,8 @@ class Postings:
         if not 0 <= concept < self.concepts:
             raise IndexError(f"concept {concept} outside [0, {self.concepts})")
         start, stop = int(self.indptr[concept]), int(self.indptr[concept + 1])
-        return np.asarray(self.rows[start:stop]), np.asarray(self.values[start:stop])
+        rows = np.asarray(self.rows[start:stop], dtype=np.int64)
+        return rows, np.asarray(self.values[start:stop])
 
 
 def entries_of_rows(
@@ -315,7 +347,7 @@ def entries_of_rows(
     tail = np.asarray(rows[start:])
     at = np.flatnonzero(np.isin(tail, np.asarray(wanted, dtype=np.int64)))
     concepts = np.searchsorted(indptr, start + at, side="right") - 1
-    return tail[at], concepts.astype(np.int64), np.asarray(values[start:])[at]
+    return tail[at].astype(np.int64), concepts.astype(np.int64), np.asarray(values[start:])[at]
 
 
 def postings_faults(
@@ -350,7 +382,7 @@ def postings_faults(
     starts = indptr[1:-1]
     per_row = np.zeros(n_rows, dtype=np.int64)
     for start in range(0, len(rows), CHECK_CHUNK):
-        chunk = np.asarray(rows[start : start + CHECK_CHUNK + 1])
+        chunk = np.asarray(rows[start : start + CHECK_CHUNK + 1], dtype=np.int64)
         if chunk.min() < 0 or chunk.max() >= n_rows:
             faults.append(f"{ROWS}: row ids outside [0, {n_rows})")
             return faults

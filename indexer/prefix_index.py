@@ -43,6 +43,7 @@ import faiss
 import numpy as np
 
 from indexer.index_plan import IndexTypeError, PrefixPlan, new_index
+from indexer.store import StoreIndex
 from training.core.errors import InputError
 from training.core.files import HashedFile, fsync_file
 
@@ -418,9 +419,12 @@ def quiet_stdout() -> Iterator[None]:
         os.close(devnull)
 
 
-def exact_storage(index: faiss.Index) -> faiss.Index | None:
+def exact_storage(index: faiss.Index | StoreIndex) -> faiss.Index | StoreIndex | None:
     """The part of an index that stores p_L exactly (Flat; HNSW's flat storage; a refine's flat
-    index), whose `reconstruct(row)` gives the stored vector; None for compressed-only indexes."""
+    index; a prefix served from the shared store), whose `reconstruct(row)` gives the stored
+    vector; None for compressed-only indexes."""
+    if isinstance(index, StoreIndex):
+        return index
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexFlat):
         return index

@@ -39,6 +39,7 @@ import faiss
 import numpy as np
 
 from indexer.prefix_index import apply_search_parameters, exact_storage, search_parameters
+from indexer.store import StoreIndex
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ def untuned(note: str) -> Tuning:
     return Tuning(RECALL_TARGET, TUNING_K, 0, 0.0, 0.0, 0.0, [], "untuned", note)
 
 
-def is_approximate(index: faiss.Index) -> bool:
+def is_approximate(index: faiss.Index | StoreIndex) -> bool:
+    if isinstance(index, StoreIndex):  # an exact scan of the shared store
+        return False
     return not isinstance(faiss.downcast_index(index), faiss.IndexFlat)
 
 

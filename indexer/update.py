@@ -71,6 +71,8 @@ from indexer.row_changes import (
     rows_to_delete,
 )
 from indexer.shard_step import ShardSource
+from indexer.store import VECTORS as STORE_VECTORS
+from indexer.store import StoreWriter, write_filtered_store
 from indexer.tuning import RECALL_TARGET
 from indexer.verify import verify_bundle
 from indexer.version_writer import VersionWriter
@@ -188,7 +190,7 @@ def new_manifest(
     fixed setting changes with the rows they hold), and how it was made."""
     manifest = base.manifest
     target = recall_target(manifest)
-    prefixes, tuning_seconds = writer.tune(manifest.prefixes, target)
+    prefixes, tuning_seconds = writer.tune(manifest.prefixes, target, store=manifest.store)
     actions["search parameters"] = f"re-tuned to recall@10 {target} on the new rows"
     build = {
         "seconds": round(time.perf_counter() - started, 3),
@@ -237,11 +239,21 @@ def write_added(
     writer = VersionWriter(staging)
     writer.work.mkdir()
     old, rows = base.rows, base.rows + cache.rows
-    writers = []
+    writers: list = []
     for entry in base.manifest.prefixes:
+        if entry.store:
+            continue  # served from the store, extended once below
         extended, actions[entry.file] = open_extended(entry, base.path, staging, rows, writer.work)
         writers.append(extended)
-    postings = PostingsWriter(staging, writer.work, base.coder.concepts, base=Postings(base.path))
+    if base.store is not None:
+        shared = base.store
+        writers.append(
+            StoreWriter(staging, rows, shared.dim, shared.lengths, shared.dtype, base=shared)
+        )
+        actions[STORE_VECTORS] = "copied + extended: the stored rows, then the new ones"
+    postings = PostingsWriter(
+        staging, writer.work, base.coder.concepts, base=Postings(base.path), rows=rows
+    )
     actions["postings_*.npy"] = "merged: the base's CSR, then the new rows' runs"
     schema = unified_schema(
         [pq.read_schema(base.path / IDS)]
@@ -289,9 +301,14 @@ def write_deleted(
     rows = int(keep.sum())
     writer = VersionWriter(staging)
     for entry in base.manifest.prefixes:
+        if entry.store:
+            continue  # served from the store, filtered once below
         edited = write_filtered(entry, base.path, staging, new_row)
         writer.record(edited.files, rows)
         actions[entry.file] = edited.action
+    if base.store is not None:
+        writer.record(write_filtered_store(base.store, keep, staging), rows)
+        actions[STORE_VECTORS] = "copied: the kept stored rows"
     crash_point("after-prefix-index")
     base_postings = Postings(base.path)
     paths = filter_postings(base_postings, new_row, staging)

@@ -7,7 +7,8 @@ Checks, each fault one line that names the file:
   standalone command reads every file back; a build, right after writing a version, passes
   the digests it computed on the bytes it wrote (Flat indexes, postings) and only the other
   files are read back;
-- each prefix index: FAISS reads it, ntotal = rows, d = L, inner-product metric;
+- each prefix index: FAISS reads it, ntotal = rows, d = L, inner-product metric; a shared
+  store's codes and norms (indexer/verify_store.py) where prefixes are served from one;
 - the postings: indptr [2D + 1] from 0, monotone, ending at the entry count; rows in [0, N),
   strictly increasing within a concept, each row exactly k times; activations finite, ≥ 0;
 - ids.parquet: N rows, ids unique and not null;
@@ -69,7 +70,9 @@ from indexer.ids import IDS
 from indexer.postings import FILES as POSTINGS_FILES
 from indexer.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
+from indexer.store import TOLERANCE, StoreIndex
 from indexer.verify_sample import check_sample
+from indexer.verify_store import check_store
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
@@ -102,7 +105,12 @@ def verify_bundle(
         report.faults.append(Fault("manifest", str(exc)))
         return report
     intact = check_files(path, manifest, report.faults, written or {})
+    sampled = consistency_rows(manifest.rows, max(consistency, 1), seed)
+    store = check_store(path, manifest, intact, sampled, report.faults)
     indexes = check_indexes(path, manifest, intact, report.faults)
+    for entry in manifest.prefixes:  # the prefixes served from the store: its exact view
+        if entry.store and store is not None:
+            indexes[entry.length] = StoreIndex(store, entry.length)
     check_postings(path, manifest, intact, report.faults)
     check_ids(path, manifest, intact, report.faults)
     if consistency > 0:
@@ -144,8 +152,10 @@ def check_files(
 def check_indexes(
     path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
 ) -> dict[int, faiss.Index]:
-    opened = {}
+    opened: dict = {}
     for entry in manifest.prefixes:
+        if entry.store:
+            continue  # no file of its own: the store is checked by verify_store
         record = manifest.files.get(entry.file)
         if record is None:
             faults.append(Fault("manifest", f"{entry.file}: not listed in the manifest's files"))
@@ -263,10 +273,13 @@ def consistency_rows(rows: int, sample: int, seed: int) -> np.ndarray:
 
 
 def prefix_faults(
-    stored: Mapping[int, np.ndarray], files: Mapping[int, str], rows: np.ndarray
+    stored: Mapping[int, np.ndarray],
+    files: Mapping[int, str],
+    rows: np.ndarray,
+    tolerance: float = VECTOR_TOLERANCE * 10,
 ) -> list[str]:
     """Faults of stored prefix vectors of the same rows ({L: [n, L]}): each unit length, and
-    each equal to the renormalised head of the longest one (pure)."""
+    each equal to the renormalised head of the longest one within `tolerance` (pure)."""
     faults: list[str] = []
     if not stored:
         return faults
@@ -287,7 +300,7 @@ def prefix_faults(
             continue
         expected = prefix_vectors(stored[longest], length)
         error = np.abs(vectors - expected).max(axis=1)
-        bad = np.flatnonzero(error > VECTOR_TOLERANCE * 10)
+        bad = np.flatnonzero(error > tolerance)
         if len(bad):
             faults.append(
                 Fault(
@@ -316,7 +329,9 @@ def check_prefix_consistency(
             continue
         stored[entry.length] = np.asarray(storage.reconstruct_batch(rows), dtype=np.float32)
         files[entry.length] = entry.file
-    faults.extend(prefix_faults(stored, files, rows))
+    store = manifest.store  # float32 prefixes against float16 / int8 heads: the codes' error
+    tolerance = VECTOR_TOLERANCE * 10 if store is None else TOLERANCE.get(store["dtype"], 0.0)
+    faults.extend(prefix_faults(stored, files, rows, max(tolerance, VECTOR_TOLERANCE * 10)))
 
 
 def check_servable(

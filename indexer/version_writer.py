@@ -45,6 +45,7 @@ from indexer.prefix_index import (
 )
 from indexer.prefixes import ROW_BLOCK
 from indexer.shard_step import ShardBatch, ShardSource
+from indexer.store import StoreIndex, VectorStore
 from indexer.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
@@ -144,19 +145,23 @@ class VersionWriter:
         target: float = RECALL_TARGET,
         queries: int = TUNING_QUERIES,
         seed: int = 0,
+        store: dict | None = None,
     ) -> tuple[list[PrefixEntry], float]:
         """The entries with every approximate index's search parameters tuned to `target` on
         the written files (indexer/tuning.py), and the seconds it took. A prefix that cannot be
-        tuned keeps its setting (its record says why)."""
+        tuned keeps its setting (its record says why). `store`: the manifest's store record,
+        whose exact rows the prefixes it serves are read from."""
         started = time.perf_counter()
-        indexes = {
-            p.length: read_prefix_index(self.staging / p.file, p.factory, p.ondisk)
-            for p in prefixes
-        }
+        shared = None if store is None else VectorStore(self.staging, store)
+        indexes: dict = {}
         for p in prefixes:
+            if p.store and shared is not None:
+                indexes[p.length] = StoreIndex(shared, p.length)
+                continue
+            indexes[p.length] = read_prefix_index(self.staging / p.file, p.factory, p.ondisk)
             apply_search_parameters(indexes[p.length], p.search)
         tuned = tune_prefixes(indexes, target, queries, seed)
-        del indexes
+        del indexes, shared
         entries = []
         for p in prefixes:
             tuning = tuned.get(p.length)

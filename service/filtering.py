@@ -43,6 +43,7 @@ import numpy as np
 
 from indexer.bundle import Bundle
 from indexer.prefix_index import exact_storage, search_parameters
+from indexer.store import StoreIndex
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label
@@ -87,15 +88,19 @@ class AllowedRows:
         inside = np.isin(np.asarray(rows, dtype=np.int64), self.rows)
         return ~inside if self.complement else inside
 
+    def mask(self) -> np.ndarray:
+        """Every row's allowed flag, bool [total]."""
+        mask = np.full(self.total, self.complement, dtype=bool)
+        mask[self.rows] = not self.complement
+        return mask
+
     def selector(self) -> faiss.IDSelector:
         """A FAISS ID selector of the allowed rows (hold a reference while it is used): a hash
         set of the listed rows when they are few (under 1/BITMAP_SHARE of the rows), else — and
         for a complement — a bitmap of every allowed row, whose test is one bit read."""
         if not self.complement and len(self.rows) * BITMAP_SHARE < self.total:
             return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
-        mask = np.full(self.total, self.complement, dtype=bool)
-        mask[self.rows] = not self.complement
-        bits = np.packbits(mask, bitorder="little")
+        bits = np.packbits(self.mask(), bitorder="little")
         selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
         selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
         return selector
@@ -217,6 +222,8 @@ def filtered_search(
     exact = exact_storage(index) is not None
     if exact and allowed.count <= exact_max:
         return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
+    if isinstance(index, StoreIndex):  # the shared store: one exact scan of the allowed rows
+        return index.store.scan(query, index.length, k, allowed.mask())
     selector = allowed.selector()
     params = search_parameters(index, setting, selector)
     scores, rows = index.search(query, k, params=params)

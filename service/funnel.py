@@ -10,10 +10,11 @@ funnel"; `python -m service.benchmarks.funnel`).
 
 The rerank reads exact rows the bundle already holds: the stored p_M rows of the smallest
 prefix M ≥ L whose index keeps them exactly (Flat; HNSW's flat storage; a refine's Flat), as
-a numpy view of FAISS's own (memory-mapped) storage, no copy. Any prefix L ≤ M is served from
-them, because p_L(p_M(x)) = p_L(x): p_M(x) is z[:M] times a positive number, and p_L divides
-that number out again. An index with no exact rows (IVF-PQ with its lists on disk) cannot be
-reranked from; the funnel is then unavailable at that target.
+a numpy view of FAISS's own (memory-mapped) storage, no copy; or, in a bundle with a shared
+store (indexer/store.py), the heads of the store's rows, renormalised. Any prefix L ≤ M is
+served from them, because p_L(p_M(x)) = p_L(x): p_M(x) is z[:M] times a positive number, and
+p_L divides that number out again. An index with no exact rows (IVF-PQ with its lists on
+disk) cannot be reranked from; the funnel is then unavailable at that target.
 
 Scores are s_L, as a direct search at L returns them; ties are broken by row.
 """
@@ -26,21 +27,26 @@ import faiss
 import numpy as np
 
 from indexer.prefix_index import exact_storage
+from indexer.store import StoreIndex, VectorStore
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 
 @dataclass(frozen=True)
 class ExactRows:
     """The exact p_M rows [N, M] float32 of one prefix index (a view of its storage: the
-    index is kept alongside, so the memory stays mapped)."""
+    index is kept alongside, so the memory stays mapped), or of the shared store (`store`,
+    whose rows give p̂_L at any L; `vectors` is then empty)."""
 
     length: int
     vectors: np.ndarray
-    index: faiss.Index
+    index: faiss.Index | StoreIndex
+    store: VectorStore | None = None
 
     @classmethod
-    def of(cls, index: faiss.Index, length: int) -> ExactRows | None:
+    def of(cls, index: faiss.Index | StoreIndex, length: int) -> ExactRows | None:
         """The rows an index stores exactly, or None when it stores none."""
+        if isinstance(index, StoreIndex):
+            return cls(length, np.zeros((0, length), np.float32), index, index.store)
         storage = exact_storage(index)
         if storage is None:
             return None
@@ -54,8 +60,18 @@ class ExactRows:
     def prefix_rows(self, rows: np.ndarray, length: int) -> np.ndarray:
         """p_L of the given rows [n, L]: the stored rows themselves when L = M, else their
         first L coordinates renormalised (p_L(p_M(x)) = p_L(x))."""
+        if self.store is not None:
+            return self.store.prefix_rows(rows, length)
         taken = self.vectors[rows]
         return taken if length == self.length else prefix_vectors(taken, length)
+
+    @property
+    def count(self) -> int:
+        return len(self.vectors) if self.store is None else self.store.rows
+
+    def sample(self, rows: np.ndarray) -> np.ndarray:
+        """The p_M rows themselves, [n, M]."""
+        return self.prefix_rows(np.asarray(rows, dtype=np.int64), self.length)
 
 
 def rerank(
@@ -131,8 +147,8 @@ def exact_neighbours(
     q = prefix_vectors(rotated, length)
     best_scores = np.full((len(q), 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((len(q), 0), dtype=np.int64)
-    for start in range(0, len(exact.vectors), block):
-        rows = np.arange(start, min(start + block, len(exact.vectors)))
+    for start in range(0, exact.count, block):
+        rows = np.arange(start, min(start + block, exact.count))
         scores = np.concatenate([best_scores, q @ exact.prefix_rows(rows, length).T], axis=1)
         ids = np.concatenate([best_rows, np.broadcast_to(rows, (len(q), len(rows)))], axis=1)
         keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
@@ -160,9 +176,9 @@ def calibrate(
     the floats they scan, N·S + k·F·L, against N·L for a direct scan; the first whose recall@k
     against exact search at L is ≥ `recall` wins, provided that share is ≤ `max_cost_share`
     (else the funnel would not pay, and None is returned)."""
-    total = len(exact.vectors)
+    total = exact.count
     picked = np.sort(np.random.default_rng(seed).choice(total, min(queries, total), replace=False))
-    rotated = exact.vectors[picked]  # p_M(x): its p_L is p_L(x), a rotated query's
+    rotated = exact.sample(picked)  # p_M(x): its p_L is p_L(x), a rotated query's
     truth = _without_self(exact_neighbours(exact, rotated, length, k + 1), picked, k)
     costs = sorted(
         ((total * s + k * f * length) / (total * length), s, f)

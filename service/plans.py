@@ -68,15 +68,20 @@ class Planner:
         self.config = config or FunnelConfig()
         self.rows = bundle.rows
         self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
+        # shortlist candidates: with a shared store, the prefixes with an index of their own
+        # (a store-served prefix is an exact scan, no cheaper per float than the target's)
+        own = {p.length for p in bundle.manifest.prefixes if not p.store}
+        self.shortlists = {n: i for n, i in self.indexes.items() if n in own}
         self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
         self._exact: dict[int, ExactRows | None] = {}
         self.choices: dict[int, FunnelChoice] = {}
         self.direct_reasons: dict[int, str] = {}
         contract = bundle.contract
-        for granularity in self.config.targets:
-            length = contract[granularity]
-            if length not in self.choices and length not in self.direct_reasons:
-                self._calibrate(length)
+        targets = {contract[g] for g in self.config.targets}
+        if bundle.store is not None:  # a direct search there is a scan of the store: funnel it
+            targets |= {p.length for p in bundle.manifest.prefixes if p.store}
+        for length in sorted(targets):
+            self._calibrate(length)
 
     def exact(self, length: int) -> ExactRows | None:
         if length not in self._exact:
@@ -99,7 +104,7 @@ class Planner:
             return
         started = time.perf_counter()
         choice = calibrate(
-            self.indexes, exact, length, 10, config.recall, config.factors, config.queries,
+            self.shortlists, exact, length, 10, config.recall, config.factors, config.queries,
             config.max_cost_share,
         )  # fmt: skip
         log.info(

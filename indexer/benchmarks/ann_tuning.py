@@ -18,6 +18,9 @@
    smallest hnsw_ef whose recall@10 reaches the target, timed side by side with Strata's tuned
    HNSW (which reaches it too) in the same interleaved rounds; and the ef ladder on up to
    Strata's recall, where Qdrant reaches it. Needs `pip install '.[bench]'`.
+5. hnswlib (indexer/benchmarks/peers.py: HNSW M = 32, ef_construction = 40, inner product)
+   over the same rows and queries, measured as Qdrant is: build seconds, its index size, the
+   ef ladder, and its latency at the target beside Strata's tuned HNSW (`--no-hnswlib` skips).
 
     python -m indexer.benchmarks.ann_tuning                      # the full size
     python -m indexer.benchmarks.ann_tuning --rows 100000        # a quick check
@@ -35,6 +38,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from indexer.benchmarks.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
 from indexer.index_plan import parse_index_types, plan_indexes
 from indexer.prefix_index import (
     default_search_parameters,
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--kinds", default="hnsw,ivfpq-refine")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds")
     parser.add_argument("--no-qdrant", action="store_true")
+    parser.add_argument("--no-hnswlib", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/ann_tuning.json"))
@@ -255,6 +260,10 @@ def main(argv: list[str] | None = None) -> dict:
                 "build": hnsw["build_seconds"],
                 "with_tuning": round(hnsw["build_seconds"] + hnsw["tuning_seconds"], 2),
             }
+        if not args.no_hnswlib and "hnsw" in indexes:
+            result["hnswlib"] = compare_hnswlib(
+                rows, queries, selves, exact, indexes["hnsw"], work, args.rounds, args.target
+            )
         return publish(result, args.json)
     finally:
         faiss.omp_set_num_threads(faiss.omp_get_max_threads())
@@ -297,6 +306,39 @@ def compare_qdrant(
         "qdrant_matches_strata_recall": ladder[-1]["recall_at_10"] >= strata_recall,
         "median_ms": ms,
         "qdrant_over_strata": round(ms["qdrant"] / ms["strata"], 2),
+    }
+
+
+def compare_hnswlib(
+    rows, queries, selves, exact, strata, work: Path, rounds: int, target: float
+) -> dict:
+    """hnswlib's HNSW at the smallest ef reaching the target, against Strata's tuned HNSW."""
+    index, tuning = strata
+    strata_search = faiss_search(index, tuning.chosen)
+    faiss.omp_set_num_threads(1)
+    strata_recall = leave_one_out_recall(strata_search, queries, selves, exact)
+    peer, seconds = hnswlib_index(np.ascontiguousarray(rows, dtype=np.float32))
+    ladder = []
+    for ef in EF_LADDER:
+        recall = leave_one_out_recall(hnswlib_search(peer, ef, K + 1), queries, selves, exact)
+        ladder.append({"ef": ef, "recall_at_10": round(recall, 4)})
+        if recall >= max(strata_recall, target):
+            break
+    at_target = next((p for p in ladder if p["recall_at_10"] >= target), ladder[-1])
+    ms = interleaved_ms(
+        {"strata": strata_search, "hnswlib": hnswlib_search(peer, at_target["ef"], K + 1)},
+        queries,
+        rounds,
+    )
+    return {
+        "hnsw": "M=32, ef_construction=40",
+        "build_seconds": round(seconds, 2),
+        "bytes_per_row": round(hnswlib_bytes(peer, work) / len(rows), 1),
+        "ef_ladder": ladder,
+        "ef": at_target["ef"],
+        "recall_at_10": {"strata": round(strata_recall, 4), "hnswlib": at_target["recall_at_10"]},
+        "median_ms": ms,
+        "hnswlib_over_strata": round(ms["hnswlib"] / ms["strata"], 2),
     }
 
 

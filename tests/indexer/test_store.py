@@ -1,0 +1,202 @@
+"""The shared vector store (indexer/store.py): one copy of every row serves every Flat prefix.
+
+Against the layout before it (one float32 file per prefix) on the same rows: the same hits at
+every prefix to float16 rounding, fewer bytes, the same verification; adds and deletes equal a
+full build of the same rows; a bundle written the old way (int64 postings, no store record)
+still loads, verifies and serves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bundle_inputs import Inputs, Parts
+
+from indexer.bundle import MANIFEST, Bundle
+from indexer.postings import ROWS, row_dtype
+from indexer.prefixes import exact_top_k
+from indexer.store import (
+    NORMS,
+    TOLERANCE,
+    VECTORS,
+    StoreError,
+    encode_rows,
+    head_norms,
+    heads,
+    merge_top_k,
+)
+from indexer.update import AddConfig, DeleteConfig, add_rows, delete_rows
+from indexer.verify import verify_bundle
+from training.core.cache import EmbeddingCache
+from training.core.files import sha256_file
+from training.core.metrics import neighbour_recall, prefix_vectors
+
+
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_the_heads_of_the_codes_are_the_prefix_vectors_to_their_rounding(dtype: str):
+    rows = unit_rows(200, 64, 1)
+    codes = encode_rows(rows, dtype)
+    norms = head_norms(codes, [8, 32, 64])
+    for j, length in enumerate((8, 32, 64)):
+        got = heads(codes, length, norms[:, j])
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+        assert np.abs(got - prefix_vectors(rows, length)).max() < TOLERANCE[dtype]
+        np.testing.assert_allclose(got, heads(codes, length), atol=1e-6)  # norms or computed
+
+
+def test_an_unknown_store_dtype_is_refused_by_name():
+    with pytest.raises(StoreError, match="unknown store dtype 'bfloat16'"):
+        encode_rows(unit_rows(2, 8, 0), "bfloat16")
+
+
+def test_top_k_merged_block_by_block_is_the_exact_top_k():
+    gallery, queries = unit_rows(500, 16, 2), unit_rows(5, 16, 3)
+    best = (np.zeros((5, 0), np.float32), np.zeros((5, 0), np.int64))
+    for start in range(0, 500, 64):
+        block = gallery[start : start + 64]
+        best = merge_top_k(best, queries @ block.T, np.arange(start, start + len(block)), 10)
+    expected_scores, expected_rows = exact_top_k(gallery, queries, 10)
+    np.testing.assert_array_equal(best[1], expected_rows)
+    np.testing.assert_allclose(best[0], expected_scores, rtol=0, atol=1e-6)
+
+
+def test_postings_rows_take_the_narrowest_integer_type():
+    assert row_dtype(600) == np.int32 and row_dtype(2**31) == np.int32
+    assert row_dtype(2**31 + 1) == np.uint32 and row_dtype(2**32) == np.uint32
+    assert row_dtype(2**32 + 1) == np.int64
+
+
+@pytest.fixture(scope="module")
+def layouts(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bundle]:
+    """The same rows built the old way (a file per prefix) and with each store dtype."""
+    root = tmp_path_factory.mktemp("layouts")
+    return {
+        store: Bundle.open(inputs.build(root / store, store=store).path).load()
+        for store in ("none", "float16", "int8")
+    }
+
+
+def test_a_store_bundle_keeps_one_file_for_every_flat_prefix_but_the_shortlist(layouts):
+    old, new = layouts["none"], layouts["float16"]
+    shortest = min(new.prefix_lengths)
+    files = set(new.manifest.files)
+    assert {VECTORS, NORMS} <= files
+    assert [p.length for p in new.manifest.prefixes if not p.store] == [shortest]
+    assert {f for f in files if f.startswith("prefix_")} == {f"prefix_{shortest}.faiss"}
+    assert new.manifest.store["dtype"] == "float16"
+    assert old.manifest.store is None and not any(p.store for p in old.manifest.prefixes)
+    assert np.load(new.path / ROWS, mmap_mode="r").dtype == np.int32
+    assert sum(f.bytes for f in new.manifest.files.values()) < sum(
+        f.bytes for f in old.manifest.files.values()
+    )
+
+
+@pytest.mark.parametrize("store", ["float16", "int8"])
+def test_a_store_bundle_finds_what_the_old_layout_finds_at_every_prefix(layouts, store, inputs):
+    old, new = layouts["none"], layouts[store]
+    queries = inputs.embeddings()[::17].astype(np.float32)
+    for length in old.prefix_lengths:
+        _, expected = old.search(queries, length, 10)
+        scores, found = new.search(queries, length, 10)
+        assert neighbour_recall(found, expected) >= 0.95, length
+        assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+    assert verify_bundle(new.path, cache_dir=inputs.cache, sample=16).faults == []
+
+
+def test_verify_catches_store_norms_edited_with_the_manifest_to_match(layouts, tmp_path: Path):
+    import shutil
+
+    copy = tmp_path / "v"
+    shutil.copytree(layouts["float16"].path, copy)
+    norms = np.load(copy / NORMS)
+    norms[0] *= 2
+    np.save(copy / NORMS, norms)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["files"][NORMS]["sha256"] = sha256_file(copy / NORMS)
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    faults = verify_bundle(copy, sample=0).faults
+    assert any(f.kind == "vectors" and NORMS in f for f in faults), faults
+
+
+def test_add_and_delete_on_a_store_bundle_equal_a_full_build(parts: Parts, tmp_path: Path):
+    out = tmp_path / "bundles"
+    parts.build("A", out, store="float16")
+    summary = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
+    assert summary.actions[VECTORS].startswith("copied + extended")
+    rebuilt = Bundle.open(parts.build("AB", tmp_path / "ab", store="float16").path)
+    ours = Bundle.open(out)
+    for name in (VECTORS, NORMS, ROWS):
+        assert ours.manifest.files[name].sha256 == rebuilt.manifest.files[name].sha256, name
+    assert verify_bundle(ours.path, sample=16).faults == []
+    delete_rows(DeleteConfig(bundles=out, ids=tuple(parts.b_ids)))
+    back = Bundle.open(out)
+    first = Bundle.open(parts.build("A", tmp_path / "a", store="float16").path)
+    assert back.rows == first.rows
+    np.testing.assert_array_equal(back.store.codes, first.store.codes)
+    np.testing.assert_array_equal(back.store.norms, first.store.norms)
+    x = EmbeddingCache.open(parts.caches["A"]).embeddings("image")[::9].astype(np.float32)
+    for length in back.prefix_lengths:
+        np.testing.assert_array_equal(back.search(x, length, 5)[1], first.search(x, length, 5)[1])
+    assert verify_bundle(back.path, sample=0).faults == []
+
+
+def write_the_old_layout(version: Path) -> None:
+    """Rewrite a version (built without a store) as the writer before the store wrote it:
+    int64 postings rows, no `store` record in the manifest or its prefix entries."""
+    rows = np.load(version / ROWS)
+    np.save(version / ROWS, rows.astype(np.int64), allow_pickle=False)
+    manifest = json.loads((version / MANIFEST).read_text())
+    manifest.pop("store")
+    for entry in manifest["prefixes"]:
+        entry.pop("store")
+    record = manifest["files"][ROWS]
+    record["sha256"], record["bytes"] = sha256_file(version / ROWS), (version / ROWS).stat().st_size
+    (version / MANIFEST).write_text(json.dumps(manifest, indent=2))
+
+
+def test_a_bundle_written_before_the_store_still_loads_verifies_and_serves(
+    inputs: Inputs, layouts, tmp_path: Path
+):
+    version = Path(inputs.build(tmp_path / "old").path)
+    write_the_old_layout(version)
+    assert np.load(version / ROWS, mmap_mode="r").dtype == np.int64
+    assert "store" not in json.loads((version / MANIFEST).read_text())
+    assert verify_bundle(version, cache_dir=inputs.cache, sample=16).faults == []
+    old = Bundle.open_version(version).load()
+    assert old.store is None
+    queries = inputs.embeddings()[::29].astype(np.float32)
+    for length in old.prefix_lengths:
+        np.testing.assert_array_equal(
+            old.search(queries, length, 10)[1], layouts["none"].search(queries, length, 10)[1]
+        )
+    concept = int(np.argmax(np.diff(old._postings.indptr)))
+    rows, values = old.postings(concept)
+    assert rows.dtype == np.int64 and (np.diff(rows) > 0).all() and len(rows) == len(values)
+    np.testing.assert_array_equal(rows, layouts["float16"].postings(concept)[0])
+
+
+def test_index_info_prints_bytes_per_row_per_part(layouts, strata_main):
+    from indexer.footprint import footprint
+
+    bundle = layouts["float16"]
+    parts = {p.name: p for p in footprint(bundle.manifest)}
+    assert set(parts) >= {"store", "postings", "ids", "artifacts"}
+    rows, dim = bundle.rows, bundle.dim
+    assert parts["store"].disk > rows * dim * 2  # float16 codes, plus the norms and headers
+    assert sum(p.disk for p in parts.values()) == sum(
+        f.bytes for f in bundle.manifest.files.values()
+    )
+    run = strata_main("index", "info", "--bundles", str(bundle.path.parent))
+    assert run.returncode == 0, run.stderr
+    assert "resident B/row" in run.stdout and "served from the store" in run.stdout
+    lines = [line.split() for line in run.stdout.splitlines()]
+    assert ["store", "float16", "(bytes", "per", "row:)"] in lines
+    row = next(w for w in lines if len(w) == 3 and w[0] == "store")
+    assert float(row[1]) == pytest.approx(parts["store"].disk / rows, abs=0.1)
