@@ -4,6 +4,10 @@ The gallery: C unit centres; row i = normalise(centre[c_i] + σ·g_i / √D) wit
 neighbours are meaningful (rows of a cluster are closer to each other than to the rest) and
 approximate indexes have real structure to exploit. Written shard by shard with the cache's own
 writer, so a gallery of any size is generated with one shard in RAM.
+
+`write_tiled_cache` grows a real cache instead: every row a real row drawn at random, plus
+Gaussian noise of `noise`/√D, renormalised, so that what reads the rows (a vocabulary
+readout's word postings) finds them as dense as on the real gallery.
 """
 
 from __future__ import annotations
@@ -62,6 +66,35 @@ def write_synthetic_cache(
             }
         )
         manifest.shards.append(write_shard(root, index, {modality: x}, metadata, dtype))
+    manifest.complete = True
+    write_manifest(root, manifest)
+    return root
+
+
+def write_tiled_cache(
+    source: np.ndarray,
+    root: Path,
+    rows: int,
+    encoder: str,
+    noise: float = 0.05,
+    shard_rows: int = 50_000,
+    seed: int = 0,
+    modality: str = "text",
+) -> Path:
+    """A complete cache of `rows` rows (ids `tile-{i}`) drawn from `source` with noise (module
+    doc), shard by shard; float16 like the caches `strata embed` writes."""
+    source = np.asarray(source, dtype=np.float32)
+    dim = source.shape[1]
+    manifest = CacheManifest(encoder=encoder, dim=dim, dtype="float16", modalities=[modality])
+    for index, start in enumerate(range(0, rows, shard_rows)):
+        rng = np.random.default_rng([seed, index])
+        n = min(shard_rows, rows - start)
+        picked = rng.integers(0, len(source), n)
+        x = source[picked] + noise * rng.normal(size=(n, dim)).astype(np.float32) / np.sqrt(dim)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        ids = [f"tile-{i}" for i in range(start, start + n)]
+        metadata = pa.table({"id": ids, "caption": [f"copy of row {r}" for r in picked]})
+        manifest.shards.append(write_shard(root, index, {modality: x}, metadata, "float16"))
     manifest.complete = True
     write_manifest(root, manifest)
     return root

@@ -9,9 +9,12 @@ postings. Queries are `--queries` cache rows (seeded), sent as vectors through
 among those with their own threshold, and the most frequent), each query is timed unfiltered,
 with `require` the word and with `exclude` it, interleaved query by query so that the machine's
 drift hits all three alike. Prints and writes p50 per arm and the ratios to the unfiltered p50.
+`--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
+noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep their real density.
 
     python -m service.benchmarks.filter_latency
     python -m service.benchmarks.filter_latency --cache runs/flickr-minilm --cedar runs/cedar-flickr
+    python -m service.benchmarks.filter_latency --rows 1000000 --queries 100
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from indexer.benchmarks.synthetic import write_tiled_cache
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
@@ -33,12 +37,16 @@ from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
 
 
-def word_bundle(cache: Path, cedar: Path, work: Path) -> Path:
-    """BUNDLES folder over `cache` (identity GraSP-VL, the given CEDAR); built once in `work`."""
+def word_bundle(cache: Path, cedar: Path, work: Path, rows: int = 0) -> Path:
+    """BUNDLES folder over `cache` (identity GraSP-VL, the given CEDAR); built once in `work`.
+    With `rows` above the cache's size, over that many rows tiled from it (module doc)."""
     out = work / "bundles"
     if (out / "CURRENT").exists():
         return out
     x = EmbeddingCache.open(cache).embeddings("text")
+    if rows > len(x):
+        encoder = EmbeddingCache.open(cache).manifest.encoder
+        cache = write_tiled_cache(x, work / "tiled-cache", rows, encoder)
     TransformArtifact.identity(x.shape[1], method="grasp-vl").save(work / "grasp", overwrite=True)
     build_bundle(BuildConfig(cache=cache, grasp=work / "grasp", cedar=cedar, out=out))
     return out
@@ -61,12 +69,15 @@ def main() -> None:
     parser.add_argument("--cedar", type=Path, default=Path("runs/cedar-flickr"))
     parser.add_argument("--work", type=Path, default=Path("runs/bench/filter-latency"))
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rows", type=int, default=0, help="tile the cache to this many rows")
     parser.add_argument("--words", default="", help="comma list (default: chosen by frequency)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/filter_latency.json"))
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)
-    engine = SearchEngine(Bundle.open(word_bundle(args.cache, args.cedar, args.work)), None)
+    engine = SearchEngine(
+        Bundle.open(word_bundle(args.cache, args.cedar, args.work, args.rows)), None
+    )
     words = [w for w in args.words.split(",") if w] or chosen_words(engine)
     x = EmbeddingCache.open(args.cache).embeddings("text")
     rows = np.random.default_rng(args.seed).choice(len(x), args.queries, replace=False)

@@ -57,6 +57,7 @@ from training.cedar.readout import (
     mean_held_out,
     readout_record,
     readout_tensors,
+    text_directions,
 )
 from training.cedar.readout_quality import readout_variants
 from training.cedar.readout_rows import learn_readout
@@ -284,9 +285,14 @@ def fit_cedar(
         data = load_split_rows(cache, seed=config.seed)
         train_rows, val_rows = data.rows("train"), data.rows("val")
         x = data.embeddings
+        anchors = None
+        if config.anchor_words:
+            words = caption_vocabulary(data.texts(train_rows), min_count=5).words
+            found = embed_words(words[: config.anchor_words], encoder or data.encoder)
+            anchors = text_directions(found, x[train_rows].mean(axis=0))
         result = train_cedar(
             x[train_rows], x[val_rows], config,
-            work_dir=work_folder(out, work), device=device, progress=progress,
+            work_dir=work_folder(out, work), device=device, progress=progress, anchors=anchors,
         )  # fmt: skip
         rows = naming_rows(data, vocabulary, encoder)
         method = rotation_method("cedar", result.rotation, result.mean)

@@ -6,7 +6,11 @@ principal axes of the centred training rows, so training starts at PCA + top-k a
 to improve on it (it converges in far fewer epochs than from the identity).
 
 Loss: L1 reconstruction error mean_i ‖x_i − Uᵀ Π_k(U(x_i − b)) − b‖₁, b the training mean.
-Curriculum: k starts dense (k = D) and its range shrinks geometrically to [k_min, k_max] over
+Anchoring (optional, `anchor_words` > 0; VASAE's soft anchoring): the first A rows of U₀ are
+the orthonormalised centred text directions of the A most frequent caption words (the rest the
+principal axes of the rows' complement), and the loss adds `anchor_weight`·mean_a ‖U_a − q_a‖²,
+q_a the orthonormalised direction, so that axis a stays near its word instead of being tied to
+it. Curriculum: k starts dense (k = D) and its range shrinks geometrically to [k_min, k_max] over
 the first `curriculum_epochs`; each batch draws its k log-uniformly from the current range, so
 the rotation serves every k of the range, not only one. Early stopping on the validation FVU at
 the default k. Seeded and deterministic on the CPU; resumable from per-epoch checkpoints.
@@ -53,6 +57,10 @@ class CedarConfig(ConfigModel):
     code_l1: float = Field(
         0.0, ge=0, description="weight of the L1 norm of the dense codes U(x − b), per row"
     )
+    anchor_words: int = Field(
+        0, ge=0, description="axes softly anchored to the most frequent words' text directions"
+    )
+    anchor_weight: float = Field(1.0, ge=0, description="weight of mean_a ‖U_a − q_a‖²")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -87,6 +95,18 @@ def code_l1_norm(x: torch.Tensor, rotation: torch.Tensor, mean: torch.Tensor) ->
     return ((x - mean) @ rotation.T).abs().sum(dim=1).mean()
 
 
+def anchored_start(anchors: np.ndarray, centred: np.ndarray) -> np.ndarray:
+    """U₀ of an anchored run: the anchors (unit word directions [A, D]) orthonormalised in
+    order, each signed to agree with its word, then the principal axes of the centred rows'
+    part orthogonal to them."""
+    q, r = np.linalg.qr(np.asarray(anchors, dtype=np.float64).T)
+    q = (q * np.sign(np.where(np.diag(r) == 0, 1.0, np.diag(r)))).T  # ⟨q_a, t_a⟩ > 0
+    rest = np.asarray(centred, dtype=np.float64)
+    rest = rest - (rest @ q.T) @ q
+    complement = pca_rotation(rest)[: rest.shape[1] - len(q)]
+    return reorthogonalise(np.concatenate([q, complement]))
+
+
 def l1_reconstruction_loss(
     x: torch.Tensor, rotation: torch.Tensor, mean: torch.Tensor, k: int
 ) -> torch.Tensor:
@@ -117,6 +137,7 @@ class CedarTrainer(SkewParameterTrainer):
         device: str,
         initial: np.ndarray | None = None,
         fixed_rows: int = 0,
+        anchored: int = 0,
     ):
         self.val, self.config, self.dim = val, config, train.shape[1]
         self.mean = train.mean(axis=0)
@@ -124,6 +145,7 @@ class CedarTrainer(SkewParameterTrainer):
         self.b = torch.as_tensor(self.mean, device=device)
         self.base = initial if initial is not None else initial_rotation(train - self.mean, config)
         self.u0 = torch.as_tensor(self.base, dtype=torch.float32, device=device)
+        self.anchors = self.u0[:anchored].clone()  # q_a: the anchored rows of U₀
         self.init_upper(self.dim, device, config.learning_rate)
         self.mask = None
         if fixed_rows:  # A's rows and columns of the fixed axes stay 0: exp(A) leaves them be
@@ -153,6 +175,10 @@ class CedarTrainer(SkewParameterTrainer):
             codes = code_l1_norm(x, rotation, self.b)
             loss = loss + config.code_l1 * codes
             record["code_l1"] = codes.item()
+        if len(self.anchors):
+            pull = ((rotation[: len(self.anchors)] - self.anchors) ** 2).sum(dim=1).mean()
+            loss = loss + config.anchor_weight * pull
+            record["anchor"] = pull.item()
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -165,7 +191,7 @@ class CedarTrainer(SkewParameterTrainer):
         fvu = fraction_of_variance_unexplained(
             self.val, reconstruct(self.val, rotation, self.mean, k)
         )
-        codes = {"code_l1": means["code_l1"]} if "code_l1" in means else {}
+        codes = {key: means[key] for key in ("code_l1", "anchor") if key in means}
         return {"epoch": index + 1, "l1": means["l1"], **codes, f"val_fvu_k{k}": fvu}
 
 
@@ -188,10 +214,12 @@ def train_cedar(
     progress: bool = True,
     initial: np.ndarray | None = None,
     fixed_rows: int = 0,
+    anchors: np.ndarray | None = None,
 ) -> CedarResult:
     """Learn U on `train` rows (float [N, D]); stop early on the validation FVU at `config.k`.
     `initial` (an orthogonal [D, D]) replaces the U₀ of `config.init`; the first `fixed_rows`
-    rows of U₀ are kept as they are (only the rotation of their complement is learnt)."""
+    rows of U₀ are kept as they are (only the rotation of their complement is learnt).
+    `anchors` (unit word directions [A, D], A < D) anchor the first A axes (module doc)."""
     train, val = _checked(train, "training"), _checked(val, "validation")
     dim = train.shape[1]
     if val.shape[1] != dim:
@@ -205,13 +233,18 @@ def train_cedar(
             raise ValueError(f"the initial rotation must be an orthogonal [{dim}, {dim}] matrix")
     if not 0 <= fixed_rows < dim:
         raise ValueError(f"fixed_rows must be in [0, {dim}), got {fixed_rows}")
+    anchored = 0
+    if anchors is not None and len(anchors):
+        if initial is not None or anchors.shape[1] != dim or len(anchors) >= dim:
+            raise ValueError(f"anchors must be [A < {dim}, {dim}] word directions, no initial")
+        initial, anchored = anchored_start(anchors, train - train.mean(axis=0)), len(anchors)
     start = (b"" if initial is None else initial.tobytes()) + str(fixed_rows).encode()
     fingerprint = hashlib.sha256(train.tobytes() + val.tobytes() + start).hexdigest()
     checkpointing = (
         Checkpointing(work_dir, config.fingerprint(), fingerprint, device) if work_dir else None
     )
     with seeded(config.seed):  # U₀ (the ICA start) and the training
-        trainer = CedarTrainer(train, val, config, device, initial, fixed_rows)
+        trainer = CedarTrainer(train, val, config, device, initial, fixed_rows, anchored)
         result = run_loop(
             trainer,
             Schedule(config.epochs * trainer.batches, trainer.batches),
