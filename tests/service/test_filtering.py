@@ -113,3 +113,34 @@ def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: Se
     assert once.rows.tolist() == repeated.rows.tolist() == expected.tolist()
     required = allowed_rows(bundle, [ConceptRef(id=concepts[0])] * 64, [])
     assert required.rows.tolist() == bundle.postings(concepts[0])[0].tolist()
+
+
+def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
+    from service.filtering import FILTERED_EF_MAX, exact_budget, filtered_ef
+
+    assert filtered_ef(64, 10, 1.0) == 64  # unfiltered share: its own ef
+    assert filtered_ef(64, 10, 0.05) == 400  # ef·share ≥ 2·wanted
+    assert filtered_ef(64, 100, 0.01) is None  # beyond FILTERED_EF_MAX: an exact scan
+    assert filtered_ef(16, 1, 2 / FILTERED_EF_MAX) == FILTERED_EF_MAX
+    assert exact_budget(4096, 512) == exact_budget(4096, 256) == 4096
+    assert exact_budget(4096, 32) == 4096 * 8  # a short prefix scores more rows exactly
+
+
+def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
+    import faiss
+
+    from service.filtering import AllowedRows, exact_scores, filtered_search
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+    index = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
+    index.add(x)
+    q = rng.normal(size=(1, 16)).astype(np.float32)
+    for share in (0.001, 0.02, 0.3, 0.9):
+        rows = np.flatnonzero(rng.random(3000) < share).astype(np.int64)
+        for allowed in (AllowedRows(3000, rows), AllowedRows(3000, rows, complement=True)):
+            _, found = filtered_search(index, q, 10, allowed, exact_max=8)
+            _, truth = exact_scores(index, q, allowed.materialise(), 10)
+            hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / max(1, truth.shape[1])
+            assert hit >= 0.9, (share, allowed.complement, hit)
+            assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())
