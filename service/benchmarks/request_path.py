@@ -7,14 +7,18 @@ in a float16 cache whose manifest names `open_clip:ViT-B-32@random:0` (a 512-d t
 random weights: no download), random GraSP-VL and CEDAR artifacts, every prefix Flat; built
 once into `--work` and reused (so a before and an after run search the same rows).
 
-1. Latency, single queries, k = 10, the arms timed one after another for every query
-   (`training.benchmarks.interleaved`): the bundle's own FAISS Flat index at the object prefix
-   (32 dims) and at the full 512, searched directly with a prefix already cut and normalised;
-   `SearchEngine.search` with a raw vector at object and at full (plan auto: the funnel the
-   engine calibrated); the same two through `strata serve` (a subprocess, OMP_NUM_THREADS=1)
-   from one gRPC client in this process; and text queries served (AUTO routing; after a warm
-   round every text is a query-cache hit, so what is timed is the path, not the encoder).
-   Ratios: in-process / bare at 32, served / in-process at object and full.
+1. Latency, single queries, k = 10, in three groups, the arms of each timed one after another
+   for every query (`training.benchmarks.interleaved`; a group's arms read the same index, so
+   none runs on a CPU cache another group's larger scan has just flushed). object: the bundle's
+   own FAISS Flat index at the object prefix (32 dims), searched directly with a prefix
+   already cut and normalised; `SearchEngine.search` with a raw vector at object; the same
+   through `strata serve` (a subprocess, OMP_NUM_THREADS=1) from one gRPC client in this
+   process; and the floor of any Python gRPC server: a bare grpc.aio server in a process of
+   its own that decodes the request and returns a canned 10-hit answer. full: the Flat index
+   at 512, and the engine and the server at full (plan auto: the funnel the engine
+   calibrated). text: AUTO text queries in-process and served (after a warm round every text
+   is a query-cache hit, so what is timed is the path, not the encoder). Ratios: in-process /
+   bare at 32, served / in-process for each kind.
 2. QPS at each `--concurrency` (C coroutines over one channel in a separate process, the
    machinery of service/benchmarks/load.py), vector queries at object and AUTO text queries,
    the two kinds alternated, `--repeats` rounds; medians.
@@ -24,8 +28,9 @@ once into `--work` and reused (so a before and an after run search the same rows
    routing, embedding (the vector normalised, or the text's cache look-up), rotation, search
    (FAISS and the plan), hits, the result, the response (message and bytes), the batcher
    hand-off (submit to result through an idle MicroBatcher and its executor thread, nothing
-   computed) and the metrics recorded per query; `rest` is the served p50 minus their sum
-   (gRPC's transport and interceptors, the client).
+   computed) and the metrics recorded per query; `rest` is the served p50 minus the
+   in-process p50 minus the stages outside the engine (decode, conversion, response, metrics,
+   hand-off): gRPC's transport and interceptors, and the client.
 
     python -m service.benchmarks.request_path                      # 100,000 rows
     python -m service.benchmarks.request_path --rows 20000 --queries 100 --json /tmp/rp.json
@@ -124,22 +129,55 @@ def latency_part(
         for g in ("object", "full")
     }
     texts = [pb.SearchRequest(query=pb.Query(text=t), top_k=K) for t in QUERIES]
-    for message in texts:  # every text into the server's query cache
+    text_queries = [SearchQuery.of(t, k=K) for t in QUERIES]
+    for message, query in zip(texts, text_queries, strict=True):  # every text into the caches
         stub.Search(message, timeout=60)
-    n = len(vectors)
-    arms: dict[str, Callable[[int], object]] = {
-        f"bare FAISS Flat {object_length}": lambda i: bare[object_length][0].search(
-            bare[object_length][1][i : i + 1], K
-        ),
-        f"bare FAISS Flat {DIM}": lambda i: bare[DIM][0].search(bare[DIM][1][i : i + 1], K),
-        "in-process object": lambda i: engine.search(queries["object"][i % n]),
-        "in-process full (auto)": lambda i: engine.search(queries["full"][i % n]),
-        "served object": lambda i: stub.Search(requests["object"][i % n], timeout=60),
-        "served full (auto)": lambda i: stub.Search(requests["full"][i % n], timeout=60),
-        "served text (auto)": lambda i: stub.Search(texts[i % len(texts)], timeout=60),
-    }
-    seconds = interleaved(arms, n, rounds)
-    ms = {name: 1000 * s for name, s in seconds.items()}
+        engine.search(query)
+    canned = stub.Search(requests["object"][0], timeout=60).SerializeToString()
+    n, t = len(vectors), len(texts)
+    floor, floor_target = start_canned(canned)
+    try:
+        with grpc.insecure_channel(floor_target) as channel:
+            bare_grpc = channel.unary_unary(
+                "/strata.v1.SearchService/Search",
+                request_serializer=pb.SearchRequest.SerializeToString,
+                response_deserializer=pb.SearchResponse.FromString,
+            )
+            # three groups, each interleaved in itself: the arms of a group read the same
+            # index, so none runs on a cache another group's larger scan has just flushed
+            groups: dict[str, dict[str, Callable[[int], object]]] = {
+                "object": {
+                    f"bare FAISS Flat {object_length}": lambda i: bare[object_length][0].search(
+                        bare[object_length][1][i : i + 1], K
+                    ),
+                    "in-process object": lambda i: engine.search(queries["object"][i % n]),
+                    "served object": lambda i: stub.Search(requests["object"][i % n], timeout=60),
+                    "bare gRPC (canned answer)": lambda i: bare_grpc(
+                        requests["object"][i % n], timeout=60
+                    ),
+                },
+                "full": {
+                    f"bare FAISS Flat {DIM}": lambda i: bare[DIM][0].search(
+                        bare[DIM][1][i : i + 1], K
+                    ),
+                    "in-process full (auto)": lambda i: engine.search(queries["full"][i % n]),
+                    "served full (auto)": lambda i: stub.Search(
+                        requests["full"][i % n], timeout=60
+                    ),
+                },
+                "text": {
+                    "in-process text (auto)": lambda i: engine.search(text_queries[i % t]),
+                    "served text (auto)": lambda i: stub.Search(texts[i % t], timeout=60),
+                },
+            }
+            ms = {
+                name: 1000 * s
+                for arms in groups.values()
+                for name, s in interleaved(arms, n, rounds).items()
+            }
+    finally:
+        floor.terminate()
+        floor.join(30)
     bare_ms = ms[f"bare FAISS Flat {object_length}"]
     return {
         "p50_ms": ms,
@@ -148,9 +186,51 @@ def latency_part(
             "served object / in-process object": ms["served object"] / ms["in-process object"],
             "served full / in-process full": ms["served full (auto)"]
             / ms["in-process full (auto)"],
+            "served text / in-process text": ms["served text (auto)"]
+            / ms["in-process text (auto)"],
+            "bare gRPC + in-process object / in-process object": (
+                ms["bare gRPC (canned answer)"] + ms["in-process object"]
+            )
+            / ms["in-process object"],
         },
         "full_plan": engine.search(queries["full"][0]).plan.describe(DIM),  # type: ignore[union-attr]
     }
+
+
+def serve_canned(answer: bytes, ports: Any) -> None:
+    """In its own process: a bare grpc.aio server (no interceptors, no servicer) whose Search
+    decodes the request and returns `answer`'s bytes, the least a Python gRPC server costs."""
+
+    async def run() -> None:
+        def search(request: pb.SearchRequest, context: object) -> bytes:
+            return answer
+
+        handler = grpc.method_handlers_generic_handler(
+            "strata.v1.SearchService",
+            {
+                "Search": grpc.unary_unary_rpc_method_handler(
+                    search,
+                    request_deserializer=pb.SearchRequest.FromString,
+                    response_serializer=lambda b: b,
+                )
+            },
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        ports.put(port)
+        await server.wait_for_termination()
+
+    asyncio.run(run())
+
+
+def start_canned(answer: bytes) -> tuple[multiprocessing.process.BaseProcess, str]:
+    spawn = multiprocessing.get_context("spawn")
+    ports = spawn.Queue()
+    process = spawn.Process(target=serve_canned, args=(answer, ports), daemon=True)
+    process.start()
+    return process, f"127.0.0.1:{ports.get(timeout=120)}"
 
 
 def qps_part(
@@ -313,12 +393,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             handoff,
         ),
     }
-    served = {"vector (object)": "served object", "text (auto)": "served text (auto)"}
+    pairs = {
+        "vector (object)": ("served object", "in-process object"),
+        "text (auto)": ("served text (auto)", "in-process text (auto)"),
+    }
     for name, stages in profile.items():
-        parts = [v for k, v in stages.items() if k in _SUMMED]
-        stages["rest (gRPC transport, interceptors, client)"] = 1000 * latency["p50_ms"][
-            served[name]
-        ] - sum(parts)
+        served, local = pairs[name]
+        around = sum(v for k, v in stages.items() if k in _AROUND)
+        stages["rest (gRPC transport, interceptors, client)"] = (
+            1000 * (latency["p50_ms"][served] - latency["p50_ms"][local]) - around
+        )
     result = {
         "benchmark": "request_path",
         "rows": args.rows,
@@ -334,10 +418,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return publish(result, args.json)
 
 
-_SUMMED = (
-    "decode", "conversion", "checks + routing + plan (prepare)", "embedding", "rotation",
-    "search (FAISS)", "result", "response", "metrics", "batcher hand-off",
-)  # fmt: skip
+# the served path's stages outside SearchEngine.search; the rest of a served query's time
+# beyond the in-process search is gRPC's
+_AROUND = ("decode", "conversion", "response", "metrics", "batcher hand-off")
 
 
 if __name__ == "__main__":
