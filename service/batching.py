@@ -225,7 +225,7 @@ class MicroBatcher(Generic[T, R]):
             self._alone_requests -= 1
 
     def _drop(self, flow: Flow[T, R]) -> None:
-        with contextlib.suppress(ValueError):
+        if flow in self._flows:  # by identity; a ValueError's message would print the flow
             self._flows.remove(flow)
         for future in flow.futures:  # waiting or in a running batch: nobody awaits it now
             if not future.done():
