@@ -35,6 +35,7 @@ class AdminAuthInterceptor(HandlerInterceptor):
     """Guards every method of `service` (the AdminService's full name) with `token`."""
 
     def __init__(self, service: str, token: str) -> None:
+        super().__init__()
         self.prefix = f"/{service}/"
         self._token = token.strip().encode()
 

@@ -36,7 +36,7 @@ class Waiting(Generic[T, R]):
     deadline: float | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: found and removed by identity, never by its fields
 class Flow(Generic[T, R]):
     """One request's items still waiting, oldest first (`futures`: all of its items');
     `single`: a request of one item and no `finish`, which may share a batch with others like

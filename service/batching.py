@@ -47,53 +47,15 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pydantic import ConfigDict, ValidationInfo, field_validator
-
 from service.batch_order import Flow, Waiting, take_batch
+from service.batching_config import BatchingConfig  # re-exported: its home before
 from service.errors import DeadlineError, OverloadedError
-from training.core.config import ConfigModel
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
-
-
-class BatchingConfig(ConfigModel):
-    """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
-    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
-    `enabled=False` processes every item alone."""
-
-    model_config = ConfigDict(frozen=True)
-
-    enabled: bool = True
-    max_batch: int = 32
-    max_wait_ms: float = 0.0
-    max_queue: int = 64
-    chunk_ms: float = 20.0
-
-    @field_validator("max_batch", "max_queue")
-    @classmethod
-    def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
-        if value < 1:
-            what = str(info.field_name).replace("_", " ")  # "max batch", "max queue"
-            raise ValueError(f"{what} must be at least 1, got {value}")
-        return value
-
-    @field_validator("max_wait_ms")
-    @classmethod
-    def _max_wait(cls, value: float) -> float:
-        if not 0 <= value <= 10_000:
-            raise ValueError(f"max wait must lie in [0, 10000] ms, got {value}")
-        return value
-
-    @field_validator("chunk_ms")
-    @classmethod
-    def _chunk(cls, value: float) -> float:
-        if not 0 < value <= 10_000:
-            raise ValueError(f"chunk time must lie in (0, 10000] ms, got {value}")
-        return value
 
 
 @dataclass
@@ -228,6 +190,14 @@ class MicroBatcher(Generic[T, R]):
         assert self._arrived is not None
         self._arrived.set()
         try:
+            if len(futures) == 1:  # one item: its own future, without asyncio.wait's waiter
+                future = futures[0]
+                try:
+                    return [await future]
+                except BaseException:
+                    if future.done() and not future.cancelled() and future.exception():
+                        raise ItemError(0, future.exception()) from None  # type: ignore[arg-type]
+                    raise  # the caller gave up (its cancel cancelled the future)
             pending = set(futures)
             while pending:
                 _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
@@ -255,7 +225,7 @@ class MicroBatcher(Generic[T, R]):
             self._alone_requests -= 1
 
     def _drop(self, flow: Flow[T, R]) -> None:
-        with contextlib.suppress(ValueError):
+        if flow in self._flows:  # by identity; a ValueError's message would print the flow
             self._flows.remove(flow)
         for future in flow.futures:  # waiting or in a running batch: nobody awaits it now
             if not future.done():

@@ -319,14 +319,9 @@ def _active_back(m: pb.ActiveConcept) -> ConceptActivation:
 
 def _shared(c: SharedConcept) -> pb.SharedConcept:
     return pb.SharedConcept(
-        id=c.id,
-        label=c.label,
-        name=c.name,
-        query_activation=c.query_activation,
-        item_activation=c.item_activation,
-        contribution=c.contribution,
-        scope=c.scope or "",
-    )
+        id=c.id, label=c.label, name=c.name, query_activation=c.query_activation,
+        item_activation=c.item_activation, contribution=c.contribution, scope=c.scope or "",
+    )  # fmt: skip
 
 
 def _shared_back(m: pb.SharedConcept) -> SharedConcept:
@@ -336,23 +331,25 @@ def _shared_back(m: pb.SharedConcept) -> SharedConcept:
     )  # fmt: skip
 
 
+def _hit(h: Hit) -> pb.Hit:
+    """A hit's message; its metadata and concepts set only when it has some (an empty list or
+    map given to the constructor costs as much as the rest of the hit)."""
+    hit = pb.Hit(id=h.id, score=h.score, row=h.row, group=h.group)
+    if h.metadata:
+        hit.metadata.update(h.metadata)
+    if h.concepts:
+        hit.concepts.extend(_active(c) for c in h.concepts)
+    if h.shared_concepts:
+        hit.shared_concepts.extend(_shared(c) for c in h.shared_concepts)
+    return hit
+
+
 def search_response(result: SearchResult) -> pb.SearchResponse:
     response = pb.SearchResponse(
         granularity=granularity_to_proto(result.granularity),
         prefix_length=result.prefix_length,
         routing_reason=result.routing_reason,
-        hits=[
-            pb.Hit(
-                id=h.id,
-                score=h.score,
-                row=h.row,
-                metadata=h.metadata,
-                concepts=[_active(c) for c in h.concepts],
-                shared_concepts=[_shared(c) for c in h.shared_concepts],
-                group=h.group,
-            )
-            for h in result.hits
-        ],
+        hits=[_hit(h) for h in result.hits],
         query_concepts=[_active(c) for c in result.query_concepts],
         bundle_version=result.bundle_version,
     )

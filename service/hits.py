@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from indexer.bundle import Bundle
 from service.explain import activations_of, row_concepts, row_words, shared_concepts, with_words
@@ -29,33 +30,56 @@ def resolve_image_path(value: str, root: Path | None) -> str:
     return str(root / value)
 
 
+class IdColumn:
+    """A bundle's id column read by row without an Arrow call per search: its offsets and
+    bytes as numpy views (zero-copy), each id decoded on demand (a search reads only its k)."""
+
+    def __init__(self, column: pa.Array | pa.ChunkedArray) -> None:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            array = array.cast(pa.string())
+        width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+        _, offsets, data = array.buffers()
+        start = array.offset
+        self._offsets = np.frombuffer(offsets, width)[start : start + len(array) + 1].tolist()
+        self._data = memoryview(data) if data is not None else memoryview(b"")
+        self._array = array  # keeps the buffers alive
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def take(self, rows: list[int]) -> list[str]:
+        """The ids of row positions (each in [0, len))."""
+        o, data = self._offsets, self._data
+        return [str(data[o[r] : o[r + 1]], "utf-8") for r in rows]
+
+
 def hits_of(
     bundle: Bundle,
     scores: np.ndarray,
     rows: np.ndarray,
     fields: list[str],
     image_root: Path | None = None,
+    ids: IdColumn | None = None,
 ) -> list[Hit]:
     """One Hit per found row (rows −1, FAISS's "no more hits", left out), in the order found;
     `fields` the metadata columns to return (null values left out), `image_path` resolved
-    against `image_root` (module docstring)."""
+    against `image_root` (module docstring); `ids` the bundle's id column (None: read through
+    the bundle)."""
     keep = rows >= 0
-    scores, rows = scores[keep], rows[keep]
-    ids = bundle.ids(rows) if len(rows) else []
+    found: list[int] = rows[keep].tolist()
+    values: list[float] = scores[keep].tolist()
+    if ids is not None:
+        names = ids.take(found)
+    else:
+        names = [str(i) for i in bundle.ids(found)] if found else []
     wanted = [f for f in fields if f != "id"]
-    metadata: list[dict[str, Any]] = (
-        bundle.metadata(rows).select(wanted).to_pylist() if wanted and len(rows) else []
-    )
+    if not wanted or not found:
+        return [Hit(i, s, r) for i, s, r in zip(names, values, found, strict=True)]
+    metadata: list[dict[str, Any]] = bundle.metadata(found).select(wanted).to_pylist()
     hits = [
-        Hit(
-            id=str(ids[j]),
-            score=float(scores[j]),
-            row=int(rows[j]),
-            metadata={
-                k: str(v) for k, v in (metadata[j] if metadata else {}).items() if v is not None
-            },
-        )
-        for j in range(len(rows))
+        Hit(i, s, r, {k: str(v) for k, v in m.items() if v is not None})
+        for i, s, r, m in zip(names, values, found, metadata, strict=True)
     ]
     for hit in hits:
         if IMAGE_PATH in hit.metadata:

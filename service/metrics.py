@@ -51,6 +51,23 @@ _SECONDS_BUCKETS = (
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
+class RpcSeries:
+    """One RPC method's series, resolved once: `started`, `handling`, and `handled(code)`."""
+
+    def __init__(
+        self, started: Any, handling: Any, handled: Counter, labels: tuple[str, str, str]
+    ) -> None:
+        self.started, self.handling = started, handling
+        self._handled, self._labels = handled, labels
+        self._by_code: dict[str, Any] = {}
+
+    def handled(self, code: str) -> Any:
+        child = self._by_code.get(code)
+        if child is None:
+            child = self._by_code[code] = self._handled.labels(*self._labels, code)
+        return child
+
+
 class ServerMetrics:
     """Every series of one server, registered on `registry` (a new one when not given)."""
 
@@ -150,6 +167,8 @@ class ServerMetrics:
             self.search_seconds.labels(granularity)
         self.redis_up.set(math.nan)
         self.serving.set(0)
+        self._rpc: dict[tuple[str, str, str], RpcSeries] = {}
+        self._search: dict[str, Any] = {}  # strata_search_seconds by granularity, resolved once
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
 
@@ -163,7 +182,21 @@ class ServerMetrics:
             self.handling.labels(kind, service, method)
 
     def observe_search(self, granularity: str, seconds: float) -> None:
-        self.search_seconds.labels(granularity).observe(seconds)
+        child = self._search.get(granularity)
+        if child is None:
+            child = self._search[granularity] = self.search_seconds.labels(granularity)
+        child.observe(seconds)
+
+    def rpc_series(self, labels: tuple[str, str, str]) -> RpcSeries:
+        """The started, handling and (by code) handled series of one method's labels, looked up
+        once and kept (prometheus_client's `labels()` takes a lock and builds a key per call)."""
+        series = self._rpc.get(labels)
+        if series is None:
+            series = RpcSeries(
+                self.started.labels(*labels), self.handling.labels(*labels), self.handled, labels
+            )
+            self._rpc[labels] = series
+        return series
 
     def observe_encoder(self, modality: str, size: int, seconds: float) -> None:
         self.encoder_batch.labels(modality).observe(size)

@@ -54,8 +54,9 @@ def check_query(
     metadata_fields: Sequence[str],
     dim: int,
     encoder: Any,
-) -> None:
-    """A search query as the engine can serve it (the input itself: `check_query_input`)."""
+) -> np.ndarray | None:
+    """A search query as the engine can serve it (the input itself: `check_query_input`, whose
+    unit vector it returns)."""
     kinds = query.kinds
     if not kinds:
         raise QueryError("the query is empty: give a text, an image or a vector")
@@ -80,7 +81,7 @@ def check_query(
             f"unknown metadata field(s) {shown}; "
             f"the bundle has {', '.join(metadata_fields) or 'none'}"
         )
-    check_query_input(query, limits, dim, encoder)
+    return check_query_input(query, limits, dim, encoder)
 
 
 def check_grouping(query: SearchQuery, limits: RequestLimits) -> None:
@@ -127,9 +128,12 @@ def check_plan(plan: SearchPlan, k: int) -> None:
         raise QueryError(f"the shortlist prefix must be positive, got {plan.shortlist_prefix}")
 
 
-def check_query_input(query: SearchQuery, limits: RequestLimits, dim: int, encoder: Any) -> None:
+def check_query_input(
+    query: SearchQuery, limits: RequestLimits, dim: int, encoder: Any
+) -> np.ndarray | None:
     """Its text, image or vector: non-empty, within the limits, servable by `encoder` (None:
-    no encoder), a vector of `dim` finite values not all zero."""
+    no encoder), a vector of `dim` finite values not all zero. A vector query's unit vector
+    (float32, what the engine searches with: converted here once), else None."""
     if query.text is not None:
         if not query.text.strip():
             raise QueryError("empty text query")
@@ -155,8 +159,12 @@ def check_query_input(query: SearchQuery, limits: RequestLimits, dim: int, encod
             )
         if not np.isfinite(values).all():
             raise QueryError("the vector holds NaN or Inf")
-        if not np.linalg.norm(values) > 0:
+        norm = np.linalg.norm(values)
+        if not norm > 0:
             raise QueryError("the vector is all zeros")
+        # float64: a float32 norm overflows (values ~1e20) or underflows (~1e-23)
+        return (values / norm).astype(np.float32)
+    return None
 
 
 def need_encoder(encoder: Any, kind: str) -> Any:

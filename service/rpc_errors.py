@@ -69,6 +69,7 @@ class ErrorStatusInterceptor(HandlerInterceptor):
     """Aborts a call of one of `services` whose handler raised, with the mapped status."""
 
     def __init__(self, services: Collection[str]) -> None:
+        super().__init__()
         self.services = frozenset(services)
 
     def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:

@@ -21,7 +21,14 @@ Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandl
 
 class HandlerInterceptor(grpc.aio.ServerInterceptor):
     """A server interceptor that rewrites the handler of each method grpc knows (an unknown
-    method, None, passes: grpc answers UNIMPLEMENTED itself)."""
+    method, None, passes: grpc answers UNIMPLEMENTED itself).
+
+    grpc asks for the handler on every call; the rewritten one is a function of the method and
+    the handler alone, so it is built once per (method, handler) and reused (a handler the
+    interceptors inside this one rebuilt per call is rewritten per call: it is a new object)."""
+
+    def __init__(self) -> None:
+        self._rewritten: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -29,7 +36,13 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        return self.intercept(handler, handler_call_details.method)
+        method = handler_call_details.method
+        known = self._rewritten.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        rewritten = self.intercept(handler, method)
+        self._rewritten[method] = (handler, rewritten)
+        return rewritten
 
     def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         """The handler to run for `method` ("/package.Service/Method") instead of `handler`."""

@@ -63,7 +63,8 @@ def observed_call(metrics: ServerMetrics, labels: Labels, context: Any) -> Itera
     """Count a call as started; at its end, as handled with its status (`code_name`), and
     time it. `context`: the call's grpc.aio context, or anything with its `code()` and
     `time_remaining()` (the HTTP API's call context, service/http_api.py)."""
-    metrics.started.labels(*labels).inc()
+    series = metrics.rpc_series(labels)
+    series.started.inc()
     started = time.perf_counter()
     error: BaseException | None = None
     try:
@@ -72,14 +73,15 @@ def observed_call(metrics: ServerMetrics, labels: Labels, context: Any) -> Itera
         error = exc
         raise
     finally:
-        metrics.handled.labels(*labels, code_name(context, error)).inc()
-        metrics.handling.labels(*labels).observe(time.perf_counter() - started)
+        series.handled(code_name(context, error)).inc()
+        series.handling.observe(time.perf_counter() - started)
 
 
 class MetricsInterceptor(HandlerInterceptor):
     """Counts and times every RPC of every service registered on the server."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
+        super().__init__()
         self.metrics = metrics
 
     def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:

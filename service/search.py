@@ -57,7 +57,7 @@ from service.explain import (
 )
 from service.filtering import EXACT_MAX, AllowedRows, allowed_rows, filtered_search
 from service.grouping import FETCH_MAX, grouped_search
-from service.hits import explain_hits, hits_of
+from service.hits import IdColumn, explain_hits, hits_of
 from service.limits import LIMITS, RequestLimits, check_chars, check_near_captions
 from service.metadata_filter import MetadataFilter
 from service.operating_points import check_min_recall, setting_for
@@ -148,6 +148,7 @@ class SearchEngine:
         self.coder = bundle.coder
         self.contract = bundle.contract
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
+        self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (service/hits.py)
         self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
         self.metadata_fields = list(self.metadata.schema)
         self.image_root = self.config.image_root or recorded_image_root(bundle)
@@ -211,16 +212,15 @@ class SearchEngine:
         the encoder calls timed into `observer` (a server's metrics), if any."""
         prepared = [self._prepare(q) for q in queries]
         self._embed(prepared, observer)
-        live = [p for p in prepared if p.error is None]
-        if live:
-            rotated = self.bundle.rotate(np.stack([p.embedding for p in live]))
-            self._search(live, rotated)
+        if live := [p for p in prepared if p.error is None]:  # rotated as far as searched
+            head = max(self.contract[p.route.granularity] for p in live)  # type: ignore[union-attr]
+            self._search(live, self.bundle.grasp.apply(np.stack([p.embedding for p in live]), head))
         return [p.error if p.error is not None else p.result for p in prepared]  # type: ignore[misc]
 
     def _prepare(self, query: SearchQuery) -> _Prepared:
         prepared = self._prepared(query)
         try:
-            check_query(
+            prepared.embedding = check_query(  # a vector query's unit vector
                 query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
             )
             prepared.route = self.route(query)
@@ -261,8 +261,7 @@ class SearchEngine:
         texts = [p for p in prepared if p.error is None and p.query.text is not None]
         images = [p for p in prepared if p.error is None and p.query.image is not None]
         for p in prepared:
-            if p.error is None and p.query.vector is not None:
-                # float64: a float32 norm overflows (values ~1e20) or underflows (~1e-23)
+            if p.error is None and p.query.vector is not None and p.embedding is None:
                 values = np.asarray(p.query.vector, dtype=np.float64)
                 p.embedding = (values / np.linalg.norm(values)).astype(np.float32)
         if texts:
@@ -370,7 +369,8 @@ class SearchEngine:
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
         assert p.route is not None
-        hits = hits_of(self.bundle, scores, rows, list(p.query.metadata_fields), self.image_root)
+        fields = list(p.query.metadata_fields)
+        hits = hits_of(self.bundle, scores, rows, fields, self.image_root, self.id_column)
         if p.groups is not None:
             _, labels = self.metadata.group_keys(p.query.group_by)
             for hit, code in zip(hits, p.groups, strict=True):

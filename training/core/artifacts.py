@@ -80,12 +80,15 @@ class TransformArtifact:
     def dim(self) -> int:
         return int(self.rotation.shape[0])
 
-    def apply(self, embeddings: np.ndarray) -> np.ndarray:
-        """Rows z -> rotation @ (z - mean), float32 [N, D]."""
+    def apply(self, embeddings: np.ndarray, length: int | None = None) -> np.ndarray:
+        """Rows z -> rotation @ (z - mean), float32 [N, D]; with `length`, its first `length`
+        coordinates only [N, length] (the rotation's first rows: a prefix search needs no
+        more), the same values."""
         z = np.asarray(embeddings, dtype=np.float32)
         if z.ndim != 2 or z.shape[1] != self.dim:
             raise ArtifactError(f"expected embeddings of shape [N, {self.dim}], got {z.shape}")
-        return (z - self.mean) @ self.rotation.T
+        rotation = self.rotation if length is None else self.rotation[:length]
+        return (z - self.mean) @ rotation.T
 
     def manifest(self, weights_sha256: str) -> dict[str, Any]:
         return {
