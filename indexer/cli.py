@@ -125,7 +125,7 @@ def file_lines(files: dict[str, int]) -> list[str]:
 @index_app.command(
     "build",
     epilog=examples(
-        "strata index build --cache /work/cache/flickr-minilm --grasp runs/grasp "
+        "strata index build --cache runs/flickr-minilm --grasp runs/grasp "
         "--cedar runs/cedar "
         "--out runs/bundle",
         "strata index build ... --index-type 24=HNSW32 --memory-budget 1GiB",

@@ -40,7 +40,7 @@ train_app = typer.Typer(
             "training.grasp.cli:train_command",
             "Train GraSP-VL: a rotation whose prefixes are the granularities.",
             examples(
-                "strata train grasp --cache /work/cache/flickr-minilm --out runs/grasp",
+                "strata train grasp --cache runs/flickr-minilm --out runs/grasp",
             ),
         ),
         LazyCommand(
@@ -48,8 +48,8 @@ train_app = typer.Typer(
             "training.cedar.cli:train_command",
             "Train CEDAR: named sparse concepts over an embedding cache.",
             examples(
-                "strata train cedar --cache /work/cache/flickr-minilm --out runs/cedar",
-                "strata train cedar --cache /work/cache/flickr-minilm --sparsity 16 "
+                "strata train cedar --cache runs/flickr-minilm --out runs/cedar",
+                "strata train cedar --cache runs/flickr-minilm --sparsity 16 "
                 "--out runs/cedar16",
             ),
         ),
@@ -70,7 +70,7 @@ eval_app = typer.Typer(
             "training.grasp.cli:eval_command",
             "Score a GraSP-VL artifact and its baselines.",
             examples(
-                "strata eval grasp --cache /work/cache/flickr-minilm --artifact runs/grasp "
+                "strata eval grasp --cache runs/flickr-minilm --artifact runs/grasp "
                 "--out runs/grasp-eval"
             ),
         ),
@@ -79,7 +79,7 @@ eval_app = typer.Typer(
             "training.cedar.cli:eval_command",
             "Score a CEDAR artifact and its baselines (FVU, probes, naming).",
             examples(
-                "strata eval cedar --cache /work/cache/flickr-minilm --artifact runs/cedar "
+                "strata eval cedar --cache runs/flickr-minilm --artifact runs/cedar "
                 "--out runs/cedar-eval"
             ),
         ),
@@ -205,8 +205,8 @@ def format_summary(summary: EmbedSummary) -> str:
 @embed_app.command(
     "info",
     epilog=examples(
-        "strata embed info /work/cache/flickr-minilm",
-        "strata embed info /work/cache/flickr-minilm --json",
+        "strata embed info runs/flickr-minilm",
+        "strata embed info runs/flickr-minilm --json",
     ),
 )
 def info(
@@ -235,7 +235,7 @@ def info(
 @embed_app.command(
     "verify",
     epilog=examples(
-        "strata embed verify /work/cache/flickr-minilm",
+        "strata embed verify runs/flickr-minilm",
     ),
 )
 def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:

@@ -26,8 +26,8 @@ The bundle: `--bundles DIR`, or built here from `--cache` and `--cedar` into `--
 (reused when there) with an identity GraSP-VL artifact — the full-length cosine the captions are
 searched by does not depend on the rotation, and the identity keeps it the plain cosine.
 
-    strata train cedar --cache /work/cache/flickr-minilm --out runs/cedar-flickr --epochs 10
-    python -m service.benchmarks.descriptions --cache /work/cache/flickr-minilm \\
+    strata train cedar --cache runs/flickr-minilm --out runs/cedar-flickr --epochs 10
+    python -m service.benchmarks.descriptions --cache runs/flickr-minilm \\
         --cedar runs/cedar-flickr --work runs/bench/descriptions
 """
 

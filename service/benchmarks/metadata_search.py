@@ -1,6 +1,6 @@
 """Metadata-filtered and grouped search on a real bundle, checked against brute force.
 
-The bundle: Flickr8k's 40,460 MiniLM captions (`/work/cache/flickr-minilm`, metadata columns
+The bundle: Flickr8k's 40,460 MiniLM captions (`runs/flickr-minilm`, metadata columns
 `group` = the image file, `split` = train | dev | test | none), built by the indexer with an
 identity GraSP-VL artifact and a random CEDAR artifact (the filter's correctness does not
 depend on the transforms), or any bundle given with `--bundle`. Queries are `--queries` caption
@@ -214,7 +214,7 @@ def text_example(bundle_dir: Path, text: str) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache/flickr-minilm"))
+    parser.add_argument("--cache", type=Path, default=Path("runs/flickr-minilm"))
     parser.add_argument("--bundle", type=Path, default=None, help="an existing BUNDLES folder")
     parser.add_argument("--work", type=Path, default=Path("runs/bench/flickr-metadata"))
     parser.add_argument("--queries", type=int, default=50)
