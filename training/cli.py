@@ -49,8 +49,7 @@ train_app = typer.Typer(
             "Train CEDAR: named sparse concepts over an embedding cache.",
             examples(
                 "strata train cedar --cache runs/flickr-minilm --out runs/cedar",
-                "strata train cedar --cache runs/flickr-minilm --sparsity 16 "
-                "--out runs/cedar16",
+                "strata train cedar --cache runs/flickr-minilm --sparsity 16 --out runs/cedar16",
             ),
         ),
         LazyCommand(
