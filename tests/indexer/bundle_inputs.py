@@ -205,3 +205,9 @@ def make_parts(root: Path, seed: int = 3) -> Parts:
         [i for ids in b_ids for i in ids],
         [i for ids in a_ids for j, i in enumerate(ids) if j % 7 == 3],
     )
+
+
+def gaussian_unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    """n Gaussian rows of `dim`, each scaled to unit length, float32 (seeded)."""
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from bundle_inputs import gaussian_unit_rows
 
 from indexer.index_plan import PrefixPlan
 from indexer.prefix_index import (
@@ -25,17 +26,12 @@ from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall
 
 
-def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def plan(factory: str, length: int, ondisk: bool = False) -> PrefixPlan:
     return PrefixPlan(length, Granularity.OBJECT, "test", factory, ondisk, "test")
 
 
 def test_streamed_flat_file_is_byte_for_byte_what_faiss_writes(tmp_path: Path):
-    x = unit_rows(70, 12, 0)
+    x = gaussian_unit_rows(70, 12, 0)
     writer = FlatFileWriter(plan("Flat", 12), tmp_path / "ours.faiss", 70, flat_layout(12))
     for start in (0, 30, 31):
         writer.add(x[start : {0: 30, 30: 31, 31: 70}[start]])
@@ -51,7 +47,7 @@ def test_streamed_flat_file_is_byte_for_byte_what_faiss_writes(tmp_path: Path):
 
 
 def test_on_disk_ivf_lists_are_found_after_the_folder_is_renamed(tmp_path: Path):
-    x = unit_rows(600, 8, 1)
+    x = gaussian_unit_rows(600, 8, 1)
     p = plan("IVF8,Flat", 8, ondisk=True)
     (tmp_path / "a").mkdir()
     writer = OnDiskIvfWriter(p, tmp_path / "a" / p.file, train_index(p, x), tmp_path)
@@ -71,7 +67,7 @@ def test_on_disk_ivf_lists_are_found_after_the_folder_is_renamed(tmp_path: Path)
 def test_search_parameters_are_per_call_and_reach_a_rerank_s_base():
     """A setting given per call changes that call only (the index keeps its own), and a row
     selector reaches the base index of a rerank, whose candidates are then reranked."""
-    rows = unit_rows(4000, 16, 7)
+    rows = gaussian_unit_rows(4000, 16, 7)
     index = faiss.index_factory(16, "IVF64,PQ4x8np,RFlat", faiss.METRIC_INNER_PRODUCT)
     index.train(rows)
     index.add(rows)

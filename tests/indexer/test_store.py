@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_inputs import Inputs, Parts
+from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 
 from indexer.bundle import MANIFEST, Bundle
 from indexer.postings import ROWS, row_dtype
@@ -34,14 +34,9 @@ from training.core.files import sha256_file
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 
-def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 @pytest.mark.parametrize("dtype", ["float16", "int8"])
 def test_the_heads_of_the_codes_are_the_prefix_vectors_to_their_rounding(dtype: str):
-    rows = unit_rows(200, 64, 1)
+    rows = gaussian_unit_rows(200, 64, 1)
     codes = encode_rows(rows, dtype)
     norms = head_norms(codes, [8, 32, 64])
     for j, length in enumerate((8, 32, 64)):
@@ -53,11 +48,11 @@ def test_the_heads_of_the_codes_are_the_prefix_vectors_to_their_rounding(dtype: 
 
 def test_an_unknown_store_dtype_is_refused_by_name():
     with pytest.raises(StoreError, match="unknown store dtype 'bfloat16'"):
-        encode_rows(unit_rows(2, 8, 0), "bfloat16")
+        encode_rows(gaussian_unit_rows(2, 8, 0), "bfloat16")
 
 
 def test_top_k_merged_block_by_block_is_the_exact_top_k():
-    gallery, queries = unit_rows(500, 16, 2), unit_rows(5, 16, 3)
+    gallery, queries = gaussian_unit_rows(500, 16, 2), gaussian_unit_rows(5, 16, 3)
     best = (np.zeros((5, 0), np.float32), np.zeros((5, 0), np.int64))
     for start in range(0, 500, 64):
         block = gallery[start : start + 64]

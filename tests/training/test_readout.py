@@ -28,6 +28,7 @@ from training.cedar.readout_quality import with_global_threshold
 from training.cedar.readout_rows import zero_shot_terms
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
+from training.core.metrics import unit_rows
 
 
 def brute_best_f1(scores: np.ndarray, relevant: np.ndarray) -> float:
@@ -140,11 +141,12 @@ def test_a_zero_shot_word_is_the_cosine_filter_of_its_text_direction(tmp_path: P
     base.save(tmp_path / "cedar")
     coder = ConceptCoder(TransformArtifact.load(tmp_path / "cedar"))
     x = rng.normal(size=(40, 16)).astype(np.float32)
-    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
-    cosine = unit(x - base.mean) @ unit(texts - base.mean).T
+    cosine = unit_rows(x - base.mean) @ unit_rows(texts - base.mean).T
     found = coder.word_margins(x)
     assert np.allclose(found[:, 2:], cosine - 0.3, atol=1e-5)  # active exactly where cos ≥ τ
-    assert np.array_equal(found[:, :2], margins(unit(x - base.mean), learnt.weight, learnt.offset))
+    assert np.array_equal(
+        found[:, :2], margins(unit_rows(x - base.mean), learnt.weight, learnt.offset)
+    )
     fox = coder.catalog[coder.resolve("fox")[0]]
     assert fox.zero_shot and fox.precision is None
     assert not coder.catalog[coder.resolve("w0")[0]].zero_shot

@@ -109,11 +109,10 @@ def learn_readout(
         rows.val_relevant,
         config.min_calibration,
     )
-    directions = text_directions(embed([w for w, _ in extra]), mean) if extra else None
-    if directions is not None:
-        readout = with_zero_shot(
-            readout, [w for w, _ in extra], [c for _, c in extra], directions, cut
-        )
+    if extra:
+        words = [w for w, _ in extra]
+        directions = text_directions(embed(words), mean)
+        readout = with_zero_shot(readout, words, [c for _, c in extra], directions, cut)
         readout.frequency = active_share(readout, rows.train_x)
     return readout, {**info, "zero_shot_words": len(extra), "zero_shot_cut": round(cut, 6)}
 
@@ -131,11 +130,8 @@ def zero_shot_terms(texts: list[str], trained: CaptionVocabulary) -> list[tuple[
     most frequent first, then the lexicon's words that neither has, in sorted order."""
     seen = caption_vocabulary(texts, min_count=1)
     have = set(trained.words)
-    terms: list[tuple[str, str]] = []
-    for word, kind in seen.terms():
-        if word not in have and word not in trained.forms:
-            terms.append((word, kind))
-            have.add(word)
+    terms = [(w, c) for w, c in seen.terms() if w not in have and w not in trained.forms]
+    have |= {w for w, _ in terms}
     lexicon = sorted(lexicon_terms().terms())
     terms += [(w, c) for w, c in lexicon if w not in have and w not in trained.forms]
     return terms
