@@ -114,6 +114,22 @@ def test_centred_principal_axes_put_the_mean_last():
     assert abs(axes[-1] @ mean) == pytest.approx(1.0)
 
 
+def test_centred_principal_axes_of_rank_deficient_rows():
+    """Rows of rank 5 in 16 dimensions: the projected second moment has eleven zero
+    eigenvalues, among whose eigenvectors LAPACK may spread the mean; still 16 orthonormal axes,
+    the mean last, the rows' spread first."""
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(16, 5)))[0].T
+    rows = (rng.normal(size=(400, 5)) + np.array([4.0, 1.0, 0.0, 0.0, 0.0])) @ basis
+    axes = centred_principal_axes(rows)
+    assert axes.shape == (16, 16)
+    assert orthogonality_error(axes) < 1e-10
+    mean = rows.mean(axis=0) / np.linalg.norm(rows.mean(axis=0))
+    assert abs(axes[-1] @ mean) == pytest.approx(1.0)
+    # the rows' four directions besides the mean come first: nothing of them past axis 4
+    assert np.abs(rows @ axes[4:-1].T).max() < 1e-9
+
+
 def test_retrieval_and_distillation_losses():
     rows = torch.eye(4)
     queries = torch.tensor([[1.0, 0.2, 0.0, 0.0]])

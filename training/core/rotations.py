@@ -78,17 +78,29 @@ def random_rotation(dim: int, seed: int = 0) -> np.ndarray:
 def centred_principal_axes(rows: np.ndarray) -> np.ndarray:
     """R₀ for a gallery: its principal axes with the mean direction moved last.
 
-    The rows' uncentred second moment, with the mean direction m projected out, by decreasing
-    eigenvalue, then m itself as the last axis. The mean is what every row shares ("a photo of
-    something"); in a short prefix it only compresses cosines, so it goes where it costs least.
-    A rotation about the origin: full-length cosine is kept."""
+    The rows' uncentred second moment within the complement of the mean direction m, by
+    decreasing eigenvalue, then m itself as the last axis. The mean is what every row shares
+    ("a photo of something"); in a short prefix it only compresses cosines, so it goes where it
+    costs least. A rotation about the origin: full-length cosine is kept.
+
+    The eigenproblem is solved in coordinates of an orthonormal basis of m's complement, so a
+    second moment with several (near-)zero eigenvalues (rows of lower rank than D, as a text
+    encoder's often are) still yields D − 1 axes orthogonal to m: picking them out of the
+    eigenvectors of the projected moment fails there, since LAPACK may mix m into the null
+    space's eigenvectors."""
     x = np.asarray(rows, dtype=np.float64)
     mean = x.mean(axis=0)
     unit = mean / max(float(np.linalg.norm(mean)), 1e-12)
-    projected = x - np.outer(x @ unit, unit)
-    axes = pca_rotation(projected)
-    rest = axes[np.abs(axes @ unit) < 0.5][: x.shape[1] - 1]
+    complement = mean_complement(unit)
+    rest = pca_rotation(x @ complement.T) @ complement
     return reorthogonalise(np.concatenate([rest, unit[None]]))
+
+
+def mean_complement(unit: np.ndarray) -> np.ndarray:
+    """[D − 1, D]: orthonormal rows spanning the complement of the unit vector `unit` (the
+    Householder QR of [unit | I]: its first column is ±unit, the others span the rest)."""
+    q, _ = np.linalg.qr(np.column_stack([unit, np.eye(len(unit))]))
+    return q[:, 1:].T
 
 
 def polar_rows(matrix: np.ndarray) -> np.ndarray:
