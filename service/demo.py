@@ -26,9 +26,9 @@ from pathlib import Path
 
 import grpc
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle, BundleError
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle, BundleError
 from service.client import StrataClient, StrataClientError
 from service.demo_config import DemoConfig
 from service.results import Explanation, SearchResult

@@ -16,8 +16,8 @@ import statistics
 import time
 from pathlib import Path
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
 from training.benchmarks import benchmark_parser, publish
 from training.core.cache import EmbeddingCache
 from training.grasp.cli import fit_grasp

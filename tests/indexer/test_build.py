@@ -12,8 +12,8 @@ import pytest
 from bundle_inputs import DIM, Inputs, K
 
 from indexer import build
-from indexer.bundle import BUNDLE_FORMAT, Bundle, BundleError
-from indexer.prefixes import exact_top_k, rotate_rows
+from indexer.format.bundle import BUNDLE_FORMAT, Bundle, BundleError
+from indexer.format.prefixes import exact_top_k, rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.files import sha256_file

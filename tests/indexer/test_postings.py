@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from indexer import postings
-from indexer.postings import (
+from indexer.format.postings import (
     FILES,
     Postings,
     PostingsWriter,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from bundle_inputs import gaussian_unit_rows
 
-from indexer.index_plan import PrefixPlan
-from indexer.prefix_index import (
+from indexer.format.index_plan import PrefixPlan
+from indexer.format.prefix_index import (
     FlatFileWriter,
     OnDiskIvfWriter,
     apply_search_parameters,
