@@ -17,35 +17,29 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from indexer.build.full import BuildSummary, build_bundle
 from indexer.build.inputs import BuildConfig, BuildError
 from indexer.cli.export import export_command
-from indexer.format.bundle import (
-    BundleError,
-    PrefixEntry,
-    parse_version_name,
-    read_manifest,
-    version_name,
+from indexer.cli.inspection import info, verify
+from indexer.cli.options import (
+    Engine,
+    Keep,
+    OldBundles,
+    Progress,
+    RayAddress,
+    RedisPrefix,
+    RedisUrl,
+    bundles_of,
+    publisher_for,
 )
-from indexer.format.footprint import footprint_lines
-from indexer.format.index_plan import format_bytes, parse_size
+from indexer.cli.summaries import format_build_summary, format_update_summary
+from indexer.format.bundle import BundleError, parse_version_name, read_manifest, version_name
+from indexer.format.index_plan import parse_size
 from indexer.format.store import DTYPES
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update.row_changes import read_id_file
-from indexer.update.rows import (
-    AddConfig,
-    DeleteConfig,
-    UpdateSummary,
-    add_rows,
-    delete_rows,
-)
-from indexer.verify.check import check_servable, resolve_version, verify_bundle
+from indexer.update.rows import AddConfig, DeleteConfig, UpdateSummary, add_rows, delete_rows
+from indexer.verify.check import check_servable
 from indexer.versions.bundle_store import BundleStore
-from indexer.versions.publish import (
-    DEFAULT_PREFIX,
-    PREFIX_ENVIRONMENT,
-    RedisPublisher,
-    publish_version,
-)
+from indexer.versions.publish import DEFAULT_PREFIX, publish_version
 from training.core.commands import HiddenArgumentsCommand, examples
-from training.core.errors import InputError
 
 Summary = TypeVar("Summary", BuildSummary, UpdateSummary)
 
@@ -54,51 +48,6 @@ index_app = typer.Typer(
     "+ concept postings).",
     no_args_is_help=True,
 )
-
-RedisUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--redis-url",
-        help="also record and announce the new version in this Redis (redis://host:6379/0; "
-        "default: $STRATA_REDIS_URL)",
-        show_default=False,
-    ),
-]
-RedisPrefix = Annotated[
-    str,
-    typer.Option("--redis-prefix", envvar=PREFIX_ENVIRONMENT, help="prefix of the Redis keys"),
-]
-Engine = Annotated[
-    str, typer.Option(help="where the per-shard work runs: local (this process) | ray")
-]
-RayAddress = Annotated[
-    str | None,
-    typer.Option(help="--engine ray: the cluster to join (default: RAY_ADDRESS, else local)"),
-]
-Keep = Annotated[int, typer.Option(help="versions to keep (the current one always)", min=1)]
-Progress = Annotated[bool, typer.Option(help="show progress bars")]
-OldBundles = Annotated[
-    Path | None, typer.Argument(hidden=True, show_default=False)
-]  # the positional form these commands took before --bundles; still accepted
-
-
-def bundles_of(option: Path | None, positional: Path | None) -> Path:
-    """The bundle directory, from --bundles (or the old positional form)."""
-    if option is not None and positional is not None and option != positional:
-        raise InputError("give the bundle once: --bundles DIR")
-    given = option or positional
-    if given is None:
-        raise InputError("missing option '--bundles' (the bundle directory)")
-    return given
-
-
-def publisher_for(url: str | None, prefix: str) -> RedisPublisher | None:
-    """The publisher of `--redis-url`, else of STRATA_REDIS_URL (the settings'); None: none."""
-    if url is None:
-        from training.core.settings import load_settings
-
-        url = load_settings().redis_url
-    return RedisPublisher(url, prefix) if url else None
 
 
 def run_streaming(
@@ -109,17 +58,6 @@ def run_streaming(
     publisher = publisher_for(url, prefix)
     with logging_redirect_tqdm():
         return job(config, publisher=publisher)
-
-
-def file_lines(files: dict[str, int]) -> list[str]:
-    """A summary's files, each with its size, and their total."""
-    width = max(len(name) for name in files)
-    lines = ["files"]
-    lines += [
-        f"  {name:<{width}}  {format_bytes(size):>10}" for name, size in sorted(files.items())
-    ]
-    lines.append(f"on disk      {format_bytes(sum(files.values()))}")
-    return lines
 
 
 @index_app.command(
@@ -202,46 +140,6 @@ def build(
     typer.echo(format_build_summary(run_streaming(build_bundle, config, redis_url, redis_prefix)))
 
 
-def format_build_summary(summary: BuildSummary) -> str:
-    lines = [
-        f"bundle       {summary.path} (now CURRENT)",
-        f"rows         {summary.rows} from {summary.shards} shards"
-        + (f", {summary.training_rows} sampled for training" if summary.training_rows else ""),
-        "indexes      "
-        + ", ".join(
-            f"{p.length}: {p.factory}{' (on disk)' if p.ondisk else ''}" for p in summary.prefixes
-        ),
-        f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s"
-        + (f" (shards on {summary.engine})" if summary.engine != "local" else ""),
-        *file_lines(summary.files),
-    ]
-    tuned = [p for p in summary.prefixes if p.tuning is not None and p.tuning.status != "untuned"]
-    if tuned:
-        lines.insert(
-            4,
-            "tuned        "
-            + ", ".join(
-                f"{p.length}: {p.search} recall@{p.tuning.k} {p.tuning.recall:.3f}"
-                f" {p.tuning.latency_ms:.2f} ms"
-                for p in tuned
-                if p.tuning is not None
-            ),
-        )
-    lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
-    return "\n".join(lines)
-
-
-def tail_lines(announced: str | None, removed: list[str], cleaned: list[Path]) -> list[str]:
-    lines = []
-    if announced:
-        lines.append(f"announced    {announced}")
-    if removed:
-        lines.append(f"removed      {', '.join(removed)} (--keep)")
-    if cleaned:
-        lines.append(f"cleaned      {len(cleaned)} leftovers of killed jobs")
-    return lines
-
-
 @index_app.command(
     "add", epilog=examples("strata index add --bundles runs/bundle --cache runs/new-rows")
 )
@@ -307,29 +205,6 @@ def delete(
     typer.echo(format_update_summary(summary))
 
 
-def format_update_summary(summary: UpdateSummary, source: str | None = None) -> str:
-    if summary.operation == "add":
-        change = f"{summary.base_rows} + {summary.changed_rows} added from {source}"
-    else:
-        change = f"{summary.base_rows} − {summary.changed_rows} deleted"
-    lines = [
-        f"bundle       {summary.path} (now CURRENT; made from {summary.base})",
-        f"rows         {summary.rows} = {change}",
-    ]
-    if summary.missing_ids:
-        shown = ", ".join(summary.missing_ids[:5])
-        more = f", … ({len(summary.missing_ids)} in all)" if len(summary.missing_ids) > 5 else ""
-        lines.append(f"not found    {shown}{more} (--missing-ok)")
-    lines.append(f"time         {summary.seconds:.1f} s")
-    lines.append("how")
-    width = max(len(name) for name in summary.actions)
-    lines += [f"  {name:<{width}}  {action}" for name, action in summary.actions.items()]
-    lines += file_lines(summary.files)
-    lines += [f"note         {note}" for note in summary.notes]
-    lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
-    return "\n".join(lines)
-
-
 @index_app.command(
     "publish",
     cls=HiddenArgumentsCommand,
@@ -391,129 +266,19 @@ index_app.command(  # into Milvus: indexer/cli/export.py
 )(export_command)
 
 
-@index_app.command(
+index_app.command(  # reads only: indexer/cli/inspection.py
     "verify",
     cls=HiddenArgumentsCommand,
     epilog=examples(
         "strata index verify --bundles runs/bundle",
         "strata index verify --bundles runs/bundle/v000003 --sample 256",
     ),
-)
-def verify(
-    old_bundles: OldBundles = None,
-    bundles: Annotated[
-        Path | None,
-        typer.Option(
-            "--bundles", help="bundle directory (checks CURRENT) or version", show_default=False
-        ),
-    ] = None,
-    cache: Annotated[
-        Path | None, typer.Option(help="source cache (default: the path the manifest records)")
-    ] = None,
-    sample: Annotated[int, typer.Option(help="rows recomputed from the cache", min=0)] = 64,
-) -> None:
-    """Check a bundle version: files, indexes, postings, ids, artifacts, rows vs the cache.
+)(verify)
 
-    Exit 0 and `ok`, or one FAULT line per problem (naming its file) and exit 2."""
-    path = resolve_version(bundles_of(bundles, old_bundles))
-    report = verify_bundle(path, cache_dir=cache, sample=sample)
-    for note in report.notes:
-        typer.echo(f"note: {note}", err=True)
-    for fault in report.faults:
-        typer.echo(f"FAULT {fault}", err=True)
-    if report.faults:
-        raise BundleError(f"{path}: {len(report.faults)} faults")
-    typer.echo(f"{path}: ok ({report.sampled_rows} rows checked against the cache)")
-
-
-def describe_source(source: dict) -> str:
-    """Where a version's rows came from: a cache (build), or a base version and a change."""
-    base = source.get("base", {}).get("name", "?")
-    if source.get("operation") == "add":
-        first = source.get("cache_first_row")
-        return f"{base} + rows {first}.. from {source.get('cache')} (index add)"
-    if source.get("operation") == "delete":
-        return f"{base} − {source.get('deleted_rows')} rows (index delete)"
-    return str(source.get("cache"))
-
-
-def describe_tuning(entry: PrefixEntry) -> str:
-    """One line: the search setting, its recall@k and latency as tuned (or why not)."""
-    tuning = entry.tuning
-    if tuning is None:
-        exact = entry.factory == "Flat"
-        return "exact search (recall 1)" if exact else f"search {entry.search or '-'}, not tuned"
-    if tuning.status == "untuned":
-        return f"search {entry.search or '-'}, not tuned: {tuning.note}"
-    points = ", ".join(f"{p.search} {p.recall:.3f}" for p in tuning.points)
-    return (
-        f"search {entry.search}: recall@{tuning.k} {tuning.recall:.3f} "
-        f"(target {tuning.target}, {tuning.status}), {tuning.latency_ms:.3f} ms/query; "
-        f"tuned on {tuning.queries} held-out rows in {tuning.seconds:.1f} s; "
-        f"operating points: {points}"
-    )
-
-
-@index_app.command(
+index_app.command(
     "info",
     cls=HiddenArgumentsCommand,
     epilog=examples(
         "strata index info --bundles runs/bundle", "strata index info --bundles runs/bundle --json"
     ),
-)
-def info(
-    old_bundles: OldBundles = None,
-    bundles: Annotated[
-        Path | None, typer.Option("--bundles", help="bundle directory", show_default=False)
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the current manifest")] = False,
-) -> None:
-    """Show the current version, its manifest summary, and every version kept."""
-    bundles = bundles_of(bundles, old_bundles)
-    store = BundleStore(bundles)
-    if not store.root.is_dir():
-        raise BundleError(f"bundle directory not found: {bundles}")
-    current = store.current()
-    if current is None:
-        raise BundleError(f"{bundles} has no published bundle (no CURRENT)")
-    manifest = read_manifest(store.root / current)
-    if as_json:
-        typer.echo(manifest.to_json().rstrip())
-        return
-    sources = manifest.artifacts
-    typer.echo(
-        f"current      {current} ({manifest.created_at})\n"
-        f"rows         {manifest.rows} ({manifest.modality}), dim {manifest.dim}, "
-        f"encoder {manifest.encoder or '-'}\n"
-        f"source       {describe_source(manifest.source)}\n"
-        f"grasp        {sources['grasp'].method} from {sources['grasp'].path}\n"
-        f"cedar        {sources['cedar'].method} (k = {manifest.k}) from {sources['cedar'].path}\n"
-        f"postings     {manifest.postings['concepts']} concepts, "
-        f"{manifest.postings['entries']} entries\n"
-        f"on disk      {format_bytes(sum(f.bytes for f in manifest.files.values()))}"
-    )
-    shared = manifest.store
-    typer.echo(f"store        {'none' if shared is None else shared['dtype']} (bytes per row:)")
-    typer.echo("\n".join(footprint_lines(manifest)))
-    typer.echo("prefixes")
-    for p in manifest.prefixes:
-        disk = " (lists on disk)" if p.ondisk else " (served from the store)" if p.store else ""
-        typer.echo(f"  {p.length:>5} {p.granularity:<10} {p.factory}{disk}  [{p.reason}]")
-        typer.echo(f"        {describe_tuning(p)}")
-    typer.echo("versions")
-    for version in store.versions():
-        state = (
-            "CURRENT"
-            if version.name == current
-            else "unreadable"
-            if version.manifest is None
-            else "kept"
-            if version.version < int(current[1:])
-            else "not published"
-        )
-        detail = (
-            f"{version.manifest.created_at}, {version.manifest.rows} rows"
-            if version.manifest
-            else "-"
-        )
-        typer.echo(f"  {version.name}  {state:<13} {detail}")
+)(info)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer import postings
+from indexer.format import postings
 from indexer.format.postings import (
     FILES,
     Postings,
