@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 
 from indexer.format.bundle import Bundle, BundleError, version_name
+from indexer.milvus.export import export_bundle
 from indexer.milvus.store import (
     DEFAULT_GRACE_S,
     DEFAULT_NAME,
     INSERT_ROWS,
     ExportError,
     MilvusStore,
-    export_bundle,
 )
 from indexer.verify.check import check_servable
 

@@ -23,11 +23,8 @@ from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import MANIFEST, Bundle, read_current, version_name
-from indexer.milvus.store import (
-    MilvusStore,
-    collection_name,
-    export_bundle,
-)
+from indexer.milvus.export import export_bundle
+from indexer.milvus.store import MilvusStore, collection_name
 from service.batching import BatchingConfig
 from service.client import StrataClient, StrataClientError
 from service.errors import QueryError, UnavailableError
