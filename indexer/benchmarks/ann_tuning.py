@@ -42,11 +42,10 @@ from indexer.benchmarks.peers import hnswlib_bytes, hnswlib_index, hnswlib_searc
 from indexer.format.index_plan import parse_index_types, plan_indexes
 from indexer.format.prefix_index import (
     default_search_parameters,
-    open_writer,
     read_prefix_index,
     search_parameters,
-    train_index,
 )
+from indexer.format.prefix_writers import open_writer, train_index
 from indexer.format.tuning import (
     EF_LADDER,
     RECALL_TARGET,

@@ -53,10 +53,9 @@ from indexer.format.index_plan import parse_index_types, plan_indexes
 from indexer.format.prefix_index import (
     apply_search_parameters,
     default_search_parameters,
-    open_writer,
     read_prefix_index,
-    train_index,
 )
+from indexer.format.prefix_writers import open_writer, train_index
 from indexer.format.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
 from indexer.verify.sample import read_cache_rows
 from training.benchmarks import publish

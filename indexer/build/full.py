@@ -59,7 +59,8 @@ from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.format.ids import IDS, IdsWriter, shard_schema, unified_schema
 from indexer.format.index_plan import PrefixPlan
 from indexer.format.postings import PostingsWriter
-from indexer.format.prefix_index import default_search_parameters, gpu_available, open_writer, train_index
+from indexer.format.prefix_index import default_search_parameters
+from indexer.format.prefix_writers import gpu_available, open_writer, train_index
 from indexer.format.prefixes import rotate_rows
 from indexer.versions.publish import Publisher
 from indexer.versions.release import release_version

@@ -37,12 +37,8 @@ from indexer.versions.crashpoints import crash_point
 from indexer.build.engines import ShardEngine
 from indexer.format.ids import IdsWriter
 from indexer.format.postings import INDPTR, ROWS, VALUES, PostingsWriter
-from indexer.format.prefix_index import (
-    FlatFileWriter,
-    PrefixIndexWriter,
-    apply_search_parameters,
-    read_prefix_index,
-)
+from indexer.format.prefix_index import apply_search_parameters, read_prefix_index
+from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
 from indexer.format.prefixes import ROW_BLOCK
 from indexer.build.shard_step import ShardBatch, ShardSource
 from indexer.format.store import StoreIndex, VectorStore

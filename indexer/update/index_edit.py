@@ -39,17 +39,16 @@ from faiss.contrib.inspect_tools import get_invlist
 
 from indexer.format.bundle import PrefixEntry
 from indexer.format.index_plan import IndexTypeError, PrefixPlan, new_index
-from indexer.format.prefix_index import (
+from indexer.format.prefix_index import exact_storage, read_prefix_index
+from indexer.format.prefix_writers import (
     FlatFileWriter,
     MemoryIndexWriter,
     OnDiskIvfWriter,
     PrefixIndexWriter,
     empty_copy,
-    exact_storage,
     flat_file_rows,
     flat_layout,
     merge_into_ondisk,
-    read_prefix_index,
 )
 from training.core.files import fsync_file
 from training.core.granularity import Granularity
