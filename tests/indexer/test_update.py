@@ -21,13 +21,7 @@ from indexer.benchmarks.tamper import damages
 from indexer.format.bundle import MANIFEST, Bundle, read_current
 from indexer.format.prefixes import exact_top_k
 from indexer.update.row_changes import UpdateError
-from indexer.update.rows import (
-    AddConfig,
-    DeleteConfig,
-    add_rows,
-    delete_rows,
-    replan_notes,
-)
+from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows, replan_notes
 from indexer.verify.check import verify_bundle
 from indexer.verify.faults import VersionRefusedError
 from training.core.cache import EmbeddingCache
