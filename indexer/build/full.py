@@ -58,7 +58,7 @@ from indexer.versions.crashpoints import check_crash_setting
 from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.format.ids import IDS, IdsWriter, shard_schema, unified_schema
 from indexer.format.index_plan import PrefixPlan
-from indexer.format.postings import PostingsWriter
+from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import default_search_parameters
 from indexer.format.prefix_writers import gpu_available, open_writer, train_index
 from indexer.format.prefixes import rotate_rows

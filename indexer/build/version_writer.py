@@ -36,7 +36,8 @@ from indexer.format.bundle import MANIFEST, BundleManifest, FileRecord, PrefixEn
 from indexer.versions.crashpoints import crash_point
 from indexer.build.engines import ShardEngine
 from indexer.format.ids import IdsWriter
-from indexer.format.postings import INDPTR, ROWS, VALUES, PostingsWriter
+from indexer.format.postings import INDPTR, ROWS, VALUES
+from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import apply_search_parameters, read_prefix_index
 from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
 from indexer.format.prefixes import ROW_BLOCK

@@ -21,7 +21,8 @@ from indexer.build.shard_step import ShardSource
 from indexer.build.version_writer import VersionWriter
 from indexer.format.bundle import MANIFEST, Bundle, BundleManifest
 from indexer.format.ids import IDS, IdsWriter, copy_ids, shard_schema, unified_schema
-from indexer.format.postings import INDPTR, ROWS, Postings, PostingsWriter, filter_postings
+from indexer.format.postings import INDPTR, ROWS, Postings
+from indexer.format.postings_writer import PostingsWriter, filter_postings
 from indexer.format.store import VECTORS as STORE_VECTORS
 from indexer.format.store import StoreWriter, write_filtered_store
 from indexer.format.tuning import RECALL_TARGET
