@@ -56,7 +56,7 @@ from indexer.build.inputs import (
 from indexer.format.bundle import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.versions.crashpoints import check_crash_setting
 from indexer.build.engines import ShardEngine, local_batches, running_engine
-from indexer.format.ids import IDS, IdsWriter, shard_schema, unified_schema
+from indexer.format.ids import IDS, IdsWriter, unified_schema
 from indexer.format.index_plan import PrefixPlan
 from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import default_search_parameters
@@ -166,7 +166,7 @@ def write_version(
         writers.append(StoreWriter(staging, rows, inputs.grasp.dim, lengths, config.store))
     n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words
     postings = PostingsWriter(staging, writer.work, n_concepts, rows=rows)
-    schema = unified_schema(shard_schema(cache, shard) for shard in cache.manifest.shards)
+    schema = unified_schema(cache.metadata_schema(shard) for shard in cache.manifest.shards)
     ids = IdsWriter(staging / IDS, schema)
     source = ShardSource(cache, inputs.modality, inputs.grasp, inputs.coder, 0)
     writer.stream(

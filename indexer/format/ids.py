@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.core.cache import EmbeddingCache, Shard
 from training.core.errors import CacheError
 
 IDS = "ids.parquet"
@@ -30,19 +29,6 @@ def unified_schema(schemas: Iterable[pa.Schema]) -> pa.Schema:
         raise CacheError(f"the cache's metadata shards have incompatible schemas: {exc}") from exc
     fields = [f for f in merged if f.name != "id"]
     return pa.schema([pa.field("id", pa.string()), *fields])
-
-
-def shard_schema(cache: EmbeddingCache, shard: Shard) -> pa.Schema:
-    """A shard's metadata schema from its parquet footer (plus `id`, which the reader adds when
-    a clip-retrieval cache lacks it)."""
-    relative = shard.path("metadata")
-    if relative is None:
-        raise CacheError(f"shard {shard.index} of {cache.root} has no metadata file")
-    try:
-        schema = pq.read_schema(cache.root / relative)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise CacheError(f"cannot read {cache.root / relative}: {exc}") from None
-    return schema if "id" in schema.names else schema.append(pa.field("id", pa.string()))
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -20,7 +20,7 @@ from indexer.build.inputs import source_record
 from indexer.build.shard_step import ShardSource
 from indexer.build.version_writer import VersionWriter
 from indexer.format.bundle import MANIFEST, Bundle, BundleManifest
-from indexer.format.ids import IDS, IdsWriter, copy_ids, shard_schema, unified_schema
+from indexer.format.ids import IDS, IdsWriter, copy_ids, unified_schema
 from indexer.format.postings import INDPTR, ROWS, Postings
 from indexer.format.postings_writer import PostingsWriter, filter_postings
 from indexer.format.store import VECTORS as STORE_VECTORS
@@ -138,7 +138,7 @@ def write_added(
     actions["postings_*.npy"] = "merged: the base's CSR, then the new rows' runs"
     schema = unified_schema(
         [pq.read_schema(base.path / IDS)]
-        + [shard_schema(cache, shard) for shard in cache.manifest.shards]
+        + [cache.metadata_schema(shard) for shard in cache.manifest.shards]
     )
     ids = IdsWriter(staging / IDS, schema)
     copy_ids(base.path / IDS, ids)
