@@ -20,8 +20,8 @@ from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from training.benchmarks import benchmark_parser, publish
 from training.core.cache import EmbeddingCache
-from training.grasp.cli import fit_grasp
 from training.grasp.config import GALLERY_RECIPE
+from training.grasp.fit import fit_grasp
 
 
 def main(argv: list[str] | None = None) -> dict:
