@@ -19,9 +19,8 @@ A bundle directory holds versions, and a pointer to the published one:
                                   the shortlist, and approximate ones), inner product, FAISS
                                   id = row position; an IVF with lists on disk adds .ivfdata
       postings_indptr.npy         CSR concept postings (indexer/format/postings.py): int64 [2D + 1],
-      postings_rows.npy           int32 row ids (the narrowest type, int64 before:
-                                  indexer.format.postings.row_dtype) and float32 activations [N·k]
-      postings_values.npy
+      postings_rows.npy           int32 row ids (the narrowest type; int64 before), float32
+      postings_values.npy         activations [N·k]
       ids.parquet                 row r = gallery row r: `id` and the cache's metadata columns
       artifacts/grasp/            copies of the two transform artifacts (manifest.json +
       artifacts/cedar/            weights.safetensors), so a bundle is self-contained
@@ -340,8 +339,7 @@ class Bundle:
             raise BundleError(f"k must be positive, got {k}")
         index = self.index(length)
         params = search_parameters(index, setting) if setting else None
-        scores, rows = index.search(prefix_vectors(rotated, length), k, params=params)
-        return scores, rows
+        return index.search(prefix_vectors(rotated, length), k, params=params)
 
     def search(
         self, embeddings: np.ndarray, at: Granularity | str | int, k: int
