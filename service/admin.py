@@ -25,9 +25,9 @@ from typing import Protocol
 
 import grpc
 
-from indexer.bundle import MANIFEST, Bundle, parse_version_name, read_current
-from indexer.faults import VersionRefusedError
-from indexer.verify import check_servable
+from indexer.format.bundle import MANIFEST, Bundle, parse_version_name, read_current
+from indexer.verify.check import check_servable
+from indexer.verify.faults import VersionRefusedError
 from service._generated.strata.v1 import admin_pb2 as pb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.batching import MicroBatcher

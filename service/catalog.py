@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from indexer.bundle import Bundle, PrefixEntry
+from indexer.format.bundle import Bundle, PrefixEntry
 from service.errors import NotFoundError, QueryError, echo
 from service.filtering import resolve_ref
 from service.limits import RequestLimits, check_chars

@@ -27,7 +27,7 @@ COMMANDS = [
     LazyCommand("embed", "training.cli:embed_app", EMBED_HELP),
     LazyCommand("train", "training.cli:train_app", TRAIN_HELP),
     LazyCommand("eval", "training.cli:eval_app", EVAL_HELP),
-    LazyCommand("index", "indexer.cli:index_app", INDEX_HELP),
+    LazyCommand("index", "indexer.cli.index:index_app", INDEX_HELP),
     LazyCommand(
         "serve",
         "service.search_cli:serve_command",
@@ -71,7 +71,7 @@ COMMANDS = [
     ),
     LazyCommand(
         "upgrade",
-        "indexer.upgrade_cli:upgrade_command",
+        "indexer.cli.upgrade:upgrade_command",
         "Fit a query translator: serve a bundle to queries of a newer model.",
         examples("strata upgrade --help"),
     ),

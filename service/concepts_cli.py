@@ -73,7 +73,7 @@ def open_source(
     if bundles is not None and target is not None:
         raise InputError("give --bundles DIR or --target HOST:PORT, not both")
     if bundles is not None:
-        from indexer.bundle import Bundle
+        from indexer.format.bundle import Bundle
         from service.catalog import BundleCatalog
 
         bundle = Bundle.open(bundles)

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import grpc
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle, BundleError
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle, BundleError
 from service.client import StrataClient, StrataClientError
 from service.demo_config import DemoConfig
 from service.results import Explanation, SearchResult
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig
-from training.cedar.cli import fit_cedar
+from training.cedar.fit import fit_cedar
 from training.cedar.readout import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
@@ -43,8 +43,8 @@ from training.core.errors import InputError
 from training.core.settings import StrataSettings
 from training.corpora import Corpus, open_corpus
 from training.embedding.job import EmbedConfig, EmbedSummary, embed_corpus
-from training.grasp.cli import fit_grasp
 from training.grasp.config import GALLERY_RECIPE, GraspConfig
+from training.grasp.fit import fit_grasp
 
 log = logging.getLogger(__name__)
 

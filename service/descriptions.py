@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.results import Description, NearCaption
 from training.cedar.concepts import ConceptCoder
 from training.cedar.descriptions import code_reconstruction, compose_phrase

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from indexer.bundle import Bundle
-from indexer.prefix_index import exact_storage
+from indexer.format.bundle import Bundle
+from indexer.format.prefix_index import exact_storage
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from indexer.bundle import Bundle
-from indexer.prefix_index import exact_storage, search_parameters
-from indexer.store import StoreIndex
+from indexer.format.bundle import Bundle
+from indexer.format.prefix_index import exact_storage, search_parameters
+from indexer.format.store import StoreIndex
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label

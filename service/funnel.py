@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from indexer.prefix_index import exact_storage
-from indexer.store import StoreIndex, VectorStore
+from indexer.format.prefix_index import exact_storage
+from indexer.format.store import StoreIndex, VectorStore
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 

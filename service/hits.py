@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.explain import activations_of, row_concepts, row_words, shared_concepts, with_words
 from service.results import ConceptActivation, Hit
 from training.cedar.concepts import ConceptCoder

@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexer.bundle import MANIFEST, Bundle, BundleError, parse_version_name
-from indexer.faults import Fault, VersionRefusedError
-from indexer.publish import DEFAULT_PREFIX, PublishError, one_line
-from indexer.verify import check_servable
-from indexer.version_channel import VersionChannel
+from indexer.format.bundle import MANIFEST, Bundle, BundleError, parse_version_name
+from indexer.verify.check import check_servable
+from indexer.verify.faults import Fault, VersionRefusedError
+from indexer.versions.channel import VersionChannel
+from indexer.versions.publish import DEFAULT_PREFIX, PublishError, one_line
 from service.daemon_work import on_daemon_thread
 from service.errors import ServiceError
 from service.search import SearchEngine

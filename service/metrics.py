@@ -40,7 +40,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
-from indexer.faults import FAULT_KINDS
+from indexer.verify.faults import FAULT_KINDS
 
 CACHE_TIERS = ("local", "redis")
 MODALITIES = ("text", "image")

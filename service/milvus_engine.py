@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.bundle import MANIFEST, Bundle
-from indexer.milvus_store import (
+from indexer.format.bundle import MANIFEST, Bundle
+from indexer.milvus.store import (
     ACTIVATIONS,
     CONCEPTS,
     DEFAULT_NAME,

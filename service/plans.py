@@ -28,7 +28,7 @@ import time
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.errors import QueryError
 from service.filtering import AllowedRows, filtered_search
 from service.funnel import ExactRows, FunnelChoice, calibrate, exact_rows_for, funnel_search, rerank

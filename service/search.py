@@ -41,9 +41,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import ConfigDict
 
-from indexer.bundle import Bundle
-from indexer.ids import IDS
-from indexer.verify import check_servable
+from indexer.format.bundle import Bundle
+from indexer.format.ids import IDS
+from indexer.verify.check import check_servable
 from service.catalog import catalog_page, describe_index, find_concepts
 from service.descriptions import describe_codes, stack_codes
 from service.errors import InternalError, NotFoundError, QueryError, ServiceError, echo

@@ -213,7 +213,7 @@ def serve_command(
     )
     milvus = backend != "faiss"
     if milvus:
-        from indexer.export_cli import require_pymilvus
+        from indexer.cli.export import require_pymilvus
         from service.milvus_engine import AliasFollower, MilvusEngine
 
         require_pymilvus()

@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.errors import NotFoundError
 from training.core.encoders.images import IMAGE_SUFFIXES
 

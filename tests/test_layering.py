@@ -137,6 +137,89 @@ def test_a_planted_cycle_and_upward_arrow_are_found() -> None:
     ]
 
 
+# --- inside indexer: its subpackages, each importing only those before it ---------------------
+
+INDEXER_ORDER = ("format", "verify", "versions", "build", "update", "milvus", "cli", "benchmarks")
+INDEXER_FOLDER_LIMIT = 20  # modules in one folder
+
+
+def indexer_subpackage(module: str) -> str | None:
+    """`build` for indexer.build.full; None outside indexer and for the package itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "indexer" and len(parts) > 1 else None
+
+
+def indexer_upward_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports, inside indexer, of a subpackage later in INDEXER_ORDER."""
+    rank = {name: position for position, name in enumerate(INDEXER_ORDER)}
+    return sorted(
+        (source, target)
+        for source, targets in edges.items()
+        for target in targets
+        if (a := indexer_subpackage(source)) in rank
+        and (b := indexer_subpackage(target)) in rank
+        and rank[b] > rank[a]
+    )
+
+
+def indexer_subpackage_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph with indexer's modules collapsed into their subpackages."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, targets in edges.items():
+        a = indexer_subpackage(source)
+        if a is None:
+            continue
+        graph[a].update(b for t in targets if (b := indexer_subpackage(t)) not in (None, a))
+    for targets in list(graph.values()):
+        for target in targets:
+            graph.setdefault(target, set())
+    return dict(graph)
+
+
+def test_every_indexer_module_lives_in_a_named_subpackage() -> None:
+    found = {indexer_subpackage(name) for name in import_graph()} - {None}
+    assert found == set(INDEXER_ORDER)
+    loose = [p.name for p in (ROOT / "indexer").glob("*.py") if p.name != "__init__.py"]
+    assert loose == []
+
+
+def test_no_indexer_folder_holds_more_than_the_limit() -> None:
+    for folder in [ROOT / "indexer", *(ROOT / "indexer" / name for name in INDEXER_ORDER)]:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        assert count <= INDEXER_FOLDER_LIMIT, f"{folder.relative_to(ROOT)}: {count} modules"
+
+
+def test_indexer_subpackages_import_only_those_before_them() -> None:
+    assert indexer_upward_arrows(import_graph()) == []
+
+
+def test_indexer_subpackages_import_in_no_circle() -> None:
+    assert cycles(indexer_subpackage_graph(import_graph())) == []
+
+
+def test_a_planted_upward_arrow_inside_indexer_is_found() -> None:
+    edges = {
+        "indexer.format.bundle": {"indexer.versions.publish"},
+        "indexer.versions.publish": {"indexer.format.bundle"},
+        "indexer.cli.index": {"indexer.build.full", "training.core.errors"},
+        "indexer.build.full": set(),
+    }
+    assert indexer_upward_arrows(edges) == [("indexer.format.bundle", "indexer.versions.publish")]
+    assert cycles(indexer_subpackage_graph(edges)) == [["format", "versions"]]
+
+
+def indexer_report(graph: dict[str, set[str]]) -> None:
+    """The subpackages of indexer, their modules, and any arrow or circle between them."""
+    subpackages = indexer_subpackage_graph(graph)
+    for name in INDEXER_ORDER:
+        count = sum(1 for module in graph if indexer_subpackage(module) == name)
+        print(f"  indexer.{name}: {count} modules, imports {sorted(subpackages.get(name, ()))}")
+    for component in cycles(subpackages):
+        print("indexer cycle:", " <-> ".join(component))
+    for source, target in indexer_upward_arrows(graph):
+        print(f"indexer upward: {source} -> {target}")
+
+
 if __name__ == "__main__":
     graph = import_graph()
     print(f"modules {len(graph)}, imports {sum(len(t) for t in graph.values())}")
@@ -147,3 +230,4 @@ if __name__ == "__main__":
         print("cycle:", " <-> ".join(component))
     for source, target in upward_arrows(graph):
         print(f"upward: {source} -> {target}")
+    indexer_report(graph)

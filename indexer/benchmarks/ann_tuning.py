@@ -1,4 +1,4 @@
-"""Approximate indexes tuned at build time (indexer/tuning.py) at 1M rows, and Qdrant's HNSW.
+"""Approximate indexes tuned at build time (indexer/format/tuning.py) at 1M rows, and Qdrant's HNSW.
 
 1. N×D unit rows (default 1,000,000 × 512) with a realistic spectrum: clustered rows whose
    coordinate j has standard deviation ∝ (j + 1)^(−α/2) (α = 1: the power-law decay of the
@@ -39,15 +39,14 @@ import faiss
 import numpy as np
 
 from indexer.benchmarks.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
-from indexer.index_plan import parse_index_types, plan_indexes
-from indexer.prefix_index import (
+from indexer.format.index_plan import parse_index_types, plan_indexes
+from indexer.format.prefix_index import (
     default_search_parameters,
-    open_writer,
     read_prefix_index,
     search_parameters,
-    train_index,
 )
-from indexer.tuning import (
+from indexer.format.prefix_writers import open_writer, train_index
+from indexer.format.tuning import (
     EF_LADDER,
     RECALL_TARGET,
     TUNING_QUERIES,

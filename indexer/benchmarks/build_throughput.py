@@ -45,20 +45,19 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
-from indexer.index_plan import parse_index_types, plan_indexes
-from indexer.prefix_index import (
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.build.sampling import Reservoir
+from indexer.format.bundle import Bundle
+from indexer.format.index_plan import parse_index_types, plan_indexes
+from indexer.format.prefix_index import (
     apply_search_parameters,
     default_search_parameters,
-    open_writer,
     read_prefix_index,
-    train_index,
 )
-from indexer.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
-from indexer.sampling import Reservoir
-from indexer.verify_sample import read_cache_rows
+from indexer.format.prefix_writers import open_writer, train_index
+from indexer.format.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
+from indexer.verify.sample import read_cache_rows
 from training.benchmarks import publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -127,7 +126,7 @@ def arm_bare(args: argparse.Namespace) -> dict:
     started, cpu = time.perf_counter(), cpu_seconds()
     indexes = {n: faiss.IndexFlatIP(n) for n in lengths}
     for data in cache.iter_shards():
-        # blocked like the build (indexer/prefixes.py), so neither arm pays for paging in
+        # blocked like the build (indexer/format/prefixes.py), so neither arm pays for paging in
         # whole-shard temporaries that the other avoids
         z = rotate_blocks(data.embeddings[cache.modalities[0]], grasp)
         for start in range(0, len(z), ROW_BLOCK):

@@ -16,12 +16,12 @@ import statistics
 import time
 from pathlib import Path
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
 from training.benchmarks import benchmark_parser, publish
 from training.core.cache import EmbeddingCache
-from training.grasp.cli import fit_grasp
 from training.grasp.config import GALLERY_RECIPE
+from training.grasp.fit import fit_grasp
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle, read_current
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle, read_current
 from service.descriptions import caption_column, code_phrase, nearest_captions
 from service.explain import row_concepts
 from training.benchmarks import benchmark_parser, publish

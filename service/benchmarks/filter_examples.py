@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.benchmarks.filter_latency import word_bundle
 from service.results import SearchQuery
 from service.search import SearchEngine

@@ -26,9 +26,9 @@ import faiss
 import numpy as np
 
 from indexer.benchmarks.synthetic import write_tiled_cache
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
 from training.benchmarks import benchmark_parser, publish

@@ -47,9 +47,9 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.benchmarks.synthetic import random_cedar_artifact, spectrum_rows
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.benchmarks.load import drive_load, set_threads
 from service.funnel import ExactRows, calibrate, funnel_search
 from service.results import SearchPlan, SearchQuery

@@ -232,7 +232,7 @@ def funnel_section(
 def server_section(device: str, rows: int, rounds: int) -> dict[str, Any]:
     """Served search latency at concurrency 1 with the query encoder (MiniLM) on `device`
     against one on the CPU: two live servers over one synthetic bundle, interleaved rounds."""
-    from indexer.bundle import Bundle
+    from indexer.format.bundle import Bundle
     from service.benchmarks.load import QUERIES, build_gallery
     from service.client import StrataClient
     from service.search import SearchEngine

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.benchmarks.load import QUERIES, build_gallery, set_threads
 from service.limits import LIMITS
 from service.search import SearchEngine

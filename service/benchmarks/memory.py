@@ -33,11 +33,11 @@ import pyarrow as pa
 from indexer.benchmarks.ann_tuning import interleaved_ms, spectrum_rows
 from indexer.benchmarks.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
-from indexer.footprint import footprint
-from indexer.tuning import EF_LADDER, drop_self
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
+from indexer.format.footprint import footprint
+from indexer.format.tuning import EF_LADDER, drop_self
 from service.plans import Planner
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.filtering import allowed_rows
 from service.results import ConceptRef, MetadataCondition, SearchQuery
 from service.search import EngineConfig, SearchEngine

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from indexer.benchmarks.synthetic import spectrum_rows
-from indexer.bundle import Bundle
-from indexer.milvus_store import MilvusStore, export_bundle
+from indexer.format.bundle import Bundle
+from indexer.milvus.export import export_bundle
+from indexer.milvus.store import MilvusStore
 from service.benchmarks.funnel import spectrum_bundle
 from service.milvus_engine import MilvusEngine
 from service.plans import FunnelConfig

@@ -39,7 +39,7 @@ BATCH_MOST = 32
 # the server process: only what every tree of the project has (BackgroundServer, the engine)
 SERVER = """
 import sys
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.benchmarks.load import set_threads
 from service.search import SearchEngine
 from service.server import BackgroundServer, ServerConfig

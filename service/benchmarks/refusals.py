@@ -30,8 +30,8 @@ import grpc
 import redis
 
 from indexer.benchmarks.tamper import damages, edit_manifest
-from indexer.bundle import CURRENT, MANIFEST, Bundle, version_name
-from indexer.publish import ChannelKeys
+from indexer.format.bundle import CURRENT, MANIFEST, Bundle, version_name
+from indexer.versions.publish import ChannelKeys
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.benchmarks.load import build_gallery

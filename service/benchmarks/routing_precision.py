@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
 from training.benchmarks import publish

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import grpc
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.benchmarks.heavy import heavy_request
 from service.benchmarks.load import build_gallery
 from service.limits import LIMITS

@@ -157,8 +157,8 @@ class Load:
 
 def publish_delete(bundles: Path, row_id: str, redis_url: str) -> str:
     """A new version without `row_id`, published and announced in Redis: its name."""
-    from indexer.publish import RedisPublisher
-    from indexer.update import DeleteConfig, delete_rows
+    from indexer.update.rows import DeleteConfig, delete_rows
+    from indexer.versions.publish import RedisPublisher
 
     config = DeleteConfig(bundles=bundles, ids=(row_id,), verify_sample=8)
     return delete_rows(config, publisher=RedisPublisher(redis_url, PREFIX)).name
@@ -182,7 +182,7 @@ def fuzz_phase(target: str, requests: int, seconds: float) -> dict[str, Any]:
 
 def final_check(target: str, bundles: Path, served: str) -> dict[str, Any]:
     """The server, idle now, against a fresh in-process search of the version it should serve."""
-    from indexer.bundle import Bundle
+    from indexer.format.bundle import Bundle
     from service.client import StrataClient
 
     bundle = Bundle.open(bundles / served)
@@ -203,7 +203,7 @@ def final_check(target: str, bundles: Path, served: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from indexer.bundle import Bundle
+    from indexer.format.bundle import Bundle
     from service.batching import BatchingConfig
     from service.benchmarks.load import build_gallery
     from service.hot_swap import HotSwapper

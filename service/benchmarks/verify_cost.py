@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from indexer.bundle import Bundle, read_manifest
-from indexer.verify import check_servable, verify_bundle
+from indexer.format.bundle import Bundle, read_manifest
+from indexer.verify.check import check_servable, verify_bundle
 from service.benchmarks.load import build_gallery
 from service.search import SearchEngine
 from training.benchmarks import publish

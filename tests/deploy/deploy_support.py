@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from indexer.faults import FAULT_KINDS
+from indexer.verify.faults import FAULT_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

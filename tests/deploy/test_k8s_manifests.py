@@ -160,7 +160,7 @@ def test_serve_options_the_deployment_relies_on() -> None:
 
 
 def test_configmap_names_real_settings() -> None:
-    from indexer.publish import PREFIX_ENVIRONMENT
+    from indexer.versions.publish import PREFIX_ENVIRONMENT
     from training.core.settings import StrataSettings
 
     settings = {f"STRATA_{name.upper()}" for name in StrataSettings.model_fields}

@@ -26,7 +26,7 @@ from deploy_support import (
     shell_commands,
 )
 
-from indexer.milvus_store import client_uri
+from indexer.milvus.store import client_uri
 from training.core.granularity import default_contract
 
 OVERLAY = DEPLOY / "k8s-milvus"

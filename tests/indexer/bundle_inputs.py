@@ -20,8 +20,8 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import BuildSummary, build_bundle
-from indexer.build_inputs import BuildConfig
+from indexer.build.full import BuildSummary, build_bundle
+from indexer.build.inputs import BuildConfig
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 
 DIM = 64  # default contract 4 / 8 / 16 / 32 / 64

@@ -42,7 +42,7 @@ def run_child(job: dict) -> int:
 
 def main(jobs_file: str) -> None:
     # the expensive imports, paid once (the commands load lazily: each child would pay them)
-    import indexer.cli  # noqa: F401
+    import indexer.cli.index  # noqa: F401
     import service.cli
     import service.search_cli  # noqa: F401
     import training.cli  # noqa: F401

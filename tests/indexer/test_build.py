@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from bundle_inputs import DIM, Inputs, K
 
-from indexer import build
-from indexer.bundle import BUNDLE_FORMAT, Bundle, BundleError
-from indexer.prefixes import exact_top_k, rotate_rows
+from indexer.build import full
+from indexer.format.bundle import BUNDLE_FORMAT, Bundle, BundleError
+from indexer.format.prefixes import exact_top_k, rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.files import sha256_file
@@ -153,14 +153,14 @@ def test_the_build_verifies_with_the_digests_it_computed_while_writing(
     """The Flat indexes and postings are hashed as they are written; verification gets those
     digests (they are the files' sha256), and reads back only the other files."""
     seen = []
-    verify = build.verify_bundle
+    verify = full.verify_bundle
 
     def spy(path: Path, **options):
         written = dict(options["written"])
         seen.append((written, {name: sha256_file(path / name) for name in written}))
         return verify(path, **options)
 
-    monkeypatch.setattr(build, "verify_bundle", spy)
+    monkeypatch.setattr(full, "verify_bundle", spy)
     summary = inputs.build(tmp_path / "bundles")
     ((written, actual),) = seen
     assert set(written) == {f"prefix_{n}.faiss" for n in (4, 8, 16, 32, 64)} | {

@@ -1,5 +1,5 @@
-"""The build's CEDAR codes (indexer/codes.py): the postings run straight from the embeddings is
-the run of ConceptCoder.encode's codes — ties at the top-k threshold included."""
+"""The build's CEDAR codes (indexer/format/codes.py): the postings run straight from the embeddings
+is the run of ConceptCoder.encode's codes — ties at the top-k threshold included."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.codes import check_codable, code_run, concept_dtype, top_k_mask
-from indexer.postings import PostingRun, shard_postings
+from indexer.format.codes import check_codable, code_run, concept_dtype, top_k_mask
+from indexer.format.postings import PostingRun, shard_postings
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError

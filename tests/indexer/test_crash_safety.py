@@ -20,12 +20,12 @@ import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error, run_strata_batch, write_cache
 
 from indexer.benchmarks.synthetic import cluster_centres, clustered_rows
-from indexer.bundle import Bundle, read_current
-from indexer.crashpoints import ENVIRONMENT, STAGES
-from indexer.row_changes import UpdateError
-from indexer.update import AddConfig, DeleteConfig, add_rows, delete_rows
-from indexer.verify import verify_bundle
-from indexer.versions import BundleStore
+from indexer.format.bundle import Bundle, read_current
+from indexer.update.row_changes import UpdateError
+from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
+from indexer.verify.check import verify_bundle
+from indexer.versions.bundle_store import BundleStore
+from indexer.versions.crashpoints import ENVIRONMENT, STAGES
 
 pytestmark = pytest.mark.slow
 PUBLISHED = ("after-pointer-switch",)  # stages at which the new version is already CURRENT

@@ -11,12 +11,12 @@ import pytest
 import ray
 from bundle_inputs import Inputs, make_inputs
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
-from indexer.distributed import RayEngine
-from indexer.engines import local_batches
-from indexer.shard_step import ShardSource
+from indexer.build.distributed import RayEngine
+from indexer.build.engines import local_batches
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.build.shard_step import ShardSource
+from indexer.format.bundle import Bundle
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

@@ -10,9 +10,9 @@ import pytest
 import threadpoolctl
 from bundle_inputs import Inputs
 
-from indexer.engines import local_batches, prefetched
-from indexer.prefixes import rotate_rows
-from indexer.shard_step import ShardSource
+from indexer.build.engines import local_batches, prefetched
+from indexer.build.shard_step import ShardSource
+from indexer.format.prefixes import rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.index_plan import (
+from indexer.format.index_plan import (
     RULES,
     IndexTypeError,
     ivf_lists,

@@ -8,16 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer import postings
-from indexer.postings import (
-    FILES,
-    Postings,
-    PostingsWriter,
-    concept_blocks,
-    csr_from_runs,
-    postings_faults,
-    shard_postings,
-)
+from indexer.format import postings, postings_writer
+from indexer.format.postings import FILES, Postings, csr_from_runs, postings_faults, shard_postings
+from indexer.format.postings_writer import PostingsWriter, concept_blocks
 from training.core.files import sha256_file
 
 CONCEPTS = 10
@@ -100,7 +93,7 @@ def test_the_writer_streams_what_np_save_writes_whatever_the_block(
             array = array.astype(postings.row_dtype(len(rows)))
         np.save(reference / name, array)
     for block in (1, 7, 10_000):
-        monkeypatch.setattr(postings, "MERGE_BLOCK", block)
+        monkeypatch.setattr(postings_writer, "MERGE_BLOCK", block)
         folder = tmp_path / f"block-{block}"
         folder.mkdir()
         writer = PostingsWriter(folder, folder, CONCEPTS)
@@ -114,7 +107,7 @@ def test_the_writer_streams_what_np_save_writes_whatever_the_block(
 
 
 def test_a_base_comes_first_in_every_concept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(postings, "MERGE_BLOCK", 5)
+    monkeypatch.setattr(postings_writer, "MERGE_BLOCK", 5)
     concepts, activations = random_codes(40, 2, 3)
     old = shard_postings(concepts[:30], activations[:30], 0, CONCEPTS)
     new = shard_postings(concepts[30:], activations[30:], 30, CONCEPTS)

@@ -11,17 +11,14 @@ import numpy as np
 import pytest
 from bundle_inputs import gaussian_unit_rows
 
-from indexer.index_plan import PrefixPlan
-from indexer.prefix_index import (
-    FlatFileWriter,
-    OnDiskIvfWriter,
+from indexer.format.index_plan import PrefixPlan
+from indexer.format.prefix_index import (
     apply_search_parameters,
     exact_storage,
-    flat_layout,
     read_prefix_index,
     search_parameters,
-    train_index,
 )
+from indexer.format.prefix_writers import FlatFileWriter, OnDiskIvfWriter, flat_layout, train_index
 from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall
 

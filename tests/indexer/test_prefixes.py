@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_grasp_artifact
-from indexer.prefixes import exact_top_k, rotate_blocks, rotate_rows
+from indexer.format.prefixes import exact_top_k, rotate_blocks, rotate_rows
 from training.core.metrics import prefix_vectors
 
 

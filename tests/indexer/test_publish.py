@@ -17,16 +17,16 @@ import redis
 from bundle_inputs import Inputs, assert_one_line_error
 from waiting import WAIT_S, wait_for
 
-from indexer.build import build_bundle
-from indexer.bundle import read_current
-from indexer.publish import (
+from indexer.build.full import build_bundle
+from indexer.format.bundle import read_current
+from indexer.versions.bundle_store import BundleStore
+from indexer.versions.channel import VersionChannel
+from indexer.versions.publish import (
     ChannelKeys,
     PublishError,
     RedisPublisher,
     publish_version,
 )
-from indexer.version_channel import VersionChannel
-from indexer.versions import BundleStore
 from training.core.files import sha256_file
 
 URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -120,7 +120,7 @@ def test_two_publishers_serialise_on_the_lock(
     impatient = RedisPublisher(URL, prefix, wait=0.3)
     patient = RedisPublisher(URL, prefix, wait=WAIT_S)
     outcome: dict[str, object] = {}
-    caplog.set_level(logging.INFO, logger="indexer.publish")
+    caplog.set_level(logging.INFO, logger="indexer.versions.publish")
 
     def patient_waits() -> bool:
         return any(

@@ -11,9 +11,9 @@ import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
 from indexer.benchmarks.tamper import damages
-from indexer.bundle import read_current
-from indexer.faults import VersionRefusedError
-from indexer.verify import check_servable
+from indexer.format.bundle import read_current
+from indexer.verify.check import check_servable
+from indexer.verify.faults import VersionRefusedError
 
 # damage → (the reason a replica reports, a text the refusal names)
 EXPECTED = {

@@ -7,7 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from indexer.row_changes import UpdateError, check_new_ids, read_id_file, rows_to_delete, shown
+from indexer.update.row_changes import (
+    UpdateError,
+    check_new_ids,
+    read_id_file,
+    rows_to_delete,
+    shown,
+)
 
 
 def test_rows_to_delete_renumbers_and_names_unknown_ids():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexer.sampling import Reservoir
+from indexer.build.sampling import Reservoir
 
 
 def test_fills_then_stays_bounded():

@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from indexer.shard_step import BufferPool
+from indexer.build.shard_step import BufferPool
 
 
 def test_pooled_memory_comes_back_only_when_no_view_of_it_is_left():

@@ -1,4 +1,5 @@
-"""The shared vector store (indexer/store.py): one copy of every row serves every Flat prefix.
+"""The shared vector store (indexer/format/store.py): one copy of every row serves every Flat
+prefix.
 
 Against the layout before it (one float32 file per prefix) on the same rows: the same hits at
 every prefix to float16 rounding, fewer bytes, the same verification; adds and deletes equal a
@@ -14,10 +15,10 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 
-from indexer.bundle import MANIFEST, Bundle
-from indexer.postings import ROWS, row_dtype
-from indexer.prefixes import exact_top_k
-from indexer.store import (
+from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.postings import ROWS, row_dtype
+from indexer.format.prefixes import exact_top_k
+from indexer.format.store import (
     NORMS,
     TOLERANCE,
     VECTORS,
@@ -27,8 +28,8 @@ from indexer.store import (
     heads,
     merge_top_k,
 )
-from indexer.update import AddConfig, DeleteConfig, add_rows, delete_rows
-from indexer.verify import verify_bundle
+from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
+from indexer.verify.check import verify_bundle
 from training.core.cache import EmbeddingCache
 from training.core.files import sha256_file
 from training.core.metrics import neighbour_recall, prefix_vectors
@@ -178,7 +179,7 @@ def test_a_bundle_written_before_the_store_still_loads_verifies_and_serves(
 
 
 def test_index_info_prints_bytes_per_row_per_part(layouts, strata_main):
-    from indexer.footprint import footprint
+    from indexer.format.footprint import footprint
 
     bundle = layouts["float16"]
     parts = {p.name: p for p in footprint(bundle.manifest)}

@@ -1,5 +1,6 @@
-"""Search parameters tuned at build time to a recall target (indexer/tuning.py): the mathematics,
-the build's records, `strata index info`, old manifests, and re-tuning on add and delete."""
+"""Search parameters tuned at build time to a recall target (indexer/format/tuning.py): the
+mathematics, the build's records, `strata index info`, old manifests, and re-tuning on add and
+delete."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, Parts
 
-from indexer.bundle import MANIFEST, Bundle, read_manifest
-from indexer.prefixes import rotate_rows
-from indexer.tuning import (
+from indexer.format.bundle import MANIFEST, Bundle, read_manifest
+from indexer.format.prefixes import rotate_rows
+from indexer.format.tuning import (
     OperatingPoint,
     choose,
     drop_self,
@@ -23,8 +24,8 @@ from indexer.tuning import (
     pareto_front,
     tune_index,
 )
-from indexer.update import AddConfig, DeleteConfig, add_rows, delete_rows
-from indexer.verify import verify_bundle
+from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
+from indexer.verify.check import verify_bundle
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 TYPES = ("object=hnsw", "relation=ivfpq-refine", "caption=ivfpq-ondisk", "full=IVF{nlist},Flat")
@@ -55,7 +56,7 @@ def test_a_query_row_is_dropped_from_its_own_answer():
 
 
 def test_blockwise_exact_neighbours_are_the_brute_force_ones(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr("indexer.tuning.EXACT_BLOCK", 97)  # many blocks, a ragged last one
+    monkeypatch.setattr("indexer.format.tuning.EXACT_BLOCK", 97)  # many blocks, a ragged last one
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(1000, 16)).astype(np.float32)
     queries = rng.normal(size=(20, 16)).astype(np.float32)

@@ -18,18 +18,12 @@ import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
 from indexer.benchmarks.tamper import damages
-from indexer.bundle import MANIFEST, Bundle, read_current
-from indexer.faults import VersionRefusedError
-from indexer.prefixes import exact_top_k
-from indexer.row_changes import UpdateError
-from indexer.update import (
-    AddConfig,
-    DeleteConfig,
-    add_rows,
-    delete_rows,
-    replan_notes,
-)
-from indexer.verify import verify_bundle
+from indexer.format.bundle import MANIFEST, Bundle, read_current
+from indexer.format.prefixes import exact_top_k
+from indexer.update.row_changes import UpdateError
+from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows, replan_notes
+from indexer.verify.check import verify_bundle
+from indexer.verify.faults import VersionRefusedError
 from training.core.cache import EmbeddingCache
 from training.core.metrics import neighbour_recall, prefix_vectors
 

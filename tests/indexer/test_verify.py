@@ -14,8 +14,8 @@ import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error
 from safetensors.numpy import save_file
 
-from indexer.bundle import read_manifest
-from indexer.verify import verify_bundle
+from indexer.format.bundle import read_manifest
+from indexer.verify.check import verify_bundle
 
 
 @pytest.fixture(scope="module")

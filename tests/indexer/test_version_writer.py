@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexer.bundle import MANIFEST
-from indexer.postings import INDPTR, ROWS, VALUES
-from indexer.version_writer import VersionWriter
+from indexer.build.version_writer import VersionWriter
+from indexer.format.bundle import MANIFEST
+from indexer.format.postings import INDPTR, ROWS, VALUES
 from training.core.files import sha256_file
 
 

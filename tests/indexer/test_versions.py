@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from bundle_inputs import Inputs
 
-from indexer.build import build_bundle
-from indexer.bundle import Bundle, BundleError, read_current
-from indexer.versions import BundleStore
+from indexer.build.full import build_bundle
+from indexer.format.bundle import Bundle, BundleError, read_current
+from indexer.versions.bundle_store import BundleStore
 
 
 def names(root: Path) -> list[str]:

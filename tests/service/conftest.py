@@ -13,7 +13,7 @@ import redis
 from search_gallery import build_text_bundle
 from serving_helpers import REDIS_URL
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.batching import BatchingConfig
 from service.client import StrataClient
 from service.search import SearchEngine

@@ -6,7 +6,7 @@ artifact a stand-in with the same format (the principal axes of the gallery, met
 needs, at no training cost — trained GraSP-VL is tested in tests/training); a CEDAR artifact
 trained for two epochs and named from the captions' vocabulary, with two entries of its catalog
 written for the tests (`write_test_concepts`: whatever the two epochs learned, the catalog holds
-a named concept with known runner-ups and an unnamed one); then `indexer.build`.
+a named concept with known runner-ups and an unnamed one); then `indexer.build.full`.
 
 The image bundle: solid-colour PNGs with captions, embedded (both towers) with a random-weight
 tiny open_clip, an identity GraSP-VL artifact and a random CEDAR artifact.
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
 from training.cedar.concepts import (
     CatalogEntry,
     build_catalog,

@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serving_helpers import HeldEncoder
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
-from indexer.update import DeleteConfig, delete_rows
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.client import StrataClient, StrataClientError

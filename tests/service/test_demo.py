@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.bundle import Bundle
-from indexer.verify import verify_bundle
+from indexer.format.bundle import Bundle
+from indexer.verify.check import verify_bundle
 from service.demo import DEMO_SEARCHES, DemoConfig, demo_corpus, run_demo
 from service.demo_cli import format_demo
 from training.core.settings import StrataSettings

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from search_gallery import LANTERN, written_concepts
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.errors import NotFoundError, QueryError
 from service.explain import row_concepts
 from service.results import SearchQuery

@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from indexer.prefixes import exact_top_k
+from indexer.format.prefixes import exact_top_k
 from service.filtering import AllowedRows, allowed_rows, filtered_search
 from service.results import ConceptRef
 from service.search import SearchEngine

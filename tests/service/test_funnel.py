@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from search_gallery import LANTERN
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
-from indexer.update import DeleteConfig, delete_rows
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
 from service.errors import QueryError
 from service.filtering import allowed_rows
 from service.funnel import ExactRows, calibrate, exact_rows_for

@@ -1,7 +1,8 @@
 """Hot swap: which announced versions are loaded, and a live server following the real Redis
 (127.0.0.1:6379, or STRATA_TEST_REDIS_URL) while client threads search without pause — new
-versions made by the indexer and published with `indexer.publish`, zero failed requests; and a
-SIGTERM while a version is being verified exits without waiting for the verification."""
+versions made by the indexer and published with `indexer.versions.publish`, zero failed
+requests; and a SIGTERM while a version is being verified exits without waiting for the
+verification."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from serving_helpers import REDIS_URL as URL
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
-from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version
-from indexer.update import DeleteConfig, delete_rows
-from indexer.versions import BundleStore
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
+from indexer.versions.bundle_store import BundleStore
+from indexer.versions.publish import ChannelKeys, RedisPublisher, announcement, publish_version
 from service.batching import BatchingConfig
 from service.client import StrataClient, StrataClientError
 from service.hot_swap import HotSwapper, VersionTracker, load_engine

@@ -19,7 +19,7 @@ from serving_helpers import HeldEncoder
 from test_server_metrics import samples, value
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service.client import StrataClient, StrataClientError
 from service.search import SearchEngine

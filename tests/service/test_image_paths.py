@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from search_gallery import build_image_bundle
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.hits import resolve_image_path
 from service.results import SearchQuery
 from service.search import EngineConfig, SearchEngine

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.client import StrataClient, StrataClientError
 from service.errors import QueryError
 from service.grouping import grouped_search, pick_groups

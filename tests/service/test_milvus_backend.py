@@ -22,12 +22,9 @@ from milvus_lite.adapter.grpc.server import start_server_in_thread
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import MANIFEST, Bundle, read_current, version_name
-from indexer.milvus_store import (
-    MilvusStore,
-    collection_name,
-    export_bundle,
-)
+from indexer.format.bundle import MANIFEST, Bundle, read_current, version_name
+from indexer.milvus.export import export_bundle
+from indexer.milvus.store import MilvusStore, collection_name
 from service.batching import BatchingConfig
 from service.client import StrataClient, StrataClientError
 from service.errors import QueryError, UnavailableError

@@ -1,5 +1,5 @@
 """A request's min_recall: the engine searches an approximate index at the fastest of its tuned
-operating points reaching it (indexer/tuning.py), or refuses naming the best it has."""
+operating points reaching it (indexer/format/tuning.py), or refuses naming the best it has."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from indexer.benchmarks.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import MANIFEST, Bundle
-from indexer.tuning import OperatingPoint, drop_self
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.tuning import OperatingPoint, drop_self
 from service.client import StrataClient, StrataClientError
 from service.errors import QueryError
 from service.operating_points import setting_for

@@ -18,8 +18,8 @@ import pytest
 from serving_helpers import QUERIES, HandClock, HeldEncoder
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
-from indexer.update import DeleteConfig, delete_rows
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
 from service._generated.strata.v1 import search_pb2 as pb
 from service.batching import BatchingConfig
 from service.client import StrataClient

@@ -16,7 +16,7 @@ from serving_helpers import REDIS_URL as URL
 from serving_helpers import CountingEncoder
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.client import StrataClient
 from service.metrics import ServerMetrics
 from service.query_cache import (

@@ -12,9 +12,9 @@ import pytest
 from serving_helpers import CountingEncoder, Searching
 from waiting import wait_for
 
-from indexer.bundle import Bundle
-from indexer.publish import RedisPublisher
-from indexer.update import DeleteConfig, delete_rows
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
+from indexer.versions.publish import RedisPublisher
 from service.batching import BatchingConfig
 from service.benchmarks.redis_server import RedisServer
 from service.hot_swap import HotSwapper

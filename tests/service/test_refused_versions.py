@@ -13,10 +13,10 @@ from serving_helpers import REDIS_URL as URL
 from waiting import WAIT_S, wait_for
 
 from indexer.benchmarks.tamper import damages
-from indexer.bundle import Bundle
-from indexer.publish import RedisPublisher, publish_version
-from indexer.update import DeleteConfig, delete_rows
-from indexer.versions import BundleStore
+from indexer.format.bundle import Bundle
+from indexer.update.rows import DeleteConfig, delete_rows
+from indexer.versions.bundle_store import BundleStore
+from indexer.versions.publish import RedisPublisher, publish_version
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.client import StrataClient

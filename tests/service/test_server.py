@@ -14,7 +14,7 @@ from search_gallery import LANTERN, LANTERN_RUNNER_UPS, build_image_bundle
 from serving_helpers import HeldEncoder
 from waiting import WAIT_S, wait_for
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
 from service.batching import BatchingConfig

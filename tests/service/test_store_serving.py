@@ -1,4 +1,4 @@
-"""An engine over a bundle with a shared vector store (indexer/store.py) serves as one over
+"""An engine over a bundle with a shared vector store (indexer/format/store.py) serves as one over
 the layout before it: the same hits at every granularity (to float16 rounding), filtered and
 explained queries, and a hot swap from one layout to the other."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from indexer.build import build_bundle
-from indexer.build_inputs import BuildConfig
-from indexer.bundle import Bundle
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
 from training.core.granularity import Granularity

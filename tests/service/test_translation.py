@@ -12,7 +12,7 @@ import pytest
 from search_gallery import build_text_bundle
 from typer.testing import CliRunner
 
-from indexer.bundle import Bundle
+from indexer.format.bundle import Bundle
 from service.cli import app
 from service.client import StrataClient
 from service.errors import ServiceError

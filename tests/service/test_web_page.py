@@ -201,7 +201,7 @@ def _png(path: Path, colour: tuple[int, int, int], size: tuple[int, int]) -> Pat
 def test_cards_show_thumbnails_from_the_image_root(browser, tmp_path: Path, tiny_clip):
     from search_gallery import build_image_bundle
 
-    from indexer.bundle import Bundle
+    from indexer.format.bundle import Bundle
 
     engine = SearchEngine(Bundle.open(build_image_bundle(tmp_path, tiny_clip, _png)), tiny_clip)
     with BackgroundServer(engine, ServerConfig(port=0, http_port=0)) as running:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from search_gallery import BEACON, BEACON_PRECISION, BEACON_ROWS
 
-from indexer.bundle import Bundle
-from indexer.verify import verify_bundle
+from indexer.format.bundle import Bundle
+from indexer.verify.check import verify_bundle
 from service.results import SearchQuery
 from service.search import SearchEngine
 from training.core.errors import InputError

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from indexer.benchmarks.synthetic import random_cedar_artifact
-from indexer.codes import code_run
-from indexer.postings import entries_of_rows, postings_faults
+from indexer.format.codes import code_run
+from indexer.format.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (

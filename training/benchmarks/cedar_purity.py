@@ -31,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 
 from training.benchmarks import benchmark_parser, publish
-from training.cedar.cli import vocabulary_embeddings
 from training.cedar.concepts import name_directions
 from training.cedar.data import load_split_rows
 from training.cedar.evaluate import (
@@ -41,6 +40,7 @@ from training.cedar.evaluate import (
     factor_rows,
     rotation_method,
 )
+from training.cedar.fit import vocabulary_embeddings
 from training.cedar.train import CedarConfig, train_cedar
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import fraction_of_variance_unexplained

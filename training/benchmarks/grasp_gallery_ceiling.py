@@ -25,8 +25,8 @@ from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
 from training.core.granularity import default_contract
 from training.core.rotations import centred_principal_axes, pca_rotation
-from training.grasp.cli import grasp_set
 from training.grasp.config import GraspConfig, LossWeights
+from training.grasp.fit import grasp_set
 from training.grasp.gallery import gallery_retrieval, gallery_table, retrieval_task
 from training.grasp.objective import GalleryFit
 from training.grasp.train import train_grasp

@@ -32,7 +32,7 @@ concepts, precision P(w relevant | c active) and recall P(c active | w relevant)
      +1 when the row is relevant to the name, −1 when not, what Explain and a filter show.
      (A filter-F1 objective cannot choose: with one concept per name, dropping a name never
      raises any word's F1.)
-Pure functions on arrays; I/O is in training.cedar.cli.
+Pure functions on arrays; I/O is in training.cedar.fit.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,8 @@ import pyarrow.parquet as pq
 
 from training.core.errors import CacheError
 from training.core.files import atomic_write_bytes, sha256_file
+
+Read = TypeVar("Read", pa.Table, pa.Schema)
 
 CACHE_FORMAT = "strata.embedding-cache/1"
 MANIFEST = "manifest.json"
@@ -208,18 +210,28 @@ class EmbeddingCache:
             if relative is None:
                 raise CacheError(f"shard {shard.index} has no {modality} embeddings")
             embeddings[modality] = load_npy(self.root / relative, mmap)
-        metadata_path = shard.path("metadata")
-        if metadata_path is None:
-            raise CacheError(f"shard {shard.index} has no metadata file")
-        try:
-            metadata = pq.read_table(self.root / metadata_path)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise CacheError(f"cannot read {self.root / metadata_path}: {exc}") from exc
+        metadata = self._read_metadata(shard, pq.read_table)
         if "id" not in metadata.column_names:
             start = self._row_offset(shard)
             ids = pa.array([str(i) for i in range(start, start + shard.rows)])
             metadata = metadata.append_column("id", ids)
         return ShardData(shard, embeddings, metadata)
+
+    def metadata_schema(self, shard: Shard) -> pa.Schema:
+        """A shard's metadata schema from its parquet footer (no rows read), with the `id`
+        column `read_shard` adds where a clip-retrieval cache lacks it."""
+        schema = self._read_metadata(shard, pq.read_schema)
+        return schema if "id" in schema.names else schema.append(pa.field("id", pa.string()))
+
+    def _read_metadata(self, shard: Shard, read: Callable[[Path], Read]) -> Read:
+        """`read` of a shard's metadata parquet; a missing or unreadable file is a CacheError."""
+        relative = shard.path("metadata")
+        if relative is None:
+            raise CacheError(f"shard {shard.index} of {self.root} has no metadata file")
+        try:
+            return read(self.root / relative)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise CacheError(f"cannot read {self.root / relative}: {exc}") from exc
 
     def iter_shards(self) -> Iterator[ShardData]:
         for shard in self.manifest.shards:

@@ -1,5 +1,5 @@
 """`strata eval upgrade`: the table of query translators (`strata upgrade`, which writes one for
-a bundle, is indexer/upgrade_cli.py).
+a bundle, is indexer/cli/upgrade.py).
 
 `strata eval upgrade` measures translators on a Flickr8k caption pair (`--pair layer`: B =
 MiniLM, A = MiniLM cut after layer 3; `--pair tfidf`: A = TF-IDF + SVD), training on the

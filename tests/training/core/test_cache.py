@@ -162,6 +162,21 @@ class TestClipRetrievalLayout:
             EmbeddingCache.open(tmp_path)
 
 
+def test_the_metadata_schema_is_the_schema_of_the_rows_read(tmp_path: Path):
+    """`metadata_schema` reads a shard's parquet footer only; its schema is that of the rows
+    `read_shard` returns (with the `id` the reader adds to a clip-retrieval shard), and an
+    unreadable file is a CacheError naming it."""
+    make_cache(tmp_path / "strata", [3])
+    write_clip_retrieval_cache(tmp_path / "clip", [4])
+    for root in (tmp_path / "strata", tmp_path / "clip"):
+        cache = EmbeddingCache.open(root)
+        shard = cache.manifest.shards[0]
+        assert cache.metadata_schema(shard) == cache.read_shard(shard).metadata.schema
+    (tmp_path / "clip" / "metadata" / "metadata_0.parquet").write_bytes(b"not parquet")
+    with pytest.raises(CacheError, match=r"cannot read .*metadata_0\.parquet"):
+        cache.metadata_schema(shard)
+
+
 def test_manifest_with_unknown_fields_is_a_clear_error(tmp_path: Path):
     make_cache(tmp_path, [2])
     data = json.loads((tmp_path / "manifest.json").read_text())

@@ -1,0 +1,1 @@
+"""The indexer's commands: `strata index …` and `strata upgrade`."""

@@ -1,0 +1,58 @@
+"""What a bundle version costs per row, part by part: on disk, and resident in a replica.
+
+Parts: `store` (the shared vectors and their head norms, indexer/format/store.py), `prefix_L` (a
+prefix's own index file, with its .ivfdata), `postings`, `ids` and `artifacts`. On disk is
+the files' bytes (the manifest's records). Resident is what a serving replica keeps in RAM
+once its working set is paged in: every mapped file a search or a filter reads through, i.e.
+all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe). Pure:
+it reads the manifest's records only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from indexer.format.bundle import BundleManifest
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    disk: int
+    resident: int
+
+
+def part_of(name: str) -> str:
+    """The part a bundle file belongs to."""
+    if name.startswith("store_"):
+        return "store"
+    if name.startswith("prefix_"):
+        return name.split(".")[0]
+    if name.startswith("postings_"):
+        return "postings"
+    if name.startswith("artifacts/"):
+        return "artifacts"
+    return name.split(".")[0]
+
+
+def footprint(manifest: BundleManifest) -> list[Part]:
+    """Bytes per part (module docstring), in the order the manifest lists the files."""
+    disk: dict[str, int] = {}
+    resident: dict[str, int] = {}
+    for name, record in manifest.files.items():
+        part = part_of(name)
+        disk[part] = disk.get(part, 0) + record.bytes
+        kept = 0 if name.endswith(".ivfdata") else record.bytes
+        resident[part] = resident.get(part, 0) + kept
+    return [Part(name, disk[name], resident[name]) for name in disk]
+
+
+def footprint_lines(manifest: BundleManifest) -> list[str]:
+    """`strata index info`'s table: bytes per row of each part and the total."""
+    rows = max(manifest.rows, 1)
+    parts = footprint(manifest)
+    total = Part("total", sum(p.disk for p in parts), sum(p.resident for p in parts))
+    lines = [f"  {'part':<12} {'disk B/row':>11} {'resident B/row':>15}"]
+    for part in [*parts, total]:
+        lines.append(f"  {part.name:<12} {part.disk / rows:>11.1f} {part.resident / rows:>15.1f}")
+    return lines

@@ -1,0 +1,265 @@
+"""The shared vector store: every row's rotated full vector kept once, for every granularity.
+
+A bundle written with a store (`strata index build --store float16`, the manifest's `store`
+record) keeps, instead of one float32 copy of every row per prefix,
+
+    store_vectors.npy   float16 [N, D] (or int8)   c(x) = code of p_D(x), the unit rotated row
+    store_norms.npy     float32 [N, P]             ‖c(x)[:L]‖ for each prefix L of the contract
+
+and p_L(x) is read as the head of the row, renormalised: p̂_L(x) = c(x)[:L] / ‖c(x)[:L]‖
+(p_L(p_D(x)) = p_L(x): the head of a unit row is z[:L] times a positive number, which the
+renormalisation divides out). So a Flat prefix, an exact rerank at any L (the funnel) and a
+filtered exact scan all read the one store; prefixes that need a structure of their own (an
+ANN shortlist: HNSW, IVF) keep their index file beside it.
+
+Codes: `float16` rounds each coordinate (relative error ≤ 2⁻¹¹); `int8` scales each row so that
+its largest coordinate is ±127 and rounds (the per-row scale needs no storing: the
+renormalisation divides it out). The stored norms are those of the codes, so p̂_L is unit.
+
+`StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
+bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
+tuning, verification, explanation and filtering treat it as the exact storage it is. Pure
+functions for the arithmetic; `StoreWriter` streams the files (hashed on the way, as the
+postings are); `VectorStore` maps them read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.format.postings import NpyStream
+from training.core.errors import InputError
+from training.core.metrics import prefix_vectors
+
+VECTORS, NORMS = "store_vectors.npy", "store_norms.npy"
+FILES = (VECTORS, NORMS)
+DTYPES = {"float16": np.dtype("<f2"), "int8": np.dtype("i1")}
+# |p̂_L − p_L| a stored head may differ from the exact one by, per coordinate (verify)
+TOLERANCE = {"float16": 2e-3, "int8": 6e-2}
+SCAN_BLOCK = 32_768  # rows decoded per block of a scan
+COPY_ROWS = 65_536
+
+
+class StoreError(InputError):
+    """A store dtype, file or request the store cannot serve."""
+
+
+def check_dtype(dtype: str) -> np.dtype:
+    if dtype not in DTYPES:
+        raise StoreError(f"unknown store dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+# --- the arithmetic (pure) --------------------------------------------------------------------
+
+
+def encode_rows(unit_rows: np.ndarray, dtype: str) -> np.ndarray:
+    """The codes of unit rows p_D [n, D]: float16, or int8 scaled per row to ±127."""
+    rows = np.asarray(unit_rows, dtype=np.float32)
+    if check_dtype(dtype) == DTYPES["float16"]:
+        return rows.astype("<f2")
+    peak = np.abs(rows).max(axis=1, keepdims=True)
+    scale = np.divide(127.0, peak, out=np.zeros_like(peak), where=peak > 0)
+    return np.clip(np.rint(rows * scale), -127, 127).astype("i1")
+
+
+def head_norms(codes: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """‖codes[:, :L]‖ for each L, float32 [n, len(lengths)] (from one cumulative sum)."""
+    squares = np.cumsum(np.square(np.asarray(codes, dtype=np.float32)), axis=1)
+    return np.sqrt(squares[:, [length - 1 for length in lengths]]).astype(np.float32)
+
+
+def heads(codes: np.ndarray, length: int, norms: np.ndarray | None = None) -> np.ndarray:
+    """p̂_L of code rows [n, ≥ L]: the head, divided by its norm (given, or computed); a zero
+    head stays zero."""
+    head = np.asarray(codes[:, :length], dtype=np.float32)
+    if norms is None:
+        return prefix_vectors(head, length)
+    norms = np.asarray(norms, dtype=np.float32).reshape(-1, 1)
+    return np.divide(head, norms, out=np.zeros_like(head), where=norms > 0)
+
+
+def merge_top_k(
+    best: tuple[np.ndarray, np.ndarray], scores: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of (best scores [Q, k'], best rows) and a new block (scores [Q, n], rows
+    [n]), best first, ties by row."""
+    all_scores = np.concatenate([best[0], scores], axis=1)
+    all_rows = np.concatenate([best[1], np.broadcast_to(rows, scores.shape)], axis=1)
+    keep = min(k, all_scores.shape[1])
+    if keep < all_scores.shape[1]:
+        part = np.argpartition(-all_scores, keep - 1, axis=1)[:, :keep]
+        all_scores = np.take_along_axis(all_scores, part, axis=1)
+        all_rows = np.take_along_axis(all_rows, part, axis=1)
+    order = np.lexsort((all_rows, -all_scores), axis=1)
+    return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(
+        all_rows, order, axis=1
+    )
+
+
+def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """FAISS's answer shape [Q, k]: rows −1 and scores −inf past the last hit."""
+    missing = k - scores.shape[1]
+    if missing > 0:
+        q = len(scores)
+        scores = np.concatenate([scores, np.full((q, missing), -np.inf, np.float32)], axis=1)
+        rows = np.concatenate([rows, np.full((q, missing), -1, np.int64)], axis=1)
+    return scores.astype(np.float32), rows.astype(np.int64)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class VectorStore:
+    """A bundle's store, memory-mapped read-only; `lengths` the prefixes its norms cover."""
+
+    def __init__(self, folder: Path, record: dict[str, Any]) -> None:
+        self.dtype = str(record["dtype"])
+        check_dtype(self.dtype)
+        self.lengths = [int(n) for n in record["lengths"]]
+        try:
+            self.codes = np.load(folder / record["vectors"], mmap_mode="r", allow_pickle=False)
+            self.norms = np.load(folder / record["norms"], mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read the vector store in {folder}: {exc}") from None
+
+    @property
+    def rows(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.codes.shape[1])
+
+    def prefix_rows(self, rows: np.ndarray, length: int) -> np.ndarray:
+        """p̂_L of the given rows, float32 [n, L] (stored norms where L is a contract prefix)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        taken = self.codes[rows]
+        if length in self.lengths:
+            return heads(taken, length, self.norms[rows, self.lengths.index(length)])
+        return heads(taken, length)
+
+    def block(self, start: int, stop: int, length: int) -> np.ndarray:
+        """p̂_L of rows [start, stop), float32."""
+        taken = self.codes[start:stop]
+        if length in self.lengths:
+            return heads(taken, length, self.norms[start:stop, self.lengths.index(length)])
+        return heads(taken, length)
+
+    def scan(
+        self, queries: np.ndarray, length: int, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k by s_L over every row (or the rows where the boolean mask `allowed` is
+        True) for unit queries [Q, L]: (scores [Q, k], rows [Q, k]) padded as FAISS pads."""
+        q = np.asarray(queries, dtype=np.float32)
+        best = (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
+        for start in range(0, self.rows, SCAN_BLOCK):
+            stop = min(start + SCAN_BLOCK, self.rows)
+            scores = q @ self.block(start, stop, length).T
+            rows = np.arange(start, stop, dtype=np.int64)
+            if allowed is not None:
+                mask = np.asarray(allowed[start:stop], dtype=bool)
+                scores, rows = scores[:, mask], rows[mask]
+            best = merge_top_k(best, scores, rows, k)
+        return pad(*best, k)
+
+
+@dataclass
+class StoreIndex:
+    """Prefix L of a store with the FAISS index interface the bundle's readers use (exact)."""
+
+    store: VectorStore
+    length: int
+
+    @property
+    def ntotal(self) -> int:
+        return self.store.rows
+
+    @property
+    def d(self) -> int:
+        return self.length
+
+    def search(self, x: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of unit queries [Q, L] (`params` is accepted for FAISS's signature; an
+        exact scan has no search parameters)."""
+        return self.store.scan(x, self.length, k)
+
+    def reconstruct(self, row: int) -> np.ndarray:
+        return self.store.prefix_rows(np.array([row]), self.length)[0]
+
+    def reconstruct_n(self, start: int, n: int) -> np.ndarray:
+        return self.store.block(start, start + n, self.length)
+
+    def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
+        return self.store.prefix_rows(rows, self.length)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """What `write_batches` needs of a writer's plan: it is fed p_D, the full unit rows."""
+
+    length: int
+
+
+class StoreWriter:
+    """Streams the store's two files: fed p_D rows of consecutive gallery rows (the rows of
+    `base`, a previous version's store, first when given: an incremental add)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        rows: int,
+        dim: int,
+        lengths: Sequence[int],
+        dtype: str,
+        base: VectorStore | None = None,
+    ) -> None:
+        self.plan = StorePlan(dim)
+        self.dtype, self.lengths = dtype, sorted(int(n) for n in lengths)
+        self.vectors = NpyStream(folder / VECTORS, check_dtype(dtype), rows, (dim,))
+        self.norms = NpyStream(folder / NORMS, np.dtype("<f4"), rows, (len(self.lengths),))
+        if base is not None:
+            if base.dtype != dtype or base.dim != dim or base.lengths != self.lengths:
+                raise StoreError("the base store's dtype, dimension or prefixes differ")
+            for start in range(0, base.rows, COPY_ROWS):
+                self.add_codes(np.asarray(base.codes[start : start + COPY_ROWS]))
+
+    def add(self, unit_rows: np.ndarray) -> None:
+        self.add_codes(encode_rows(unit_rows, self.dtype))
+
+    def add_codes(self, codes: np.ndarray) -> None:
+        self.vectors.write(codes)
+        self.norms.write(head_norms(codes, self.lengths))
+
+    def close(self) -> dict[Path, str | None]:
+        return {self.vectors.path: self.vectors.close(), self.norms.path: self.norms.close()}
+
+
+def store_record(dtype: str, lengths: Sequence[int]) -> dict[str, Any]:
+    """The manifest's `store` record."""
+    return {
+        "vectors": VECTORS,
+        "norms": NORMS,
+        "dtype": dtype,
+        "lengths": sorted(int(n) for n in lengths),
+    }
+
+
+def write_filtered_store(
+    base: VectorStore, keep: np.ndarray, folder: Path
+) -> dict[Path, str | None]:
+    """The store of a version keeping the rows where `keep` is True (a delete)."""
+    keep = np.asarray(keep, dtype=bool)
+    writer = StoreWriter(folder, int(keep.sum()), base.dim, base.lengths, base.dtype)
+    for start in range(0, base.rows, COPY_ROWS):
+        chunk = slice(start, start + COPY_ROWS)
+        writer.add_codes(np.asarray(base.codes[chunk])[keep[chunk]])
+    return writer.close()

@@ -1,0 +1,1 @@
+"""A bundle version in Milvus: the collection, the export, the alias."""

@@ -1,0 +1,243 @@
+"""Writing a bundle version into Milvus: its rows, vectors, concepts and metadata as one
+collection, then the alias switch (the layout and the publishing: indexer/milvus/store.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.prefix_index import exact_storage
+from indexer.milvus.store import (
+    ACTIVATIONS,
+    CONCEPTS,
+    DEFAULT_GRACE_S,
+    DEFAULT_NAME,
+    INSERT_ROWS,
+    ITEM_ID,
+    RECORD,
+    RESERVED,
+    ROW,
+    VARCHAR_MAX,
+    ExportError,
+    ExportRecord,
+    MilvusStore,
+    collection_name,
+    vector_field,
+)
+from training.core.files import sha256_file
+from training.core.metrics import prefix_vectors
+
+
+def metadata_columns(schema: pa.Schema) -> dict[str, str]:
+    """ids.parquet's metadata columns → Milvus scalar kinds ("varchar", "int64", "double",
+    "bool"; temporal and other columns travel as ISO / str text)."""
+    kinds: dict[str, str] = {}
+    for f in schema:
+        if f.name == "id":
+            continue
+        if f.name in RESERVED or (f.name.startswith("p") and f.name[1:].isdigit()):
+            raise ExportError(f"metadata column {f.name!r} clashes with a field of the export")
+        if pa.types.is_boolean(f.type):
+            kinds[f.name] = "bool"
+        elif pa.types.is_integer(f.type):
+            kinds[f.name] = "int64"
+        elif pa.types.is_floating(f.type):
+            kinds[f.name] = "double"
+        else:
+            kinds[f.name] = "varchar"
+    return kinds
+
+
+def row_concepts_csr(bundle: Bundle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's concepts from the concept-major postings, inverted to row-major:
+    (indptr [N + 1], concept ids, activations), each row's entries strongest first."""
+    postings = bundle._postings
+    counts = np.diff(postings.indptr)
+    concepts = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    rows = np.asarray(postings.rows, dtype=np.int64)
+    values = np.asarray(postings.values, dtype=np.float32)
+    order = np.lexsort((-values, rows))
+    indptr = np.zeros(bundle.rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=bundle.rows), out=indptr[1:])
+    return indptr, concepts[order], values[order]
+
+
+def exact_sources(bundle: Bundle) -> dict[int, tuple[int, Any]]:
+    """Per prefix L: (M, exact storage of prefix M) for the smallest M ≥ L that keeps exact
+    rows; ExportError naming the prefixes that have none."""
+    stored = {}
+    for length in bundle.prefix_lengths:
+        storage = exact_storage(bundle.index(length))
+        if storage is not None:
+            stored[length] = storage
+    sources, missing = {}, []
+    for length in bundle.prefix_lengths:
+        m = min((s for s in stored if s >= length), default=None)
+        if m is None:
+            missing.append(length)
+        else:
+            sources[length] = (m, stored[m])
+    if missing:
+        raise ExportError(
+            f"bundle {bundle.name} keeps no exact rows at prefix ≥ {min(missing)} (its indexes "
+            "are compressed): export needs a Flat, HNSW or refined index there"
+        )
+    return sources
+
+
+def index_params_for(factory: str) -> tuple[str, dict[str, Any]]:
+    """The Milvus index of a prefix whose local index is `factory`."""
+    if factory.strip().lower() == "flat":
+        return "FLAT", {}
+    if factory.strip().upper() == "HNSW":
+        return "HNSW", {"M": 32, "efConstruction": 200}
+    if factory.startswith("HNSW"):
+        m = factory.removeprefix("HNSW").split(",")[0].split("_")[0]
+        return "HNSW", {"M": int(m) if m.isdigit() else 32, "efConstruction": 200}
+    return "HNSW", {"M": 32, "efConstruction": 200}
+
+
+def row_batches(bundle: Bundle, rows_per_batch: int = INSERT_ROWS) -> Iterator[list[dict]]:
+    """The export's rows, in insert batches (see the module docstring for the fields)."""
+    sources = exact_sources(bundle)
+    indptr, concept_ids, activations = row_concepts_csr(bundle)
+    table = bundle._table
+    kinds = metadata_columns(table.schema)
+    for start in range(0, bundle.rows, rows_per_batch):
+        stop = min(start + rows_per_batch, bundle.rows)
+        read: dict[int, np.ndarray] = {}
+        vectors = {}
+        for length, (m, storage) in sources.items():
+            if m not in read:
+                read[m] = storage.reconstruct_n(start, stop - start).astype(np.float32)
+            vectors[length] = read[m] if m == length else prefix_vectors(read[m], length)
+        part = table.slice(start, stop - start)
+        ids = part.column("id").to_pylist()
+        columns = {name: _scalars(part.column(name), kind) for name, kind in kinds.items()}
+        batch = []
+        for j in range(stop - start):
+            r = start + j
+            a, b = int(indptr[r]), int(indptr[r + 1])
+            entry: dict[str, Any] = {
+                ROW: r,
+                ITEM_ID: str(ids[j]),
+                CONCEPTS: concept_ids[a:b].tolist(),
+                ACTIVATIONS: activations[a:b].tolist(),
+            }
+            for name, values in columns.items():
+                entry[name] = values[j]
+            for length, v in vectors.items():
+                entry[vector_field(length)] = v[j]
+            batch.append(entry)
+        yield batch
+
+
+def _scalars(column: pa.ChunkedArray, kind: str) -> list[Any]:
+    values = column.to_pylist()
+    if kind == "varchar":
+        return [
+            None if v is None else (v.isoformat() if hasattr(v, "isoformat") else str(v))
+            for v in values
+        ]
+    return values
+
+
+def collection_schema(store: MilvusStore, bundle: Bundle, record: ExportRecord) -> Any:
+    from pymilvus import DataType
+
+    schema = store.client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field(ROW, DataType.INT64, is_primary=True)
+    schema.add_field(ITEM_ID, DataType.VARCHAR, max_length=VARCHAR_MAX)
+    kinds = {
+        "varchar": DataType.VARCHAR, "int64": DataType.INT64, "double": DataType.DOUBLE,
+        "bool": DataType.BOOL,
+    }  # fmt: skip
+    for name, kind in metadata_columns(bundle._table.schema).items():
+        extra = {"max_length": VARCHAR_MAX} if kind == "varchar" else {}
+        schema.add_field(name, kinds[kind], nullable=True, **extra)
+    capacity = max(1, bundle.manifest.k)
+    schema.add_field(CONCEPTS, DataType.ARRAY, element_type=DataType.INT64, max_capacity=capacity)
+    schema.add_field(
+        ACTIVATIONS, DataType.ARRAY, element_type=DataType.FLOAT, max_capacity=capacity
+    )
+    for length in bundle.prefix_lengths:
+        schema.add_field(vector_field(length), DataType.FLOAT_VECTOR, dim=length)
+    return schema
+
+
+@dataclass
+class ExportSummary:
+    collection: str
+    alias: str
+    rows: int
+    seconds: float
+    published: bool
+    previous: str | None
+    dropped: list[str]
+
+
+def export_bundle(
+    bundle: Bundle,
+    store: MilvusStore,
+    name: str = DEFAULT_NAME,
+    *,
+    publish: bool = True,
+    grace_s: float = DEFAULT_GRACE_S,
+    rows_per_batch: int = INSERT_ROWS,
+    progress: Callable[[int], None] | None = None,
+    index_kind: str | None = None,
+) -> ExportSummary:
+    """Write `bundle` into `{name}__v{version}`, then (with `publish`) switch the alias `name`
+    to it and drop versions retired over `grace_s` ago (indexer/milvus/store.py). An unpublished
+    collection of the same version left by an interrupted export is replaced; the published
+    one is refused. `index_kind` ("FLAT", "HNSW") overrides every prefix's index kind."""
+    started = time.perf_counter()
+    collection = collection_name(name, bundle.version)
+    if store.current(name) == collection:
+        raise ExportError(f"{collection} is already published as {name}: nothing to export")
+    client = store.client
+    if collection in store.versions(name):
+        store.call("dropping an unfinished export", client.drop_collection, collection)
+    record = ExportRecord(
+        bundle.name, bundle.version, bundle.rows, tuple(bundle.prefix_lengths),
+        sha256_file(bundle.path / MANIFEST), tuple(metadata_columns(bundle._table.schema)),
+    )  # fmt: skip
+    schema = collection_schema(store, bundle, record)
+    index_params = client.prepare_index_params()
+    for entry in bundle.manifest.prefixes:
+        kind, params = index_params_for(entry.factory if index_kind is None else index_kind)
+        index_params.add_index(
+            vector_field(entry.length), index_type=kind, metric_type="IP", params=params
+        )
+    store.call("creating a collection", client.create_collection, collection, schema=schema)
+    store.call(
+        "recording the version", client.alter_collection_properties, collection,
+        properties={RECORD: record.to_json()},
+    )  # fmt: skip
+    done = 0
+    for batch in row_batches(bundle, rows_per_batch):
+        store.call("inserting rows", client.insert, collection, batch)
+        done += len(batch)
+        if progress is not None:
+            progress(done)
+    store.call("flushing", client.flush, collection)
+    store.call("building the indexes", client.create_index, collection, index_params)
+    store.call("loading", client.load_collection, collection)
+    counted = store.call(
+        "counting rows", client.query, collection, filter="", output_fields=["count(*)"]
+    )[0]["count(*)"]
+    if int(counted) != bundle.rows:
+        raise ExportError(f"{collection} holds {counted} rows, the bundle {bundle.rows}")
+    previous, dropped = None, []
+    if publish:
+        previous = store.publish(name, collection)
+        dropped = store.drop_retired(name, grace_s)
+    return ExportSummary(
+        collection, name, bundle.rows, time.perf_counter() - started, publish, previous, dropped
+    )

@@ -1,0 +1,1 @@
+"""A bundle directory's versions: staging, the atomic release, publishing, what replicas follow."""
