@@ -112,8 +112,9 @@ def demo_corpus(settings: StrataSettings, scenes: int, seed: int = 0) -> tuple[s
 
 
 def grasp_config(corpus: str, epochs: int, seed: int = 0) -> GraspConfig:
-    """The gallery recipe (fitted to the cache the demo indexes; README "Fitting the gallery"),
-    validated on Flickr8k's dev images or the compositional val split."""
+    """The gallery recipe (fitted to the cache the demo indexes;
+    docs/training/grasp.md#fitting-the-gallery), validated on Flickr8k's dev images or the
+    compositional val split."""
     validation = "dev" if corpus == "flickr8k" else "val"
     return GALLERY_RECIPE.model_copy(
         update={"epochs": epochs, "validation_split": validation, "seed": seed}

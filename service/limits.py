@@ -1,5 +1,5 @@
-"""How much work one request may ask for: the documented limits (README, "Limits"), each
-refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
+"""How much work one request may ask for: the documented limits (docs/serving.md#limits),
+each refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
 
     concept references   64 per query (require + exclude together), each id, label or name
                          at most 128 characters

@@ -12,7 +12,7 @@ from typing import Any
 
 
 def publish(result: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Print a benchmark's result and write it as JSON (the file a README figure cites)."""
+    """Print a benchmark's result and write it as JSON (the file docs/benchmarks.md cites)."""
     text = json.dumps(result, indent=2)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n")
