@@ -16,7 +16,7 @@ refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
     message              4 MiB per request message (gRPC refuses more: RESOURCE_EXHAUSTED)
 
 With these, the work of one query is bounded whatever it holds: a filter's references resolve
-to at most 2·D concepts, and their postings are merged into one row mask (service/filtering.py)
+to at most 2·D concepts, and their postings are merged into one row mask (service/engine/filtering.py)
 whose cost is bounded by the postings' size (N·k entries), not by how often a concept is named;
 top_k ≤ 1000 bounds the hits and what explain computes per hit.
 

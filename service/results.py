@@ -1,7 +1,7 @@
 """The service's plain values: what a query asks and what the engine and the client return.
 
-The engine (service/search.py) takes `SearchQuery` and returns these dataclasses; the servicer
-turns them into protobuf messages (service/convert.py) and the client back into the same
+The engine (service/engine/search.py) takes `SearchQuery` and returns these dataclasses; the servicer
+turns them into protobuf messages (service/api/grpc/requests.py, responses.py) and the client back into the same
 dataclasses, so code written against the engine works unchanged against a remote server.
 Nothing here imports numpy, FAISS or torch.
 """
@@ -20,7 +20,7 @@ GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
 DEFAULT_K = 10
 MAX_K = 1000
 SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)
-PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/funnel.py)
+PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/engine/funnel.py)
 MAX_FACTOR = 1000  # a funnel's shortlist factor F at most
 MAX_SHORTLIST = 100_000  # a funnel's shortlist k·F at most
 MAX_GROUP_SIZE = 100  # hits per group at most (group_by)
@@ -109,7 +109,7 @@ class ConceptRef:
 class SearchPlan:
     """How a search finds its hits: "direct" (one search of the target prefix's index),
     "funnel" (shortlist k·factor rows at `shortlist_prefix`, rerank them exactly at the target:
-    service/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix or
+    service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix or
     factor to the engine; setting either asks for a funnel."""
 
     kind: str = AUTO
@@ -225,7 +225,7 @@ class ConceptActivation:
 @dataclass(frozen=True)
 class SharedConcept:
     """A concept active in both query and item; contribution = query × item activation, the
-    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/explain.py)."""
+    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py)."""
 
     id: int
     label: str
@@ -290,7 +290,7 @@ class NearCaption:
 
 @dataclass
 class Description:
-    """A sparse code in words (service/descriptions.py): a phrase of its strongest named
+    """A sparse code in words (service/engine/descriptions.py): a phrase of its strongest named
     concepts ("" when none is named) and the gallery captions nearest to its reconstruction
     (empty unless asked for, and on a bundle without captions)."""
 

@@ -50,11 +50,11 @@ from indexer.benchmarks.synthetic import random_cedar_artifact, spectrum_rows
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
+from service.api.server import BackgroundServer, ServerConfig
 from service.benchmarks.load import drive_load, set_threads
-from service.funnel import ExactRows, calibrate, funnel_search
+from service.engine.funnel import ExactRows, calibrate, funnel_search
+from service.engine.search import SearchEngine
 from service.results import SearchPlan, SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import benchmark_parser, interleaved, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard

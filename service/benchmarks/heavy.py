@@ -30,10 +30,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from indexer.bundle import Bundle
+from service.api.server import BackgroundServer, ServerConfig
 from service.benchmarks.load import QUERIES, build_gallery, set_threads
+from service.engine.search import SearchEngine
 from service.limits import LIMITS
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
 from training.core.encoders import load_encoder
 

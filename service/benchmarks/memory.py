@@ -38,7 +38,7 @@ from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from indexer.footprint import footprint
 from indexer.tuning import EF_LADDER, drop_self
-from service.plans import Planner
+from service.engine.plans import Planner
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard

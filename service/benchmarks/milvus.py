@@ -33,10 +33,10 @@ from indexer.benchmarks.synthetic import spectrum_rows
 from indexer.bundle import Bundle
 from indexer.milvus_store import MilvusStore, export_bundle
 from service.benchmarks.funnel import spectrum_bundle
-from service.milvus_engine import MilvusEngine
-from service.plans import FunnelConfig
+from service.engine.milvus import MilvusEngine
+from service.engine.plans import FunnelConfig
+from service.engine.search import EngineConfig, SearchEngine
 from service.results import SearchQuery
-from service.search import EngineConfig, SearchEngine
 from training.benchmarks import benchmark_parser, interleaved, publish
 
 GRANULARITIES = ("object", "full")

@@ -21,7 +21,7 @@ from pathlib import Path
 from indexer.bundle import Bundle, read_manifest
 from indexer.verify import check_servable, verify_bundle
 from service.benchmarks.load import build_gallery
-from service.search import SearchEngine
+from service.engine.search import SearchEngine
 from training.benchmarks import publish
 
 

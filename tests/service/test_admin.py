@@ -19,10 +19,10 @@ from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.client import StrataClient, StrataClientError
-from service.search import SearchEngine
-from service.search_cli import read_admin_token
-from service.server import BackgroundServer, ServerConfig
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig
+from service.cli.search import read_admin_token
+from service.engine.search import SearchEngine
 from training.core.settings import StrataSettings
 
 TOKEN = "s3cret-admin-token"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.admin_auth import MISSING, WRONG, AdminAuthInterceptor, bearer_token
+from service.api.grpc.admin_auth import MISSING, WRONG, AdminAuthInterceptor, bearer_token
 
 
 def test_the_bearer_token_is_read_from_the_authorization_entry():

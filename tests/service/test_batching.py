@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from serving_helpers import HandClock
 from waiting import WAIT_S
 
-from service.batch_order import Flow, Waiting, take_batch
-from service.batching import BatchingConfig, MicroBatcher
 from service.errors import OverloadedError
+from service.serving.batch_order import Flow, Waiting, take_batch
+from service.serving.batching import BatchingConfig, MicroBatcher
 from training.core.config import build_config
 from training.core.errors import InputError
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from service.api.server import BackgroundServer
 from service.benchmarks import boundaries
-from service.server import BackgroundServer
 
 
 def test_every_rpc_is_answered_as_documented_at_its_boundaries(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from serving_helpers import HandClock
 
-from service.circuit_breaker import CircuitBreaker
+from service.query.circuit_breaker import CircuitBreaker
 
 
 def test_the_breaker_opens_on_failure_backs_off_and_closes_on_success():

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from search_gallery import LANTERN, LANTERN_RUNNER_UPS, written_concepts
 
-from service import convert
-from service.client import StrataClient
-from service.concepts_cli import concept_details
+from service.api.grpc import responses
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer
+from service.cli.concepts import concept_details
+from service.engine.search import SearchEngine
 from service.results import ConceptInfo
-from service.search import SearchEngine
-from service.server import BackgroundServer
 
 
 def _typo(name: str) -> str:
@@ -164,9 +164,9 @@ def test_a_served_concept_keeps_its_names_precision_and_whether_it_is_named(
         id=7, label="-3", name="dog" if named else "-3", score=0.4, precision=precision,
         named=named,
     )  # fmt: skip
-    message = convert.concept_to_proto(info)
+    message = responses.concept_to_proto(info)
     assert message.HasField("precision") == (precision is not None)
-    back = convert.concept_info(message)
+    back = responses.concept_info(message)
     assert (back.precision, back.named, back.name) == (precision, named, info.name)
     shown = concept_details(back)
     assert ("precision    0.625 (held out)" in shown) == (precision == 0.625)

@@ -9,8 +9,8 @@ import pytest
 
 from indexer.bundle import Bundle
 from indexer.verify import verify_bundle
-from service.demo import DEMO_SEARCHES, DemoConfig, demo_corpus, run_demo
-from service.demo_cli import format_demo
+from service.cli.demo import DEMO_SEARCHES, DemoConfig, demo_corpus, run_demo
+from service.cli.demo_command import format_demo
 from training.core.settings import StrataSettings
 
 SMALL = DemoConfig(scenes=300, grasp_epochs=2, cedar_epochs=2, k=5, progress=False)

@@ -16,13 +16,13 @@ from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
-from service.client import StrataClient
-from service.descriptions import code_names
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer
+from service.engine.descriptions import code_names
+from service.engine.explain import row_concepts
+from service.engine.search import SearchEngine
 from service.errors import QueryError
-from service.explain import row_concepts
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer
 from training.cedar.descriptions import code_reconstruction, compose_phrase, content_words
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.metrics import prefix_vectors, unit_rows

@@ -10,10 +10,10 @@ import pytest
 from search_gallery import LANTERN, written_concepts
 
 from indexer.bundle import Bundle
+from service.engine.explain import row_concepts
+from service.engine.search import EngineConfig, SearchEngine
 from service.errors import NotFoundError, QueryError
-from service.explain import row_concepts
 from service.results import SearchQuery
-from service.search import EngineConfig, SearchEngine
 from training.core.granularity import Granularity
 
 

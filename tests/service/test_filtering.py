@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from indexer.prefixes import exact_top_k
-from service.filtering import AllowedRows, allowed_rows, filtered_search
+from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
+from service.engine.search import SearchEngine
 from service.results import ConceptRef
-from service.search import SearchEngine
 
 N, DIM = 3000, 16
 FACTORIES = ["Flat", "HNSW32,Flat", "IVF16,Flat", "IVF16,PQ4x4np,RFlat"]
@@ -116,7 +116,7 @@ def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: Se
 
 
 def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
-    from service.filtering import FILTERED_EF_MAX, exact_budget, filtered_ef
+    from service.engine.filtering import FILTERED_EF_MAX, exact_budget, filtered_ef
 
     assert filtered_ef(64, 10, 1.0) == 64  # unfiltered share: its own ef
     assert filtered_ef(64, 10, 0.05) == 400  # ef·share ≥ 2·wanted
@@ -129,7 +129,7 @@ def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
 def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
     import faiss
 
-    from service.filtering import AllowedRows, exact_scores, filtered_search
+    from service.engine.filtering import AllowedRows, exact_scores, filtered_search
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(3000, 16)).astype(np.float32)

@@ -14,13 +14,13 @@ from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
+from service.cli.search import format_result
+from service.engine.filtering import allowed_rows
+from service.engine.funnel import ExactRows, calibrate, exact_rows_for
+from service.engine.plans import FunnelConfig
+from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
-from service.filtering import allowed_rows
-from service.funnel import ExactRows, calibrate, exact_rows_for
-from service.plans import FunnelConfig
 from service.results import ConceptRef, SearchPlan, SearchQuery
-from service.search import EngineConfig, SearchEngine
-from service.search_cli import format_result
 from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall
 

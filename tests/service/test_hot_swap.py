@@ -23,12 +23,12 @@ from indexer.bundle import Bundle
 from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version
 from indexer.update import DeleteConfig, delete_rows
 from indexer.versions import BundleStore
-from service.batching import BatchingConfig
-from service.client import StrataClient, StrataClientError
-from service.hot_swap import HotSwapper, VersionTracker, load_engine
-from service.query_cache import QueryCache
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig, StrataServer, serve
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig, StrataServer, serve
+from service.engine.search import SearchEngine
+from service.query.cache import QueryCache
+from service.serving.batching import BatchingConfig
+from service.serving.hot_swap import HotSwapper, VersionTracker, load_engine
 
 
 @pytest.fixture

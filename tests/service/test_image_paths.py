@@ -14,9 +14,9 @@ import pytest
 from search_gallery import build_image_bundle
 
 from indexer.bundle import Bundle
-from service.hits import resolve_image_path
+from service.engine.hits import resolve_image_path
+from service.engine.search import EngineConfig, SearchEngine
 from service.results import SearchQuery
-from service.search import EngineConfig, SearchEngine
 from training.core.cache import EmbeddingCache
 from training.embedding.job import stored_image_path
 

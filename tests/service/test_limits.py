@@ -18,11 +18,11 @@ from waiting import WAIT_S, wait_for
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
-from service.batching import BatchingConfig
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
 from service.errors import MESSAGE_CHARS
 from service.limits import LIMITS, MAX_REQUEST_BYTES
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.batching import BatchingConfig
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 DOG = pb.Query(text="a dog")

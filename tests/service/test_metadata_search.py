@@ -17,13 +17,13 @@ from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
-from service.client import StrataClient, StrataClientError
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer
+from service.engine.grouping import grouped_search, pick_groups
+from service.engine.metadata_filter import MetadataFilter
+from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
-from service.grouping import grouped_search, pick_groups
-from service.metadata_filter import MetadataFilter
 from service.results import MetadataCondition, MetadataRange, SearchPlan, SearchQuery
-from service.search import EngineConfig, SearchEngine
-from service.server import BackgroundServer
 from service.where import parse_where
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -192,7 +192,7 @@ def test_a_filtered_search_returns_the_exact_top_k_of_the_rows_that_qualify(
     assert [h.row for h in result.hits] == exact_top(served, vector, qualifying, 10)
     # with a concept filter too: both hold, and the count is what both allow (the concept is
     # one active in a qualifying row, so it takes that row out, whatever the model)
-    from service.explain import row_concepts
+    from service.engine.explain import row_concepts
 
     active, _ = row_concepts(engine.bundle, [int(qualifying[0])])
     refs = engine.bundle.coder.catalog[int(active[0][0])].label
@@ -201,7 +201,7 @@ def test_a_filtered_search_returns_the_exact_top_k_of_the_rows_that_qualify(
             vector=vector, granularity="full", k=10, exclude=[refs], where=where, plan="direct"
         )
     )
-    from service.filtering import allowed_rows
+    from service.engine.filtering import allowed_rows
     from service.results import ConceptRef
 
     allowed = allowed_rows(engine.bundle, [], [ConceptRef(label=refs)]).within(qualifying)
@@ -383,7 +383,7 @@ def test_strata_search_where_and_group_by(server: BackgroundServer, capsys, monk
 
 
 def test_conditions_cross_the_wire_with_their_types():
-    from service.convert import search_query, search_request
+    from service.api.grpc.requests import search_query, search_request
 
     where = (
         MetadataCondition("flag", equals=True),

@@ -28,15 +28,16 @@ from indexer.milvus_store import (
     collection_name,
     export_bundle,
 )
-from service.batching import BatchingConfig
-from service.client import StrataClient, StrataClientError
-from service.errors import QueryError, UnavailableError
-from service.milvus_engine import (
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.milvus import (
     AliasFollower,
     MilvusEngine,
     concept_expression,
     where_expression,
 )
+from service.engine.search import SearchEngine
+from service.errors import QueryError, UnavailableError
 from service.results import (
     ConceptRef,
     MetadataCondition,
@@ -44,8 +45,7 @@ from service.results import (
     SearchPlan,
     SearchQuery,
 )
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.batching import BatchingConfig
 
 TEXTS = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
 GRANULARITIES = ("object", "attribute", "relation", "caption", "full")

@@ -20,12 +20,12 @@ from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import MANIFEST, Bundle
 from indexer.tuning import OperatingPoint, drop_self
-from service.client import StrataClient, StrataClientError
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.operating_points import setting_for
+from service.engine.search import SearchEngine
 from service.errors import QueryError
-from service.operating_points import setting_for
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.core.cache import EmbeddingCache
 from training.core.metrics import neighbour_recall, prefix_vectors
 

@@ -4,7 +4,7 @@ chunks; the swapped-out version is released when its last call ends.
 
 The swaps are forced, not raced: the encoder is held, so each chunk of the batch waits in it
 while the test swaps the served engine, then lets that one chunk through; a hand clock makes
-every chunk after the first `max_batch` items (service/batching.py). The mixed-version count
+every chunk after the first `max_batch` items (service/serving/batching.py). The mixed-version count
 is printed (`-s`): the same test on the base commit counts the batches that two versions
 answered."""
 
@@ -21,11 +21,11 @@ from waiting import WAIT_S, wait_for
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
 from service._generated.strata.v1 import search_pb2 as pb
-from service.batching import BatchingConfig
-from service.client import StrataClient
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.batching import BatchingConfig
 
 BATCHES = 8
 ITEMS = 5  # chunks of 1, 2 and 2 items at max_batch 2: a swap lands during each of them

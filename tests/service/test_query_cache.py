@@ -17,9 +17,10 @@ from serving_helpers import CountingEncoder
 from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
-from service.client import StrataClient
-from service.metrics import ServerMetrics
-from service.query_cache import (
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
+from service.query.cache import (
     CONNECTED,
     DISABLED,
     DISCONNECTED,
@@ -27,10 +28,9 @@ from service.query_cache import (
     QueryCache,
     QueryCacheError,
 )
-from service.query_keys import cache_key
+from service.query.keys import cache_key
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.metrics import ServerMetrics
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
 

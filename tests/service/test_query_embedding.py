@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.query_cache import QueryCache
-from service.query_embedding import embed_texts, encode
+from service.query.cache import QueryCache
+from service.query.embedding import embed_texts, encode
 
 
 class FakeEncoder:

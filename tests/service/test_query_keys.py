@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.query_keys import cache_key, decode_value, encode_value, normalise_query
+from service.query.keys import cache_key, decode_value, encode_value, normalise_query
 
 
 def test_queries_equal_after_normalisation_share_a_key():

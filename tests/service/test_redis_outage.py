@@ -15,12 +15,12 @@ from waiting import wait_for
 from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher
 from indexer.update import DeleteConfig, delete_rows
-from service.batching import BatchingConfig
+from service.api.server import BackgroundServer, ServerConfig
 from service.benchmarks.redis_server import RedisServer
-from service.hot_swap import HotSwapper
-from service.query_cache import CONNECTED, DISCONNECTED, QueryCache
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
+from service.query.cache import CONNECTED, DISCONNECTED, QueryCache
+from service.serving.batching import BatchingConfig
+from service.serving.hot_swap import HotSwapper
 
 PREFIX = "strata-outage"
 

@@ -19,10 +19,10 @@ from indexer.update import DeleteConfig, delete_rows
 from indexer.versions import BundleStore
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.client import StrataClient
-from service.hot_swap import HotSwapper
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
+from service.serving.hot_swap import HotSwapper
 
 TOKEN = "refusal-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)

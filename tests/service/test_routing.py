@@ -1,10 +1,10 @@
-"""AUTO granularity: the documented rules of service/routing.py, one example at least each."""
+"""AUTO granularity: the documented rules of service/query/routing.py, one example at least each."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.routing import phrase_structure, route_text
+from service.query.routing import phrase_structure, route_text
 from training.core.errors import InputError
 from training.core.granularity import Granularity
 

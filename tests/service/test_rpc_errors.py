@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from service.api.grpc.rpc_errors import status_message, status_of
 from service.errors import (
     MESSAGE_CHARS,
     DeadlineError,
@@ -14,8 +15,7 @@ from service.errors import (
     QueryError,
     ServiceError,
 )
-from service.hot_swap import SwapError
-from service.rpc_errors import status_message, status_of
+from service.serving.hot_swap import SwapError
 from training.core.errors import InputError
 
 

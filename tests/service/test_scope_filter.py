@@ -20,12 +20,12 @@ from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
-from service.client import StrataClient
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
 from service.errors import QueryError
 from service.limits import LIMITS
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.core.artifacts import TransformArtifact
 
 ALL = 1000  # more than the gallery's rows: every allowed row comes back

@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from service.search import SearchEngine
-from service.served_engine import ServedEngine
+from service.engine.search import SearchEngine
+from service.serving.served_engine import ServedEngine
 
 
 def test_a_swap_returns_the_old_engine_and_counts():

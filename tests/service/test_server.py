@@ -17,12 +17,12 @@ from waiting import WAIT_S, wait_for
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
-from service.batching import BatchingConfig
-from service.client import StrataClient, StrataClientError
-from service.explain import row_concepts
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.explain import row_concepts
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.batching import BatchingConfig
 from training.core.granularity import Granularity
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -11,8 +11,8 @@ import pytest
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.core.granularity import Granularity
 
 TEXTS = ("a red cube left of a blue sphere", "two green cylinders", "a small yellow cone")

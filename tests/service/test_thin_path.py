@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from service.batch_order import Flow
-from service.hits import IdColumn
+from service.api.grpc.rpc_errors import ErrorStatusInterceptor
+from service.engine.hits import IdColumn
+from service.engine.search import SearchEngine
 from service.limits import LIMITS
-from service.metrics import ServerMetrics
-from service.query_checks import check_query
+from service.query.checks import check_query
 from service.results import SearchQuery
-from service.rpc_errors import ErrorStatusInterceptor
-from service.search import SearchEngine
+from service.serving.batch_order import Flow
+from service.serving.metrics import ServerMetrics
 
 
 def test_id_column_reads_the_ids_the_bundle_reads(engine: SearchEngine):

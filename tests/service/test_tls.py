@@ -16,10 +16,10 @@ from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 from waiting import WAIT_S
 
-from service.client import StrataClient, StrataClientError
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
 from service.errors import ServiceError
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 
 
 def self_signed(folder: Path, name: str) -> tuple[Path, Path]:

@@ -13,12 +13,12 @@ from search_gallery import build_text_bundle
 from typer.testing import CliRunner
 
 from indexer.bundle import Bundle
+from service.api.grpc.client import StrataClient
+from service.api.server import BackgroundServer, ServerConfig
 from service.cli import app
-from service.client import StrataClient
+from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
 from training.corpora.compositional import CompositionalCorpus

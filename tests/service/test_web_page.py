@@ -20,9 +20,9 @@ from http_helpers import call
 from playwright import sync_api
 from search_gallery import LANTERN
 
+from service.api.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
 from service.results import ConceptRef, SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = os.environ.get("STRATA_SCREENSHOTS")

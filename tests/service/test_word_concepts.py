@@ -14,8 +14,8 @@ from search_gallery import BEACON, BEACON_PRECISION, BEACON_ROWS
 
 from indexer.bundle import Bundle
 from indexer.verify import verify_bundle
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.core.errors import InputError
 
 
