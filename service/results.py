@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from service.errors import echo
 from training.core.granularity import Granularity
@@ -138,6 +138,24 @@ class PlanRun:
         return f"direct at prefix {prefix_length} ({self.reason})"
 
 
+class QueryOptions(TypedDict, total=False):
+    """A search's options beside its query (text, image or vector) and its `where` conditions:
+    the keywords `SearchQuery.of` and `StrataClient.search` both take, defined once here.
+    Unset, each takes SearchQuery's default."""
+
+    granularity: str
+    k: int
+    require: Sequence[ConceptRef | str | int]
+    exclude: Sequence[ConceptRef | str | int]
+    explain: bool
+    metadata_fields: Sequence[str]
+    scope: str
+    min_recall: float | None
+    plan: SearchPlan | str
+    group_by: str
+    group_size: int | None
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     """One search: exactly one of text, image (encoded bytes) or vector (a raw embedding in the
@@ -167,38 +185,34 @@ class SearchQuery:
         *,
         image: bytes | None = None,
         vector: Sequence[float] | None = None,
-        granularity: str = AUTO,
-        k: int = DEFAULT_K,
-        require: Sequence[ConceptRef | str | int] = (),
-        exclude: Sequence[ConceptRef | str | int] = (),
-        explain: bool = False,
-        metadata_fields: Sequence[str] = (),
-        scope: str = "any",
-        min_recall: float | None = None,
-        plan: SearchPlan | str = AUTO,
         where: Sequence[MetadataCondition] = (),
-        group_by: str = "",
-        group_size: int | None = None,
+        **options: Unpack[QueryOptions],
     ) -> SearchQuery:
         """A query with concept references given as ids, labels or names; `plan` a SearchPlan
         or its kind ("auto", "direct", "funnel"); `where` metadata conditions (service/where.py
-        parses them from text)."""
+        parses them from text); the other options are `QueryOptions`' (TypeError for an
+        unknown one)."""
+        unknown = sorted(set(options) - set(QueryOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"SearchQuery.of() got unknown options: {', '.join(unknown)}")
+        plan = options.get("plan", AUTO)
+        min_recall = options.get("min_recall")
         return cls(
             text=text,
             image=image,
             vector=None if vector is None else tuple(float(v) for v in vector),
-            granularity=str(granularity),
-            k=k,
-            require=tuple(ConceptRef.parse(r) for r in require),
-            exclude=tuple(ConceptRef.parse(r) for r in exclude),
-            explain=explain,
-            metadata_fields=tuple(metadata_fields),
-            scope=str(scope),
+            granularity=str(options.get("granularity", AUTO)),
+            k=options.get("k", DEFAULT_K),
+            require=tuple(ConceptRef.parse(r) for r in options.get("require", ())),
+            exclude=tuple(ConceptRef.parse(r) for r in options.get("exclude", ())),
+            explain=options.get("explain", False),
+            metadata_fields=tuple(options.get("metadata_fields", ())),
+            scope=str(options.get("scope", "any")),
             min_recall=None if min_recall is None else float(min_recall),
             plan=plan if isinstance(plan, SearchPlan) else SearchPlan(str(plan)),
             where=tuple(where),
-            group_by=str(group_by),
-            group_size=group_size,
+            group_by=str(options.get("group_by", "")),
+            group_size=options.get("group_size"),
         )
 
     @property

@@ -233,8 +233,9 @@ def server_section(device: str, rows: int, rounds: int) -> dict[str, Any]:
     """Served search latency at concurrency 1 with the query encoder (MiniLM) on `device`
     against one on the CPU: two live servers over one synthetic bundle, interleaved rounds."""
     from indexer.bundle import Bundle
+    from service.api.background import BackgroundServer
     from service.api.grpc.client import StrataClient
-    from service.api.server import BackgroundServer, ServerConfig
+    from service.api.server import ServerConfig
     from service.benchmarks.load import QUERIES, build_gallery
     from service.engine.search import SearchEngine
     from training.core.encoders import load_encoder

@@ -30,7 +30,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from indexer.bundle import Bundle
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.load import QUERIES, build_gallery, set_threads
 from service.engine.search import SearchEngine
 from service.limits import LIMITS

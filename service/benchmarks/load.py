@@ -40,7 +40,8 @@ from indexer.benchmarks.synthetic import (
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
 from service.serving.batching import BatchingConfig

@@ -42,7 +42,8 @@ import sys
 from indexer.bundle import Bundle
 from service.benchmarks.load import set_threads
 from service.engine.search import SearchEngine
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from training.core.encoders import load_encoder
 
 set_threads(None if sys.argv[2] == "default" else int(sys.argv[2]))

@@ -34,7 +34,8 @@ from indexer.bundle import CURRENT, MANIFEST, Bundle, version_name
 from indexer.publish import ChannelKeys
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.load import build_gallery
 from service.engine.search import SearchEngine
 from service.serving.hot_swap import HotSwapper

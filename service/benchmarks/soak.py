@@ -204,7 +204,8 @@ def final_check(target: str, bundles: Path, served: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from indexer.bundle import Bundle
-    from service.api.server import BackgroundServer, ServerConfig
+    from service.api.background import BackgroundServer
+    from service.api.server import ServerConfig
     from service.benchmarks.load import build_gallery
     from service.engine.search import SearchEngine
     from service.query.cache import QueryCache

@@ -30,7 +30,7 @@ COMMANDS = [
     LazyCommand("index", "indexer.cli:index_app", INDEX_HELP),
     LazyCommand(
         "serve",
-        "service.cli.search:serve_command",
+        "service.cli.serve:serve_command",
         "Serve a bundle over gRPC until Ctrl-C.",
         examples(
             "strata serve --bundles runs/demo/bundle",

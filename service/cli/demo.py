@@ -29,8 +29,9 @@ import grpc
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle, BundleError
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.cli.demo_config import DemoConfig
 from service.engine.search import SearchEngine
 from service.results import Explanation, SearchResult

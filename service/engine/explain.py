@@ -144,13 +144,13 @@ def item_prefixes(bundle: Bundle, row: int) -> dict[int, np.ndarray]:
 
 
 def prefix_similarities(
-    bundle: Bundle, rotated_query: np.ndarray, row: int
+    contract: dict[str, int], rotated_query: np.ndarray, items: dict[int, np.ndarray]
 ) -> list[PrefixSimilarity]:
-    """s_L(query, item) at every prefix length of the contract, shortest first."""
-    items = item_prefixes(bundle, row)
+    """s_L(query, item) at every prefix length of the contract the item's p_L is known at
+    (`items`: length -> p_L, as `item_prefixes` reads them), shortest first."""
     query = np.atleast_2d(np.asarray(rotated_query, dtype=np.float32))
     out = []
-    for granularity, length in sorted(bundle.contract.items(), key=lambda g: g[1]):
+    for granularity, length in sorted(contract.items(), key=lambda g: g[1]):
         if length in items:
             cosine = float(prefix_vectors(query, length)[0] @ items[length])
             out.append(PrefixSimilarity(Granularity(granularity), length, cosine))

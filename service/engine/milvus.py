@@ -1,17 +1,19 @@
 """The search engine over a bundle version exported to Milvus (`strata serve --backend …`).
 
-`MilvusEngine` is a `SearchEngine` whose gallery is a Milvus collection (indexer/milvus_store.py)
-instead of local FAISS files: validation, embedding, the GraSP rotation, routing, the concept
-catalog and the answer's shape are the engine's own; what changes is where rows are scored.
+`MilvusScorer` is the `SearchEngine`'s scorer (service/engine/scoring.py) when its gallery is a
+Milvus collection (indexer/milvus_store.py) instead of local FAISS files: validation,
+embedding, the GraSP rotation, routing, Explain, the concept catalog and the answer's shape
+are the engine's own; what changes is where rows are scored. `open_milvus` opens the version
+an alias names, `milvus_engine` builds the engine over one collection.
 
 - direct plan: one Milvus search of the field p{L} (inner product, the stored p_L), every
   unfiltered query of one prefix and setting in one call (nq > 1), as FAISS batches them;
 - funnel (asked for): the shortlist is a Milvus search of p{S} for k·F rows that returns their
   p{L}, reranked exactly here (`service.engine.funnel.rerank`'s rule: s_L, ties by row); "auto"
   searches directly, since the engine does the scan (the funnel's calibration measures FAISS);
-- concept filter: each reference's concepts become `array_contains_any(concepts, [...])`
-  (AND over required references, `not …` for excluded ones), so the filter runs inside the
-  engine's search; the allowed rows are counted with `count(*)` over the same expression;
+- filters: concept references and metadata conditions become one Milvus expression
+  (service/engine/milvus_expressions.py), so the filter runs inside the engine's search; the
+  allowed rows are counted with `count(*)` over the same expression;
 - Explain: the row's concepts and activations and its p_L at every prefix are read back from
   the engine; an item id is found by a query on `item_id`; the descriptions' near captions
   are a search of the engine's full-length field, their text the version's own metadata.
@@ -20,19 +22,18 @@ The version's manifest and artifacts (rotation, CEDAR coder, catalog, postings f
 catalog's counts) come from the bundle folder; the FAISS files are not opened. Every engine
 call has a deadline; an engine that does not answer makes the batch's queries fail with
 `UnavailableError` (gRPC UNAVAILABLE, the message naming the engine), and the next batch tries
-again. `AliasFollower` swaps the served engine when the alias moves (a hot swap without Redis).
+again. `AliasFollower` (service/serving/alias_follower.py) swaps the served engine when the
+alias moves (a hot swap without Redis).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -53,34 +54,21 @@ from service.engine.filtering import resolve_ref
 from service.engine.funnel import pad_hits
 from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
-from service.engine.search import EngineConfig, SearchEngine, _Prepared
-from service.engine.thumbnails import recorded_image_root
-from service.errors import (
-    NotFoundError,
-    QueryError,
-    ServiceError,
-    UnavailableError,
-    echo,
+from service.engine.milvus_expressions import (
+    concept_expression,
+    engine_params,
+    string_literal,
+    where_expression,
 )
+from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
+from service.engine.search import SearchEngine
+from service.errors import NotFoundError, QueryError, ServiceError, UnavailableError, echo
 from service.limits import check_chars
 from service.query.cache import QueryCache
-from service.query.embedding import EncoderObserver
-from service.results import (
-    Explanation,
-    Hit,
-    MetadataCondition,
-    PlanRun,
-    PrefixSimilarity,
-    SearchQuery,
-    SearchResult,
-)
+from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.encoders import Encoder, load_encoder
 from training.core.files import sha256_file
-from training.core.granularity import Granularity
 from training.core.metrics import prefix_vectors
-
-if TYPE_CHECKING:
-    from service.api.server import StrataServer
 
 log = logging.getLogger(__name__)
 
@@ -88,100 +76,90 @@ TOPK_MAX = 16_384  # Milvus's limit on hits per search
 AUTO_REASON = "auto: the vector engine scans the target prefix directly"
 
 
-def concept_expression(
-    required: Sequence[Sequence[int]], excluded: Sequence[int], field: str = CONCEPTS
-) -> str:
-    """The Milvus filter of a concept filter: rows holding one of each required reference's
-    concepts and none of the excluded ones ("" when there is no filter)."""
-    parts = [f"array_contains_any({field}, {sorted(set(map(int, r)))})" for r in required]
-    if excluded:
-        parts.append(f"not array_contains_any({field}, {sorted(set(map(int, excluded)))})")
-    return " and ".join(f"({p})" for p in parts)
+@dataclass(frozen=True)
+class MilvusFilter:
+    """A query's rows in Milvus: its filter expression ("" for none) and the rows it allows
+    (None: every row)."""
 
-
-def literal(value: Any) -> str:
-    """A Python value as a Milvus expression literal (times and dates as the ISO text the
-    export stores them as)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if hasattr(value, "isoformat"):
-        return string_literal(value.isoformat())
-    return string_literal(str(value))
-
-
-def where_expression(metadata: MetadataFilter, conditions: Sequence[MetadataCondition]) -> str:
-    """The Milvus filter of metadata conditions, all of which must hold ("" for none); each is
-    checked and typed by the bundle's own table first (QueryError naming the field). A null
-    value meets no comparison in Milvus, as in the local filter."""
-    parts = []
-    for condition in conditions:
-        values, name = metadata.values(condition), condition.field
-        if condition.equals is not None:
-            parts.append(f"{name} == {literal(values[0])}")
-        elif condition.any_of is not None:
-            parts.append(f"{name} in [{', '.join(literal(v) for v in values)}]")
-        else:
-            assert condition.range is not None
-            low, high = values
-            span, tests = condition.range, []
-            if low is not None:
-                tests.append(f"{name} {'>' if span.min_exclusive else '>='} {literal(low)}")
-            if high is not None:
-                tests.append(f"{name} {'<' if span.max_exclusive else '<='} {literal(high)}")
-            parts.append(" and ".join(tests))
-    return " and ".join(f"({p})" for p in parts)
-
-
-def engine_params(setting: str) -> dict[str, Any]:
-    """Milvus search parameters of a FAISS ParameterSpace setting ("efSearch=64" → ef 64;
-    nprobe as it is); what Milvus has no counterpart for is dropped."""
-    params: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in setting.split(","))):
-        key, _, value = part.partition("=")
-        if key == "efSearch":
-            params["ef"] = int(value)
-        elif key == "nprobe":
-            params["nprobe"] = int(value)
-    return params
-
-
-def string_literal(value: str) -> str:
-    """A Milvus expression's string literal (double quotes, JSON escapes)."""
-    return json.dumps(value)
-
-
-@dataclass
-class _EnginePrepared(_Prepared):
     expression: str = ""
-    allowed_count: int | None = None
+    count: int | None = None
 
 
-class MilvusEngine(SearchEngine):
-    """Search, explanation and catalog look-ups over one exported bundle version (above)."""
+def open_milvus(
+    target: str,
+    bundles: str | Path,
+    name: str = DEFAULT_NAME,
+    device: str = "auto",
+    batch_size: int = 128,
+    config: EngineConfig | None = None,
+    cache: QueryCache | None = None,
+    timeout_s: float = 5.0,
+    encoder: Encoder | None = None,
+) -> SearchEngine:
+    """The engine over the version the alias `name` names at `target`, its manifest and
+    artifacts read from the bundle directory `bundles`, with the encoder its manifest names."""
+    store = MilvusStore(target, timeout_s)
+    collection = store.current(name)
+    if collection is None:
+        raise ExportError(
+            f"no alias {name!r} at {target}: run `strata index export --to {target}` first"
+        )
+    bundle = Bundle.open_version(Path(bundles).expanduser() / store.record(collection).bundle)
+    if encoder is None:
+        spec = bundle.manifest.encoder
+        if not spec:
+            raise ServiceError(f"bundle {bundle.path} records no encoder")
+        encoder = load_encoder(spec, device=device, batch_size=batch_size)
+    return milvus_engine(bundle, encoder, store, collection, config, cache, name)
+
+
+def milvus_engine(
+    bundle: Bundle,
+    encoder: Encoder | None,
+    store: MilvusStore,
+    collection: str,
+    config: EngineConfig | None = None,
+    cache: QueryCache | None = None,
+    name: str = DEFAULT_NAME,
+    ef: int | None = None,
+) -> SearchEngine:
+    """A `SearchEngine` whose rows are the collection `collection` of alias `name`, exported
+    from `bundle` (ExportError when it holds another version). `ef`: an HNSW field's search
+    breadth where the request's setting names none."""
+    config = config or EngineConfig()
+    scorer = MilvusScorer(bundle, store, collection, config, name, ef)
+    return SearchEngine(bundle, encoder, config, cache, scorer)
+
+
+def following(engine: SearchEngine, collection: str) -> SearchEngine:
+    """The engine over another collection of a Milvus engine's alias (its version's folder next
+    to the served one), sharing encoder, config, cache and connection."""
+    scorer = engine.scorer
+    if not isinstance(scorer, MilvusScorer):
+        raise ServiceError("the alias follower needs a Milvus-backed engine")
+    store = scorer.store
+    bundle = Bundle.open_version(engine.bundle.path.parent / store.record(collection).bundle)
+    return milvus_engine(
+        bundle, engine.encoder, store, collection, engine.config, engine.cache, scorer.name,
+        scorer.ef,
+    )  # fmt: skip
+
+
+class MilvusScorer:
+    """Scores one exported bundle version's rows in its Milvus collection (module docstring)."""
 
     def __init__(
         self,
         bundle: Bundle,
-        encoder: Encoder | None,
         store: MilvusStore,
         collection: str,
-        config: EngineConfig | None = None,
-        cache: QueryCache | None = None,
+        config: EngineConfig,
         name: str = DEFAULT_NAME,
         ef: int | None = None,
     ) -> None:
-        self.bundle, self.encoder, self.store = bundle, encoder, store
+        self.bundle, self.store, self.config = bundle, store, config
         self.ef = ef  # an HNSW field's search breadth where the request's setting names none
         self.collection, self.name = collection, name
-        self.config = config or EngineConfig()
-        self.cache = cache
-        if encoder is not None and encoder.dim != bundle.dim:
-            raise ServiceError(
-                f"encoder {encoder.id} is {encoder.dim}-d, but bundle {bundle.name} is "
-                f"{bundle.dim}-d"
-            )
         record = store.record(collection)
         if record.bundle != bundle.name:
             raise ExportError(f"{collection} holds bundle {record.bundle}, not {bundle.name}")
@@ -195,70 +173,10 @@ class MilvusEngine(SearchEngine):
         self.metadata_fields = list(record.metadata_fields)
         # conditions are checked and typed, and groups coded, by the version's own table
         self.metadata = MetadataFilter(bundle.metadata_table())
-        self.image_root = self.config.image_root or recorded_image_root(bundle)
-        self.planner = None  # type: ignore[assignment]
 
-    @classmethod
-    def open_backend(
-        cls,
-        target: str,
-        bundles: str | Path,
-        name: str = DEFAULT_NAME,
-        device: str = "auto",
-        batch_size: int = 128,
-        config: EngineConfig | None = None,
-        cache: QueryCache | None = None,
-        timeout_s: float = 5.0,
-        encoder: Encoder | None = None,
-    ) -> MilvusEngine:
-        """The version the alias `name` names at `target`, its manifest and artifacts read from
-        the bundle directory `bundles`, with the encoder its manifest names."""
-        store = MilvusStore(target, timeout_s)
-        collection = store.current(name)
-        if collection is None:
-            raise ExportError(
-                f"no alias {name!r} at {target}: run `strata index export --to {target}` first"
-            )
-        bundle = Bundle.open_version(Path(bundles).expanduser() / store.record(collection).bundle)
-        if encoder is None:
-            spec = bundle.manifest.encoder
-            if not spec:
-                raise ServiceError(f"bundle {bundle.path} records no encoder")
-            encoder = load_encoder(spec, device=device, batch_size=batch_size)
-        return cls(bundle, encoder, store, collection, config, cache, name)
-
-    def following(self, collection: str) -> MilvusEngine:
-        """The engine over another collection of this alias (its version's folder next to the
-        served one), sharing encoder, config, cache and connection."""
-        bundle = Bundle.open_version(self.bundle.path.parent / self.store.record(collection).bundle)
-        return MilvusEngine(
-            bundle, self.encoder, self.store, collection, self.config, self.cache, self.name,
-            self.ef,
-        )  # fmt: skip
-
-    def with_bundle(self, bundle: Bundle) -> SearchEngine:
-        raise ServiceError(
-            "the Milvus backend follows its alias: publish a version with `strata index export`"
-        )
-
-    # --- search ---
-
-    def search_batch(
-        self, queries: Sequence[SearchQuery], observer: EncoderObserver | None = None
-    ) -> list[SearchResult | ServiceError]:
-        try:
-            return super().search_batch(queries, observer)
-        except EngineUnavailable as exc:
-            log.warning("%s", exc)
-            return [UnavailableError(str(exc)) for _ in queries]
-
-    def _prepared(self, query: SearchQuery) -> _Prepared:
-        return _EnginePrepared(query)
-
-    def _restrict(self, prepared: _Prepared, length: int) -> None:
+    def restrict(self, prepared: PreparedQuery, length: int) -> None:
         """The filter as one Milvus expression (metadata conditions and concepts, run inside
         the engine's search), the rows it allows, and the plan."""
-        assert isinstance(prepared, _EnginePrepared)
         query = prepared.query
         filters = [where_expression(self.metadata, query.where)]
         if query.require or query.exclude:
@@ -266,13 +184,15 @@ class MilvusEngine(SearchEngine):
             required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
             excluded = [c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)]
             filters.append(concept_expression(required, excluded))
-        prepared.expression = " and ".join(f"({f})" for f in filters if f)
-        if prepared.expression:
+        expression = " and ".join(f"({f})" for f in filters if f)
+        count = None
+        if expression:
             try:
-                prepared.allowed_count = self.count(prepared.expression)
+                count = self.count(expression)
             except EngineUnavailable as exc:
                 raise UnavailableError(str(exc)) from None
-        prepared.plan = self._plan(query, length, prepared.allowed_count)
+        prepared.allowed = MilvusFilter(expression, count)
+        prepared.plan = self._plan(query, length, count)
 
     def count(self, expression: str) -> int:
         found = self.store.call(
@@ -302,16 +222,22 @@ class MilvusEngine(SearchEngine):
             "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)
         )
 
-    def _search(self, live: list[_Prepared], rotated: np.ndarray) -> None:
+    def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
+        try:
+            self._search(live, rotated)
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
+
+    def _search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
         found: dict[int, list[dict[str, Any]]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None and p.plan is not None and isinstance(p, _EnginePrepared)
+            assert p.route is not None and p.plan is not None
             if p.query.group_by:
                 found[i] = self._grouped(p, rotated[i : i + 1])
                 continue
             length = self.contract[p.route.granularity]
-            key = (length, p.setting, p.expression, p.plan.shortlist_prefix, p.plan.factor)
+            key = (length, p.setting, p.allowed.expression, p.plan.shortlist_prefix, p.plan.factor)
             groups[key].append(i)
         for (length, setting, expression, shortlist, factor), members in groups.items():
             fields = self._output_fields([live[i].query for i in members])
@@ -337,31 +263,31 @@ class MilvusEngine(SearchEngine):
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
 
-    def _grouped(self, p: _EnginePrepared, rotated: np.ndarray) -> list[dict[str, Any]]:
+    def _grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
         """A grouped query's hits, group by group (service/engine/grouping.py widens the engine's
         search until it has top_k full groups), each hit's group code in `p.groups`."""
         assert p.route is not None and p.plan is not None
         length = self.contract[p.route.granularity]
         codes, _ = self.metadata.group_keys(p.query.group_by)
-        fields = self._output_fields([p.query])
+        fields, where = self._output_fields([p.query]), p.allowed.expression
         by_row: dict[int, dict[str, Any]] = {}
 
         def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
             if p.plan is not None and p.plan.factor:
                 shortlist = min(k * p.plan.factor, TOPK_MAX)
                 answer = self._engine_search(
-                    rotated, p.plan.shortlist_prefix, shortlist, p.expression, p.setting,
+                    rotated, p.plan.shortlist_prefix, shortlist, where, p.setting,
                     [*fields, vector_field(length)],
                 )[0]  # fmt: skip
                 answer = _reranked(answer, rotated[0], length, k)
             else:
-                answer = self._engine_search(rotated, length, k, p.expression, p.setting, fields)[0]
+                answer = self._engine_search(rotated, length, k, where, p.setting, fields)[0]
             by_row.update((int(h[ROW]), h) for h in answer)
             rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
             scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
             return scores[None, :].astype(np.float32), rows[None, :]
 
-        available = self.bundle.rows if p.allowed_count is None else p.allowed_count
+        available = self.bundle.rows if p.allowed.count is None else p.allowed.count
         cap = TOPK_MAX // p.plan.factor if p.plan.factor else TOPK_MAX
         _, rows, p.groups = grouped_search(
             ranked, codes, p.query.k, p.query.group_size or 1, available, max(cap, 1)
@@ -406,7 +332,7 @@ class MilvusEngine(SearchEngine):
 
     def _engine_result(
         self,
-        p: _EnginePrepared,
+        p: PreparedQuery,
         found: list[dict[str, Any]],
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
@@ -430,7 +356,7 @@ class MilvusEngine(SearchEngine):
             prefix_length=self.contract[p.route.granularity],
             routing_reason=p.route.reason,
             hits=hits,
-            filtered_rows=p.allowed_count,
+            filtered_rows=p.allowed.count,
             bundle_version=self.bundle.version,
             plan=p.plan,
         )
@@ -443,44 +369,23 @@ class MilvusEngine(SearchEngine):
             result.query_concepts = activations_of(self.coder, q_ids, q_values)
         return result
 
-    # --- explanation ---
+    # --- Explain ---
 
-    def explain(
-        self,
-        query: SearchQuery,
-        item_id: str | None = None,
-        row: int | None = None,
-        observer: EncoderObserver | None = None,
-        near_captions: int = 0,
-    ) -> Explanation:
-        """SearchEngine.explain over the engine's rows: the row, its concepts and its p_L at
-        every prefix read back; near captions searched in the engine (`nearest_rows`)."""
-        self.check_explain(query, near_captions)
+    def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
+        """The row, its concepts and its p_L at every prefix, read back from the engine."""
         try:
             entity = self._entity(item_id, row)
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
-        embedding, q_ids, q_values = self.explained_query(query, observer)
-        rotated = self.bundle.rotate(embedding)
-        item_ids, item_values = _concepts_of(entity)
-        similarities = []
-        for granularity, length in sorted(self.contract.items(), key=lambda g: g[1]):
-            stored = np.asarray(entity[vector_field(length)], dtype=np.float32)
-            cosine = float(prefix_vectors(rotated, length)[0] @ stored)
-            similarities.append(PrefixSimilarity(Granularity(granularity), length, cosine))
-        query_description, item_description = self.describe_pair(
-            (q_ids, q_values), (item_ids, item_values), int(entity[ROW]), near_captions
-        )
-        return Explanation(
-            item_id=str(entity[ITEM_ID]),
+        return StoredRow(
             row=int(entity[ROW]),
-            similarities=similarities,
-            shared_concepts=shared_concepts(self.coder, q_ids, q_values, item_ids, item_values),
-            query_concepts=activations_of(self.coder, q_ids, q_values),
-            item_concepts=activations_of(self.coder, item_ids, item_values),
-            bundle_version=self.bundle.version,
-            query_description=query_description,
-            item_description=item_description,
+            item_id=str(entity[ITEM_ID]),
+            axes=_concepts_of(entity),
+            words=None,  # the collection keeps no word concepts
+            prefixes={
+                length: np.asarray(entity[vector_field(length)], dtype=np.float32)
+                for length in self.contract.values()
+            },
         )
 
     def nearest_rows(
@@ -524,12 +429,6 @@ class MilvusEngine(SearchEngine):
             raise NotFoundError(f"no {what} in bundle {self.bundle.name}")
         return dict(found[0])
 
-    def row_of(self, item_id: str | None = None, row: int | None = None) -> int:
-        try:
-            return int(self._entity(item_id, row)[ROW])
-        except EngineUnavailable as exc:
-            raise UnavailableError(str(exc)) from None
-
 
 def _concepts_of(entity: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return (
@@ -555,47 +454,3 @@ def _reranked(
         for r, o in zip(top[0], order, strict=False)
         if r >= 0
     ]
-
-
-class AliasFollower:
-    """Polls the alias every `poll_s` seconds; when it names another collection, builds the
-    engine over it (off the event loop) and swaps it into `server` — the zero-downtime switch
-    `strata index export` makes. A failed poll or load is logged; the served engine stays."""
-
-    def __init__(self, server: StrataServer, poll_s: float = 2.0) -> None:
-        engine = server.served.engine
-        if not isinstance(engine, MilvusEngine):
-            raise ServiceError("the alias follower needs a Milvus-backed engine")
-        self.server, self.poll_s = server, poll_s
-        self.swaps, self.failures = 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="alias-follower", daemon=True)
-
-    def start(self) -> AliasFollower:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.poll_s + 10)
-
-    def check(self) -> bool:
-        """One poll: swap when the alias moved; True when it swapped."""
-        engine = self.server.served.engine
-        assert isinstance(engine, MilvusEngine)
-        current = engine.store.current(engine.name)
-        if current is None or current == engine.collection:
-            return False
-        new = engine.following(current)
-        self.server.swap_engine(new)
-        self.swaps += 1
-        log.info("alias %s: now %s", engine.name, current)
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.check()
-            except Exception as exc:  # the served engine stays; the next poll tries again
-                self.failures += 1
-                log.warning("following the alias failed: %s", exc)

@@ -14,8 +14,9 @@ from search_gallery import build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.bundle import Bundle
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.serving.batching import BatchingConfig
 

@@ -19,9 +19,10 @@ from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
-from service.cli.search import read_admin_token
+from service.api.server import ServerConfig
+from service.cli.serve_setup import read_admin_token
 from service.engine.search import SearchEngine
 from training.core.settings import StrataSettings
 

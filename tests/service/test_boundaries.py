@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.api.server import BackgroundServer
+from service.api.background import BackgroundServer
 from service.benchmarks import boundaries
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from search_gallery import LANTERN, LANTERN_RUNNER_UPS, written_concepts
 
+from service.api.background import BackgroundServer
 from service.api.grpc import responses
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer
 from service.cli.concepts import concept_details
 from service.engine.search import SearchEngine
 from service.results import ConceptInfo

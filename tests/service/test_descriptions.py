@@ -16,8 +16,8 @@ from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer
 from service.engine.descriptions import code_names
 from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine

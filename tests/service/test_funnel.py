@@ -74,7 +74,7 @@ def test_a_short_shortlist_is_a_real_approximation(engine, minilm):
 
 
 def test_auto_funnels_where_calibrated_and_keeps_the_recall(funnel_engine, engine, minilm):
-    choice = funnel_engine.planner.choices[funnel_engine.contract[Granularity.FULL]]
+    choice = funnel_engine.scorer.planner.choices[funnel_engine.contract[Granularity.FULL]]
     assert choice.recall >= 0.99 and choice.cost_share <= 0.5
     found, exact = [], []
     for vector in vectors(minilm):
@@ -94,7 +94,7 @@ def test_auto_funnels_where_calibrated_and_keeps_the_recall(funnel_engine, engin
 
 
 def test_a_min_recall_above_the_calibrated_recall_searches_directly(funnel_engine, minilm):
-    choice = funnel_engine.planner.choices[funnel_engine.contract[Granularity.FULL]]
+    choice = funnel_engine.scorer.planner.choices[funnel_engine.contract[Granularity.FULL]]
     vector = vectors(minilm)[0]
     kept = funnel_engine.search(SearchQuery.of(vector=vector, min_recall=choice.recall))
     assert kept.plan.kind == "funnel"
@@ -172,14 +172,14 @@ def test_a_plan_the_bundle_cannot_run_is_refused_naming_it(engine, minilm, plan,
 
 
 def test_a_funnel_needs_exact_rows_at_the_target(engine, minilm):
-    engine.planner._exact[engine.contract[Granularity.FULL]] = (
+    engine.scorer.planner._exact[engine.contract[Granularity.FULL]] = (
         None  # as for IVF-PQ with lists on disk
     )
     try:
         with pytest.raises(QueryError, match=r"keeps no exact rows at prefix ≥ 384"):
             engine.search(SearchQuery.of(vector=vectors(minilm)[0], plan="funnel"))
     finally:
-        del engine.planner._exact[engine.contract[Granularity.FULL]]
+        del engine.scorer.planner._exact[engine.contract[Granularity.FULL]]
 
 
 def test_the_plan_goes_through_grpc_and_the_cli_shows_it(client, engine, minilm):

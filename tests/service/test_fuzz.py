@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks import fuzz
 from service.benchmarks.fuzz import run_fuzz
 from service.benchmarks.fuzz_requests import KINDS, Target, draw_requests

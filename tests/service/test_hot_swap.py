@@ -23,8 +23,9 @@ from indexer.bundle import Bundle
 from indexer.publish import ChannelKeys, RedisPublisher, announcement, publish_version
 from indexer.update import DeleteConfig, delete_rows
 from indexer.versions import BundleStore
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig, StrataServer, serve
+from service.api.server import ServerConfig, StrataServer, serve
 from service.engine.search import SearchEngine
 from service.query.cache import QueryCache
 from service.serving.batching import BatchingConfig

@@ -21,8 +21,9 @@ from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.engine.thumbnails import BundleImages, common_root, inside, recorded_image_root
 

@@ -18,7 +18,8 @@ from waiting import WAIT_S, wait_for
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.errors import MESSAGE_CHARS
 from service.limits import LIMITS, MAX_REQUEST_BYTES

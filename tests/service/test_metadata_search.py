@@ -17,8 +17,8 @@ from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer
 from service.engine.grouping import grouped_search, pick_groups
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.search import EngineConfig, SearchEngine

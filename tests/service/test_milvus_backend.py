@@ -28,14 +28,12 @@ from indexer.milvus_store import (
     collection_name,
     export_bundle,
 )
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
-from service.engine.milvus import (
-    AliasFollower,
-    MilvusEngine,
-    concept_expression,
-    where_expression,
-)
+from service.api.server import ServerConfig
+from service.engine.milvus import milvus_engine as engine_over
+from service.engine.milvus import open_milvus
+from service.engine.milvus_expressions import concept_expression, where_expression
 from service.engine.search import SearchEngine
 from service.errors import QueryError, UnavailableError
 from service.results import (
@@ -45,6 +43,7 @@ from service.results import (
     SearchPlan,
     SearchQuery,
 )
+from service.serving.alias_follower import AliasFollower
 from service.serving.batching import BatchingConfig
 
 TEXTS = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
@@ -108,8 +107,8 @@ def exported(lite: LiteServer, bundles: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def milvus_engine(lite: LiteServer, bundles: Path, exported: str, minilm) -> MilvusEngine:
-    return MilvusEngine.open_backend(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=5)
+def milvus_engine(lite: LiteServer, bundles: Path, exported: str, minilm) -> SearchEngine:
+    return open_milvus(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=5)
 
 
 def test_expression_of_a_concept_filter() -> None:
@@ -127,7 +126,7 @@ def test_export_records_the_version_and_publishes_the_alias(lite: LiteServer, ex
     assert (record.version, record.rows, record.prefixes) == (1, 300, (24, 48, 96, 192, 384))
 
 
-def test_same_top10_as_local_flat(milvus_engine: MilvusEngine, engine: SearchEngine) -> None:
+def test_same_top10_as_local_flat(milvus_engine: SearchEngine, engine: SearchEngine) -> None:
     assert {p.factory for p in engine.bundle.manifest.prefixes} == {"Flat"}
     compared = 0
     for text in TEXTS:
@@ -149,7 +148,7 @@ def test_hnsw_fields_reach_recall_99_against_local_flat(
     store = MilvusStore(lite.uri, timeout_s=10)
     bundle = Bundle.open(bundles)
     summary = export_bundle(bundle, store, "gallery-hnsw", index_kind="HNSW", rows_per_batch=128)
-    remote = MilvusEngine(bundle, engine.encoder, store, summary.collection, name="gallery-hnsw")
+    remote = engine_over(bundle, engine.encoder, store, summary.collection, name="gallery-hnsw")
     found = wanted = 0
     for text in TEXTS:
         for granularity in GRANULARITIES:
@@ -161,7 +160,7 @@ def test_hnsw_fields_reach_recall_99_against_local_flat(
     assert wanted == 250 and found / wanted >= 0.99, found / wanted
 
 
-def test_concept_filters_run_in_the_engine(milvus_engine: MilvusEngine, engine: SearchEngine):
+def test_concept_filters_run_in_the_engine(milvus_engine: SearchEngine, engine: SearchEngine):
     concepts = [c for c in range(2 * engine.bundle.dim) if len(engine.bundle.postings(c)[0])]
     frequent = sorted(concepts, key=lambda c: -len(engine.bundle.postings(c)[0]))
     for require, exclude in (
@@ -188,7 +187,7 @@ def test_concept_filters_run_in_the_engine(milvus_engine: MilvusEngine, engine: 
 
 
 def test_metadata_conditions_and_groups_run_in_the_engine(
-    milvus_engine: MilvusEngine, engine: SearchEngine
+    milvus_engine: SearchEngine, engine: SearchEngine
 ):
     subjects = engine.metadata.column("subject").to_pylist()
     common = max(set(subjects), key=subjects.count)
@@ -218,7 +217,7 @@ def test_metadata_conditions_and_groups_run_in_the_engine(
         milvus_engine.search(SearchQuery.of("a dog", where=[MetadataCondition("nope", equals="x")]))
 
 
-def test_explain_reads_the_row_back(milvus_engine: MilvusEngine, engine: SearchEngine) -> None:
+def test_explain_reads_the_row_back(milvus_engine: SearchEngine, engine: SearchEngine) -> None:
     query = SearchQuery.of("a red car")
     item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
     local, remote = engine.explain(query, item_id=item), milvus_engine.explain(query, item_id=item)
@@ -233,10 +232,10 @@ def test_explain_reads_the_row_back(milvus_engine: MilvusEngine, engine: SearchE
 
 
 def test_explain_through_the_server_with_near_captions(
-    milvus_engine: MilvusEngine, engine: SearchEngine
+    milvus_engine: SearchEngine, engine: SearchEngine
 ) -> None:
     """gRPC Explain on the Milvus backend (once INTERNAL: the servicer passes near_captions,
-    which MilvusEngine.explain did not take): the local engine's answer, descriptions and
+    which the Milvus engine's Explain did not take): the local engine's answer, descriptions and
     their near captions included, the captions searched in Milvus; out-of-range near_captions
     is refused as on FAISS."""
     item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
@@ -264,7 +263,7 @@ def test_explain_through_the_server_with_near_captions(
     assert plain.query_description.captions == [] and plain.item_description.captions == []
 
 
-def test_requested_funnel_reranks_at_the_target(milvus_engine: MilvusEngine, engine: SearchEngine):
+def test_requested_funnel_reranks_at_the_target(milvus_engine: SearchEngine, engine: SearchEngine):
     plan = SearchPlan("funnel", 24, 50)
     query = SearchQuery.of("a man riding a horse", granularity="full", k=10, plan=plan)
     remote = milvus_engine.search(query)
@@ -282,7 +281,7 @@ def test_alias_switch_under_load_fails_no_request(
         Bundle.open_version(bundles / read_current(bundles)), store, "swap", rows_per_batch=128
     )
     assert first.published and first.collection == collection_name("swap", 1)
-    swapping = MilvusEngine.open_backend(lite.uri, bundles, "swap", encoder=minilm, timeout_s=5)
+    swapping = open_milvus(lite.uri, bundles, "swap", encoder=minilm, timeout_s=5)
     config = ServerConfig(port=0, batching=BatchingConfig(max_batch=16, max_wait_ms=2))
     with BackgroundServer(swapping, config) as running:
         follower = AliasFollower(running.server, poll_s=0.1).start()
@@ -315,7 +314,7 @@ def test_alias_switch_under_load_fails_no_request(
 def test_engine_down_is_unavailable_then_resumes(
     lite: LiteServer, bundles: Path, exported: str, minilm
 ) -> None:
-    engine = MilvusEngine.open_backend(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=2)
+    engine = open_milvus(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=2)
     with (
         BackgroundServer(engine, ServerConfig(port=0)) as running,
         StrataClient(running.target, timeout=30) as client,

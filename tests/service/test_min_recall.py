@@ -20,8 +20,9 @@ from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import MANIFEST, Bundle
 from indexer.tuning import OperatingPoint, drop_self
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.operating_points import setting_for
 from service.engine.search import SearchEngine
 from service.errors import QueryError

@@ -21,8 +21,9 @@ from waiting import WAIT_S, wait_for
 from indexer.bundle import Bundle
 from indexer.update import DeleteConfig, delete_rows
 from service._generated.strata.v1 import search_pb2 as pb
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
 from service.serving.batching import BatchingConfig

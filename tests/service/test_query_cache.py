@@ -17,8 +17,9 @@ from serving_helpers import CountingEncoder
 from waiting import WAIT_S, wait_for
 
 from indexer.bundle import Bundle
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.query.cache import (
     CONNECTED,

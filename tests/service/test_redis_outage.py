@@ -15,7 +15,8 @@ from waiting import wait_for
 from indexer.bundle import Bundle
 from indexer.publish import RedisPublisher
 from indexer.update import DeleteConfig, delete_rows
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.redis_server import RedisServer
 from service.engine.search import SearchEngine
 from service.query.cache import CONNECTED, DISCONNECTED, QueryCache

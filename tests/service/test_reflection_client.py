@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grpc_requests import Client
 
-from service.api.server import BackgroundServer
+from service.api.background import BackgroundServer
 
 SEARCH_SERVICE = "strata.v1.SearchService"
 

@@ -19,8 +19,9 @@ from indexer.update import DeleteConfig, delete_rows
 from indexer.versions import BundleStore
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.serving.hot_swap import HotSwapper
 

@@ -20,8 +20,9 @@ from indexer.build import build_bundle
 from indexer.build_inputs import BuildConfig
 from indexer.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.errors import QueryError
 from service.limits import LIMITS

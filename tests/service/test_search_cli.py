@@ -14,8 +14,8 @@ import pytest
 from http_helpers import call
 from search_gallery import build_image_bundle
 
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer
 
 
 def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):

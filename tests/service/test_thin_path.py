@@ -25,8 +25,8 @@ from service.serving.metrics import ServerMetrics
 
 def test_id_column_reads_the_ids_the_bundle_reads(engine: SearchEngine):
     rows = [0, engine.bundle.rows - 1, 3, 3, 1]
-    assert engine.id_column.take(rows) == engine.bundle.ids(rows)
-    assert len(engine.id_column) == engine.bundle.rows
+    assert engine.scorer.id_column.take(rows) == engine.bundle.ids(rows)
+    assert len(engine.scorer.id_column) == engine.bundle.rows
 
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])

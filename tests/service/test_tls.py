@@ -16,8 +16,9 @@ from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 from waiting import WAIT_S
 
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 

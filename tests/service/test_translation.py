@@ -13,8 +13,9 @@ from search_gallery import build_text_bundle
 from typer.testing import CliRunner
 
 from indexer.bundle import Bundle
+from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.server import ServerConfig
 from service.cli import app
 from service.engine.search import SearchEngine
 from service.errors import ServiceError

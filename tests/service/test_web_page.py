@@ -20,7 +20,8 @@ from http_helpers import call
 from playwright import sync_api
 from search_gallery import LANTERN
 
-from service.api.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.results import ConceptRef, SearchQuery
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
@@ -25,15 +25,13 @@ from service._generated.strata.v1 import search_pb2_grpc
 from service.api.grpc import requests, responses
 from service.errors import ServiceError
 from service.results import (
-    AUTO,
-    DEFAULT_K,
     ConceptInfo,
     ConceptPage,
     ConceptRef,
     Explanation,
     IndexInfo,
     MetadataCondition,
-    SearchPlan,
+    QueryOptions,
     SearchQuery,
     SearchResult,
 )
@@ -100,44 +98,21 @@ class StrataClient:
         *,
         image: bytes | str | Path | None = None,
         vector: Sequence[float] | None = None,
-        granularity: str = AUTO,
-        k: int = DEFAULT_K,
-        require: Sequence[ConceptRef | str | int] = (),
-        exclude: Sequence[ConceptRef | str | int] = (),
-        explain: bool = False,
-        metadata_fields: Sequence[str] = (),
-        scope: str = "any",
-        min_recall: float | None = None,
-        plan: SearchPlan | str = AUTO,
         where: Sequence[MetadataCondition | str] = (),
-        group_by: str = "",
-        group_size: int | None = None,
+        **options: Unpack[QueryOptions],
     ) -> SearchResult:
-        """One search; `image` may be encoded bytes or a file path. Concepts by id (int),
-        label ("+12") or name; `scope` (any, local, global) restricts them to concepts of
-        that CDS scope; `min_recall` the recall@k the search must reach (an approximate index
-        then searches at the fastest tuned operating point reaching it); `plan` "auto",
-        "direct", "funnel" or a SearchPlan (a funnel's shortlist prefix and factor);
-        `result.plan` says which plan ran. `where`: metadata conditions, every one must hold —
-        MetadataCondition values or text ("split=test", "split IN train,dev", "year>=2000",
-        typed by the server's metadata schema: service/where.py); `group_by` a metadata column:
+        """One search; `image` may be encoded bytes or a file path; `where` metadata
+        conditions, every one must hold — MetadataCondition values or text ("split=test",
+        "split IN train,dev", "year>=2000", typed by the server's metadata schema:
+        service/where.py). The options are `SearchQuery.of`'s (`QueryOptions`): concepts by id
+        (int), label ("+12") or name in `require` / `exclude`; `scope` (any, local, global)
+        restricts them to concepts of that CDS scope; `min_recall` the recall@k the search
+        must reach (an approximate index then searches at the fastest tuned operating point
+        reaching it); `plan` "auto", "direct", "funnel" or a SearchPlan (a funnel's shortlist
+        prefix and factor; `result.plan` says which plan ran); `group_by` a metadata column:
         top k groups of `group_size` hits (1), `result.groups` by group."""
         query = SearchQuery.of(
-            text,
-            image=_image_bytes(image),
-            vector=vector,
-            granularity=granularity,
-            k=k,
-            require=require,
-            exclude=exclude,
-            explain=explain,
-            metadata_fields=metadata_fields,
-            scope=scope,
-            min_recall=min_recall,
-            plan=plan,
-            where=self.conditions(where),
-            group_by=group_by,
-            group_size=group_size,
+            text, image=_image_bytes(image), vector=vector, where=self.conditions(where), **options
         )
         response = self._call("Search", requests.search_request(query))
         return responses.search_result(response)
