@@ -1,9 +1,9 @@
 """The service's plain values: what a query asks and what the engine and the client return.
 
-The engine (service/engine/search.py) takes `SearchQuery` and returns these dataclasses; the servicer
-turns them into protobuf messages (service/api/grpc/requests.py, responses.py) and the client back into the same
-dataclasses, so code written against the engine works unchanged against a remote server.
-Nothing here imports numpy, FAISS or torch.
+The engine (service/engine/search.py) takes `SearchQuery` and returns these dataclasses; the
+servicer turns them into protobuf messages (service/api/grpc/requests.py, responses.py) and the
+client back into the same dataclasses, so code written against the engine works unchanged against a
+remote server. Nothing here imports numpy, FAISS or torch.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ class ConceptRef:
 class SearchPlan:
     """How a search finds its hits: "direct" (one search of the target prefix's index),
     "funnel" (shortlist k·factor rows at `shortlist_prefix`, rerank them exactly at the target:
-    service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix or
-    factor to the engine; setting either asks for a funnel."""
+    service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix
+    or factor to the engine; setting either asks for a funnel."""
 
     kind: str = AUTO
     shortlist_prefix: int = 0

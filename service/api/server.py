@@ -3,8 +3,8 @@
     engine = SearchEngine.open("runs/bundles", device="auto")   # CUDA for the encoder if present
     await serve(engine, ServerConfig(port=50051))                 # until SIGINT / SIGTERM
 
-A grpc.aio server on one event loop; searches are micro-batched (service/serving/batching.py) and run,
-like every other encoder or FAISS call, on one engine thread. The standard health service
+A grpc.aio server on one event loop; searches are micro-batched (service/serving/batching.py) and
+run, like every other encoder or FAISS call, on one engine thread. The standard health service
 (`grpc.health.v1`, SERVING once the bundle is loaded, NOT_SERVING while stopping) and server
 reflection (so `grpcurl` can list and call the methods) are registered beside it. Stopping is
 graceful: the server refuses new calls, lets running ones finish within `grace_s`, then the

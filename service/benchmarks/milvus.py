@@ -33,7 +33,7 @@ from indexer.benchmarks.synthetic import spectrum_rows
 from indexer.bundle import Bundle
 from indexer.milvus_store import MilvusStore, export_bundle
 from service.benchmarks.funnel import spectrum_bundle
-from service.engine.milvus import milvus_engine
+from service.engine.milvus_backend import milvus_engine
 from service.engine.plans import FunnelConfig
 from service.engine.search import EngineConfig, SearchEngine
 from service.results import SearchQuery

@@ -1,4 +1,5 @@
-"""The demo's settings, apart from the job (service/cli/demo.py) so `strata demo --help` is light."""
+"""The demo's settings, apart from the job (service/cli/demo.py) so `strata demo --help` is
+light."""
 
 from __future__ import annotations
 

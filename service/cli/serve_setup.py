@@ -122,7 +122,7 @@ def open_engine(
     )
     if backend != "faiss":
         from indexer.export_cli import require_pymilvus
-        from service.engine.milvus import open_milvus
+        from service.engine.milvus_backend import open_milvus
 
         require_pymilvus()
         if translator is not None:

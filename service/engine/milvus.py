@@ -3,8 +3,8 @@
 `MilvusScorer` is the `SearchEngine`'s scorer (service/engine/scoring.py) when its gallery is a
 Milvus collection (indexer/milvus_store.py) instead of local FAISS files: validation,
 embedding, the GraSP rotation, routing, Explain, the concept catalog and the answer's shape
-are the engine's own; what changes is where rows are scored. `open_milvus` opens the version
-an alias names, `milvus_engine` builds the engine over one collection.
+are the engine's own; what changes is where rows are scored. The engine over it is opened by
+service/engine/milvus_backend.py.
 
 - direct plan: one Milvus search of the field p{L} (inner product, the stored p_L), every
   unfiltered query of one prefix and setting in one call (nq > 1), as FAISS batches them;
@@ -32,7 +32,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,12 +60,9 @@ from service.engine.milvus_expressions import (
     where_expression,
 )
 from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
-from service.engine.search import SearchEngine
-from service.errors import NotFoundError, QueryError, ServiceError, UnavailableError, echo
+from service.errors import NotFoundError, QueryError, UnavailableError, echo
 from service.limits import check_chars
-from service.query.cache import QueryCache
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
-from training.core.encoders import Encoder, load_encoder
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
 
@@ -83,66 +79,6 @@ class MilvusFilter:
 
     expression: str = ""
     count: int | None = None
-
-
-def open_milvus(
-    target: str,
-    bundles: str | Path,
-    name: str = DEFAULT_NAME,
-    device: str = "auto",
-    batch_size: int = 128,
-    config: EngineConfig | None = None,
-    cache: QueryCache | None = None,
-    timeout_s: float = 5.0,
-    encoder: Encoder | None = None,
-) -> SearchEngine:
-    """The engine over the version the alias `name` names at `target`, its manifest and
-    artifacts read from the bundle directory `bundles`, with the encoder its manifest names."""
-    store = MilvusStore(target, timeout_s)
-    collection = store.current(name)
-    if collection is None:
-        raise ExportError(
-            f"no alias {name!r} at {target}: run `strata index export --to {target}` first"
-        )
-    bundle = Bundle.open_version(Path(bundles).expanduser() / store.record(collection).bundle)
-    if encoder is None:
-        spec = bundle.manifest.encoder
-        if not spec:
-            raise ServiceError(f"bundle {bundle.path} records no encoder")
-        encoder = load_encoder(spec, device=device, batch_size=batch_size)
-    return milvus_engine(bundle, encoder, store, collection, config, cache, name)
-
-
-def milvus_engine(
-    bundle: Bundle,
-    encoder: Encoder | None,
-    store: MilvusStore,
-    collection: str,
-    config: EngineConfig | None = None,
-    cache: QueryCache | None = None,
-    name: str = DEFAULT_NAME,
-    ef: int | None = None,
-) -> SearchEngine:
-    """A `SearchEngine` whose rows are the collection `collection` of alias `name`, exported
-    from `bundle` (ExportError when it holds another version). `ef`: an HNSW field's search
-    breadth where the request's setting names none."""
-    config = config or EngineConfig()
-    scorer = MilvusScorer(bundle, store, collection, config, name, ef)
-    return SearchEngine(bundle, encoder, config, cache, scorer)
-
-
-def following(engine: SearchEngine, collection: str) -> SearchEngine:
-    """The engine over another collection of a Milvus engine's alias (its version's folder next
-    to the served one), sharing encoder, config, cache and connection."""
-    scorer = engine.scorer
-    if not isinstance(scorer, MilvusScorer):
-        raise ServiceError("the alias follower needs a Milvus-backed engine")
-    store = scorer.store
-    bundle = Bundle.open_version(engine.bundle.path.parent / store.record(collection).bundle)
-    return milvus_engine(
-        bundle, engine.encoder, store, collection, engine.config, engine.cache, scorer.name,
-        scorer.ef,
-    )  # fmt: skip
 
 
 class MilvusScorer:

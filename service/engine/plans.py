@@ -3,7 +3,8 @@
 A query's `SearchPlan` (service/results.py) is "direct", "funnel" or "auto":
 
 - direct: one search of the target prefix's index (what every search did before the funnel);
-- funnel (service/engine/funnel.py): shortlist k·F rows at a prefix S below the target L, rerank them
+- funnel (service/engine/funnel.py): shortlist k·F rows at a prefix S below the target L, rerank
+them
   exactly at L from the bundle's exact rows. S and F are the request's, else the calibrated
   ones (below), else S = the contract's shortest prefix and F = `default_factor`;
 - auto, the default: the funnel where it was measured to pay, else direct. The rule: when an

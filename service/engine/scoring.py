@@ -33,9 +33,10 @@ from training.core.config import ConfigModel
 class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
-    request may ask for (service/limits.py); `funnel`: when "auto" funnels (service/engine/plans.py);
-    `image_root`: the folder relative `image_path` values are resolved against (None: the one
-    the bundle's cache recorded, else they are returned as stored: service/engine/hits.py)."""
+    request may ask for (service/limits.py); `funnel`: when "auto" funnels
+    (service/engine/plans.py); `image_root`: the folder relative `image_path` values are resolved
+    against (None: the one the bundle's cache recorded, else they are returned as stored:
+    service/engine/hits.py)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,5 +1,5 @@
-"""The order in which the micro-batcher (service/serving/batching.py) serves the requests waiting: the
-queue's entries and `take_batch`, the pure rule that picks the next batch.
+"""The order in which the micro-batcher (service/serving/batching.py) serves the requests waiting:
+the queue's entries and `take_batch`, the pure rule that picks the next batch.
 
 Every batch goes to the request first in line by its turn, `arrived + SERVED_WEIGHT × served`
 (`served`: the seconds of processing its chunks have had so far; ties go to the request served

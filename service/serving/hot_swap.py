@@ -17,8 +17,8 @@ What `strata index build | add | delete | publish --redis-url` announce (indexer
    followed: use the AdminService's Reload, or restart); of several waiting, only the newest
    is loaded;
 3. load OFF the event loop (a daemon thread, so that a load still running when the server
-   stops never delays its exit: service/serving/daemon_work.py): `Bundle.open_version(path)`, its manifest's
-   sha256 checked against the announcement's, the version verified (`indexer.verify.
+   stops never delays its exit: service/serving/daemon_work.py): `Bundle.open_version(path)`, its
+   manifest's sha256 checked against the announcement's, the version verified (`indexer.verify.
    check_servable`: every file's size and checksum, row counts, indexes, postings, ids,
    artifacts, prefix cross-checks — what `strata index verify` checks but the cache sample),
    its encoder checked to be the served bundle's, then a new `SearchEngine` (everything loaded,

@@ -31,8 +31,8 @@ from indexer.milvus_store import (
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
-from service.engine.milvus import milvus_engine as engine_over
-from service.engine.milvus import open_milvus
+from service.engine.milvus_backend import milvus_engine as engine_over
+from service.engine.milvus_backend import open_milvus
 from service.engine.milvus_expressions import concept_expression, where_expression
 from service.engine.search import SearchEngine
 from service.errors import QueryError, UnavailableError

@@ -5,10 +5,10 @@
 
 `Admin` does the work on a running server (plain methods, usable without gRPC; the server is
 anything with the `OperatedServer` surface — `StrataServer` is); `AdminServicer` only converts.
-The token is checked by `service.api.grpc.admin_auth.AdminAuthInterceptor`, errors become statuses in
-`service.api.grpc.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the server's bundle
-directory (by name, or the one CURRENT names), verifies it (`indexer.verify.check_servable`; a
-version that fails is refused with FAILED_PRECONDITION naming the file, and counted in
+The token is checked by `service.api.grpc.admin_auth.AdminAuthInterceptor`, errors become statuses
+in `service.api.grpc.rpc_errors.ErrorStatusInterceptor`. Reload opens a version of the server's
+bundle directory (by name, or the one CURRENT names), verifies it (`indexer.verify.check_servable`;
+a version that fails is refused with FAILED_PRECONDITION naming the file, and counted in
 `strata_bundle_refused_total{reason}`), loads it on a daemon thread (service/serving/daemon_work.py:
 a reload still running when the server stops never delays its exit) while the old version
 keeps serving, then hands the new engine to `StrataServer.swap_engine`.

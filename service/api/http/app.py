@@ -21,8 +21,8 @@ written, defaults included. A body that is no such JSON is INVALID_ARGUMENT, one
 `Strata-Timeout: S` (seconds) is the call's deadline, as a gRPC deadline is, and a client that
 disconnects cancels its call, as a gRPC client's cancellation does (`unless_disconnected`).
 
-Errors: the status `service.api.grpc.rpc_errors.status_of` gives (the one error → status mapping) as an
-HTTP status (`HTTP_STATUS`, the mapping of Google's HTTP APIs), with the same message:
+Errors: the status `service.api.grpc.rpc_errors.status_of` gives (the one error → status mapping)
+as an HTTP status (`HTTP_STATUS`, the mapping of Google's HTTP APIs), with the same message:
 `{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "…"}}`. Metrics: the series
 of `service.api.grpc.rpc_metrics.observed_call`, labelled grpc_type="http" with the RPC's service,
 method and status code. AdminService is not exposed.
