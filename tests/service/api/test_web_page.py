@@ -2,7 +2,7 @@
 download), against a live server on the small MiniLM bundle; each test asserts what the DOM
 shows against what the engine answers.
 
-    STRATA_SCREENSHOTS=service/web/screenshots pytest tests/service/test_web_page.py
+    STRATA_SCREENSHOTS=service/web/screenshots pytest tests/service/api/test_web_page.py
 
 also saves a screenshot of each view there (the README's).
 """
