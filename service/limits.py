@@ -16,9 +16,9 @@ each refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
     message              4 MiB per request message (gRPC refuses more: RESOURCE_EXHAUSTED)
 
 With these, the work of one query is bounded whatever it holds: a filter's references resolve
-to at most 2·D concepts, and their postings are merged into one row mask (service/filtering.py)
-whose cost is bounded by the postings' size (N·k entries), not by how often a concept is named;
-top_k ≤ 1000 bounds the hits and what explain computes per hit.
+to at most 2·D concepts, and their postings are merged into one row mask
+(service/engine/filtering.py) whose cost is bounded by the postings' size (N·k entries), not by how
+often a concept is named; top_k ≤ 1000 bounds the hits and what explain computes per hit.
 
 The checks are pure functions of the values; `echo` is the one way a status message quotes
 what a caller sent (a short prefix, and the full length when it was cut).

@@ -1,16 +1,16 @@
 """The service's plain values: what a query asks and what the engine and the client return.
 
-The engine (service/search.py) takes `SearchQuery` and returns these dataclasses; the servicer
-turns them into protobuf messages (service/convert.py) and the client back into the same
-dataclasses, so code written against the engine works unchanged against a remote server.
-Nothing here imports numpy, FAISS or torch.
+The engine (service/engine/search.py) takes `SearchQuery` and returns these dataclasses; the
+servicer turns them into protobuf messages (service/api/grpc/requests.py, responses.py) and the
+client back into the same dataclasses, so code written against the engine works unchanged against a
+remote server. Nothing here imports numpy, FAISS or torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from service.errors import echo
 from training.core.granularity import Granularity
@@ -20,7 +20,7 @@ GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
 DEFAULT_K = 10
 MAX_K = 1000
 SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)
-PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/funnel.py)
+PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/engine/funnel.py)
 MAX_FACTOR = 1000  # a funnel's shortlist factor F at most
 MAX_SHORTLIST = 100_000  # a funnel's shortlist k·F at most
 MAX_GROUP_SIZE = 100  # hits per group at most (group_by)
@@ -109,8 +109,8 @@ class ConceptRef:
 class SearchPlan:
     """How a search finds its hits: "direct" (one search of the target prefix's index),
     "funnel" (shortlist k·factor rows at `shortlist_prefix`, rerank them exactly at the target:
-    service/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix or
-    factor to the engine; setting either asks for a funnel."""
+    service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix
+    or factor to the engine; setting either asks for a funnel."""
 
     kind: str = AUTO
     shortlist_prefix: int = 0
@@ -138,6 +138,24 @@ class PlanRun:
         return f"direct at prefix {prefix_length} ({self.reason})"
 
 
+class QueryOptions(TypedDict, total=False):
+    """A search's options beside its query (text, image or vector) and its `where` conditions:
+    the keywords `SearchQuery.of` and `StrataClient.search` both take, defined once here.
+    Unset, each takes SearchQuery's default."""
+
+    granularity: str
+    k: int
+    require: Sequence[ConceptRef | str | int]
+    exclude: Sequence[ConceptRef | str | int]
+    explain: bool
+    metadata_fields: Sequence[str]
+    scope: str
+    min_recall: float | None
+    plan: SearchPlan | str
+    group_by: str
+    group_size: int | None
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     """One search: exactly one of text, image (encoded bytes) or vector (a raw embedding in the
@@ -154,7 +172,7 @@ class SearchQuery:
     explain: bool = False
     metadata_fields: tuple[str, ...] = ()
     scope: str = "any"  # the concept filter's references stand for concepts of this scope only
-    min_recall: float | None = None  # recall@k to reach (indexer/tuning.py); None: as tuned
+    min_recall: float | None = None  # recall@k to reach (indexer/format/tuning.py); None: as tuned
     plan: SearchPlan = SearchPlan()
     where: tuple[MetadataCondition, ...] = ()  # every one must hold (and the concept filter)
     group_by: str = ""  # a metadata column: top k groups of `group_size` hits; "": no groups
@@ -167,38 +185,34 @@ class SearchQuery:
         *,
         image: bytes | None = None,
         vector: Sequence[float] | None = None,
-        granularity: str = AUTO,
-        k: int = DEFAULT_K,
-        require: Sequence[ConceptRef | str | int] = (),
-        exclude: Sequence[ConceptRef | str | int] = (),
-        explain: bool = False,
-        metadata_fields: Sequence[str] = (),
-        scope: str = "any",
-        min_recall: float | None = None,
-        plan: SearchPlan | str = AUTO,
         where: Sequence[MetadataCondition] = (),
-        group_by: str = "",
-        group_size: int | None = None,
+        **options: Unpack[QueryOptions],
     ) -> SearchQuery:
         """A query with concept references given as ids, labels or names; `plan` a SearchPlan
         or its kind ("auto", "direct", "funnel"); `where` metadata conditions (service/where.py
-        parses them from text)."""
+        parses them from text); the other options are `QueryOptions`' (TypeError for an
+        unknown one)."""
+        unknown = sorted(set(options) - set(QueryOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"SearchQuery.of() got unknown options: {', '.join(unknown)}")
+        plan = options.get("plan", AUTO)
+        min_recall = options.get("min_recall")
         return cls(
             text=text,
             image=image,
             vector=None if vector is None else tuple(float(v) for v in vector),
-            granularity=str(granularity),
-            k=k,
-            require=tuple(ConceptRef.parse(r) for r in require),
-            exclude=tuple(ConceptRef.parse(r) for r in exclude),
-            explain=explain,
-            metadata_fields=tuple(metadata_fields),
-            scope=str(scope),
+            granularity=str(options.get("granularity", AUTO)),
+            k=options.get("k", DEFAULT_K),
+            require=tuple(ConceptRef.parse(r) for r in options.get("require", ())),
+            exclude=tuple(ConceptRef.parse(r) for r in options.get("exclude", ())),
+            explain=options.get("explain", False),
+            metadata_fields=tuple(options.get("metadata_fields", ())),
+            scope=str(options.get("scope", "any")),
             min_recall=None if min_recall is None else float(min_recall),
             plan=plan if isinstance(plan, SearchPlan) else SearchPlan(str(plan)),
             where=tuple(where),
-            group_by=str(group_by),
-            group_size=group_size,
+            group_by=str(options.get("group_by", "")),
+            group_size=options.get("group_size"),
         )
 
     @property
@@ -225,7 +239,7 @@ class ConceptActivation:
 @dataclass(frozen=True)
 class SharedConcept:
     """A concept active in both query and item; contribution = query × item activation, the
-    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/explain.py)."""
+    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py)."""
 
     id: int
     label: str
@@ -290,7 +304,7 @@ class NearCaption:
 
 @dataclass
 class Description:
-    """A sparse code in words (service/descriptions.py): a phrase of its strongest named
+    """A sparse code in words (service/engine/descriptions.py): a phrase of its strongest named
     concepts ("" when none is named) and the gallery captions nearest to its reconstruction
     (empty unless asked for, and on a bundle without captions)."""
 

@@ -3,8 +3,15 @@
     training.core  ←  training.*  ←  indexer  ←  service
 
 `training.core` holds what every stage shares and imports nothing else of Strata; a stage may
-import the stages before it, never one after it. Imports inside functions count: a lazy import
-is still an arrow. Run as a script for the report (module and edge counts, cycles, upward arrows).
+import the stages before it, never one after it. Inside service, the subpackages are ordered
+the same way:
+
+    service (errors, results, limits, where)  ←  query  ←  engine  ←  serving
+        ←  api.grpc  ←  api.http  ←  api (the server running both)  ←  cli  ←  benchmarks
+
+(`python -m service`, service/__main__.py, is the command line's entry: cli's layer.) Imports
+inside functions count: a lazy import is still an arrow. Run as a script for the report
+(module and edge counts, cycles, upward arrows).
 """
 
 from __future__ import annotations
@@ -24,6 +31,36 @@ def layer(module: str) -> int:
     if module == "training.core" or module.startswith("training.core."):
         return 0
     return {"training": 1, "indexer": 2, "service": 3}[module.split(".")[0]]
+
+
+SERVICE_LAYERS = (
+    "service",
+    "service.query",
+    "service.engine",
+    "service.serving",
+    "service.api.grpc",
+    "service.api.http",
+    "service.api",
+    "service.cli",
+    "service.benchmarks",
+)
+SERVICE_ENTRY = {"service.__main__": "service.cli"}
+
+
+def service_layer(module: str) -> int:
+    """A service module's place in SERVICE_LAYERS: its deepest listed package (0: the root's
+    own modules); KeyError for a module in no listed subpackage."""
+    module = SERVICE_ENTRY.get(module, module)
+    parts = module.split(".")
+    if len(parts) == 2 and module not in SERVICE_LAYERS:  # service.errors, service.results, …
+        if (ROOT / "service" / parts[1]).is_dir():
+            raise KeyError(f"{module}: a service subpackage missing from SERVICE_LAYERS")
+        return 0
+    for depth in range(len(parts), 0, -1):
+        package = ".".join(parts[:depth])
+        if package in SERVICE_LAYERS:
+            return SERVICE_LAYERS.index(package)
+    raise KeyError(module)
 
 
 def modules() -> dict[str, Path]:
@@ -101,12 +138,15 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """Imports of a later layer (or, from training.core, of anything outside it)."""
+    """Imports of a later layer (or, from training.core, of anything outside it; inside
+    service, of a later subpackage)."""
     return sorted(
         (source, target)
         for source, targets in edges.items()
         for target in targets
-        if layer(target) > layer(source) or (layer(source) == 0 and layer(target) != 0)
+        if layer(target) > layer(source)
+        or (layer(source) == 0 and layer(target) != 0)
+        or (layer(source) == layer(target) == 3 and service_layer(target) > service_layer(source))
     )
 
 
@@ -124,6 +164,16 @@ def test_no_arrow_runs_back_up_the_data_flow() -> None:
     assert upward_arrows(import_graph()) == []
 
 
+def test_every_service_module_has_a_layer() -> None:
+    placed = {name: service_layer(name) for name in import_graph() if layer(name) == 3}
+    assert placed["service.errors"] == 0
+    assert placed["service.engine.search"] < placed["service.serving.served_engine"]
+    assert placed["service.api.http.app"] > placed["service.api.grpc.servicer"]
+    assert placed["service.api.server"] > placed["service.api.http.app"]
+    assert placed["service.__main__"] == placed["service.cli"]
+    assert {SERVICE_LAYERS[n] for n in placed.values()} == set(SERVICE_LAYERS)
+
+
 def test_a_planted_cycle_and_upward_arrow_are_found() -> None:
     edges = {
         "training.core.a": {"training.grasp.b"},
@@ -134,6 +184,20 @@ def test_a_planted_cycle_and_upward_arrow_are_found() -> None:
     assert upward_arrows(edges) == [
         ("training.core.a", "training.grasp.b"),
         ("training.grasp.b", "indexer.c"),
+    ]
+
+
+def test_an_upward_arrow_inside_service_is_found() -> None:
+    edges = {
+        "service.serving.hot_swap": {"service.api.server", "service.engine.search"},
+        "service.engine.search": {"service.query.cache"},
+        "service.query.cache": {"service.cli"},
+        "service.api.server": set(),
+        "service.cli": set(),
+    }
+    assert upward_arrows(edges) == [
+        ("service.query.cache", "service.cli"),
+        ("service.serving.hot_swap", "service.api.server"),
     ]
 
 
@@ -226,6 +290,9 @@ if __name__ == "__main__":
     for package in PACKAGES:
         print(f"  {package}: {sum(1 for name in graph if name.split('.')[0] == package)} modules")
     print(f"  training.core: {sum(1 for name in graph if layer(name) == 0)} modules")
+    for index, package in enumerate(SERVICE_LAYERS):
+        count = sum(1 for name in graph if layer(name) == 3 and service_layer(name) == index)
+        print(f"    {package}{' (root)' if index == 0 else ''}: {count} modules")
     for component in cycles(graph):
         print("cycle:", " <-> ".join(component))
     for source, target in upward_arrows(graph):

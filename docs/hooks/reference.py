@@ -227,10 +227,9 @@ def paragraphs(comment: str) -> str:
 
 def http_reference() -> str:
     """The routes and schemas of the OpenAPI document the server answers at /openapi.json."""
-    from service.http_api import _EXTRA_PATHS, OPERATIONS
-    from service.http_openapi import openapi_document
+    from service.api.http.app import api_document
 
-    document = openapi_document(OPERATIONS, "Strata HTTP API", "v1", _EXTRA_PATHS)
+    document = api_document()
     info = document["info"]
     lines = [
         f"OpenAPI {document['openapi']}: {info['title']}, {info['version']}.",

@@ -11,7 +11,7 @@ and the mismatches.
     python -m service.benchmarks.boundaries                        # a synthetic gallery served
     python -m service.benchmarks.boundaries --target 127.0.0.1:50051
 
-`run_boundaries(target)` is the importable core (tests/service/test_boundaries.py runs it).
+`run_boundaries(target)` is the importable core (tests/service/api/test_boundaries.py runs it).
 """
 
 from __future__ import annotations

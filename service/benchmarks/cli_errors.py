@@ -5,7 +5,7 @@ and its exit code, each run as a real `strata` subprocess.
 
 Prints a Markdown table and writes it as JSON. A small synthetic bundle is built in a temporary
 folder (one copy missing a .faiss file, one with a truncated one); a busy port is a socket of
-this process. tests/service/test_cli_errors.py runs the same cases and asserts them.
+this process. tests/service/cli/test_cli_errors.py runs the same cases and asserts them.
 """
 
 from __future__ import annotations

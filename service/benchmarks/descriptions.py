@@ -2,7 +2,7 @@
 
 For each described row r (the TEST rows of a Flickr8k bundle, whose CEDAR artifact was trained
 on the TRAIN rows only) the description of r's code — its k active concepts as the bundle's
-postings hold them (service/descriptions.py) — is scored by the share of its distinct content
+postings hold them (service/engine/descriptions.py) — is scored by the share of its distinct content
 words (caption-lexicon lemmas) that occur in the OTHER captions of r's image, never r's own
 (`training.cedar.descriptions.word_overlap`). Every method below goes through that same code:
 
@@ -43,8 +43,8 @@ import numpy as np
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle, read_current
-from service.descriptions import caption_column, code_phrase, nearest_captions
-from service.explain import row_concepts
+from service.engine.descriptions import caption_column, code_phrase, nearest_captions
+from service.engine.explain import row_concepts
 from training.benchmarks import benchmark_parser, publish
 from training.cedar.descriptions import WordOverlap, content_words, frequent_words, word_overlap
 from training.core.artifacts import TransformArtifact

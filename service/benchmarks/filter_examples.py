@@ -14,8 +14,8 @@ from pathlib import Path
 
 from indexer.format.bundle import Bundle
 from service.benchmarks.filter_latency import word_bundle
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.benchmarks import benchmark_parser, publish
 from training.cedar.data import load_split_rows
 from training.cedar.naming import OTHER_CAPTIONS, caption_vocabulary

@@ -29,8 +29,8 @@ from indexer.benchmarks.synthetic import write_tiled_cache
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

@@ -50,11 +50,12 @@ from indexer.benchmarks.synthetic import random_cedar_artifact, spectrum_rows
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.load import drive_load, set_threads
-from service.funnel import ExactRows, calibrate, funnel_search
+from service.engine.funnel import ExactRows, calibrate, funnel_search
+from service.engine.search import SearchEngine
 from service.results import SearchPlan, SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import benchmark_parser, interleaved, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
@@ -121,7 +122,7 @@ def bundle_part(path: Path, queries: int, rounds: int, seed: int) -> tuple[dict,
     rotated = bundle.rotate(embeddings)
     _, exact_rows = bundle.index(full).search(prefix_vectors(rotated, full), K + 1)
     truth = without_self(exact_rows, own)
-    planner = engine.planner
+    planner = engine.scorer.planner
     choice = planner.choices.get(full)
     grid = [(s, f) for s in sorted(planner.indexes) if s < full // 2 for f in FACTORS]
     table = funnel_table(
@@ -225,7 +226,7 @@ def grpc_part(
     from service._generated.strata.v1 import search_pb2 as pb
 
     full = engine.bundle.dim
-    choice = engine.planner.choices.get(full)
+    choice = engine.scorer.planner.choices.get(full)
     if choice is None:
         return {"skipped": "no funnel calibrated at the full prefix of this bundle"}
     rows = np.random.default_rng(seed).choice(engine.bundle.rows, 64, replace=False)

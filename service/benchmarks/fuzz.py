@@ -38,8 +38,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service._generated.strata.v1 import search_pb2 as pb
+from service.api.grpc.requests import MAX_MESSAGE_BYTES
 from service.benchmarks.fuzz_requests import KINDS, Target, draw_requests
-from service.convert import MAX_MESSAGE_BYTES
 from training.benchmarks import publish
 
 SERVICE = "/strata.v1.SearchService/"

@@ -13,9 +13,9 @@ Sections (each reports its own figures, or why it was skipped):
   where this FAISS has GPUs (else torch's matmul + top-k on the device, said as such),
   against FAISS's CPU Flat; the median of
   interleaved single-query rounds and the throughput of a 256-query batch;
-- funnel: the engine's funnel (service/funnel.py: shortlist k·F at D/16, rerank exactly at D)
+- funnel: the engine's funnel (service/engine/funnel.py: shortlist k·F at D/16, rerank exactly at D)
   with the shortlist on the device against the same on the CPU; recall@10 against exact D;
-- server: a live `strata serve`-equivalent server (service/server.py) whose query encoder runs
+- server: a live `strata serve`-equivalent server (service/api/server.py) whose query encoder runs
   on the device (MiniLM, as `--device cuda` does) against one on the CPU, at concurrency 1:
   median latency of interleaved rounds.
 
@@ -188,7 +188,7 @@ def funnel_section(
     with the shortlist on the device against the CPU; recall@10 against exact D."""
     import faiss
 
-    from service.funnel import ExactRows, funnel_search
+    from service.engine.funnel import ExactRows, funnel_search
     from training.core.metrics import neighbour_recall, prefix_vectors
 
     dim = rotated.shape[1]
@@ -233,10 +233,11 @@ def server_section(device: str, rows: int, rounds: int) -> dict[str, Any]:
     """Served search latency at concurrency 1 with the query encoder (MiniLM) on `device`
     against one on the CPU: two live servers over one synthetic bundle, interleaved rounds."""
     from indexer.format.bundle import Bundle
+    from service.api.background import BackgroundServer
+    from service.api.grpc.client import StrataClient
+    from service.api.server import ServerConfig
     from service.benchmarks.load import QUERIES, build_gallery
-    from service.client import StrataClient
-    from service.search import SearchEngine
-    from service.server import BackgroundServer, ServerConfig
+    from service.engine.search import SearchEngine
     from training.core.encoders import load_encoder
 
     with tempfile.TemporaryDirectory(prefix="strata-gpu-") as folder:

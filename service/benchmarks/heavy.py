@@ -30,10 +30,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from indexer.format.bundle import Bundle
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.load import QUERIES, build_gallery, set_threads
+from service.engine.search import SearchEngine
 from service.limits import LIMITS
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
 from training.benchmarks import publish
 from training.core.encoders import load_encoder
 

@@ -76,7 +76,7 @@ _TRAVERSALS = (
     "../", "..%2f", "%2e%2e/", "%2e%2e%2f", "%252e%252e%252f", "..\\", "..%5c", "%2e%2e%5c",
     "....//", "..;/", "%c0%ae%c0%ae/", "..%00/",
 )  # fmt: skip
-_TARGETS = ("etc/passwd", "pyproject.toml", "secret.txt", "service/server.py", "")
+_TARGETS = ("etc/passwd", "pyproject.toml", "secret.txt", "service/api/server.py", "")
 
 
 def _traversal(rng: random.Random, t: Target) -> HttpRequest:

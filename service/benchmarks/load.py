@@ -8,7 +8,7 @@ MiniLM on the server, routed by AUTO. Each arm starts its own server on a free p
 comes from a separate process (so the clients do not compete with the server for this
 process's GIL): one grpc.aio channel with C coroutines, each sending its next search as soon as
 the last one is answered, for a fixed count. Every answer is counted by status: OK,
-RESOURCE_EXHAUSTED (the queue was full: admission control, service/batching.py — a client
+RESOURCE_EXHAUSTED (the queue was full: admission control, service/serving/batching.py — a client
 backs off `--backoff-ms` before its next search, as a retry policy would) and anything else
 (a failure); QPS, p50 and p99 are of the OK answers, and the rejections' own latency is kept
 apart (they must be fast). The overhead check alternates, in rounds, searches
@@ -40,10 +40,11 @@ from indexer.benchmarks.synthetic import (
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
-from service.batching import BatchingConfig
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.serving.batching import BatchingConfig
 from training.benchmarks import publish
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--max-wait-ms",
         type=float,
         default=BatchingConfig().max_wait_ms,
-        help="the batcher's wait for company (service/batching.py)",
+        help="the batcher's wait for company (service/serving/batching.py)",
     )
     parser.add_argument(
         "--overhead-queries", type=int, default=300, help="searches per side of the overhead check"

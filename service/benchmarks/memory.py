@@ -5,7 +5,7 @@ per granularity recall@10 and p50 beside hnswlib's full-D HNSW at equal recall, 
    ∝ (j + 1)^−α) as a float16 cache, an identity GraSP-VL artifact and a random CEDAR (k = 32).
 2. Two bundles of them: `before` (`--store none`, every prefix Flat: the old layout) and
    `after` (`--store float16`, the shortest prefix an HNSW32 of its own: the shortlist). Per
-   part (indexer/footprint.py): bytes per row on disk and resident.
+   part (indexer/format/footprint.py): bytes per row on disk and resident.
 3. hnswlib (M = 32, ef_construction = 40) over the full rows: its bytes per row; Qdrant's
    embedded engine (m = 32) over the same rows: its folder's bytes per row (`--no-qdrant`).
 4. Per granularity L, on held-out gallery rows (leave one out), truth = exact float32 search
@@ -38,7 +38,7 @@ from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
 from indexer.format.footprint import footprint
 from indexer.format.tuning import EF_LADDER, drop_self
-from service.plans import Planner
+from service.engine.plans import Planner
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard

@@ -32,9 +32,9 @@ from indexer.benchmarks.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
-from service.filtering import allowed_rows
+from service.engine.filtering import allowed_rows
+from service.engine.search import EngineConfig, SearchEngine
 from service.results import ConceptRef, MetadataCondition, SearchQuery
-from service.search import EngineConfig, SearchEngine
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

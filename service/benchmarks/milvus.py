@@ -3,7 +3,7 @@
 1. `serve`: a spectrum bundle (service/benchmarks/funnel.spectrum_bundle: every prefix Flat) of
    --rows rows, exported to Milvus (Milvus Lite, a gRPC server in this process, unless --to
    names another engine), then searched with the same vector queries through the local
-   `SearchEngine` and the `MilvusEngine`:
+   local `SearchEngine` and the Milvus-backed one:
    - parity: the share of queries whose top-10 is the same list, and recall@10 against local
      Flat, at the object and full prefixes; for Milvus FLAT and, exported again, Milvus HNSW
      (M 32, efConstruction 200, ef --ef);
@@ -34,10 +34,10 @@ from indexer.format.bundle import Bundle
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
 from service.benchmarks.funnel import spectrum_bundle
-from service.milvus_engine import MilvusEngine
-from service.plans import FunnelConfig
+from service.engine.milvus_backend import milvus_engine
+from service.engine.plans import FunnelConfig
+from service.engine.search import EngineConfig, SearchEngine
 from service.results import SearchQuery
-from service.search import EngineConfig, SearchEngine
 from training.benchmarks import benchmark_parser, interleaved, publish
 
 GRANULARITIES = ("object", "full")
@@ -63,7 +63,7 @@ def lite_server(data: Path) -> tuple[str, Any]:
     return f"milvus://127.0.0.1:{port}", stop
 
 
-def parity(local: SearchEngine, remote: MilvusEngine, queries: np.ndarray) -> dict[str, Any]:
+def parity(local: SearchEngine, remote: SearchEngine, queries: np.ndarray) -> dict[str, Any]:
     """Per granularity: same top-10 (share of queries) and recall@10 against local Flat."""
     out: dict[str, Any] = {}
     for granularity in GRANULARITIES:
@@ -82,7 +82,7 @@ def parity(local: SearchEngine, remote: MilvusEngine, queries: np.ndarray) -> di
 
 
 def timing(
-    local: SearchEngine, remote: MilvusEngine, queries: np.ndarray, rounds: int, batch: int
+    local: SearchEngine, remote: SearchEngine, queries: np.ndarray, rounds: int, batch: int
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for granularity in GRANULARITIES:
@@ -126,7 +126,7 @@ def serve_part(args: Any, work: Path) -> dict[str, Any]:
     try:
         store = MilvusStore(target, timeout_s=600)
         flat = export_bundle(bundle, store, "bench", index_kind="FLAT")
-        remote = MilvusEngine(bundle, None, store, flat.collection, config, name="bench")
+        remote = milvus_engine(bundle, None, store, flat.collection, config, name="bench")
         queries = spectrum_rows(args.queries, args.dim, 1.0, seed=99)
         result: dict[str, Any] = {
             "rows": args.rows,
@@ -139,7 +139,7 @@ def serve_part(args: Any, work: Path) -> dict[str, Any]:
         }
         store.client.drop_alias("bench")
         hnsw = export_bundle(bundle, store, "bench-hnsw", index_kind="HNSW")
-        remote_hnsw = MilvusEngine(
+        remote_hnsw = milvus_engine(
             bundle, None, store, hnsw.collection, config, name="bench-hnsw", ef=args.ef
         )
         result["parity_hnsw"] = parity(local, remote_hnsw, queries) | {"ef": args.ef}

@@ -41,8 +41,9 @@ SERVER = """
 import sys
 from indexer.format.bundle import Bundle
 from service.benchmarks.load import set_threads
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from training.core.encoders import load_encoder
 
 set_threads(None if sys.argv[2] == "default" else int(sys.argv[2]))

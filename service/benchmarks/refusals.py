@@ -34,10 +34,11 @@ from indexer.format.bundle import CURRENT, MANIFEST, Bundle, version_name
 from indexer.versions.publish import ChannelKeys
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
+from service.api.background import BackgroundServer
+from service.api.server import ServerConfig
 from service.benchmarks.load import build_gallery
-from service.hot_swap import HotSwapper
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.engine.search import SearchEngine
+from service.serving.hot_swap import HotSwapper
 from training.benchmarks import publish
 from training.core.files import sha256_file
 from training.core.redis_connection import redis_connection

@@ -61,15 +61,15 @@ from indexer.benchmarks.synthetic import (
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
-from service import convert
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
+from service.api.grpc.requests import granularity_to_proto
 from service.benchmarks.fuzz import start_server
 from service.benchmarks.load import QUERIES, drive_load
 from service.benchmarks.request_profile import AROUND, handoff_us, stage_profile
-from service.query_cache import QueryCache
+from service.engine.search import SearchEngine
+from service.query.cache import QueryCache
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.benchmarks import benchmark_parser, interleaved, publish
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
@@ -121,8 +121,7 @@ def latency_part(
         for g in ("object", "full")
     }
     requests = {
-        g: [vector_request(v, convert.granularity_to_proto(g)) for v in vectors]
-        for g in ("object", "full")
+        g: [vector_request(v, granularity_to_proto(g)) for v in vectors] for g in ("object", "full")
     }
     texts = [pb.SearchRequest(query=pb.Query(text=t), top_k=K) for t in QUERIES]
     text_queries = [SearchQuery.of(t, k=K) for t in QUERIES]
@@ -233,7 +232,7 @@ def qps_part(
     target: str, vectors: np.ndarray, levels: list[int], queries: int, repeats: int
 ) -> dict[str, Any]:
     """Part 2: median QPS of vector (object) and text (AUTO) queries at each concurrency."""
-    object_code = convert.granularity_to_proto("object")
+    object_code = granularity_to_proto("object")
     vector_bytes = [vector_request(v, object_code).SerializeToString() for v in vectors]
     text_bytes = [
         pb.SearchRequest(query=pb.Query(text=t), top_k=K).SerializeToString() for t in QUERIES
@@ -299,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         server.wait(timeout=60)
     engine.search(SearchQuery.of(TEXT, k=K))  # the text into the in-process cache
     handoff = handoff_us(args.profile_calls)
-    object_code = convert.granularity_to_proto("object")
+    object_code = granularity_to_proto("object")
     profile = {
         "vector (object)": stage_profile(
             engine, vector_request(vectors[0], object_code), args.profile_calls, handoff

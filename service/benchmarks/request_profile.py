@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from service import convert
 from service._generated.strata.v1 import search_pb2 as pb
-from service.batching import MicroBatcher
-from service.hits import hits_of
-from service.metrics import ServerMetrics
-from service.query_checks import check_query
-from service.search import SearchEngine
+from service.api.grpc import requests, responses
+from service.engine.hits import hits_of
+from service.engine.search import SearchEngine
+from service.query.checks import check_query
+from service.serving.batching import MicroBatcher
+from service.serving.metrics import ServerMetrics
 
 # the served path's stages outside SearchEngine.search; the rest of a served query's time
 # beyond the in-process search is gRPC's
@@ -62,11 +62,11 @@ def stage_profile(
 ) -> dict[str, float]:
     """Part 3 for one request: µs per stage of the server's path (module docstring)."""
     data = request.SerializeToString()
-    query = convert.search_query(request)
+    query = requests.search_query(request)
     limits = engine.config.limits
     stages: dict[str, Callable[[], object]] = {
         "decode": lambda: pb.SearchRequest.FromString(data),
-        "conversion": lambda: convert.search_query(request),
+        "conversion": lambda: requests.search_query(request),
         "checks": lambda: check_query(
             query, limits, engine.metadata_fields, engine.bundle.dim, engine.encoder
         ),
@@ -84,9 +84,9 @@ def stage_profile(
     stages["search (FAISS)"] = lambda: engine.bundle.search_prefix(length, rotated, query.k)
     scores, rows = engine.bundle.search_prefix(length, rotated, query.k)
     stages["hits"] = lambda: hits_of(engine.bundle, scores[0], rows[0], [], engine.image_root)
-    stages["result"] = lambda: engine._result(prepared, scores[0], rows[0], None)
-    result = engine._result(prepared, scores[0], rows[0], None)
-    stages["response"] = lambda: convert.search_response(result).SerializeToString()
+    stages["result"] = lambda: engine.scorer.result(prepared, scores[0], rows[0], None)
+    result = engine.scorer.result(prepared, scores[0], rows[0], None)
+    stages["response"] = lambda: responses.search_response(result).SerializeToString()
     metrics = ServerMetrics()
     labels = ("unary", "strata.v1.SearchService", "Search")
 

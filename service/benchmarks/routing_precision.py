@@ -24,8 +24,8 @@ import pyarrow as pa
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from service.search import SearchEngine
 from training.benchmarks import publish
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.encoders import load_encoder

@@ -98,7 +98,7 @@ class Load:
         ]
 
     def _client(self, index: int) -> None:
-        from service.client import StrataClient
+        from service.api.grpc.client import StrataClient
 
         with StrataClient(self.target, timeout=self.timeout) as client:
             i = 0
@@ -183,7 +183,7 @@ def fuzz_phase(target: str, requests: int, seconds: float) -> dict[str, Any]:
 def final_check(target: str, bundles: Path, served: str) -> dict[str, Any]:
     """The server, idle now, against a fresh in-process search of the version it should serve."""
     from indexer.format.bundle import Bundle
-    from service.client import StrataClient
+    from service.api.grpc.client import StrataClient
 
     bundle = Bundle.open(bundles / served)
     vector = np.random.default_rng(7).normal(size=bundle.dim).astype(np.float32)
@@ -204,12 +204,13 @@ def final_check(target: str, bundles: Path, served: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from indexer.format.bundle import Bundle
-    from service.batching import BatchingConfig
+    from service.api.background import BackgroundServer
+    from service.api.server import ServerConfig
     from service.benchmarks.load import build_gallery
-    from service.hot_swap import HotSwapper
-    from service.query_cache import QueryCache
-    from service.search import SearchEngine
-    from service.server import BackgroundServer, ServerConfig
+    from service.engine.search import SearchEngine
+    from service.query.cache import QueryCache
+    from service.serving.batching import BatchingConfig
+    from service.serving.hot_swap import HotSwapper
     from training.core.encoders import load_encoder
 
     phases: dict[str, dict[str, Any]] = {}

@@ -1,5 +1,5 @@
 """What refusing corrupt versions costs: the check every serving path runs before a version is
-served (`indexer.verify.check_servable`), as a ratio to loading that version the way a server
+served (`indexer.verify.check.check_servable`), as a ratio to loading that version the way a server
 does (`Bundle.open_version(path)` + `SearchEngine(bundle, None)`: every index memory-mapped,
 ids, postings, metadata and both artifacts read), in the same process, alternating, in
 `--repeats` rounds; medians. Also `strata index verify`'s full check (with the 64-row source
@@ -21,7 +21,7 @@ from pathlib import Path
 from indexer.format.bundle import Bundle, read_manifest
 from indexer.verify.check import check_servable, verify_bundle
 from service.benchmarks.load import build_gallery
-from service.search import SearchEngine
+from service.engine.search import SearchEngine
 from training.benchmarks import publish
 
 

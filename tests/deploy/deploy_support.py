@@ -36,7 +36,7 @@ HEALTH_SERVICE = "strata.v1.SearchService"
 IMAGE = "registry.example.com/strata"
 
 _RPC = frozenset({"grpc_type", "grpc_service", "grpc_method"})
-# Every series the dashboards and alerts may use (service/metrics.py exports them), with its
+# Every series the dashboards and alerts may use (service/serving/metrics.py exports them), with its
 # labels; `le` on the histograms' buckets.
 METRICS: dict[str, frozenset[str]] = {
     "grpc_server_started_total": _RPC,

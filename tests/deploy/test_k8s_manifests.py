@@ -28,7 +28,7 @@ from deploy_support import (
     strata_command_lines,
 )
 
-from service.query_cache import DEFAULT_TTL_S
+from service.query.cache import DEFAULT_TTL_S
 
 WORKLOADS = ("Deployment", "CronJob")
 

@@ -1,5 +1,5 @@
 """The dashboard and the alert rules name only series the service exports (and `up`), with
-labels those series have; and that catalogue is what service/metrics.py really registers."""
+labels those series have; and that catalogue is what service/serving/metrics.py really registers."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def test_dashboard_shows_every_series() -> None:
 
 def test_catalogue_matches_what_the_service_exports() -> None:
     """Every series in the catalogue exists in a fresh ServerMetrics registry with exactly the
-    catalogue's labels (so a rename in service/metrics.py fails here, not in production)."""
-    from service.metrics import ServerMetrics
+    catalogue's labels (so a rename in service/serving/metrics.py fails here, not in production)."""
+    from service.serving.metrics import ServerMetrics
 
     metrics = ServerMetrics()
     try:
@@ -82,5 +82,5 @@ def test_catalogue_matches_what_the_service_exports() -> None:
     finally:
         metrics.close()
     for name, labels in METRICS.items():
-        assert name in exported, f"service/metrics.py exports no {name}"
+        assert name in exported, f"service/serving/metrics.py exports no {name}"
         assert exported[name] == {labels}, f"{name}: {exported[name]} vs {labels}"

@@ -44,7 +44,8 @@ def main(jobs_file: str) -> None:
     # the expensive imports, paid once (the commands load lazily: each child would pay them)
     import indexer.cli.index  # noqa: F401
     import service.cli
-    import service.search_cli  # noqa: F401
+    import service.cli.search
+    import service.cli.serve  # noqa: F401
     import training.cli  # noqa: F401
 
     jobs = json.loads(Path(jobs_file).read_text())

@@ -14,10 +14,11 @@ from search_gallery import build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.format.bundle import Bundle
-from service.batching import BatchingConfig
-from service.client import StrataClient
-from service.search import SearchEngine
-from service.server import BackgroundServer, ServerConfig
+from service.api.background import BackgroundServer
+from service.api.grpc.client import StrataClient
+from service.api.server import ServerConfig
+from service.engine.search import SearchEngine
+from service.serving.batching import BatchingConfig
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from waiting import WAIT_S
 
-from service.client import StrataClient, StrataClientError
+from service.api.grpc.client import StrataClient, StrataClientError
 
 REDIS_URL = os.environ.get("STRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

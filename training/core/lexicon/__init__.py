@@ -5,5 +5,5 @@
             words; `word_class` of one word and the "a"/"an" rule
 
 Shared by training.views (the caption parse, views and negatives), training.cedar (concept
-vocabulary) and service.routing (query phrase structure); imports nothing else of Strata.
+vocabulary) and service.query.routing (query phrase structure); imports nothing else of Strata.
 """

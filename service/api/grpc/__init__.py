@@ -1,0 +1,2 @@
+"""strata.v1 over gRPC: the servicer, the admin service, the interceptors, the message
+conversions both ends share, and the Python client."""

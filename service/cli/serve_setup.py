@@ -1,0 +1,225 @@
+"""The parts of `strata serve` (service/cli/serve.py): the server's configuration from the
+command's options (checked before anything heavy loads), the engine over the chosen backend,
+the lines announcing what is served and the followers of new versions, and the fast exit.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from training.core.config import build_config
+from training.core.errors import InputError
+from training.core.settings import StrataSettings, load_settings
+
+if TYPE_CHECKING:
+    from service.api.server import ServerConfig, StrataServer
+    from service.engine.search import SearchEngine
+    from service.query.cache import QueryCache
+    from service.serving.alias_follower import AliasFollower
+    from service.serving.hot_swap import HotSwapper
+
+ADMIN_TOKEN_ENV = "STRATA_ADMIN_TOKEN"
+
+
+def read_admin_token(path: Path | None, settings: StrataSettings | None = None) -> str | None:
+    """The admin token: the first line of `path`, else $STRATA_ADMIN_TOKEN (the settings'),
+    else None (no AdminService). A file, not a command-line argument, so the secret stays out
+    of `ps`."""
+    if path is not None:
+        path = path.expanduser()
+        if not path.is_file():
+            raise InputError(f"admin token file not found: {path}")
+        lines = path.read_text().strip().splitlines()
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise InputError(f"admin token file {path} is empty")
+        return token
+    token = ((settings or load_settings()).admin_token or "").strip()
+    return token or None
+
+
+def server_config(
+    settings: StrataSettings,
+    *,
+    host: str,
+    port: int,
+    batching: bool,
+    max_batch: int,
+    max_wait_ms: float,
+    max_queue: int,
+    grace: float,
+    metrics_port: int | None,
+    metrics_host: str | None,
+    http_port: int | None,
+    http_host: str | None,
+    image_root: Path | None,
+    admin_token_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> ServerConfig:
+    """The server's configuration from `strata serve`'s options; InputError (one line) for a
+    missing file, a bad value or a port that cannot be listened on."""
+    from service.api.server import ServerConfig
+
+    if image_root is not None and not image_root.expanduser().is_dir():
+        raise InputError(f"--image-root is not a folder: {image_root}")
+    for what, path in (("certificate", tls_cert), ("key", tls_key)):
+        if path is not None and not path.expanduser().is_file():
+            raise InputError(f"TLS {what} file not found: {path}")
+    values = {
+        "host": host,
+        "port": port,
+        "batching": {
+            "enabled": batching,
+            "max_batch": max_batch,
+            "max_wait_ms": max_wait_ms,
+            "max_queue": max_queue,
+        },
+        "grace_s": grace,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
+        "http_port": http_port,
+        "http_host": http_host,
+        "image_root": image_root.expanduser() if image_root else None,
+        "admin_token": read_admin_token(admin_token_file, settings),
+        "tls_cert": tls_cert.expanduser() if tls_cert else None,
+        "tls_key": tls_key.expanduser() if tls_key else None,
+    }
+    config = build_config(ServerConfig, values, "strata serve")  # InputError: one line
+    # what a user can get wrong is checked before the bundle and the models load (seconds)
+    check_port_free(host, port, "--port")
+    if metrics_port is not None:
+        check_port_free(metrics_host or host, metrics_port, "--metrics-port")
+    if http_port is not None:
+        check_port_free(http_host or host, http_port, "--http-port")
+    return config
+
+
+def open_engine(
+    bundles: Path,
+    backend: str,
+    collection: str,
+    translator: Path | None,
+    image_root: Path | None,
+    device: str,
+    batch_size: int,
+    cache: QueryCache,
+    engine_timeout: float,
+) -> SearchEngine:
+    """The engine `strata serve` serves: the bundle directory's published version over its own
+    FAISS files (`backend` "faiss"), or the version a Milvus alias names."""
+    from service.engine.search import EngineConfig, SearchEngine
+
+    engine_config = EngineConfig(
+        image_root=image_root.expanduser().resolve() if image_root else None
+    )
+    if backend != "faiss":
+        from indexer.cli.export import require_pymilvus
+        from service.engine.milvus_backend import open_milvus
+
+        require_pymilvus()
+        if translator is not None:
+            raise InputError("--translator serves a local bundle only (--backend faiss)")
+        return open_milvus(
+            backend, bundles, collection, device=device, batch_size=batch_size,
+            config=engine_config, cache=cache, timeout_s=engine_timeout,
+        )  # fmt: skip
+    return SearchEngine.open(
+        bundles, device=device, batch_size=batch_size, cache=cache, translator=translator,
+        config=engine_config,
+    )  # fmt: skip
+
+
+@dataclass
+class Announcement:
+    """What `strata serve` prints once the server is ready, and the followers of new versions
+    it starts then (the Milvus alias, or the Redis version channel)."""
+
+    engine: SearchEngine
+    config: ServerConfig
+    cache: QueryCache
+    mode: str  # how queries are batched, in words
+    translator: Path | None
+    backend: str
+    collection: str
+    redis_url: str | None
+    redis_prefix: str
+    followers: list[AliasFollower] = field(default_factory=list)
+    swappers: list[HotSwapper] = field(default_factory=list)
+
+    def ready(self, server: StrataServer) -> None:
+        engine, config, translator = self.engine, self.config, self.translator
+        bundle = engine.bundle
+        typer.echo(
+            f"serving {bundle.path} ({bundle.rows} rows, {bundle.manifest.encoder}, "
+            f"{engine.encoder.device if engine.encoder else 'no encoder'}; {self.mode}) "
+            f"on {server.address}; Ctrl-C stops",
+        )
+        if translator is not None and engine.encoder is not None:
+            typer.echo(f"queries: {engine.encoder.id} (translated by {translator})")
+        if config.tls_cert is not None:
+            typer.echo(f"TLS: certificate {config.tls_cert}")
+        if server.metrics_port is not None:
+            where = config.metrics_host or config.host
+            typer.echo(f"metrics: http://{where}:{server.metrics_port}/metrics")
+        if server.http_address is not None:
+            typer.echo(f"http: http://{server.http_address}/ (the page; the API under /v1/)")
+        if config.admin_token is not None:
+            typer.echo("admin: strata.v1.AdminService on (bearer token)")
+        self.cache.report_state()  # strata_redis_up from the start
+        typer.echo(self.cache.describe())
+        if self.backend != "faiss":
+            from service.serving.alias_follower import AliasFollower
+
+            self.followers.append(AliasFollower(server).start())
+            typer.echo(f"backend: {self.backend}, following alias {self.collection}")
+        elif self.redis_url:
+            from service.serving.hot_swap import HotSwapper
+
+            self.swappers.append(HotSwapper(server, self.redis_url, self.redis_prefix))
+            self.swappers[0].start()  # on the server's loop
+            typer.echo(f"hot swap: following {self.redis_prefix}:bundle:versions")
+
+
+def check_port_free(host: str, port: int, option: str) -> None:
+    """InputError when `host:port` cannot be listened on (taken, or not this machine's), found
+    by binding a plain socket, so the user hears it at once and without gRPC's core log."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "the port is in use (another server?)" if taken else exc.strerror
+            raise InputError(
+                f"cannot listen on {host}:{port}: {why}; choose another {option}"
+            ) from None
+
+
+def exit_now() -> None:
+    """End the process once the server has stopped: output flushed, logging shut down, then
+    `os._exit(0)`. The interpreter's own teardown (torch's and gRPC's native state, library
+    threads) took 1.2 s more on the 2-core machine — time the shutdown budget (exit within
+    --grace + 1 s) does not have, spent on nothing that needs saving."""
+    import logging
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)

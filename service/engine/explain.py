@@ -1,0 +1,157 @@
+"""Why a hit matched: CEDAR concepts shared by query and item, and the cosine at every prefix.
+
+Concepts. CEDAR codes a vector x as z̃ = U(x − b) and keeps its k largest |coordinates|; a
+signed concept is an axis with a sign (id 2j: +j, 2j + 1: −j) and its activation is |z̃_j|.
+A query's concepts are coded on the spot (`ConceptCoder.encode`); an item's are read from the
+bundle's postings — the same codes the concept filter uses, so a hit that passed
+"require dog" lists that concept among its own.
+
+Word concepts. With a vocabulary readout (training.cedar.readout), a vector's active word
+concepts (margin ≥ 0: the query's computed on the spot, an item's read from the word
+postings, the very entries "require w" reads) come first in every list, by decreasing margin,
+then its k axis concepts; a shared word concept's contribution is the product of the two
+margins.
+
+Contribution. For a concept c active in both query q and item x (same axis, same sign),
+
+    contribution(c) = a_q(c) · a_x(c) = z̃_q,j · z̃_x,j  > 0,
+
+the concept's term in ⟨U(q − b), U(x − b)⟩ = ⟨q − b, x − b⟩ (U is orthogonal): how much of
+the two centred embeddings' agreement that concept carries. Shared concepts are listed by
+decreasing contribution.
+
+Prefix similarities. s_L(q, x) = ⟨p_L(q), p_L(x)⟩ at every prefix length L of the contract,
+p_L the renormalised first L rotated coordinates (design.md's s_ℓ). The item's p_L is read back
+from the prefix index when it stores vectors exactly (Flat, HNSW, a refine), or derived from a
+longer prefix that does (p_L = normalise(p_M[:L]) for M ≥ L); a prefix with neither is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from indexer.format.bundle import Bundle
+from indexer.format.prefix_index import exact_storage
+from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
+from training.cedar.concepts import ConceptCoder
+from training.core.granularity import Granularity
+from training.core.metrics import prefix_vectors
+
+
+def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(concept ids [n, k] int64, activations [n, k] float32) of bundle rows, strongest first,
+    read from the postings: one binary search per concept (2D of them) for all rows at once."""
+    rows = np.asarray(rows, dtype=np.int64)
+    k = bundle.manifest.k
+    ids = np.full((len(rows), k), -1, dtype=np.int64)
+    values = np.zeros((len(rows), k), dtype=np.float32)
+    filled = np.zeros(len(rows), dtype=np.int64)
+    if len(rows) == 0:
+        return ids, values
+    for concept in range(2 * bundle.dim):
+        posting_rows, activations = bundle.postings(concept)
+        if len(posting_rows) == 0:
+            continue
+        at = np.minimum(np.searchsorted(posting_rows, rows), len(posting_rows) - 1)
+        found = np.flatnonzero(posting_rows[at] == rows)
+        slots = filled[found]
+        keep = slots < k
+        found, slots = found[keep], slots[keep]
+        ids[found, slots] = concept
+        values[found, slots] = activations[at[found]]
+        filled[found] += 1
+    order = np.argsort(-values, axis=1, kind="stable")
+    return np.take_along_axis(ids, order, axis=1), np.take_along_axis(values, order, axis=1)
+
+
+def row_words(bundle: Bundle, rows: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per bundle row: (word concept ids, margins) active on it, largest margin first, read
+    from the postings of the word concepts (ids 2D and up; none without a vocabulary readout)
+    in one pass over their entries."""
+    rows = np.asarray(rows, dtype=np.int64)
+    found_rows, concepts, margins = bundle.entries_of_rows(bundle.coder.axis_concepts, rows)
+    out = []
+    for row in rows:
+        mine = np.flatnonzero(found_rows == row)
+        order = np.argsort(-margins[mine].astype(np.float64), kind="stable")
+        out.append((concepts[mine][order], margins[mine][order].astype(np.float32)))
+    return out
+
+
+def with_words(
+    words: tuple[np.ndarray, np.ndarray], axes: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One code of a vector: its active word concepts, then its k axis concepts."""
+    return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
+
+
+def _order(coder: ConceptCoder, concept: int, value: float) -> tuple[bool, float]:
+    """Word concepts (named by construction) first, each kind by decreasing value."""
+    return concept < coder.axis_concepts, -value
+
+
+def activations_of(
+    coder: ConceptCoder, ids: np.ndarray, values: np.ndarray, limit: int | None = None
+) -> list[ConceptActivation]:
+    """Named concepts of one coded vector, strongest first (ids −1 skipped)."""
+    out = []
+    for concept, value in zip(ids, values, strict=True):
+        if concept < 0:
+            continue
+        entry = coder.catalog[int(concept)]
+        out.append(
+            ConceptActivation(int(concept), entry.label, entry.name, float(value), entry.scope)
+        )
+    out.sort(key=lambda c: _order(coder, c.id, c.activation))
+    return out[:limit] if limit is not None else out
+
+
+def shared_concepts(
+    coder: ConceptCoder,
+    query_ids: np.ndarray,
+    query_values: np.ndarray,
+    item_ids: np.ndarray,
+    item_values: np.ndarray,
+) -> list[SharedConcept]:
+    """Concepts active in both, with contribution = query activation × item activation."""
+    item = {int(c): float(v) for c, v in zip(item_ids, item_values, strict=True) if c >= 0}
+    shared = []
+    for concept, value in zip(query_ids, query_values, strict=True):
+        concept = int(concept)
+        if concept in item:
+            entry = coder.catalog[concept]
+            q, x = float(value), item[concept]
+            shared.append(SharedConcept(concept, entry.label, entry.name, q, x, q * x, entry.scope))
+    shared.sort(key=lambda s: _order(coder, s.id, s.contribution))
+    return shared
+
+
+def item_prefixes(bundle: Bundle, row: int) -> dict[int, np.ndarray]:
+    """The item's stored p_L for every prefix length it can be read back at (see above)."""
+    stored: dict[int, np.ndarray] = {}
+    for length in bundle.prefix_lengths:
+        storage = exact_storage(bundle.index(length))
+        if storage is not None:
+            stored[length] = storage.reconstruct(int(row)).astype(np.float32)
+    out: dict[int, np.ndarray] = {}
+    for length in bundle.prefix_lengths:
+        source = min((m for m in stored if m >= length), default=None)
+        if source is not None:
+            out[length] = prefix_vectors(stored[source][None, :], length)[0]
+    return out
+
+
+def prefix_similarities(
+    contract: dict[str, int], rotated_query: np.ndarray, items: dict[int, np.ndarray]
+) -> list[PrefixSimilarity]:
+    """s_L(query, item) at every prefix length of the contract the item's p_L is known at
+    (`items`: length -> p_L, as `item_prefixes` reads them), shortest first."""
+    query = np.atleast_2d(np.asarray(rotated_query, dtype=np.float32))
+    out = []
+    for granularity, length in sorted(contract.items(), key=lambda g: g[1]):
+        if length in items:
+            cosine = float(prefix_vectors(query, length)[0] @ items[length])
+            out.append(PrefixSimilarity(Granularity(granularity), length, cosine))
+    return out

@@ -1,0 +1,198 @@
+"""The engine's scorer over the bundle's own files: FAISS prefix indexes, postings, ids.
+
+- restrict: a concept filter's rows (service/engine/filtering.py) and the rows meeting the
+  metadata conditions `where` (service/engine/metadata_filter.py), intersected; the plan
+  (service/engine/plans.py): direct, or a funnel that shortlists at a short prefix and reranks
+  exactly at the target (service/engine/funnel.py);
+- search: unfiltered queries of one prefix length, search setting (a query's min_recall picks
+  one of the index's tuned operating points, service/engine/operating_points.py) and plan in
+  one FAISS call; each filtered query over its allowed rows only; a grouped query (`group_by`)
+  widens its own search until it holds top_k groups (service/engine/grouping.py);
+- hits: ids, requested metadata, and with `explain` the query's active concepts, each hit's
+  strongest concepts and the concepts they share (service/engine/hits.py, explain.py);
+- Explain's row: its axis and word concepts from the postings, its p_L from the prefix
+  indexes that store vectors exactly (service/engine/explain.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from indexer.format.bundle import Bundle
+from indexer.format.ids import IDS
+from service.engine.explain import item_prefixes, row_concepts, row_words, with_words
+from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
+from service.engine.grouping import FETCH_MAX, grouped_search
+from service.engine.hits import IdColumn, explain_hits, hits_of
+from service.engine.metadata_filter import MetadataFilter
+from service.engine.plans import Planner
+from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
+from service.errors import NotFoundError, QueryError, echo
+from service.limits import check_chars
+from service.results import MAX_SHORTLIST, SearchResult
+from training.core.metrics import prefix_vectors
+
+
+class LocalScorer:
+    """Scores a loaded bundle version's rows with its FAISS indexes (module docstring)."""
+
+    def __init__(self, bundle: Bundle, config: EngineConfig, image_root: Path | None) -> None:
+        self.bundle, self.config, self.image_root = bundle, config, image_root
+        self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
+        self.coder, self.contract = bundle.coder, bundle.contract
+        self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
+        self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (engine/hits.py)
+        self.metadata_fields = list(self.metadata.schema)
+        self.planner = Planner(bundle, config.funnel)
+
+    # --- search ---
+
+    def restrict(self, prepared: PreparedQuery, length: int) -> None:
+        query = prepared.query
+        self.metadata.check(query.where)
+        if query.require or query.exclude:
+            prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude, query.scope)
+        if query.where:
+            everything = AllowedRows(self.bundle.rows, np.zeros(0, np.int64), complement=True)
+            base = prepared.allowed or everything
+            prepared.allowed = base.within(self.metadata.rows(query.where))
+        prepared.plan = self.planner.plan(query, length, prepared.allowed, self.config.exact_max)
+
+    def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
+        groups: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)  # (L, setting, S, F)
+        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i, p in enumerate(live):
+            assert p.route is not None and p.plan is not None
+            length = self.contract[p.route.granularity]
+            if p.query.group_by:
+                found[i] = self._grouped(p, rotated[i : i + 1], length)
+            elif p.allowed is None:
+                groups[length, p.setting, p.plan.shortlist_prefix, p.plan.factor].append(i)
+            else:
+                found[i] = self._search_one(p, rotated[i : i + 1], length, p.query.k)
+        for (length, setting, shortlist, factor), members in groups.items():
+            k = max(live[i].query.k for i in members)
+            if factor:
+                scores, rows = self.planner.funnel(shortlist, factor, rotated[members], length, k)
+            else:
+                scores, rows = self.bundle.search_prefix(length, rotated[members], k, setting)
+            for j, i in enumerate(members):
+                found[i] = (
+                    scores[j : j + 1, : live[i].query.k],
+                    rows[j : j + 1, : live[i].query.k],
+                )
+        explained = [i for i, p in enumerate(live) if p.query.explain]
+        codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if explained:
+            embedded = np.stack([live[i].embedding for i in explained])
+            ids, values = self.coder.encode(embedded)
+            words = self.coder.active_words(embedded)
+            codes = {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
+        for i, p in enumerate(live):
+            scores, rows = found[i]
+            p.result = self.result(p, scores[0], rows[0], codes.get(i))
+
+    def _search_one(
+        self, p: PreparedQuery, rotated: np.ndarray, length: int, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One query's k best rows by its plan, inside its allowed rows if it has any."""
+        assert p.plan is not None
+        funnel = p.plan.kind == "funnel"
+        if p.allowed is None:
+            if funnel:
+                return self.planner.funnel(
+                    p.plan.shortlist_prefix, p.plan.factor, rotated, length, k
+                )
+            return self.bundle.search_prefix(length, rotated, k, p.setting)
+        if funnel:
+            return self.planner.filtered_funnel(
+                p.plan, rotated, length, k, p.allowed, self.config.exact_max
+            )
+        index = self.bundle.index(length)
+        query = prefix_vectors(rotated, length)
+        return filtered_search(index, query, k, p.allowed, self.config.exact_max, p.setting)
+
+    def _grouped(
+        self, p: PreparedQuery, rotated: np.ndarray, length: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A grouped query's hits, group by group (service/engine/grouping.py); their group
+        codes kept in `p.groups`."""
+        assert p.plan is not None
+        codes, _ = self.metadata.group_keys(p.query.group_by)
+        available = self.bundle.rows if p.allowed is None else p.allowed.count
+        cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == "funnel" else FETCH_MAX
+        scores, rows, p.groups = grouped_search(
+            lambda k: self._search_one(p, rotated, length, k),
+            codes, p.query.k, p.query.group_size or 1, available, max(cap, 1),
+        )  # fmt: skip
+        return scores[None, :], rows[None, :]
+
+    def result(
+        self,
+        p: PreparedQuery,
+        scores: np.ndarray,
+        rows: np.ndarray,
+        query_code: tuple[np.ndarray, np.ndarray] | None,
+    ) -> SearchResult:
+        """A query's answer from its scored rows (and its code, when explained)."""
+        assert p.route is not None
+        fields = list(p.query.metadata_fields)
+        hits = hits_of(self.bundle, scores, rows, fields, self.image_root, self.id_column)
+        if p.groups is not None:
+            _, labels = self.metadata.group_keys(p.query.group_by)
+            for hit, code in zip(hits, p.groups, strict=True):
+                hit.group = str(labels[code])
+        result = SearchResult(
+            granularity=p.route.granularity,
+            prefix_length=self.contract[p.route.granularity],
+            routing_reason=p.route.reason,
+            hits=hits,
+            filtered_rows=None if p.allowed is None else p.allowed.count,
+            bundle_version=self.bundle.version,
+            plan=p.plan,
+        )
+        if query_code is not None:
+            result.query_concepts = explain_hits(
+                self.bundle, self.coder, hits, query_code, self.config.hit_concepts
+            )
+        return result
+
+    # --- Explain ---
+
+    def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
+        row = self.row_of(item_id, row)
+        return StoredRow(
+            row=row,
+            item_id=str(self.bundle.ids([row])[0]),
+            axes=tuple(a[0] for a in row_concepts(self.bundle, [row])),  # type: ignore[arg-type]
+            words=row_words(self.bundle, [row])[0],
+            prefixes=item_prefixes(self.bundle, row),
+        )
+
+    def nearest_rows(
+        self, length: int, rotated: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.bundle.search_prefix(length, rotated, k)
+
+    def row_of(self, item_id: str | None = None, row: int | None = None) -> int:
+        """The row of an item id (or a row checked to exist); NotFoundError otherwise."""
+        if (item_id is None) == (row is None):
+            raise QueryError("name the item by its id or by its row, one of them")
+        if item_id is not None:
+            if not item_id:
+                raise QueryError("empty item id")
+            check_chars("an item id", item_id, self.config.limits.id_chars)
+            found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
+            if found < 0:
+                raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
+            return int(found)
+        if not 0 <= int(row) < self.bundle.rows:
+            raise NotFoundError(f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}")
+        return int(row)

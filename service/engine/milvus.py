@@ -1,0 +1,392 @@
+"""The search engine over a bundle version exported to Milvus (`strata serve --backend …`).
+
+`MilvusScorer` is the `SearchEngine`'s scorer (service/engine/scoring.py) when its gallery is a
+Milvus collection (indexer/milvus/store.py) instead of local FAISS files: validation,
+embedding, the GraSP rotation, routing, Explain, the concept catalog and the answer's shape
+are the engine's own; what changes is where rows are scored. The engine over it is opened by
+service/engine/milvus_backend.py.
+
+- direct plan: one Milvus search of the field p{L} (inner product, the stored p_L), every
+  unfiltered query of one prefix and setting in one call (nq > 1), as FAISS batches them;
+- funnel (asked for): the shortlist is a Milvus search of p{S} for k·F rows that returns their
+  p{L}, reranked exactly here (`service.engine.funnel.rerank`'s rule: s_L, ties by row); "auto"
+  searches directly, since the engine does the scan (the funnel's calibration measures FAISS);
+- filters: concept references and metadata conditions become one Milvus expression
+  (service/engine/milvus_expressions.py), so the filter runs inside the engine's search; the
+  allowed rows are counted with `count(*)` over the same expression;
+- Explain: the row's concepts and activations and its p_L at every prefix are read back from
+  the engine; an item id is found by a query on `item_id`; the descriptions' near captions
+  are a search of the engine's full-length field, their text the version's own metadata.
+
+The version's manifest and artifacts (rotation, CEDAR coder, catalog, postings for the
+catalog's counts) come from the bundle folder; the FAISS files are not opened. Every engine
+call has a deadline; an engine that does not answer makes the batch's queries fail with
+`UnavailableError` (gRPC UNAVAILABLE, the message naming the engine), and the next batch tries
+again. `AliasFollower` (service/serving/alias_follower.py) swaps the served engine when the
+alias moves (a hot swap without Redis).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from indexer.format.bundle import MANIFEST, Bundle
+from indexer.milvus.store import (
+    ACTIVATIONS,
+    CONCEPTS,
+    DEFAULT_NAME,
+    ITEM_ID,
+    ROW,
+    EngineUnavailable,
+    ExportError,
+    MilvusStore,
+    vector_field,
+)
+from service.engine.explain import activations_of, shared_concepts
+from service.engine.filtering import resolve_ref
+from service.engine.funnel import pad_hits
+from service.engine.grouping import grouped_search
+from service.engine.metadata_filter import MetadataFilter
+from service.engine.milvus_expressions import (
+    concept_expression,
+    engine_params,
+    string_literal,
+    where_expression,
+)
+from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
+from service.errors import NotFoundError, QueryError, UnavailableError, echo
+from service.limits import check_chars
+from service.results import Hit, PlanRun, SearchQuery, SearchResult
+from training.core.files import sha256_file
+from training.core.metrics import prefix_vectors
+
+log = logging.getLogger(__name__)
+
+TOPK_MAX = 16_384  # Milvus's limit on hits per search
+AUTO_REASON = "auto: the vector engine scans the target prefix directly"
+
+
+@dataclass(frozen=True)
+class MilvusFilter:
+    """A query's rows in Milvus: its filter expression ("" for none) and the rows it allows
+    (None: every row)."""
+
+    expression: str = ""
+    count: int | None = None
+
+
+class MilvusScorer:
+    """Scores one exported bundle version's rows in its Milvus collection (module docstring)."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        store: MilvusStore,
+        collection: str,
+        config: EngineConfig,
+        name: str = DEFAULT_NAME,
+        ef: int | None = None,
+    ) -> None:
+        self.bundle, self.store, self.config = bundle, store, config
+        self.ef = ef  # an HNSW field's search breadth where the request's setting names none
+        self.collection, self.name = collection, name
+        record = store.record(collection)
+        if record.bundle != bundle.name:
+            raise ExportError(f"{collection} holds bundle {record.bundle}, not {bundle.name}")
+        if sha256_file(bundle.path / MANIFEST) != record.manifest_sha256:
+            raise ExportError(
+                f"{collection} was exported from another {bundle.name} than {bundle.path}"
+            )
+        self.record = record
+        self.coder, self.contract = bundle.coder, bundle.contract
+        _ = bundle.grasp
+        self.metadata_fields = list(record.metadata_fields)
+        # conditions are checked and typed, and groups coded, by the version's own table
+        self.metadata = MetadataFilter(bundle.metadata_table())
+
+    def restrict(self, prepared: PreparedQuery, length: int) -> None:
+        """The filter as one Milvus expression (metadata conditions and concepts, run inside
+        the engine's search), the rows it allows, and the plan."""
+        query = prepared.query
+        filters = [where_expression(self.metadata, query.where)]
+        if query.require or query.exclude:
+            bundle, scope = self.bundle, query.scope
+            required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
+            excluded = [c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)]
+            filters.append(concept_expression(required, excluded))
+        expression = " and ".join(f"({f})" for f in filters if f)
+        count = None
+        if expression:
+            try:
+                count = self.count(expression)
+            except EngineUnavailable as exc:
+                raise UnavailableError(str(exc)) from None
+        prepared.allowed = MilvusFilter(expression, count)
+        prepared.plan = self._plan(query, length, count)
+
+    def count(self, expression: str) -> int:
+        found = self.store.call(
+            "counting rows", self.store.client.query, self.collection, filter=expression,
+            output_fields=["count(*)"],
+        )  # fmt: skip
+        return int(found[0]["count(*)"])
+
+    def _plan(self, query: SearchQuery, length: int, allowed: int | None) -> PlanRun:
+        asked = query.plan
+        if asked.kind == "direct":
+            return PlanRun("direct", "requested")
+        if asked.kind != "funnel" and not asked.shortlist_prefix and not asked.factor:
+            return PlanRun("direct", AUTO_REASON)
+        below = sorted(n for n in self.bundle.prefix_lengths if n < length)
+        if not below:
+            raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
+        shortlist = asked.shortlist_prefix or below[0]
+        if shortlist not in below:
+            raise QueryError(
+                f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
+                f"{length}; choose from {', '.join(map(str, below))}"
+            )
+        factor = asked.factor or self.config.funnel.default_factor
+        rows = self.bundle.rows if allowed is None else allowed
+        return PlanRun(
+            "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)
+        )
+
+    def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
+        try:
+            self._search(live, rotated)
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
+
+    def _search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
+        groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
+        found: dict[int, list[dict[str, Any]]] = {}
+        for i, p in enumerate(live):
+            assert p.route is not None and p.plan is not None
+            if p.query.group_by:
+                found[i] = self._grouped(p, rotated[i : i + 1])
+                continue
+            length = self.contract[p.route.granularity]
+            key = (length, p.setting, p.allowed.expression, p.plan.shortlist_prefix, p.plan.factor)
+            groups[key].append(i)
+        for (length, setting, expression, shortlist, factor), members in groups.items():
+            fields = self._output_fields([live[i].query for i in members])
+            k = max(live[i].query.k for i in members)
+            if factor:
+                rows = max(live[i].plan.shortlist_rows for i in members)  # type: ignore[union-attr]
+                answers = self._engine_search(
+                    rotated[members], shortlist, rows, expression, setting,
+                    [*fields, vector_field(length)],
+                )  # fmt: skip
+                for j, i in enumerate(members):
+                    found[i] = _reranked(answers[j], rotated[i], length, live[i].query.k)
+            else:
+                answers = self._engine_search(rotated[members], length, k, expression, setting,
+                                              fields)  # fmt: skip
+                for j, i in enumerate(members):
+                    found[i] = answers[j][: live[i].query.k]
+        explained = [i for i, p in enumerate(live) if p.query.explain]
+        codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if explained:
+            ids, values = self.coder.encode(np.stack([live[i].embedding for i in explained]))
+            codes = {i: (ids[j], values[j]) for j, i in enumerate(explained)}
+        for i, p in enumerate(live):
+            p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
+
+    def _grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
+        """A grouped query's hits, group by group (service/engine/grouping.py widens the engine's
+        search until it has top_k full groups), each hit's group code in `p.groups`."""
+        assert p.route is not None and p.plan is not None
+        length = self.contract[p.route.granularity]
+        codes, _ = self.metadata.group_keys(p.query.group_by)
+        fields, where = self._output_fields([p.query]), p.allowed.expression
+        by_row: dict[int, dict[str, Any]] = {}
+
+        def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
+            if p.plan is not None and p.plan.factor:
+                shortlist = min(k * p.plan.factor, TOPK_MAX)
+                answer = self._engine_search(
+                    rotated, p.plan.shortlist_prefix, shortlist, where, p.setting,
+                    [*fields, vector_field(length)],
+                )[0]  # fmt: skip
+                answer = _reranked(answer, rotated[0], length, k)
+            else:
+                answer = self._engine_search(rotated, length, k, where, p.setting, fields)[0]
+            by_row.update((int(h[ROW]), h) for h in answer)
+            rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
+            scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
+            return scores[None, :].astype(np.float32), rows[None, :]
+
+        available = self.bundle.rows if p.allowed.count is None else p.allowed.count
+        cap = TOPK_MAX // p.plan.factor if p.plan.factor else TOPK_MAX
+        _, rows, p.groups = grouped_search(
+            ranked, codes, p.query.k, p.query.group_size or 1, available, max(cap, 1)
+        )
+        return [by_row[int(r)] for r in rows]
+
+    def _output_fields(self, queries: list[SearchQuery]) -> list[str]:
+        fields = {ROW, ITEM_ID}
+        for q in queries:
+            fields.update(f for f in q.metadata_fields if f != "id")
+            if q.explain:
+                fields.update((CONCEPTS, ACTIVATIONS))
+        return sorted(fields)
+
+    def _engine_search(
+        self,
+        rotated: np.ndarray,
+        length: int,
+        k: int,
+        expression: str,
+        setting: str,
+        fields: list[str],
+    ) -> list[list[dict[str, Any]]]:
+        """Each query's hits as Milvus returns them: entity fields, `distance` = s_L."""
+        vectors = prefix_vectors(rotated, length)
+        answers = self.store.call(
+            "searching", self.store.client.search, self.collection, data=list(vectors),
+            anns_field=vector_field(length), limit=min(int(k), TOPK_MAX), filter=expression,
+            output_fields=fields,
+            search_params={"metric_type": "IP", "params": self._params(setting, k)},
+        )  # fmt: skip
+        return [
+            [{**hit["entity"], "distance": float(hit["distance"])} for hit in answer]
+            for answer in answers
+        ]
+
+    def _params(self, setting: str, k: int) -> dict[str, Any]:
+        params = engine_params(setting)
+        if self.ef is not None and "ef" not in params:
+            params["ef"] = max(self.ef, min(int(k), TOPK_MAX))
+        return params
+
+    def _engine_result(
+        self,
+        p: PreparedQuery,
+        found: list[dict[str, Any]],
+        query_code: tuple[np.ndarray, np.ndarray] | None,
+    ) -> SearchResult:
+        assert p.route is not None
+        wanted = [f for f in p.query.metadata_fields if f != "id"]
+        hits = [
+            Hit(
+                id=str(h[ITEM_ID]),
+                score=float(h["distance"]),
+                row=int(h[ROW]),
+                metadata={f: str(h[f]) for f in wanted if h.get(f) is not None},
+            )
+            for h in found
+        ]
+        if p.groups is not None:
+            _, labels = self.metadata.group_keys(p.query.group_by)
+            for hit, code in zip(hits, p.groups, strict=True):
+                hit.group = str(labels[code])
+        result = SearchResult(
+            granularity=p.route.granularity,
+            prefix_length=self.contract[p.route.granularity],
+            routing_reason=p.route.reason,
+            hits=hits,
+            filtered_rows=p.allowed.count,
+            bundle_version=self.bundle.version,
+            plan=p.plan,
+        )
+        if query_code is not None:
+            q_ids, q_values = query_code
+            for hit, h in zip(hits, found, strict=True):
+                ids, values = _concepts_of(h)
+                hit.concepts = activations_of(self.coder, ids, values, self.config.hit_concepts)
+                hit.shared_concepts = shared_concepts(self.coder, q_ids, q_values, ids, values)
+            result.query_concepts = activations_of(self.coder, q_ids, q_values)
+        return result
+
+    # --- Explain ---
+
+    def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
+        """The row, its concepts and its p_L at every prefix, read back from the engine."""
+        try:
+            entity = self._entity(item_id, row)
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
+        return StoredRow(
+            row=int(entity[ROW]),
+            item_id=str(entity[ITEM_ID]),
+            axes=_concepts_of(entity),
+            words=None,  # the collection keeps no word concepts
+            prefixes={
+                length: np.asarray(entity[vector_field(length)], dtype=np.float32)
+                for length in self.contract.values()
+            },
+        )
+
+    def nearest_rows(
+        self, length: int, rotated: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The descriptions' search, in the engine: (scores, rows) padded with row −1."""
+        try:
+            answers = self._engine_search(rotated, length, k, "", "", [ROW])
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
+        scores = np.zeros((len(answers), k), dtype=np.float32)
+        rows = np.full((len(answers), k), -1, dtype=np.int64)
+        for i, answer in enumerate(answers):
+            for j, hit in enumerate(answer[:k]):
+                scores[i, j], rows[i, j] = hit["distance"], int(hit[ROW])
+        return scores, rows
+
+    def _entity(self, item_id: str | None, row: int | None) -> dict[str, Any]:
+        """One row's fields and vectors, read from the engine; NotFoundError when absent."""
+        if (item_id is None) == (row is None):
+            raise QueryError("name the item by its id or by its row, one of them")
+        if item_id is not None:
+            if not item_id:
+                raise QueryError("empty item id")
+            check_chars("an item id", item_id, self.config.limits.id_chars)
+            expression = f"{ITEM_ID} == {string_literal(item_id)}"
+        else:
+            if not 0 <= int(row) < self.bundle.rows:  # type: ignore[arg-type]
+                raise NotFoundError(
+                    f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}"
+                )
+            expression = f"{ROW} == {int(row)}"  # type: ignore[arg-type]
+        fields = [ROW, ITEM_ID, CONCEPTS, ACTIVATIONS,
+                  *(vector_field(n) for n in self.bundle.prefix_lengths)]  # fmt: skip
+        found = self.store.call(
+            "reading a row", self.store.client.query, self.collection, filter=expression,
+            output_fields=fields, limit=1,
+        )  # fmt: skip
+        if not found:
+            what = f"item {echo(item_id)}" if item_id is not None else f"row {row}"
+            raise NotFoundError(f"no {what} in bundle {self.bundle.name}")
+        return dict(found[0])
+
+
+def _concepts_of(entity: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.asarray(entity.get(CONCEPTS) or [], dtype=np.int64),
+        np.asarray(entity.get(ACTIVATIONS) or [], dtype=np.float32),
+    )
+
+
+def _reranked(
+    shortlist: list[dict[str, Any]], rotated: np.ndarray, length: int, k: int
+) -> list[dict[str, Any]]:
+    """A funnel's shortlist (with each row's p_L) reranked exactly by s_L, ties by row."""
+    if not shortlist:
+        return []
+    rows = np.array([h[ROW] for h in shortlist], dtype=np.int64)
+    vectors = np.asarray([h[vector_field(length)] for h in shortlist], dtype=np.float32)
+    scores = vectors @ prefix_vectors(rotated[None, :], length)[0]
+    order = np.lexsort((rows, -scores))[:k]
+    _, top = pad_hits(scores[order].astype(np.float32), rows[order], k)
+    by_row = {h[ROW]: h for h in shortlist}
+    return [
+        {**by_row[int(r)], "distance": float(scores[o])}
+        for r, o in zip(top[0], order, strict=False)
+        if r >= 0
+    ]

@@ -1,0 +1,219 @@
+"""Which plan a search runs (direct or funnel), and running a funnel over a loaded bundle.
+
+A query's `SearchPlan` (service/results.py) is "direct", "funnel" or "auto":
+
+- direct: one search of the target prefix's index (what every search did before the funnel);
+- funnel (service/engine/funnel.py): shortlist k·F rows at a prefix S below the target L, rerank
+them
+  exactly at L from the bundle's exact rows. S and F are the request's, else the calibrated
+  ones (below), else S = the contract's shortest prefix and F = `default_factor`;
+- auto, the default: the funnel where it was measured to pay, else direct. The rule: when an
+  engine loads a bundle of at least `min_rows` rows, it calibrates a funnel for the caption
+  and full prefixes (`funnel.calibrate`: the cheapest S and F, by floats scanned, whose
+  recall@10 against exact search at L on 100 held-out gallery rows is ≥ `recall`, 0.99, at
+  ≤ `max_cost_share` of a direct scan's floats); auto funnels to those targets when a choice
+  was found, and searches directly otherwise (other granularities, small bundles, no exact
+  rows to rerank from, no funnel reaching the recall). A filtered query that allows at most
+  `exact_max` rows is scored exactly by the direct plan, which auto then keeps.
+
+The funnel is applied inside the concept filter (the shortlist is a filtered search at S, so it
+holds only allowed rows); a deletion writes a new version whose rows and exact rows are those
+kept, so neither needs anything of the funnel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+from pydantic import ConfigDict, Field
+
+from indexer.format.bundle import Bundle
+from service.engine.filtering import AllowedRows, filtered_search
+from service.engine.funnel import (
+    ExactRows,
+    FunnelChoice,
+    calibrate,
+    exact_rows_for,
+    funnel_search,
+    rerank,
+)
+from service.errors import QueryError
+from service.results import PlanRun, SearchQuery
+from training.core.config import ConfigModel
+from training.core.granularity import Granularity
+from training.core.metrics import prefix_vectors
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGETS = (Granularity.CAPTION, Granularity.FULL)
+
+
+class FunnelConfig(ConfigModel):
+    """When "auto" funnels (module docstring): calibrated on bundles of ≥ `min_rows` rows, for
+    the `targets` granularities, to recall@10 ≥ `recall` on `queries` gallery rows, trying the
+    `factors`, at most `max_cost_share` of a direct scan's floats; `enabled` False makes auto
+    always direct; `default_factor` is a requested funnel's F when nothing else gives one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = True
+    min_rows: int = Field(20_000, ge=1)
+    targets: tuple[Granularity, ...] = DEFAULT_TARGETS
+    recall: float = Field(0.99, gt=0.0, le=1.0)
+    factors: tuple[int, ...] = (10, 20, 50, 100)
+    queries: int = Field(100, ge=1)
+    max_cost_share: float = Field(0.5, gt=0.0, le=1.0)
+    default_factor: int = Field(100, ge=1)
+
+
+class Planner:
+    """The plans of one loaded bundle: its indexes, the exact rows to rerank from, and the
+    funnel calibrated per target prefix (done once, when the engine loads the bundle)."""
+
+    def __init__(self, bundle: Bundle, config: FunnelConfig | None = None) -> None:
+        self.config = config or FunnelConfig()
+        self.rows = bundle.rows
+        self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
+        # shortlist candidates: with a shared store, the prefixes with an index of their own
+        # (a store-served prefix is an exact scan, no cheaper per float than the target's)
+        own = {p.length for p in bundle.manifest.prefixes if not p.store}
+        self.shortlists = {n: i for n, i in self.indexes.items() if n in own}
+        self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
+        self._exact: dict[int, ExactRows | None] = {}
+        self.choices: dict[int, FunnelChoice] = {}
+        self.direct_reasons: dict[int, str] = {}
+        contract = bundle.contract
+        targets = {contract[g] for g in self.config.targets}
+        if bundle.store is not None:  # a direct search there is a scan of the store: funnel it
+            targets |= {p.length for p in bundle.manifest.prefixes if p.store}
+        for length in sorted(targets):
+            self._calibrate(length)
+
+    def exact(self, length: int) -> ExactRows | None:
+        if length not in self._exact:
+            self._exact[length] = exact_rows_for(self.indexes, length)
+        return self._exact[length]
+
+    def _calibrate(self, length: int) -> None:
+        config = self.config
+        if not config.enabled:
+            self.direct_reasons[length] = "auto: the funnel is off"
+            return
+        if self.rows < config.min_rows:
+            self.direct_reasons[length] = (
+                f"auto: {self.rows} rows < {config.min_rows}, a direct scan is cheap"
+            )
+            return
+        exact = self.exact(length)
+        if exact is None:
+            self.direct_reasons[length] = f"auto: no exact rows at prefix ≥ {length} to rerank"
+            return
+        started = time.perf_counter()
+        choice = calibrate(
+            self.shortlists, exact, length, 10, config.recall, config.factors, config.queries,
+            config.max_cost_share,
+        )  # fmt: skip
+        log.info(
+            "prefix %d: funnel %s (calibrated in %.1f s)", length,
+            choice or "none", time.perf_counter() - started,
+        )  # fmt: skip
+        if choice is None:
+            self.direct_reasons[length] = (
+                f"auto: no funnel reached recall@10 {config.recall} at ≤ "
+                f"{config.max_cost_share:.0%} of a direct scan"
+            )
+        else:
+            self.choices[length] = choice
+
+    def plan(
+        self, query: SearchQuery, length: int, allowed: AllowedRows | None, exact_max: int
+    ) -> PlanRun:
+        """The plan a query runs at target prefix L (module docstring); QueryError for a
+        funnel the bundle cannot run."""
+        asked = query.plan
+        if asked.kind == "direct":
+            return PlanRun("direct", "requested")
+        if asked.kind == "funnel" or asked.shortlist_prefix or asked.factor:
+            return self._requested_funnel(query, length, allowed)
+        choice = self.choices.get(length)
+        if choice is None:
+            reason = self.direct_reasons.get(length, "auto: the funnel is used at caption and full")
+            return PlanRun("direct", reason)
+        if allowed is not None and allowed.count <= exact_max:
+            return PlanRun("direct", f"auto: the filter allows ≤ {exact_max} rows, scored exactly")
+        if query.min_recall is not None and query.min_recall > choice.recall:
+            return PlanRun(
+                "direct",
+                f"auto: min_recall {query.min_recall:g} is above the funnel's calibrated "
+                f"recall@10 {choice.recall:.3f}",
+            )
+        reason = (
+            f"auto: recall@10 {choice.recall:.3f} on {choice.queries} gallery rows, "
+            f"{choice.cost_share:.0%} of a direct scan's floats"
+        )
+        return self._funnel(choice.shortlist_prefix, choice.factor, query.k, allowed, reason)
+
+    def _requested_funnel(
+        self, query: SearchQuery, length: int, allowed: AllowedRows | None
+    ) -> PlanRun:
+        asked = query.plan
+        if self.exact(length) is None:
+            raise QueryError(
+                f"no funnel at prefix {length}: the bundle keeps no exact rows at prefix ≥ "
+                f"{length} to rerank from ({self.factories[max(self.indexes)]} at the full "
+                "prefix); ask for a direct plan"
+            )
+        below = sorted(n for n in self.indexes if n < length)
+        if not below:
+            raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
+        choice = self.choices.get(length)
+        shortlist = asked.shortlist_prefix or (choice.shortlist_prefix if choice else below[0])
+        if shortlist not in below:
+            raise QueryError(
+                f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
+                f"{length}; choose from {', '.join(map(str, below))}"
+            )
+        factor = asked.factor or (
+            choice.factor
+            if choice and choice.shortlist_prefix == shortlist
+            else self.config.default_factor
+        )
+        return self._funnel(shortlist, factor, query.k, allowed, "requested")
+
+    def _funnel(
+        self, shortlist: int, factor: int, k: int, allowed: AllowedRows | None, reason: str
+    ) -> PlanRun:
+        rows = self.rows if allowed is None else allowed.count
+        return PlanRun("funnel", reason, shortlist, factor, min(k * factor, rows))
+
+    # --- running ---
+
+    def funnel(
+        self, shortlist: int, factor: int, rotated: np.ndarray, length: int, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Unfiltered funnel of rotated queries [Q, D] (shortlist prefix S, factor F):
+        (scores [Q, k], rows [Q, k])."""
+        exact = self.exact(length)
+        assert exact is not None
+        index = self.indexes[shortlist]
+        return funnel_search(index, shortlist, exact, rotated, length, k, factor)
+
+    def filtered_funnel(
+        self,
+        run: PlanRun,
+        rotated: np.ndarray,
+        length: int,
+        k: int,
+        allowed: AllowedRows,
+        exact_max: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One filtered query [1, D]: the shortlist a filtered search at S (allowed rows
+        only), reranked exactly at L."""
+        exact = self.exact(length)
+        assert exact is not None
+        s = run.shortlist_prefix
+        query = prefix_vectors(rotated, s)
+        _, candidates = filtered_search(self.indexes[s], query, k * run.factor, allowed, exact_max)
+        return rerank(exact, rotated[0], candidates[0], length, k)

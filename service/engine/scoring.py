@@ -1,0 +1,99 @@
+"""What the search engine shares with the scorer that finds its rows.
+
+`SearchEngine` (service/engine/search.py) checks, embeds, rotates and routes a batch of
+queries; its `Scorer` restricts each query to the rows it may return and plans it, scores the
+rows and shapes the hits, and reads one row back for Explain. Two scorers exist: the bundle's
+own FAISS files (service/engine/local_scorer.py) and a Milvus collection the version was
+exported to (service/engine/milvus.py).
+
+`PreparedQuery` is a query's state on its way through the batch; `StoredRow` is one gallery
+row as a scorer reads it back; `EngineConfig` is what both the engine and its scorer obey.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import ConfigDict
+
+from service.engine.filtering import EXACT_MAX
+from service.engine.metadata_filter import MetadataFilter
+from service.engine.plans import FunnelConfig
+from service.errors import ServiceError
+from service.limits import LIMITS, RequestLimits
+from service.query.routing import Route
+from service.results import PlanRun, SearchQuery, SearchResult
+from training.core.config import ConfigModel
+
+
+class EngineConfig(ConfigModel):
+    """`exact_max`: filtered searches allowing at most this many rows score them exactly;
+    `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
+    request may ask for (service/limits.py); `funnel`: when "auto" funnels
+    (service/engine/plans.py); `image_root`: the folder relative `image_path` values are resolved
+    against (None: the one the bundle's cache recorded, else they are returned as stored:
+    service/engine/hits.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exact_max: int = EXACT_MAX
+    hit_concepts: int = 5
+    limits: RequestLimits = LIMITS
+    funnel: FunnelConfig = FunnelConfig()
+    image_root: Path | None = None
+
+
+@dataclass
+class PreparedQuery:
+    """A validated query on its way through the batch."""
+
+    query: SearchQuery
+    embedding: np.ndarray | None = None
+    error: ServiceError | None = None
+    route: Route | None = None
+    setting: str = ""  # search parameters other than the index's own (operating_points.py)
+    allowed: Any = None  # the rows it may return, in its scorer's form (None: every row)
+    plan: PlanRun | None = None
+    image: Any = None  # the decoded PIL image, between decoding and encoding
+    groups: list[int] | None = None  # group_by: each hit's group code (MetadataFilter.group_keys)
+    result: SearchResult | None = None
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One gallery row read back for Explain: its code (axis concepts and activations; its
+    active word concepts where the scorer's store keeps them) and its stored p_L by length."""
+
+    row: int
+    item_id: str
+    axes: tuple[np.ndarray, np.ndarray]
+    words: tuple[np.ndarray, np.ndarray] | None
+    prefixes: dict[int, np.ndarray]
+
+
+class Scorer(Protocol):
+    """Where a bundle version's rows are scored (module docstring). A scorer whose store does
+    not answer raises `UnavailableError`: from `search`, the whole batch fails with it."""
+
+    metadata: MetadataFilter  # the version's metadata table: conditions checked, groups coded
+    metadata_fields: list[str]  # the fields a query may ask hits to carry
+
+    def restrict(self, prepared: PreparedQuery, length: int) -> None:
+        """Set the rows a checked query may return (`prepared.allowed`) and its plan at
+        prefix `length` (`prepared.plan`); QueryError for a filter or plan it refuses."""
+
+    def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
+        """Set every live query's result (`prepared.result`), its rotated embedding a row of
+        `rotated`."""
+
+    def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
+        """The row of an item id, or a row checked to exist; NotFoundError otherwise."""
+
+    def nearest_rows(
+        self, length: int, rotated: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) of the `k` rows nearest at prefix `length`, padded with row −1."""

@@ -1,0 +1,312 @@
+"""The search engine: a loaded bundle and its encoder, with no network in sight.
+
+`SearchEngine.search_batch(queries)` is the unit the server micro-batches:
+
+1. validate each query (service/query/checks.py: one text, image or vector; top_k in
+   [1, 1000]; a known granularity, concepts and metadata fields) — a bad query fails alone,
+   with a `QueryError` naming it;
+2. embed (service/query/embedding.py): every text of the batch in one `encode_text` call
+   (with a query cache, only the distinct texts it does not hold: service/query/cache.py),
+   every image in one `encode_image` call, each call timed into the caller's metrics;
+   vectors are normalised; one GraSP rotation for the whole batch;
+3. route each query to a prefix length: its granularity, or AUTO's choice (service/query/routing.py;
+   image and vector queries go to the full vector);
+4. restrict, plan and search: the engine's scorer (service/engine/scoring.py) — the bundle's
+   own FAISS files (service/engine/local_scorer.py: plans, funnel, concept and metadata
+   filters, grouping) or a Milvus collection (service/engine/milvus.py) — finds each query's
+   rows and describes its hits: ids, requested metadata, and with `explain` the query's active
+   concepts, each hit's strongest concepts and the concepts they share.
+
+Catalog look-ups and the index's description are service/engine/catalog.py's. Scores are s_L, the
+cosine of the first L rotated coordinates. The engine is not thread-safe
+for searches (the encoder is not); the server runs them on one executor thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from indexer.format.bundle import Bundle
+from indexer.verify.check import check_servable
+from service.engine.catalog import catalog_page, describe_index, find_concepts
+from service.engine.descriptions import describe_codes, stack_codes
+from service.engine.explain import activations_of, prefix_similarities, shared_concepts, with_words
+from service.engine.local_scorer import LocalScorer
+from service.engine.operating_points import check_min_recall, setting_for
+from service.engine.scoring import EngineConfig, PreparedQuery, Scorer
+from service.engine.thumbnails import recorded_image_root
+from service.errors import InternalError, QueryError, ServiceError, UnavailableError
+from service.limits import check_near_captions
+from service.query.cache import QueryCache
+from service.query.checks import check_grouping, check_query, check_query_input, parse_granularity
+from service.query.embedding import EncoderObserver, embed_texts, encode
+from service.query.routing import Route, route_text
+from service.results import (
+    ConceptInfo,
+    ConceptPage,
+    ConceptRef,
+    Description,
+    Explanation,
+    IndexInfo,
+    SearchQuery,
+    SearchResult,
+)
+from training.core.encoders import Encoder, load_encoder
+from training.core.encoders.images import decode_image
+from training.core.errors import InputError
+from training.core.granularity import Granularity
+
+__all__ = ["EngineConfig", "SearchEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class SearchEngine:
+    """Search, explanation and catalog look-ups over one loaded bundle version. `scorer`:
+    where its rows are scored (None: the bundle's own FAISS files, a `LocalScorer`)."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        encoder: Encoder | None,
+        config: EngineConfig | None = None,
+        cache: QueryCache | None = None,
+        scorer: Scorer | None = None,
+    ):
+        self.bundle = bundle.load() if scorer is None else bundle
+        self.encoder = encoder
+        self.config = config or EngineConfig()
+        self.cache = cache  # text queries' embeddings (service/query/cache.py); None: no cache
+        if encoder is not None and encoder.dim != bundle.dim:
+            raise ServiceError(
+                f"encoder {encoder.id} is {encoder.dim}-d, "
+                f"but bundle {bundle.name} is {bundle.dim}-d"
+            )
+        self.coder = bundle.coder
+        self.contract = bundle.contract
+        self.image_root = self.config.image_root or recorded_image_root(bundle)
+        self.scorer: Scorer = scorer or LocalScorer(self.bundle, self.config, self.image_root)
+        self.metadata = self.scorer.metadata
+        self.metadata_fields = self.scorer.metadata_fields
+
+    def with_bundle(self, bundle: Bundle) -> SearchEngine:
+        """A new engine over `bundle` sharing this one's encoder, config and query cache (what
+        a hot swap serves next)."""
+        if not isinstance(self.scorer, LocalScorer):
+            raise ServiceError(
+                "the Milvus backend follows its alias: publish a version with `strata index export`"
+            )
+        return SearchEngine(bundle, self.encoder, self.config, self.cache)
+
+    @classmethod
+    def open(
+        cls,
+        bundles: str | Path,
+        device: str = "auto",
+        batch_size: int = 128,
+        config: EngineConfig | None = None,
+        cache: QueryCache | None = None,
+        translator: Path | None = None,
+        verify: bool = True,
+    ) -> SearchEngine:
+        """The published version of a bundle directory, with the encoder its manifest names.
+
+        The version is verified first (`indexer.verify.check.check_servable`; `VersionRefusedError`
+        naming the file when it fails) unless `verify` is False. With `translator` (a folder
+        written by `strata upgrade`), queries are embedded by the translator's source model and
+        translated into the bundle's space instead.
+        """
+        bundle = Bundle.open(bundles)
+        if verify:
+            check_servable(bundle.path)
+        spec = bundle.manifest.encoder
+        if not spec:
+            raise ServiceError(f"bundle {bundle.path} records no encoder to embed queries with")
+        encoder: Encoder
+        if translator is not None:
+            from service.query.translation import translated_encoder
+
+            encoder = translated_encoder(translator, spec, bundle.dim, device, batch_size)
+        else:
+            encoder = load_encoder(spec, device=device, batch_size=batch_size)
+        log.info(
+            "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, encoder.id,
+            encoder.device,
+        )  # fmt: skip
+        return cls(bundle, encoder, config, cache)
+
+    # --- search ---
+
+    def search(self, query: SearchQuery) -> SearchResult:
+        """One query; raises its QueryError."""
+        result = self.search_batch([query])[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def search_batch(
+        self, queries: Sequence[SearchQuery], observer: EncoderObserver | None = None
+    ) -> list[SearchResult | ServiceError]:
+        """Every query's result, or its own error, in order (steps in the module docstring);
+        the encoder calls timed into `observer` (a server's metrics), if any."""
+        prepared = [self._prepare(q) for q in queries]
+        self._embed(prepared, observer)
+        if live := [p for p in prepared if p.error is None]:  # rotated as far as searched
+            head = max(self.contract[p.route.granularity] for p in live)  # type: ignore[union-attr]
+            rotated = self.bundle.grasp.apply(np.stack([p.embedding for p in live]), head)
+            try:
+                self.scorer.search(live, rotated)
+            except UnavailableError as exc:  # the scorer's store did not answer: the batch fails
+                log.warning("%s", exc)
+                return [UnavailableError(str(exc)) for _ in queries]
+        return [p.error if p.error is not None else p.result for p in prepared]  # type: ignore[misc]
+
+    def _prepare(self, query: SearchQuery) -> PreparedQuery:
+        prepared = PreparedQuery(query)
+        try:
+            prepared.embedding = check_query(  # a vector query's unit vector
+                query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
+            )
+            prepared.route = self.route(query)
+            check_min_recall(query.min_recall)
+            length = self.contract[prepared.route.granularity]
+            prepared.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
+            check_grouping(query, self.config.limits)
+            if query.group_by:
+                self.metadata.check_field(query.group_by, "group_by")
+            self.scorer.restrict(prepared, length)
+        except ServiceError as exc:
+            prepared.error = exc
+        except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
+            log.exception("preparing a query failed")
+            prepared.error = InternalError(f"internal error: {exc!r}")
+        return prepared
+
+    def _embed(self, prepared: list[PreparedQuery], observer: EncoderObserver | None) -> None:
+        """Unit embeddings for every live query: one encoder call per modality (timed into
+        `observer`: service/query/embedding.py)."""
+        texts = [p for p in prepared if p.error is None and p.query.text is not None]
+        images = [p for p in prepared if p.error is None and p.query.image is not None]
+        for p in prepared:
+            if p.error is None and p.query.vector is not None and p.embedding is None:
+                values = np.asarray(p.query.vector, dtype=np.float64)
+                p.embedding = (values / np.linalg.norm(values)).astype(np.float32)
+        if texts:
+            assert self.encoder is not None
+            rows = embed_texts(self.encoder, self.cache, [p.query.text for p in texts], observer)
+            for p, row in zip(texts, rows, strict=True):
+                p.embedding = row
+        decoded = []
+        for p in images:
+            try:
+                p.image = decode_image(p.query.image)
+                decoded.append(p)
+            except InputError as exc:
+                p.error = QueryError(f"undecodable image: {exc}")
+        if decoded:
+            assert self.encoder is not None
+            rows = encode(self.encoder, "image", [p.image for p in decoded], observer)
+            for p, row in zip(decoded, rows, strict=True):
+                p.embedding, p.image = row, None
+
+    def route(self, query: SearchQuery) -> Route:
+        """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
+        granularity = parse_granularity(query.granularity)
+        if granularity is not None:
+            return Route(granularity, "requested")
+        if query.text is not None:
+            return route_text(query.text)
+        kind = "image" if query.image is not None else "vector"
+        return Route(Granularity.FULL, f"auto on a{'n' if kind == 'image' else ''} {kind} query")
+
+    # --- explanation ---
+
+    def explain(
+        self,
+        query: SearchQuery,
+        item_id: str | None = None,
+        row: int | None = None,
+        observer: EncoderObserver | None = None,
+        near_captions: int = 0,
+    ) -> Explanation:
+        """Shared concepts and per-prefix cosines of a query and one item (by id or row), and a
+        description of each one's code (service/engine/descriptions.py) with `near_captions`
+        nearest captions (0: the phrases only, no search); the encoder call timed into
+        `observer`. The item is read back by the scorer; word concepts take part where its
+        store keeps the item's."""
+        self.check_explain(query, near_captions)
+        item = self.scorer.stored_row(item_id, row)
+        embedding, q_axis_ids, q_axis_values = self.explained_query(query, observer)
+        q_code = q_axes = (q_axis_ids, q_axis_values)
+        query_description, item_description = self.describe_pair(
+            q_axes, item.axes, item.row, near_captions
+        )
+        item_code = item.axes
+        if item.words is not None:
+            q_code = with_words(self.coder.active_words(embedding)[0], q_axes)
+            item_code = with_words(item.words, item.axes)
+        rotated = self.bundle.rotate(embedding)
+        return Explanation(
+            item_id=item.item_id,
+            row=item.row,
+            similarities=prefix_similarities(self.contract, rotated, item.prefixes),
+            shared_concepts=shared_concepts(self.coder, *q_code, *item_code),
+            query_concepts=activations_of(self.coder, *q_code),
+            item_concepts=activations_of(self.coder, *item_code),
+            bundle_version=self.bundle.version,
+            query_description=query_description,
+            item_description=item_description,
+        )
+
+    def check_explain(self, query: SearchQuery, near_captions: int) -> None:
+        """QueryError unless the query is one valid text, image or vector and near_captions
+        lies within the limit."""
+        if len(query.kinds) != 1:
+            raise QueryError("give one query: a text, an image or a vector")
+        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
+        check_near_captions(near_captions, self.config.limits)
+
+    def explained_query(
+        self, query: SearchQuery, observer: EncoderObserver | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query embedded ([1, D]) and its code: (embedding, concept ids, activations)."""
+        prepared = PreparedQuery(query)
+        self._embed([prepared], observer)
+        if prepared.error is not None:
+            raise prepared.error
+        embedding = prepared.embedding[None, :]
+        q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
+        return embedding, q_ids, q_values
+
+    def describe_pair(
+        self,
+        query_code: tuple[np.ndarray, np.ndarray],
+        item_code: tuple[np.ndarray, np.ndarray],
+        row: int,
+        near_captions: int,
+    ) -> list[Description]:
+        """The descriptions of a query's and an item's code (the item's row excluded from the
+        item's captions), captions found by the scorer's `nearest_rows`."""
+        codes = stack_codes([query_code, item_code])
+        return describe_codes(
+            self.bundle, self.coder, *codes, near_captions, [(), (row,)], self.scorer.nearest_rows
+        )
+
+    # --- the catalog ---
+
+    def list_concepts(
+        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+    ) -> ConceptPage:
+        """A page of the catalog (`service.engine.catalog.catalog_page`)."""
+        return catalog_page(self.bundle, name_contains, page_size, page_token, self.config.limits)
+
+    def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
+        """Every concept a reference stands for (`service.engine.catalog.find_concepts`)."""
+        return find_concepts(self.bundle, ref, self.config.limits)
+
+    def info(self) -> IndexInfo:
+        return describe_index(self.bundle, self.metadata.schema, self.encoder)

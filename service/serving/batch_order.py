@@ -1,0 +1,91 @@
+"""The order in which the micro-batcher (service/serving/batching.py) serves the requests waiting:
+the queue's entries and `take_batch`, the pure rule that picks the next batch.
+
+Every batch goes to the request first in line by its turn, `arrived + SERVED_WEIGHT × served`
+(`served`: the seconds of processing its chunks have had so far; ties go to the request served
+fewer times, then to the earlier): a deadline-aware queue in which a request's place recedes
+with the work done for it. A request that has had nothing waits its turn by arrival (no caller
+starves: a newcomer's turn is never before its arrival), and one that has had much lets
+newcomers pass (a small query beside a large request waits for at most the chunk being
+processed). When a single-item request is first, the batch is the single-item requests
+waiting, in turn order (up to `max_batch`); otherwise it is one chunk of the first request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+# how much a second of processing moves a request back in line: above 1, a request served more
+# than half the time since it arrived is behind every newcomer (a stream of small queries beside
+# a large request gets its turn at each chunk), and the large request still gets its turns
+SERVED_WEIGHT = 2.0
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Waiting(Generic[T, R]):
+    item: T
+    future: asyncio.Future[R]
+    arrived: float
+    deadline: float | None = None
+
+
+@dataclass(eq=False)  # a request is itself: found and removed by identity, never by its fields
+class Flow(Generic[T, R]):
+    """One request's items still waiting, oldest first (`futures`: all of its items');
+    `single`: a request of one item and no `finish`, which may share a batch with others like
+    it (a batch of singles is finished by nobody); `item_s`: what one of its items has cost
+    (None: unknown); `call`: a request run alone (`submit_call`); `arrived`, `served` (seconds
+    of processing so far) and `turns` (chunks taken) place it in line (`turn`)."""
+
+    items: deque[Waiting[T, R]] = field(default_factory=deque)
+    futures: list[asyncio.Future[R]] = field(default_factory=list)
+    single: bool = True
+    item_s: float | None = None
+    finish: Callable[[R], Any] | None = None
+    call: Callable[[], R] | None = None
+    arrived: float = 0.0
+    served: float = 0.0
+    turns: int = 0
+
+    def turn(self) -> tuple[float, int]:
+        """Its place in line: earlier first (module docstring)."""
+        return self.arrived + SERVED_WEIGHT * self.served, self.turns
+
+    def chunk(self, chunk_s: float, most: int) -> int:
+        """Items of this request in its next chunk: what fits in `chunk_s` (1 while unknown)."""
+        if self.item_s is None:
+            return 1
+        return max(1, min(most, int(chunk_s / max(self.item_s, 1e-6))))
+
+
+def take_batch(
+    flows: deque[Flow[T, R]], max_batch: int, chunk_s: float
+) -> tuple[list[Waiting[T, R]], Flow[T, R] | None]:
+    """The next batch from the waiting requests (`flows`, arrival order): when the request first
+    in line (`Flow.turn`; arrival order breaks ties) is a single-item one, up to `max_batch`
+    single-item requests in turn order; else one chunk of that request (one item for a
+    `call`), which stays in the queue while items remain. Returns the batch and the request it
+    came from (None: singles). Mutates `flows`."""
+    if not flows:
+        return [], None
+    first = min(flows, key=Flow.turn)  # min: the earliest-arrived among equal turns
+    if first.single:
+        taken = sorted((f for f in flows if f.single), key=Flow.turn)[:max_batch]
+        gone = {id(f) for f in taken}
+        kept = [f for f in flows if id(f) not in gone]
+        flows.clear()
+        flows.extend(kept)
+        return [f.items.popleft() for f in taken], None
+    most = 1 if first.call is not None else first.chunk(chunk_s, max_batch)
+    batch = [first.items.popleft() for _ in range(min(most, len(first.items)))]
+    first.turns += 1
+    if not first.items:
+        flows.remove(first)
+    return batch, first

@@ -1,0 +1,370 @@
+"""Micro-batching: concurrent queries become one call of a blocking batch function.
+
+Each `submit(item)` waits in a bounded queue; one worker task takes the oldest waiting items,
+up to `max_batch`, as soon as either `max_batch` are waiting or the oldest has waited
+`max_wait_ms`, and runs `process(items)` on an executor thread (the encoder and FAISS are
+blocking), then hands each caller its own result — or its own exception, so that one bad
+image fails one query, not its batch. While a batch runs, new arrivals queue up for the next.
+The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
+load), and under load batches still form from the queries that arrive while one runs — on two
+CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
+32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
+little more than one query, as on a GPU.
+
+Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
+`submit_many(items)` (a BatchSearch) one request of many, worked through in chunks;
+`submit_call(call)` (an Explain) one request that runs `call()` alone on the same executor.
+Which request the next batch serves is service/serving/batch_order.py's rule: the first in line by
+arrival, moved back by twice the processing it has had — no caller starves, and a small query
+beside a large request waits for at most the chunk being processed. A chunk is as many items
+as fit in `chunk_ms` by what that request's items have cost so far (the first chunk: one item;
+at most `max_batch`), and is never batched with another request's items (no head-of-line
+blocking).
+A caller that gives up (a deadline, a cancelled call, a server stopping at its grace) takes its
+items still waiting out of the queue at once, so its remaining work is never done.
+
+Admission: a full queue (`max_queue` requests waiting, not counting the batch being processed)
+refuses a submission at once with `OverloadedError` (RESOURCE_EXHAUSTED) rather than letting
+latency grow without bound. A submission may carry a deadline (in the batcher's `clock`,
+`time.monotonic` — the event loop's time — unless another is given): an item still
+waiting when it passes is dropped with `DeadlineError` instead of being processed for a caller
+that no longer waits; for `submit_many` the first failing item fails the request, and its
+other waiting items are dropped.
+With batching switched off (`enabled=False`, for load tests) every item is processed alone,
+on the same executor, and admission holds all the same: a request beyond the one running and
+`max_queue` waiting is refused with `OverloadedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from service.errors import DeadlineError, OverloadedError
+from service.serving.batch_order import Flow, Waiting, take_batch
+from service.serving.batching_config import BatchingConfig  # re-exported: its home before
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+C = TypeVar("C")
+
+
+@dataclass
+class BatchStats:
+    """Counters for tests and logs: calls of `process`, items processed, the largest batch."""
+
+    batches: int = 0
+    items: int = 0
+    largest: int = 0
+    expired: int = 0  # dropped unprocessed: their deadline passed while they waited
+
+    def add(self, size: int) -> None:
+        self.batches += 1
+        self.items += size
+        self.largest = max(self.largest, size)
+
+
+class ItemError(Exception):
+    """`submit_many`: the item at `index` failed with `error` (the request's other items were
+    dropped)."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"item {index}: {error}")
+        self.index, self.error = index, error
+
+
+class MicroBatcher(Generic[T, R]):
+    """Batches concurrent `submit` calls into `process(items) -> results` calls (one result or
+    exception per item, in order). Use from one event loop; `close()` when done.
+
+    `clock` (seconds) stamps arrivals, judges deadlines and the oldest item's wait, and times
+    the chunks of a multi-item request; the default, `time.monotonic`, is the event loop's
+    time. The wait for company itself sleeps on the event loop."""
+
+    def __init__(
+        self,
+        process: Callable[[list[T]], Sequence[R | BaseException]],
+        config: BatchingConfig | None = None,
+        executor: Executor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.process = process
+        self.config = config or BatchingConfig()
+        self.executor = executor
+        self.clock = clock
+        self.stats = BatchStats()
+        self._flows: deque[Flow[T, R]] = deque()
+        self._in_flight: list[Waiting[T, R]] = []
+        self._arrived: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+        self._alone_requests = 0  # batching off: requests running or waiting for the executor
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued with items not yet taken into a batch."""
+        return len(self._flows)
+
+    @property
+    def waiting_items(self) -> int:
+        return sum(len(flow.items) for flow in self._flows)
+
+    async def submit(self, item: T, deadline: float | None = None) -> R:
+        """The result of `process` for this item (its exception is raised here). `deadline`:
+        the time (by `clock`) after which the item is dropped unprocessed (DeadlineError)."""
+        try:
+            return (await self.submit_many([item], deadline))[0]
+        except ItemError as exc:
+            raise exc.error from None
+
+    async def submit_many(
+        self,
+        items: Sequence[T],
+        deadline: float | None = None,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
+        """The results of `process` for these items, in order, as one request (module
+        docstring), worked through in chunks. `finish`, when given, is applied to each result
+        on the executor thread, chunk by chunk (what a caller would otherwise do to all of them
+        at the end, in one go, on the event loop). The first item that fails raises
+        `ItemError` (its index and exception) and drops the request's items still waiting."""
+        if self._closed:
+            raise OverloadedError("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        if deadline is not None and deadline <= self.clock():
+            self.stats.expired += 1
+            raise DeadlineError("the deadline passed before the query was queued")
+        if not items:
+            return []
+        if not self.config.enabled:
+            return await self._admitted_alone(lambda: self._alone(list(items), loop, finish))
+        flow: Flow[T, R] = Flow(
+            single=len(items) == 1 and finish is None,  # a one-query BatchSearch is finished
+            finish=finish,
+        )
+        return await self._queued(flow, list(items), deadline, loop)
+
+    async def submit_call(self, call: Callable[[], C], deadline: float | None = None) -> C:
+        """`call()` run alone on the executor as one request, in its turn among the others
+        (module docstring); its exception is raised here. Admission and `deadline` as for
+        `submit`."""
+        if self._closed:
+            raise OverloadedError("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        if deadline is not None and deadline <= self.clock():
+            self.stats.expired += 1
+            raise DeadlineError("the deadline passed before the call was queued")
+        if not self.config.enabled:
+            return await self._admitted_alone(lambda: loop.run_in_executor(self.executor, call))
+        flow: Flow[Any, Any] = Flow(single=False, call=call)
+        try:
+            return (await self._queued(flow, [None], deadline, loop))[0]
+        except ItemError as exc:
+            raise exc.error from None
+
+    async def _queued(
+        self,
+        flow: Flow[Any, Any],
+        items: list[Any],
+        deadline: float | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> list[Any]:
+        """Queue `flow` with `items` and wait for all of their results (ItemError: the first
+        that failed)."""
+        if len(self._flows) >= self.config.max_queue:
+            raise self._full()
+        self._start(loop)
+        now = flow.arrived = self.clock()
+        flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
+        futures = flow.futures = [w.future for w in flow.items]
+        self._flows.append(flow)
+        assert self._arrived is not None
+        self._arrived.set()
+        try:
+            if len(futures) == 1:  # one item: its own future, without asyncio.wait's waiter
+                future = futures[0]
+                try:
+                    return [await future]
+                except BaseException:
+                    if future.done() and not future.cancelled() and future.exception():
+                        raise ItemError(0, future.exception()) from None  # type: ignore[arg-type]
+                    raise  # the caller gave up (its cancel cancelled the future)
+            pending = set(futures)
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                for index, future in enumerate(futures):
+                    if future.done() and future.exception() is not None:
+                        raise ItemError(index, future.exception())  # type: ignore[arg-type]
+            return [future.result() for future in futures]
+        finally:  # done, failed, or the caller gave up: what still waits leaves the queue
+            self._drop(flow)
+
+    def _full(self) -> OverloadedError:
+        return OverloadedError(
+            f"the query queue is full ({self.config.max_queue} requests waiting); retry later"
+        )
+
+    async def _admitted_alone(self, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Batching off: admission as with batching on (one running, max_queue waiting), then
+        `run()`."""
+        if self._alone_requests > self.config.max_queue:
+            raise self._full()
+        self._alone_requests += 1
+        try:
+            return await run()
+        finally:
+            self._alone_requests -= 1
+
+    def _drop(self, flow: Flow[T, R]) -> None:
+        if flow in self._flows:  # by identity; a ValueError's message would print the flow
+            self._flows.remove(flow)
+        for future in flow.futures:  # waiting or in a running batch: nobody awaits it now
+            if not future.done():
+                future.cancel()
+        flow.items.clear()
+
+    async def _alone(
+        self,
+        items: list[T],
+        loop: asyncio.AbstractEventLoop,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
+        """Batching off: one item per call, in order, stopping at the first failure."""
+        out: list[Any] = []
+        for start in range(len(items)):
+            results = await loop.run_in_executor(
+                self.executor, self._call, items[start : start + 1], finish
+            )
+            for offset, result in enumerate(results):
+                if isinstance(result, BaseException):
+                    raise ItemError(start + offset, result)
+                out.append(result)
+        return out
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._worker is None or self._worker.done():
+            self._arrived = asyncio.Event()
+            self._worker = loop.create_task(self._run(), name="strata-batcher")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._arrived is not None
+        wait = self.config.max_wait_ms / 1000
+        chunk_s = self.config.chunk_ms / 1000
+        while True:
+            while not self._flows:
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = self._flows[0].items[0].arrived + wait
+            while self.waiting_items < self.config.max_batch:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    async with asyncio.timeout(remaining):
+                        await self._arrived.wait()
+                except TimeoutError:
+                    raise_if_cancelled()  # a cancel that met the timeout is still a cancel
+                    break
+                if not self._flows:
+                    break
+            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s)
+            batch = [w for w in batch if not w.future.done()]  # callers that gave up
+            batch = [w for w in batch if not self._expired(w, self.clock())]
+            if not batch:
+                continue
+            self._in_flight = batch
+            began = self.clock()
+            try:
+                if source is not None and source.call is not None:
+                    results = await loop.run_in_executor(self.executor, _called, source.call)
+                else:
+                    finish = source.finish if source is not None else None
+                    results = await loop.run_in_executor(
+                        self.executor, self._call, [w.item for w in batch], finish
+                    )
+            except Exception as exc:  # the whole call failed: every caller hears why
+                log.exception("batch of %d failed", len(batch))
+                results = [exc] * len(batch)
+            if source is not None:
+                source.served += self.clock() - began
+                source.item_s = (self.clock() - began) / len(batch)
+            for waiting, result in zip(batch, results, strict=True):
+                if waiting.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    waiting.future.set_exception(result)
+                else:
+                    waiting.future.set_result(result)
+            self._in_flight = []
+
+    def _expired(self, waiting: Waiting[T, R], now: float) -> bool:
+        if waiting.deadline is None or waiting.deadline > now:
+            return False
+        self.stats.expired += 1
+        waiting.future.set_exception(
+            DeadlineError(
+                f"the deadline passed after {now - waiting.arrived:.3f} s in the queue; "
+                "the query was dropped unprocessed"
+            )
+        )
+        return True
+
+    def _call(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
+        results = self.process(items)
+        if len(results) != len(items):
+            raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
+        self.stats.add(len(items))
+        if finish is None:
+            return results
+        return [_finished(finish, r) for r in results]
+
+    async def close(self) -> None:
+        """Stop the worker; queued callers get OverloadedError."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        waiting = [w for flow in self._flows for w in flow.items]
+        for item in [*self._in_flight, *waiting]:
+            if not item.future.done():
+                item.future.set_exception(OverloadedError("the server is shutting down"))
+        self._flows.clear()
+
+
+def _called(call: Callable[[], R]) -> list[R | BaseException]:
+    """`[call()]`, or `[the exception it raised]`."""
+    try:
+        return [call()]
+    except Exception as exc:
+        return [exc]
+
+
+def raise_if_cancelled() -> None:
+    """CancelledError when the running task has been asked to stop: for a loop whose await can
+    come back without raising it (a timeout that expired as the cancel came), so that a
+    cancelled worker ends instead of waiting on forever (and holding up `asyncio.run`'s exit)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
+    """`finish(result)`, or the exception it (or the item) raised."""
+    if isinstance(result, BaseException):
+        return result
+    try:
+        return finish(result)
+    except Exception as exc:
+        return exc

@@ -1,0 +1,44 @@
+"""The micro-batcher's settings (service/serving/batching.py): batch size, the wait for company, the
+queue's bound and the time a chunk of a multi-item request aims at."""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, ValidationInfo, field_validator
+
+from training.core.config import ConfigModel
+
+
+class BatchingConfig(ConfigModel):
+    """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
+    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
+    `enabled=False` processes every item alone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = True
+    max_batch: int = 32
+    max_wait_ms: float = 0.0
+    max_queue: int = 64
+    chunk_ms: float = 20.0
+
+    @field_validator("max_batch", "max_queue")
+    @classmethod
+    def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
+        if value < 1:
+            what = str(info.field_name).replace("_", " ")  # "max batch", "max queue"
+            raise ValueError(f"{what} must be at least 1, got {value}")
+        return value
+
+    @field_validator("max_wait_ms")
+    @classmethod
+    def _max_wait(cls, value: float) -> float:
+        if not 0 <= value <= 10_000:
+            raise ValueError(f"max wait must lie in [0, 10000] ms, got {value}")
+        return value
+
+    @field_validator("chunk_ms")
+    @classmethod
+    def _chunk(cls, value: float) -> float:
+        if not 0 < value <= 10_000:
+            raise ValueError(f"chunk time must lie in (0, 10000] ms, got {value}")
+        return value

@@ -1,0 +1,139 @@
+"""Explain's descriptions of sparse codes: the phrase and the nearest gallery captions, in the
+engine and over gRPC, on the service's MiniLM text bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from indexer.format.bundle import Bundle
+from service._generated.strata.v1 import search_pb2 as pb
+from service._generated.strata.v1 import search_pb2_grpc
+from service.api.background import BackgroundServer
+from service.api.grpc.client import StrataClient
+from service.engine.descriptions import code_names
+from service.engine.explain import row_concepts
+from service.engine.search import SearchEngine
+from service.errors import QueryError
+from service.results import SearchQuery
+from training.cedar.descriptions import code_reconstruction, compose_phrase, content_words
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
+from training.core.metrics import prefix_vectors, unit_rows
+
+
+def test_the_item_description_is_its_codes_phrase_and_nearest_other_rows(
+    engine: SearchEngine, text_bundle: Path
+):
+    row = 17
+    explanation = engine.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
+    bundle, coder = engine.bundle, engine.coder
+    ids, values = (a[0] for a in row_concepts(bundle, [row]))
+    item = explanation.item_description
+    assert item is not None and item.phrase
+    assert item.phrase == compose_phrase(code_names(coder, ids, values))
+    # the nearest rows to x̂ by brute force over the gallery, the row itself left out
+    x_hat = unit_rows(
+        code_reconstruction(coder.artifact.rotation, coder.artifact.mean, ids, values)
+    )
+    gallery = prefix_vectors(bundle.rotate(gallery_rows(text_bundle)), bundle.dim)
+    cosines = gallery @ prefix_vectors(bundle.rotate(x_hat), bundle.dim)[0]
+    cosines[row] = -np.inf
+    expected = np.argsort(-cosines, kind="stable")[:5]
+    assert [c.row for c in item.captions] == expected.tolist()
+    assert [c.cosine for c in item.captions] == pytest.approx(cosines[expected], abs=1e-5)
+    captions = bundle.metadata(expected).column("caption").to_pylist()
+    assert [c.text for c in item.captions] == captions
+    assert [c.id for c in item.captions] == bundle.ids(expected)
+    # the query's code is described too, and asking for no captions runs no search
+    assert explanation.query_description is not None and explanation.query_description.phrase
+    assert len(explanation.query_description.captions) == 5
+    plain = engine.explain(SearchQuery.of("a red dog"), row=row)
+    assert plain.item_description.phrase == item.phrase and not plain.item_description.captions
+
+
+def gallery_rows(text_bundle: Path) -> np.ndarray:
+    """The text bundle's raw embeddings, read from the cache it was built from (beside it)."""
+    return np.asarray(EmbeddingCache.open(text_bundle.parent / "cache").embeddings("text"))
+
+
+def test_a_querys_nearest_captions_share_its_words(engine: SearchEngine):
+    explanation = engine.explain(SearchQuery.of("a red dog"), row=0, near_captions=5)
+    described = explanation.query_description
+    cosines = [c.cosine for c in described.captions]
+    assert cosines == sorted(cosines, reverse=True)
+    query = content_words("a red dog")
+    near = np.mean([len(content_words(c.text) & query) for c in described.captions])
+    gallery = engine.bundle.metadata(np.arange(engine.bundle.rows)).column("caption").to_pylist()
+    chance = np.mean([len(content_words(t) & query) for t in gallery])
+    assert near >= 1 and near > 2 * chance, (near, chance, described.captions)
+
+
+def test_near_captions_outside_its_range_is_refused(engine: SearchEngine):
+    for count in (-1, 21):
+        with pytest.raises(QueryError, match=r"near_captions must lie in \[0, 20\]"):
+            engine.explain(SearchQuery.of("a dog"), row=0, near_captions=count)
+
+
+def test_explain_rpc_returns_both_descriptions(client: StrataClient, engine: SearchEngine):
+    remote = client.explain("a red dog", row=5, near_captions=4)
+    local = engine.explain(SearchQuery.of("a red dog"), row=5, near_captions=4)
+    for side in ("query_description", "item_description"):
+        got, want = getattr(remote, side), getattr(local, side)
+        assert got.phrase == want.phrase
+        assert [(c.id, c.row, c.text) for c in got.captions] == [
+            (c.id, c.row, c.text) for c in want.captions
+        ]
+        assert [c.cosine for c in got.captions] == pytest.approx([c.cosine for c in want.captions])
+    assert 5 not in [c.row for c in remote.item_description.captions]
+    assert len(remote.query_description.captions) == 4
+    assert client.explain("a red dog", row=5).item_description.captions == []
+
+
+@pytest.fixture(scope="module")
+def stub(server: BackgroundServer) -> Iterator[search_pb2_grpc.SearchServiceStub]:
+    with grpc.insecure_channel(server.target) as channel:
+        yield search_pb2_grpc.SearchServiceStub(channel)
+
+
+@pytest.mark.parametrize("count", [-3, 21, 1000])
+def test_explain_rpc_refuses_near_captions_out_of_range(stub, count: int):
+    request = pb.ExplainRequest(query=pb.Query(text="a dog"), row=0, near_captions=count)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Explain(request, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"near_captions must lie in [0, 20] (0: none), got {count}" in caught.value.details()
+
+
+def test_a_bundle_without_captions_describes_by_phrase_only(
+    text_bundle: Path, engine: SearchEngine, minilm, tmp_path: Path
+):
+    """The same rows and artifacts, the cache's metadata holding ids only."""
+    source = EmbeddingCache.open(text_bundle.parent / "cache")
+    x = np.asarray(source.embeddings("text"), dtype=np.float32)
+    manifest = CacheManifest(
+        encoder=source.manifest.encoder, dim=x.shape[1], dtype="float32", modalities=["text"]
+    )
+    ids = pa.table({"id": source.metadata().column("id")})
+    manifest.shards.append(write_shard(tmp_path / "cache", 0, {"text": x}, ids, "float32"))
+    manifest.complete = True
+    write_manifest(tmp_path / "cache", manifest)
+    artifacts = text_bundle.parent
+    build_bundle(
+        BuildConfig(
+            cache=tmp_path / "cache", grasp=artifacts / "grasp", cedar=artifacts / "cedar",
+            out=tmp_path / "bundles", progress=False,
+        )
+    )  # fmt: skip
+    bare = SearchEngine(Bundle.open(tmp_path / "bundles"), minilm)
+    explanation = bare.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)
+    with_captions = engine.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)
+    assert explanation.item_description.phrase == with_captions.item_description.phrase != ""
+    assert explanation.item_description.captions == []
+    assert explanation.query_description.captions == []

@@ -1,0 +1,385 @@
+"""The Milvus backend on Milvus Lite: export, parity with local FAISS, filters, Explain, the
+alias switch under load, and the engine stopped and restarted.
+
+Milvus Lite runs here as a real gRPC server in this process (`start_server_in_thread`), reached
+by URI exactly as a cluster is; one test goes through a `.db` path and the `strata` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from milvus_lite.adapter.grpc.server import start_server_in_thread
+from serving_helpers import Searching
+from waiting import WAIT_S, wait_for
+
+from indexer.format.bundle import MANIFEST, Bundle, read_current, version_name
+from indexer.milvus.export import export_bundle
+from indexer.milvus.store import MilvusStore, collection_name
+from service.api.background import BackgroundServer
+from service.api.grpc.client import StrataClient, StrataClientError
+from service.api.server import ServerConfig
+from service.engine.milvus_backend import milvus_engine as engine_over
+from service.engine.milvus_backend import open_milvus
+from service.engine.milvus_expressions import concept_expression, where_expression
+from service.engine.search import SearchEngine
+from service.errors import QueryError, UnavailableError
+from service.results import (
+    ConceptRef,
+    MetadataCondition,
+    MetadataRange,
+    SearchPlan,
+    SearchQuery,
+)
+from service.serving.alias_follower import AliasFollower
+from service.serving.batching import BatchingConfig
+
+TEXTS = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
+GRANULARITIES = ("object", "attribute", "relation", "caption", "full")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiteServer:
+    """A Milvus Lite gRPC server on a fixed port, stopped and started again at will."""
+
+    def __init__(self, data: Path) -> None:
+        self.data, self.port = data, free_port()
+        self.server = self.db = None
+        self.start()
+
+    @property
+    def uri(self) -> str:
+        return f"milvus://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.server, self.db, _ = start_server_in_thread(str(self.data), port=self.port)
+
+    def stop(self) -> None:
+        self.server.stop(grace=0)
+        self.db.close()
+
+
+@pytest.fixture(scope="module")
+def lite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteServer]:
+    running = LiteServer(tmp_path_factory.mktemp("milvus") / "lite.db")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def bundles(text_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the text bundle with a second version (the first one renumbered)."""
+    root = tmp_path_factory.mktemp("bundles") / "bundles"
+    shutil.copytree(text_bundle, root)
+    first = read_current(root)
+    second = root / version_name(2)
+    shutil.copytree(root / first, second)
+    manifest = json.loads((second / MANIFEST).read_text())
+    manifest["version"], manifest["name"] = 2, version_name(2)
+    (second / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def exported(lite: LiteServer, bundles: Path) -> str:
+    store = MilvusStore(lite.uri, timeout_s=10)
+    summary = export_bundle(Bundle.open(bundles), store, "gallery", rows_per_batch=128)
+    store.close()
+    assert summary.published and summary.rows == 300
+    return summary.collection
+
+
+@pytest.fixture(scope="module")
+def milvus_engine(lite: LiteServer, bundles: Path, exported: str, minilm) -> SearchEngine:
+    return open_milvus(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=5)
+
+
+def test_expression_of_a_concept_filter() -> None:
+    assert concept_expression([], []) == ""
+    assert concept_expression([[5, 3], [7]], [9, 2]) == (
+        "(array_contains_any(concepts, [3, 5])) and (array_contains_any(concepts, [7])) "
+        "and (not array_contains_any(concepts, [2, 9]))"
+    )
+
+
+def test_export_records_the_version_and_publishes_the_alias(lite: LiteServer, exported: str):
+    store = MilvusStore(lite.uri)
+    assert store.current("gallery") == exported == collection_name("gallery", 1)
+    record = store.record(exported)
+    assert (record.version, record.rows, record.prefixes) == (1, 300, (24, 48, 96, 192, 384))
+
+
+def test_same_top10_as_local_flat(milvus_engine: SearchEngine, engine: SearchEngine) -> None:
+    assert {p.factory for p in engine.bundle.manifest.prefixes} == {"Flat"}
+    compared = 0
+    for text in TEXTS:
+        for granularity in GRANULARITIES:
+            query = SearchQuery.of(text, granularity=granularity, k=10)
+            local, remote = engine.search(query), milvus_engine.search(query)
+            assert remote.ids == local.ids, (text, granularity)
+            for a, b in zip(local.hits, remote.hits, strict=True):
+                assert a.row == b.row and abs(a.score - b.score) < 1e-4
+            compared += 1
+    auto = milvus_engine.search(SearchQuery.of("a dog", k=10))
+    assert auto.ids == engine.search(SearchQuery.of("a dog", k=10)).ids
+    assert compared == 25
+
+
+def test_hnsw_fields_reach_recall_99_against_local_flat(
+    lite: LiteServer, bundles: Path, engine: SearchEngine
+) -> None:
+    store = MilvusStore(lite.uri, timeout_s=10)
+    bundle = Bundle.open(bundles)
+    summary = export_bundle(bundle, store, "gallery-hnsw", index_kind="HNSW", rows_per_batch=128)
+    remote = engine_over(bundle, engine.encoder, store, summary.collection, name="gallery-hnsw")
+    found = wanted = 0
+    for text in TEXTS:
+        for granularity in GRANULARITIES:
+            query = SearchQuery.of(text, granularity=granularity, k=10)
+            exact = set(engine.search(query).ids)
+            found += len(exact & set(remote.search(query).ids))
+            wanted += len(exact)
+    store.close()
+    assert wanted == 250 and found / wanted >= 0.99, found / wanted
+
+
+def test_concept_filters_run_in_the_engine(milvus_engine: SearchEngine, engine: SearchEngine):
+    concepts = [c for c in range(2 * engine.bundle.dim) if len(engine.bundle.postings(c)[0])]
+    frequent = sorted(concepts, key=lambda c: -len(engine.bundle.postings(c)[0]))
+    for require, exclude in (
+        ([frequent[0]], []),
+        ([], [frequent[0], frequent[1]]),
+        ([frequent[1], frequent[2]], [frequent[3]]),
+    ):
+        query = SearchQuery.of(
+            "a dog", granularity="caption", k=10,
+            require=[ConceptRef(id=c) for c in require],
+            exclude=[ConceptRef(id=c) for c in exclude],
+        )  # fmt: skip
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert remote.filtered_rows == local.filtered_rows > 0
+        assert remote.ids == local.ids
+        allowed = set(remote.ids)
+        for c in require:
+            rows = set(engine.bundle.postings(c)[0].tolist())
+            assert all(h.row in rows for h in remote.hits)
+        for c in exclude:
+            rows = set(engine.bundle.postings(c)[0].tolist())
+            assert not any(h.row in rows for h in remote.hits)
+        assert allowed
+
+
+def test_metadata_conditions_and_groups_run_in_the_engine(
+    milvus_engine: SearchEngine, engine: SearchEngine
+):
+    subjects = engine.metadata.column("subject").to_pylist()
+    common = max(set(subjects), key=subjects.count)
+    some = sorted(set(subjects))[:3]
+    assert where_expression(engine.metadata, [MetadataCondition("subject", equals=common)]) == (
+        f'(subject == "{common}")'
+    )
+    for where in (
+        [MetadataCondition("subject", equals=common)],
+        [MetadataCondition("subject", any_of=tuple(some))],
+        [MetadataCondition("subject", range=MetadataRange(min=some[0], max=some[-1]))],
+        [MetadataCondition("subject", range=MetadataRange(min=some[0], min_exclusive=True))],
+    ):
+        query = SearchQuery.of("a dog", granularity="caption", k=10, where=where)
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert remote.filtered_rows == local.filtered_rows > 0, where
+        assert remote.ids == local.ids, where
+    for size in (1, 2):
+        query = SearchQuery.of(
+            "a dog", granularity="object", k=5, group_by="subject", group_size=size
+        )
+        local, remote = engine.search(query), milvus_engine.search(query)
+        assert [h.group for h in remote.hits] == [h.group for h in local.hits]
+        assert len({h.group for h in remote.hits}) == 5
+        assert [round(h.score, 4) for h in remote.hits] == [round(h.score, 4) for h in local.hits]
+    with pytest.raises(QueryError, match="unknown metadata field 'nope'"):
+        milvus_engine.search(SearchQuery.of("a dog", where=[MetadataCondition("nope", equals="x")]))
+
+
+def test_explain_reads_the_row_back(milvus_engine: SearchEngine, engine: SearchEngine) -> None:
+    query = SearchQuery.of("a red car")
+    item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
+    local, remote = engine.explain(query, item_id=item), milvus_engine.explain(query, item_id=item)
+    assert remote.row == local.row
+    assert [(s.prefix_length, round(s.cosine, 4)) for s in remote.similarities] == [
+        (s.prefix_length, round(s.cosine, 4)) for s in local.similarities
+    ]
+    assert [c.id for c in remote.item_concepts] == [c.id for c in local.item_concepts]
+    assert [c.id for c in remote.shared_concepts] == [c.id for c in local.shared_concepts]
+    explained = milvus_engine.search(SearchQuery.of("a red car", k=3, explain=True))
+    assert explained.hits[0].concepts and explained.query_concepts
+
+
+def test_explain_through_the_server_with_near_captions(
+    milvus_engine: SearchEngine, engine: SearchEngine
+) -> None:
+    """gRPC Explain on the Milvus backend (once INTERNAL: the servicer passes near_captions,
+    which the Milvus engine's Explain did not take): the local engine's answer, descriptions and
+    their near captions included, the captions searched in Milvus; out-of-range near_captions
+    is refused as on FAISS."""
+    item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
+    local = engine.explain(SearchQuery.of("a red car"), item_id=item, near_captions=3)
+    with (
+        BackgroundServer(milvus_engine, ServerConfig(port=0)) as running,
+        StrataClient(running.target, timeout=60) as client,
+    ):
+        remote = client.explain("a red car", item_id=item, near_captions=3)
+        plain = client.explain("a red car", row=local.row)
+        with pytest.raises(StrataClientError, match=r"near_captions must lie in \[0, 20\]"):
+            client.explain("a red car", row=local.row, near_captions=21)
+    assert (remote.item_id, remote.row) == (item, local.row)
+    assert [(s.prefix_length, round(s.cosine, 4)) for s in remote.similarities] == [
+        (s.prefix_length, round(s.cosine, 4)) for s in local.similarities
+    ]
+    for ours, theirs in (
+        (remote.query_description, local.query_description),
+        (remote.item_description, local.item_description),
+    ):
+        assert ours.phrase == theirs.phrase
+        assert [c.id for c in ours.captions] == [c.id for c in theirs.captions]
+        assert len(ours.captions) == 3 and all(c.text for c in ours.captions)
+    assert local.row not in [c.row for c in remote.item_description.captions]
+    assert plain.query_description.captions == [] and plain.item_description.captions == []
+
+
+def test_requested_funnel_reranks_at_the_target(milvus_engine: SearchEngine, engine: SearchEngine):
+    plan = SearchPlan("funnel", 24, 50)
+    query = SearchQuery.of("a man riding a horse", granularity="full", k=10, plan=plan)
+    remote = milvus_engine.search(query)
+    assert remote.plan.kind == "funnel" and remote.plan.shortlist_rows == 300
+    assert remote.ids == engine.search(query).ids  # the shortlist holds every row here
+
+
+def test_alias_switch_under_load_fails_no_request(
+    lite: LiteServer, bundles: Path, exported: str, minilm
+) -> None:
+    # an alias of this test's own: switching and dropping its versions leaves the module's
+    # "gallery" (which the other tests search, in any order) as it was
+    store = MilvusStore(lite.uri, timeout_s=10)
+    first = export_bundle(
+        Bundle.open_version(bundles / read_current(bundles)), store, "swap", rows_per_batch=128
+    )
+    assert first.published and first.collection == collection_name("swap", 1)
+    swapping = open_milvus(lite.uri, bundles, "swap", encoder=minilm, timeout_s=5)
+    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=16, max_wait_ms=2))
+    with BackgroundServer(swapping, config) as running:
+        follower = AliasFollower(running.server, poll_s=0.1).start()
+        try:
+            with Searching(running.target, threads=2) as load:
+                wait_for(lambda: load.requests >= 10, 60, "searches before the switch")
+                summary = export_bundle(
+                    Bundle.open_version(bundles / version_name(2)), store, "swap",
+                    grace_s=3600,
+                )  # fmt: skip
+                assert summary.previous == collection_name("swap", 1)
+                wait_for(lambda: follower.swaps == 1, 30, "the follower's swap")
+                before = load.requests
+                wait_for(lambda: load.requests >= before + 10, 60, "searches after the switch")
+                # within the grace period the old version stays; past it, it is dropped
+                assert store.drop_retired("swap", grace_s=3600) == []
+                assert store.drop_retired("swap", grace_s=0) == [summary.previous]
+                after = load.requests
+                wait_for(lambda: load.requests >= after + 10, 60, "searches after the drop")
+        finally:
+            follower.close()
+    assert load.failures == []
+    assert all(v == sorted(v) for v in load.versions)  # 1 … 1, 2 … 2 in every thread
+    assert {v for thread in load.versions for v in thread} == {1, 2}
+    assert store.versions("swap") == [collection_name("swap", 2)]
+    assert store.current("gallery") == exported  # the shared alias is untouched
+    store.close()
+
+
+def test_engine_down_is_unavailable_then_resumes(
+    lite: LiteServer, bundles: Path, exported: str, minilm
+) -> None:
+    engine = open_milvus(lite.uri, bundles, "gallery", encoder=minilm, timeout_s=2)
+    with (
+        BackgroundServer(engine, ServerConfig(port=0)) as running,
+        StrataClient(running.target, timeout=30) as client,
+    ):
+        assert len(client.search("a dog", k=5).hits) == 5
+        lite.stop()
+        try:
+            with pytest.raises(StrataClientError) as failed:
+                client.search("a dog", k=5)  # not DEADLINE_EXCEEDED: the call did not hang
+            assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "vector engine" in str(failed.value) and str(lite.port) in str(failed.value)
+            with pytest.raises(UnavailableError):
+                engine.explain(SearchQuery.of("a dog"), row=0)
+        finally:
+            lite.start()
+        wait_for(lambda: answers(client), WAIT_S, "the engine's return")
+        assert len(client.search("a dog", k=5).hits) == 5
+
+
+def answers(client: StrataClient) -> bool:
+    """Whether a search is answered now."""
+    try:
+        client.search("a dog", k=5)
+    except StrataClientError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_export_and_serve_from_the_command_line(
+    strata, bundles: Path, engine: SearchEngine, tmp_path: Path
+) -> None:
+    target = str(tmp_path / "gallery.db")
+    bad = strata("index", "export", "--bundles", str(bundles), "--to", "nowhere")
+    assert bad.returncode == 2 and bad.stderr.startswith("strata: error: not a Milvus target")
+    assert "Traceback" not in bad.stderr
+    done = strata(
+        "index", "export", "--bundles", str(bundles), "--to", target, "--name", "cli", check=True
+    )
+    assert "published    alias cli → cli__v000001" in done.stdout
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
+         "--device", "cpu", "--backend", target, "--collection", "cli"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving "), line + (
+            process.stderr.read() if process.poll() is not None else ""
+        )
+        address = line.split(" on ")[-1].split(";")[0]
+        # the start-up lines come before any call is answered; read them here (a readline's
+        # buffer may already hold them, and communicate() below would not see what it holds)
+        started: list[str] = []
+        while len(started) < 10:
+            started.append(process.stdout.readline())
+            if started[-1].startswith("backend:") or not started[-1]:
+                break
+        with StrataClient(address) as client:
+            found = client.search("a red car", k=10, granularity="caption")
+        local = engine.search(SearchQuery.of("a red car", k=10, granularity="caption"))
+        assert found.ids == local.ids
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert f"backend: {target}, following alias cli\n" in started + out.splitlines(True)
