@@ -23,7 +23,8 @@ What `strata index build | add | delete | publish --redis-url` announce
    (`indexer.verify.check.check_servable`: every file's size and checksum, row counts, indexes,
    postings, ids, artifacts, prefix cross-checks — what `strata index verify` checks but the
    cache sample), its encoder checked to be the served bundle's, then a new `SearchEngine`
-   (everything loaded, see `Bundle.load`) sharing the served engine's encoder, config and query cache;
+   (everything loaded, see `Bundle.load`) sharing the served engine's encoder, config and
+   query cache;
 4. swap on the event loop: `StrataServer.swap_engine(new)`, the one place the served engine
    changes, replaces it for the calls that start afterwards. A call already running — a
    BatchSearch between two of its chunks too — finishes on the old engine, which it leased
