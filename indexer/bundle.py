@@ -65,6 +65,7 @@ import pyarrow.parquet as pq
 from indexer.ids import IDS, read_ids
 from indexer.postings import Postings, entries_of_rows
 from indexer.prefix_index import apply_search_parameters, read_prefix_index, search_parameters
+from indexer.row_bitmaps import ConceptBitmaps
 from indexer.store import StoreIndex, VectorStore
 from indexer.tuning import Tuning
 from training.cedar.concepts import ConceptCoder
@@ -377,6 +378,11 @@ class Bundle:
     @cached_property
     def _postings(self) -> Postings:
         return Postings(self.path)
+
+    @cached_property
+    def concept_bitmaps(self) -> ConceptBitmaps:
+        """The dense concepts' rows as bitmaps, each built on first use (indexer/row_bitmaps)."""
+        return ConceptBitmaps(self.rows, lambda concept: self.postings(concept)[0])
 
     def entries_of_rows(
         self, first_concept: int, rows: np.ndarray

@@ -39,14 +39,25 @@ The search then scores only allowed rows:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import faiss
 import numpy as np
 
 from indexer.bundle import Bundle
 from indexer.prefix_index import exact_storage, search_parameters
+from indexer.row_bitmaps import (
+    DENSE_SHARE,
+    bitmap_bytes,
+    bits_clear,
+    bits_complement,
+    bits_contain,
+    bits_count,
+    bits_of_rows,
+    rows_of_bits,
+)
 from indexer.store import StoreIndex
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
@@ -57,56 +68,99 @@ EXACT_MAX = 4096
 EXACT_WIDTH = 256  # exact_max counts rows of this width; a shorter prefix scores more rows
 EXACT_FALLBACK_MAX = 200_000
 FILTERED_EF_MAX = 1024  # a filtered HNSW search needing more goes to the exact scan
-BITMAP_SHARE = 32  # listed rows above 1/32 of the gallery: a bitmap selector, not a hash set
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AllowedRows:
-    """The rows a filter allows out of `total`: the sorted set `rows`, or — when `complement`
-    — every row except the sorted set `rows`."""
+    """The rows a filter allows out of `total`, kept by cardinality: the sorted ids `rows`
+    when few, else the bitmap `bits` (indexer/row_bitmaps.py: N/8 bytes, and FAISS's selector
+    as it is). `AllowedRows(total, rows)` lists rows; `of_bits` and the set operators (`&`,
+    `-`, `~`) choose the form of their result by its count."""
 
     total: int
-    rows: np.ndarray
-    complement: bool = False
+    rows: np.ndarray | None = None
+    bits: np.ndarray | None = None
 
-    @property
+    def __post_init__(self) -> None:
+        if (self.rows is None) == (self.bits is None):
+            raise ValueError("AllowedRows holds either listed rows or a bitmap")
+
+    @classmethod
+    def of_bits(cls, total: int, bits: np.ndarray) -> AllowedRows:
+        """A bitmap's rows: listed when they are few (under 1/DENSE_SHARE of the rows)."""
+        allowed = cls(total, bits=bits)
+        if allowed.count * DENSE_SHARE < total:
+            return cls(total, rows_of_bits(total, bits))
+        return allowed
+
+    @classmethod
+    def everything(cls, total: int) -> AllowedRows:
+        return cls(total, bits=bits_complement(total, np.zeros(bitmap_bytes(total), np.uint8)))
+
+    @classmethod
+    def excluding(cls, total: int, rows: np.ndarray) -> AllowedRows:
+        """Every row but the sorted unique `rows`."""
+        return ~cls(total, np.asarray(rows, dtype=np.int64))
+
+    @cached_property
     def count(self) -> int:
-        return self.total - len(self.rows) if self.complement else len(self.rows)
+        return len(self.rows) if self.rows is not None else bits_count(self.bits)
 
     def materialise(self) -> np.ndarray:
         """The allowed rows as a sorted int64 array."""
-        if not self.complement:
+        if self.rows is not None:
             return self.rows
-        return np.flatnonzero(self.mask()).astype(np.int64, copy=False)  # no sort: one mask
+        return rows_of_bits(self.total, self.bits)
 
     def within(self, rows: np.ndarray) -> AllowedRows:
         """The rows allowed here and in the sorted set `rows` (a metadata filter's: service/
         metadata_filter.py)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self.complement:
-            kept = np.setdiff1d(rows, self.rows, assume_unique=True)
-        else:
-            kept = np.intersect1d(self.rows, rows, assume_unique=True)
-        return AllowedRows(self.total, kept.astype(np.int64, copy=False))
+        return AllowedRows(self.total, rows[self.contains(rows)])
 
     def contains(self, rows: np.ndarray) -> np.ndarray:
         """A mask: which of `rows` are allowed."""
-        inside = np.isin(np.asarray(rows, dtype=np.int64), self.rows)
-        return ~inside if self.complement else inside
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.rows is not None:
+            return np.isin(rows, self.rows)
+        return bits_contain(self.bits, rows)
 
     def mask(self) -> np.ndarray:
         """Every row's allowed flag, bool [total]."""
-        mask = np.full(self.total, self.complement, dtype=bool)
-        mask[self.rows] = not self.complement
+        if self.bits is not None:
+            return np.unpackbits(self.bits, count=self.total, bitorder="little").view(bool)
+        mask = np.zeros(self.total, dtype=bool)
+        mask[self.rows] = True
         return mask
+
+    def bitmap(self) -> np.ndarray:
+        """The allowed rows as a bitmap."""
+        return self.bits if self.bits is not None else bits_of_rows(self.total, self.rows)
+
+    def __and__(self, other: AllowedRows) -> AllowedRows:
+        if self.rows is not None:
+            return AllowedRows(self.total, self.rows[other.contains(self.rows)])
+        if other.rows is not None:
+            return AllowedRows(self.total, other.rows[self.contains(other.rows)])
+        return AllowedRows.of_bits(self.total, np.bitwise_and(self.bits, other.bits))
+
+    def __sub__(self, other: AllowedRows) -> AllowedRows:
+        if self.rows is not None:
+            return AllowedRows(self.total, self.rows[~other.contains(self.rows)])
+        if other.rows is not None:
+            return AllowedRows.of_bits(self.total, bits_clear(self.bits, other.rows))
+        return AllowedRows.of_bits(self.total, self.bits & np.invert(other.bits))
+
+    def __invert__(self) -> AllowedRows:
+        return AllowedRows.of_bits(self.total, bits_complement(self.total, self.bitmap()))
 
     def selector(self) -> faiss.IDSelector:
         """A FAISS ID selector of the allowed rows (hold a reference while it is used): a hash
-        set of the listed rows when they are few (under 1/BITMAP_SHARE of the rows), else — and
-        for a complement — a bitmap of every allowed row, whose test is one bit read."""
-        if not self.complement and len(self.rows) * BITMAP_SHARE < self.total:
+        set of listed rows when they are few (under 1/DENSE_SHARE of the rows), else a bitmap,
+        whose test is one bit read — the set's own bitmap, not a copy."""
+        if self.rows is not None and len(self.rows) * DENSE_SHARE < self.total:
             return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
-        bits = np.packbits(self.mask(), bitorder="little")
+        bits = np.ascontiguousarray(self.bitmap())
         selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
         selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
         return selector
@@ -143,25 +197,25 @@ def resolve_ref(
     return kept
 
 
-def concept_rows(bundle: Bundle, concepts: Sequence[int]) -> np.ndarray:
-    """Sorted unique rows where any of the concepts is active."""
-    parts = [bundle.postings(c)[0] for c in concepts]
+def concept_rows(bundle: Bundle, concepts: Collection[int]) -> AllowedRows:
+    """The rows where any of the concepts is active: a dense concept's kept bitmap (indexer/
+    row_bitmaps.py), a sparse one's postings; several concepts, one union of them all (sparse
+    rows merged when they stay few, else every concept marked into one bitmap)."""
+    bitmaps = bundle.concept_bitmaps
+    parts = [bitmaps.get(c) for c in sorted(set(concepts))]
     if not parts:
-        return np.zeros(0, dtype=np.int64)
+        return AllowedRows(bundle.rows, np.zeros(0, dtype=np.int64))
     if len(parts) == 1:
-        return np.asarray(parts[0], dtype=np.int64)  # a concept's rows are sorted and unique
-    return np.unique(np.concatenate(parts)).astype(np.int64, copy=False)
-
-
-def union_rows(bundle: Bundle, concepts: set[int]) -> np.ndarray:
-    """Sorted rows where any of the concepts is active: one mask over the rows, each posting
-    entry marked once (a bitmap union, cost N + the concepts' entries)."""
-    if not concepts:
-        return np.zeros(0, dtype=np.int64)
-    mask = np.zeros(bundle.rows, dtype=bool)
-    for concept in sorted(concepts):
-        mask[bundle.postings(concept)[0]] = True
-    return np.flatnonzero(mask).astype(np.int64, copy=False)
+        rows, bits = parts[0]
+        return AllowedRows(bundle.rows, rows, bits)
+    listed = [rows for rows, _ in parts if rows is not None]
+    dense = [bits for _, bits in parts if bits is not None]
+    if not dense and not bitmaps.dense(sum(len(rows) for rows in listed)):
+        return AllowedRows(bundle.rows, np.unique(np.concatenate(listed)))
+    union = np.bitwise_or.reduce(dense) if dense else bits_of_rows(bundle.rows, listed.pop())
+    if listed:
+        union = union | bits_of_rows(bundle.rows, np.unique(np.concatenate(listed)))
+    return AllowedRows.of_bits(bundle.rows, union)
 
 
 def allowed_rows(
@@ -174,18 +228,16 @@ def allowed_rows(
     each reference stands for its concepts of that scope only."""
     required = {frozenset(resolve_ref(bundle, r, "require", scope)) for r in require}
     excluded = {c for r in exclude for c in resolve_ref(bundle, r, "exclude", scope)}
-    banned = union_rows(bundle, excluded)
-    if not required:
-        return AllowedRows(bundle.rows, banned, complement=True)
-    sizes = {ref: sum(len(bundle.postings(c)[0]) for c in ref) for ref in required}
-    rows = np.zeros(0, dtype=np.int64)
-    for i, ref in enumerate(sorted(required, key=lambda r: (sizes[r], sorted(r)))):
-        found = concept_rows(bundle, sorted(ref))
-        rows = found if i == 0 else np.intersect1d(rows, found, assume_unique=True)
-        if len(rows) == 0:
+    sets = sorted((concept_rows(bundle, ref) for ref in required), key=lambda s: s.count)
+    allowed = sets[0] if sets else AllowedRows.everything(bundle.rows)
+    for rows in sets[1:]:
+        if allowed.count == 0:
             break
-    rows = np.setdiff1d(rows, banned, assume_unique=True)
-    return AllowedRows(bundle.rows, rows.astype(np.int64))
+        allowed = allowed & rows
+    if excluded and allowed.count:
+        banned = concept_rows(bundle, excluded)
+        allowed = allowed - banned if sets else ~banned
+    return allowed
 
 
 def exact_scores(

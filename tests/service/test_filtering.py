@@ -36,8 +36,8 @@ def test_allowed_rows_include_and_complement():
     include = AllowedRows(10, np.array([2, 5, 7]))
     assert include.count == 3 and include.materialise().tolist() == [2, 5, 7]
     assert include.contains(np.array([1, 2, 7])).tolist() == [False, True, True]
-    complement = AllowedRows(10, np.array([2, 5, 7]), complement=True)
-    assert complement.count == 7
+    complement = AllowedRows.excluding(10, np.array([2, 5, 7]))
+    assert complement.bits is not None and complement.count == 7
     assert complement.materialise().tolist() == [0, 1, 3, 4, 6, 8, 9]
     assert complement.contains(np.array([1, 2, 7])).tolist() == [True, False, False]
 
@@ -48,7 +48,7 @@ def test_every_hit_is_allowed_and_k_hits_come_back(
     index: faiss.Index, gallery: np.ndarray, exact_max: int, complement: bool
 ):
     rows = np.arange(0, N, 3, dtype=np.int64)  # 1,000 rows: far from the query's neighbours
-    allowed = AllowedRows(N, rows, complement=complement)
+    allowed = AllowedRows.excluding(N, rows) if complement else AllowedRows(N, rows)
     query = gallery[1:2]  # row 1 is not in `rows`: its neighbourhood is mostly filtered
     scores, found = filtered_search(index, query, 10, allowed, exact_max=exact_max)
     assert found.shape == (1, 10) and (found >= 0).all()
@@ -94,7 +94,8 @@ def test_allowed_rows_from_the_bundle_postings(engine: SearchEngine):
     a_not_b = allowed_rows(bundle, [ConceptRef(id=a)], [ConceptRef(id=b)])
     assert a_not_b.materialise().tolist() == np.setdiff1d(rows_a, rows_b).tolist()
     not_b = allowed_rows(bundle, [], [ConceptRef(id=b)])
-    assert not_b.complement and not_b.count == bundle.rows - len(rows_b)
+    assert not_b.count == bundle.rows - len(rows_b)
+    assert not_b.materialise().tolist() == np.setdiff1d(np.arange(bundle.rows), rows_b).tolist()
     name = engine.coder.catalog[a].name
     named = allowed_rows(bundle, [ConceptRef(name=name)], [])
     same_name = [c for c in range(2 * bundle.dim) if engine.coder.catalog[c].name == name]
@@ -110,9 +111,10 @@ def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: Se
     once = allowed_rows(bundle, [], [ConceptRef(id=c) for c in concepts])
     repeated = allowed_rows(bundle, [], [ConceptRef(id=concepts[i % 8]) for i in range(64)])
     expected = np.unique(np.concatenate([bundle.postings(c)[0] for c in concepts]))
-    assert once.rows.tolist() == repeated.rows.tolist() == expected.tolist()
+    allowed = np.setdiff1d(np.arange(bundle.rows), expected).tolist()
+    assert once.materialise().tolist() == repeated.materialise().tolist() == allowed
     required = allowed_rows(bundle, [ConceptRef(id=concepts[0])] * 64, [])
-    assert required.rows.tolist() == bundle.postings(concepts[0])[0].tolist()
+    assert required.materialise().tolist() == bundle.postings(concepts[0])[0].tolist()
 
 
 def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
@@ -138,9 +140,9 @@ def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
     q = rng.normal(size=(1, 16)).astype(np.float32)
     for share in (0.001, 0.02, 0.3, 0.9):
         rows = np.flatnonzero(rng.random(3000) < share).astype(np.int64)
-        for allowed in (AllowedRows(3000, rows), AllowedRows(3000, rows, complement=True)):
+        for allowed in (AllowedRows(3000, rows), AllowedRows.excluding(3000, rows)):
             _, found = filtered_search(index, q, 10, allowed, exact_max=8)
             _, truth = exact_scores(index, q, allowed.materialise(), 10)
             hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / max(1, truth.shape[1])
-            assert hit >= 0.9, (share, allowed.complement, hit)
+            assert hit >= 0.9, (share, allowed.count, hit)
             assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())
