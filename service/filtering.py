@@ -6,18 +6,20 @@ active concepts): a row qualifies when, for every required reference, one of its
 active (a name stands for every concept so named), and no concept of any excluded reference
 is. A filter's scope (local, global; CDS, `training.cds`) narrows every reference to its
 concepts of that scope, so "require dog, local" trusts only the dog concepts that look at the
-dog's own patches, not those that fire on dog-park scenes. Without required references the
-allowed set is kept as its complement (every row but the excluded ones), so a gallery-wide
-exclusion never materialises N row ids.
+dog's own patches, not those that fire on dog-park scenes.
 
-Cost: the references are resolved to a set of concepts first (a concept named by several
-references counts once); the excluded concepts' postings are marked in one row mask (a bitmap
-union: each posting entry touched once, so at most N·k entries however many references), and
-the required references are intersected starting from the one with the fewest rows. So a
-filter's work is bounded by the postings of the distinct concepts it names — at most the whole
-postings, N·k entries — and never grows with repeated or overlapping references; the number of
-references is capped by service/limits.py. A complement is handed to FAISS as a bitmap
-selector (`IDSelectorBitmap`, N/8 bytes), not a hash set of the excluded rows.
+Planned by cardinality, as a vector database plans a filter. An allowed set is kept as sorted
+row ids when few (under 1/32 of the rows), else as a bitmap (indexer/row_bitmaps.py: N/8
+bytes); a dense concept's bitmap is built from its postings on first use and kept with the
+bundle (`Bundle.concept_bitmaps`), a sparse concept is its postings. The references are
+resolved to concepts first (a concept named by several references counts once); the required
+ones are intersected from the one with the fewest rows (listed ∩ anything: a lookup per listed
+row; bitmap ∩ bitmap: a bytewise and), the excluded ones are one union, removed from the result
+or — without required references — complemented (a bitmap not: every row but those). So a
+frequent word's filter costs a few bytewise operations on N/8 bytes, and a rare word's its
+postings: no filter sorts, merges or materialises the rows it allows, and the number of
+references is capped by service/limits.py. A bitmap goes to FAISS as it is
+(`IDSelectorBitmap`), listed rows as a hash set.
 
 The search then scores only allowed rows:
 
@@ -29,10 +31,12 @@ The search then scores only allowed rows:
   efSearch, nprobe, k_factor or the request's operating point; a refine passes the selector
   to its base index), so approximate
   indexes filter during their traversal rather than after it;
-- an HNSW search meets allowed rows at the filter's share of the rows it visits, so its
-  efSearch is raised until about 2·k allowed rows are met (`filtered_ef`); where that would pass
-  FILTERED_EF_MAX the allowed rows are scored exactly at once, instead of after a traversal
-  that returns too few;
+- an HNSW traversal with a selector visits the rows an unfiltered one visits and keeps the
+  allowed ones, so its efSearch is divided by the filter's share (`filtered_ef`): it then meets
+  as many allowed rows as the unfiltered search meets rows, and keeps its recall; a share near
+  1 costs about what the unfiltered search costs. Where that traversal would read more rows
+  than the allowed set holds (about EXACT_ROWS_PER_EF rows per unit of efSearch), the allowed
+  rows are scored exactly instead;
 - should an approximate index still return fewer than min(k, allowed) hits, the allowed rows
   are scored exactly instead, where the index stores them.
 """
@@ -67,7 +71,10 @@ from training.core.errors import InputError
 EXACT_MAX = 4096
 EXACT_WIDTH = 256  # exact_max counts rows of this width; a shorter prefix scores more rows
 EXACT_FALLBACK_MAX = 200_000
-FILTERED_EF_MAX = 1024  # a filtered HNSW search needing more goes to the exact scan
+FILTERED_EF_MAX = 16_384  # no filtered HNSW search goes further (the exact scan, if any, does)
+# an HNSW step reads ~13-32 rows at random (FAISS hnsw_stats: ndis/efSearch 32 at ef 100, 13 at
+# ef 1,000, 30k rows of 24 dims), each dearer than a row of a sequential exact scan
+EXACT_ROWS_PER_EF = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -303,9 +310,9 @@ def filtered_search(
     graph = faiss.downcast_index(index)
     if isinstance(graph, faiss.IndexHNSW) and "efSearch" not in setting:
         ef = filtered_ef(graph.hnsw.efSearch, wanted, allowed.count / allowed.total)
-        if ef is None and exact and allowed.count <= EXACT_FALLBACK_MAX:
+        if exact and allowed.count <= min(EXACT_ROWS_PER_EF * ef, EXACT_FALLBACK_MAX):
             return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
-        setting = ",".join(filter(None, [setting, f"efSearch={ef or FILTERED_EF_MAX}"]))
+        setting = ",".join(filter(None, [setting, f"efSearch={min(ef, FILTERED_EF_MAX)}"]))
     selector = allowed.selector()
     params = search_parameters(index, setting, selector)
     scores, rows = index.search(query, k, params=params)
@@ -314,12 +321,11 @@ def filtered_search(
     return scores, rows
 
 
-def filtered_ef(ef: int, wanted: int, share: float) -> int | None:
-    """efSearch for an HNSW search that skips all but `share` of the rows: its own ef, raised
-    so that about 2·wanted allowed rows are met on the way (ef·share ≥ 2·wanted); None when that
-    needs more than FILTERED_EF_MAX (an exact scan of the allowed rows is then cheaper)."""
-    needed = int(np.ceil(2 * wanted / max(share, 1e-12)))
-    return max(ef, needed) if needed <= FILTERED_EF_MAX else None
+def filtered_ef(ef: int, wanted: int, share: float) -> int:
+    """efSearch for an HNSW search that keeps only `share` of the rows: the unfiltered search's
+    own max(ef, wanted), divided by the share, so that the traversal meets as many allowed rows
+    as the unfiltered one meets rows (module docstring)."""
+    return int(np.ceil(max(ef, wanted) / max(share, 1e-12) - 1e-9))
 
 
 def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

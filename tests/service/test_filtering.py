@@ -117,13 +117,13 @@ def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: Se
     assert required.materialise().tolist() == bundle.postings(concepts[0])[0].tolist()
 
 
-def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
-    from service.filtering import FILTERED_EF_MAX, exact_budget, filtered_ef
+def test_a_filtered_hnsw_search_meets_as_many_allowed_rows_as_an_unfiltered_one_meets_rows():
+    from service.filtering import exact_budget, filtered_ef
 
     assert filtered_ef(64, 10, 1.0) == 64  # unfiltered share: its own ef
-    assert filtered_ef(64, 10, 0.05) == 400  # ef·share ≥ 2·wanted
-    assert filtered_ef(64, 100, 0.01) is None  # beyond FILTERED_EF_MAX: an exact scan
-    assert filtered_ef(16, 1, 2 / FILTERED_EF_MAX) == FILTERED_EF_MAX
+    assert filtered_ef(64, 10, 0.5) == 128  # ef·share = the unfiltered search's ef
+    assert filtered_ef(64, 100, 0.8) == 125  # a funnel's shortlist: wanted above ef
+    assert filtered_ef(64, 100, 0.01) == 10_000
     assert exact_budget(4096, 512) == exact_budget(4096, 256) == 4096
     assert exact_budget(4096, 32) == 4096 * 8  # a short prefix scores more rows exactly
 
