@@ -11,8 +11,9 @@ with `require` the word and with `exclude` it, interleaved query by query so tha
 drift hits all three alike. Prints and writes p50 per arm and the ratios to the unfiltered p50.
 Two more arms, `require_cold` and `exclude_cold`, run the same filters after dropping the
 bundle's kept concept bitmaps (indexer/row_bitmaps.py), so each builds its own from the
-postings: the cost of a filter no query has used before. `recall` is each filtered arm's mean
-recall@10 against an exact filtered search at the full prefix (every allowed row scored).
+postings: the cost of a filter no query has used before. `recall@10`: each warm arm's mean
+recall@10 against an exact search of the same rows at the full prefix (every allowed row
+scored), the unfiltered arm's included for reference.
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
 noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep their real density.
 
@@ -78,7 +79,9 @@ def exact_filtered_rows(engine: SearchEngine, vector: np.ndarray, word: str, rol
     """The exact filtered top 10 at the full prefix: every allowed row scored, chunk by chunk."""
     bundle = engine.bundle
     refs = [ConceptRef(name=word)]
-    allowed = allowed_rows(bundle, refs if role == "require" else [], refs if role else [])
+    allowed = allowed_rows(
+        bundle, refs if role == "require" else [], refs if role == "exclude" else []
+    )
     length = max(bundle.prefix_lengths)
     query = prefix_vectors(bundle.rotate(vector[None, :] / np.linalg.norm(vector)), length)
     index, rows = bundle.index(length), allowed.materialise()
@@ -129,7 +132,7 @@ def main() -> None:
         [concept] = engine.coder.resolve(word)
         active = len(engine.bundle.postings(concept)[0])
         times: dict[str, list[float]] = {arm: [] for arm, _ in ARMS}
-        recall: dict[str, list[float]] = {"require": [], "exclude": []}
+        recall: dict[str, list[float]] = {"unfiltered": [], "require": [], "exclude": []}
         for row in rows:
             vector = x[row].astype(np.float32)
             for arm, role in ARMS:
