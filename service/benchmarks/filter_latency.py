@@ -4,15 +4,16 @@ The bundle: a captioned cache (default Flickr8k's 40,460 MiniLM captions, `runs/
 indexed with an identity GraSP-VL artifact and a CEDAR artifact that has a vocabulary readout
 (default `runs/cedar-flickr`, from `strata train cedar`), so the filter reads real word
 postings. Queries are `--queries` cache rows (seeded), sent as vectors through
-`SearchEngine.search` at the full granularity, k = 10, one FAISS thread. For every word of
-`--words` (default: the readout's words at the 10th, 50th and 90th percentile of frequency
-among those with their own threshold, and the most frequent), each query is timed unfiltered,
-with `require` the word and with `exclude` it, interleaved query by query so that the machine's
-drift hits all three alike. Prints and writes p50 per arm and the ratios to the unfiltered p50.
+`SearchEngine.search` at the full granularity (or `--granularity`), k = 10, one FAISS thread.
+For every word of `--words` (default: the readout's words at the 10th, 50th and 90th
+percentile of frequency among those with their own threshold, and the most frequent), each
+query is timed unfiltered, with `require` the word and with `exclude` it, interleaved query by
+query so that the machine's drift hits all three alike. Prints and writes p50 per arm and the
+ratios to the unfiltered p50.
 Two more arms, `require_cold` and `exclude_cold`, run the same filters after dropping the
 bundle's kept concept bitmaps (indexer/row_bitmaps.py), so each builds its own from the
 postings: the cost of a filter no query has used before. `recall@10`: each warm arm's mean
-recall@10 against an exact search of the same rows at the full prefix (every allowed row
+recall@10 against an exact search of the same rows at the queries' prefix (every allowed row
 scored), the unfiltered arm's included for reference.
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
 noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep their real density.
@@ -75,14 +76,15 @@ ARMS = (
 CHUNK = 100_000  # rows scored at once by the exact reference
 
 
-def exact_filtered_rows(engine: SearchEngine, vector: np.ndarray, word: str, role: str) -> set:
-    """The exact filtered top 10 at the full prefix: every allowed row scored, chunk by chunk."""
+def exact_filtered_rows(
+    engine: SearchEngine, vector: np.ndarray, word: str, role: str, length: int
+) -> set:
+    """The exact filtered top 10 at prefix `length`: every allowed row scored, chunk by chunk."""
     bundle = engine.bundle
     refs = [ConceptRef(name=word)]
     allowed = allowed_rows(
         bundle, refs if role == "require" else [], refs if role == "exclude" else []
     )
-    length = max(bundle.prefix_lengths)
     query = prefix_vectors(bundle.rotate(vector[None, :] / np.linalg.norm(vector)), length)
     index, rows = bundle.index(length), allowed.materialise()
     scores, found = np.zeros(0, np.float32), np.zeros(0, np.int64)
@@ -114,6 +116,7 @@ def main() -> None:
     parser.add_argument(
         "--index-type", action="append", default=[], help="PREFIX=FACTORY, as `strata index build`"
     )
+    parser.add_argument("--granularity", default="full", help="the queries' granularity")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/filter_latency.json"))
     args = parser.parse_args()
@@ -137,14 +140,14 @@ def main() -> None:
             vector = x[row].astype(np.float32)
             for arm, role in ARMS:
                 extra = {role: [word]} if role else {}
-                query = SearchQuery.of(vector=vector, granularity="full", k=10, **extra)
+                query = SearchQuery.of(vector=vector, granularity=args.granularity, k=10, **extra)
                 if arm.endswith("_cold"):
                     engine.bundle.concept_bitmaps.forget()
                 started = time.perf_counter()
                 found = engine.search(query)
                 times[arm].append(time.perf_counter() - started)
                 if arm in recall:
-                    truth = exact_filtered_rows(engine, vector, word, arm)
+                    truth = exact_filtered_rows(engine, vector, word, arm, found.prefix_length)
                     hits = {hit.row for hit in found.hits}
                     recall[arm].append(len(hits & truth) / max(1, len(truth)))
         p50 = {arm: float(np.median(t)) * 1e3 for arm, t in times.items()}
