@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from indexer.format.bundle import MANIFEST, read_manifest
+from indexer.format.manifest import MANIFEST, read_manifest
 
 Damage = Callable[[Path], None]
 

@@ -53,7 +53,7 @@ from indexer.build.inputs import (
     open_inputs,
     source_record,
 )
-from indexer.format.bundle import ARTIFACT_COPIES, BundleManifest, PrefixEntry
+from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.versions.crashpoints import check_crash_setting
 from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.format.ids import IDS, IdsWriter, unified_schema

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from indexer.format.bundle import MANIFEST, BundleManifest, FileRecord, PrefixEntry
+from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.versions.crashpoints import crash_point
 from indexer.build.engines import ShardEngine
 from indexer.format.ids import IdsWriter

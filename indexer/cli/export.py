@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from indexer.format.bundle import Bundle, BundleError, version_name
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import BundleError, version_name
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import (
     DEFAULT_GRACE_S,

@@ -30,8 +30,8 @@ from indexer.cli.options import (
     publisher_for,
 )
 from indexer.cli.summaries import format_build_summary, format_update_summary
-from indexer.format.bundle import BundleError, parse_version_name, read_manifest, version_name
 from indexer.format.index_plan import parse_size
+from indexer.format.manifest import BundleError, parse_version_name, read_manifest, version_name
 from indexer.format.store import DTYPES
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update.row_changes import read_id_file

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from indexer.cli.options import OldBundles, bundles_of
-from indexer.format.bundle import BundleError, PrefixEntry, read_manifest
 from indexer.format.footprint import footprint_lines
 from indexer.format.index_plan import format_bytes
+from indexer.format.manifest import BundleError, PrefixEntry, read_manifest
 from indexer.verify.check import resolve_version, verify_bundle
 from indexer.versions.bundle_store import BundleStore
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexer.format.bundle import BundleManifest
+from indexer.format.manifest import BundleManifest
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST
 from indexer.format.prefix_index import exact_storage
 from indexer.milvus.store import (
     ACTIVATIONS,

@@ -37,8 +37,8 @@ import faiss
 import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
-from indexer.format.bundle import PrefixEntry
 from indexer.format.index_plan import IndexTypeError, PrefixPlan, new_index
+from indexer.format.manifest import PrefixEntry
 from indexer.format.prefix_index import exact_storage, read_prefix_index
 from indexer.format.prefix_writers import (
     FlatFileWriter,

@@ -19,8 +19,9 @@ from indexer.build.engines import ShardEngine
 from indexer.build.inputs import source_record
 from indexer.build.shard_step import ShardSource
 from indexer.build.version_writer import VersionWriter
-from indexer.format.bundle import MANIFEST, Bundle, BundleManifest
+from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS, IdsWriter, copy_ids, unified_schema
+from indexer.format.manifest import MANIFEST, BundleManifest
 from indexer.format.postings import INDPTR, ROWS, Postings
 from indexer.format.postings_writer import PostingsWriter, filter_postings
 from indexer.format.store import VECTORS as STORE_VECTORS

@@ -54,7 +54,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from indexer.format.bundle import (
+from indexer.format.ids import IDS
+from indexer.format.manifest import (
     CURRENT,
     MANIFEST,
     BundleError,
@@ -62,7 +63,6 @@ from indexer.format.bundle import (
     read_current,
     read_manifest,
 )
-from indexer.format.ids import IDS
 from indexer.format.postings import FILES as POSTINGS_FILES
 from indexer.format.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.format.store import StoreIndex

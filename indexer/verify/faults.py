@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.format.bundle import BundleError
+from indexer.format.manifest import BundleError
 
 VECTOR_TOLERANCE = 1e-4  # |stored − expected| a prefix vector may differ by
 FAULT_KINDS = (

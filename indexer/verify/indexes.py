@@ -11,10 +11,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from indexer.format.bundle import (
-    BundleManifest,
-    PrefixEntry,
-)
+from indexer.format.manifest import BundleManifest, PrefixEntry
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
 from indexer.format.store import TOLERANCE
 from indexer.verify.faults import VECTOR_TOLERANCE, Fault

@@ -17,8 +17,8 @@ import faiss
 import numpy as np
 import pyarrow.parquet as pq
 
-from indexer.format.bundle import BundleManifest
 from indexer.format.ids import IDS
+from indexer.format.manifest import BundleManifest
 from indexer.format.postings import ROWS, VALUES, Postings
 from indexer.format.prefix_index import exact_storage
 from indexer.format.store import TOLERANCE

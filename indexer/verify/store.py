@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.format.bundle import BundleManifest
+from indexer.format.manifest import BundleManifest
 from indexer.format.store import DTYPES, NORMS, VECTORS, StoreError, VectorStore, head_norms
 from indexer.verify.faults import Fault
 

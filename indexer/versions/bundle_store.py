@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.format.bundle import (
+from indexer.format.manifest import (
     CURRENT,
     MANIFEST,
     BundleError,

@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from indexer.format.bundle import CURRENT, MANIFEST, read_manifest
+from indexer.format.manifest import CURRENT, MANIFEST, read_manifest
 from indexer.versions.bundle_store import BundleStore
 from training.core.errors import InputError
 from training.core.files import fsync_dir, sha256_file

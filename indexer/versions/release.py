@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.format.bundle import MANIFEST, BundleManifest
+from indexer.format.manifest import MANIFEST, BundleManifest
 from indexer.verify.faults import VerifyReport
 from indexer.versions.bundle_store import BundleStore
 from indexer.versions.crashpoints import crash_point

@@ -42,7 +42,8 @@ import numpy as np
 
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
-from indexer.format.bundle import Bundle, read_current
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import read_current
 from service.engine.descriptions import caption_column, code_phrase, nearest_captions
 from service.engine.explain import row_concepts
 from training.benchmarks import benchmark_parser, publish

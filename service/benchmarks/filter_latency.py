@@ -4,11 +4,17 @@ The bundle: a captioned cache (default Flickr8k's 40,460 MiniLM captions, `runs/
 indexed with an identity GraSP-VL artifact and a CEDAR artifact that has a vocabulary readout
 (default `runs/cedar-flickr`, from `strata train cedar`), so the filter reads real word
 postings. Queries are `--queries` cache rows (seeded), sent as vectors through
-`SearchEngine.search` at the full granularity, k = 10, one FAISS thread. For every word of
-`--words` (default: the readout's words at the 10th, 50th and 90th percentile of frequency
-among those with their own threshold, and the most frequent), each query is timed unfiltered,
-with `require` the word and with `exclude` it, interleaved query by query so that the machine's
-drift hits all three alike. Prints and writes p50 per arm and the ratios to the unfiltered p50.
+`SearchEngine.search` at the full granularity (or `--granularity`), k = 10, one FAISS thread.
+For every word of `--words` (default: the readout's words at the 10th, 50th and 90th
+percentile of frequency among those with their own threshold, and the most frequent), each
+query is timed unfiltered, with `require` the word and with `exclude` it, interleaved query by
+query so that the machine's drift hits all three alike. Prints and writes p50 per arm and the
+ratios to the unfiltered p50.
+Two more arms, `require_cold` and `exclude_cold`, run the same filters after dropping the
+bundle's kept concept bitmaps (indexer/format/row_bitmaps.py), so each builds its own from the
+postings: the cost of a filter no query has used before. `recall@10`: each warm arm's mean
+recall@10 against an exact search of the same rows at the queries' prefix (every allowed row
+scored), the unfiltered arm's included for reference.
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
 noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep their real density.
 
@@ -29,17 +35,22 @@ from indexer.benchmarks.synthetic import write_tiled_cache
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from service.engine.filtering import allowed_rows, exact_scores
 from service.engine.search import SearchEngine
-from service.results import SearchQuery
+from service.results import ConceptRef, SearchQuery, SearchResult
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
 from training.core.errors import InputError
+from training.core.metrics import prefix_vectors
 
 
-def word_bundle(cache: Path, cedar: Path, work: Path, rows: int = 0) -> Path:
+def word_bundle(
+    cache: Path, cedar: Path, work: Path, rows: int = 0, index_types: tuple[str, ...] = ()
+) -> Path:
     """BUNDLES folder over `cache` (identity GraSP-VL, the given CEDAR); built once in `work`.
-    With `rows` above the cache's size, over that many rows tiled from it (module doc)."""
+    With `rows` above the cache's size, over that many rows tiled from it (module doc);
+    `index_types`: the build's PREFIX=FACTORY overrides."""
     out = work / "bundles"
     if (out / "CURRENT").exists():
         return out
@@ -48,8 +59,39 @@ def word_bundle(cache: Path, cedar: Path, work: Path, rows: int = 0) -> Path:
         encoder = EmbeddingCache.open(cache).manifest.encoder
         cache = write_tiled_cache(x, work / "tiled-cache", rows, encoder)
     TransformArtifact.identity(x.shape[1], method="grasp-vl").save(work / "grasp", overwrite=True)
-    build_bundle(BuildConfig(cache=cache, grasp=work / "grasp", cedar=cedar, out=out))
+    config = BuildConfig(
+        cache=cache, grasp=work / "grasp", cedar=cedar, out=out, index_types=index_types
+    )
+    build_bundle(config)
     return out
+
+
+ARMS = (
+    ("unfiltered", ""),
+    ("require", "require"),
+    ("exclude", "exclude"),
+    ("require_cold", "require"),
+    ("exclude_cold", "exclude"),
+)
+CHUNK = 100_000  # rows scored at once by the exact reference
+
+
+def exact_filtered_rows(
+    engine: SearchEngine, vector: np.ndarray, word: str, role: str, length: int
+) -> set:
+    """The exact filtered top 10 at prefix `length`: every allowed row scored, chunk by chunk."""
+    bundle = engine.bundle
+    refs = [ConceptRef(name=word)]
+    allowed = allowed_rows(
+        bundle, refs if role == "require" else [], refs if role == "exclude" else []
+    )
+    query = prefix_vectors(bundle.rotate(vector[None, :] / np.linalg.norm(vector)), length)
+    index, rows = bundle.index(length), allowed.materialise()
+    scores, found = np.zeros(0, np.float32), np.zeros(0, np.int64)
+    for start in range(0, len(rows), CHUNK):
+        s, r = exact_scores(index, query, rows[start : start + CHUNK], 10)
+        scores, found = np.concatenate([scores, s[0]]), np.concatenate([found, r[0]])
+    return set(found[np.lexsort((found, -scores))[:10]].tolist())
 
 
 def chosen_words(engine: SearchEngine) -> list[str]:
@@ -71,12 +113,19 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rows", type=int, default=0, help="tile the cache to this many rows")
     parser.add_argument("--words", default="", help="comma list (default: chosen by frequency)")
+    parser.add_argument(
+        "--index-type", action="append", default=[], help="PREFIX=FACTORY, as `strata index build`"
+    )
+    parser.add_argument("--granularity", default="full", help="the queries' granularity")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/filter_latency.json"))
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)
     engine = SearchEngine(
-        Bundle.open(word_bundle(args.cache, args.cedar, args.work, args.rows)), None
+        Bundle.open(
+            word_bundle(args.cache, args.cedar, args.work, args.rows, tuple(args.index_type))
+        ),
+        None,
     )
     words = [w for w in args.words.split(",") if w] or chosen_words(engine)
     x = EmbeddingCache.open(args.cache).embeddings("text")
@@ -85,24 +134,31 @@ def main() -> None:
     for word in words:
         [concept] = engine.coder.resolve(word)
         active = len(engine.bundle.postings(concept)[0])
-        times: dict[str, list[float]] = {"unfiltered": [], "require": [], "exclude": []}
+        times: dict[str, list[float]] = {arm: [] for arm, _ in ARMS}
+        recall: dict[str, list[float]] = {"unfiltered": [], "require": [], "exclude": []}
+        found: list[tuple[np.ndarray, str, SearchResult]] = []
         for row in rows:
             vector = x[row].astype(np.float32)
-            for arm, extra in (
-                ("unfiltered", {}),
-                ("require", {"require": [word]}),
-                ("exclude", {"exclude": [word]}),
-            ):
-                query = SearchQuery.of(vector=vector, granularity="full", k=10, **extra)
+            for arm, role in ARMS:
+                extra = {role: [word]} if role else {}
+                query = SearchQuery.of(vector=vector, granularity=args.granularity, k=10, **extra)
+                if arm.endswith("_cold"):
+                    engine.bundle.concept_bitmaps.forget()
                 started = time.perf_counter()
-                engine.search(query)
+                result_of = engine.search(query)
                 times[arm].append(time.perf_counter() - started)
+                if arm in recall:
+                    found.append((vector, arm, result_of))
+        for vector, arm, result_of in found:  # after the timing: its scans would cool the caches
+            truth = exact_filtered_rows(engine, vector, word, arm, result_of.prefix_length)
+            hits = {hit.row for hit in result_of.hits}
+            recall[arm].append(len(hits & truth) / max(1, len(truth)))
         p50 = {arm: float(np.median(t)) * 1e3 for arm, t in times.items()}
         result["words"][word] = {
             "active_rows": active,
             "p50_ms": {a: round(v, 3) for a, v in p50.items()},
-            "require_ratio": round(p50["require"] / p50["unfiltered"], 3),
-            "exclude_ratio": round(p50["exclude"] / p50["unfiltered"], 3),
+            **{f"{a}_ratio": round(p50[a] / p50["unfiltered"], 3) for a, _ in ARMS[1:]},
+            **{f"{a}_recall@10": round(float(np.mean(r)), 4) for a, r in recall.items()},
         }
     publish(result, args.json)
 

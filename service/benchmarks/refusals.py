@@ -30,7 +30,8 @@ import grpc
 import redis
 
 from indexer.benchmarks.tamper import damages, edit_manifest
-from indexer.format.bundle import CURRENT, MANIFEST, Bundle, version_name
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import CURRENT, MANIFEST, version_name
 from indexer.versions.publish import ChannelKeys
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc

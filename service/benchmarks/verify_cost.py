@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from indexer.format.bundle import Bundle, read_manifest
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import read_manifest
 from indexer.verify.check import check_servable, verify_bundle
 from service.benchmarks.load import build_gallery
 from service.engine.search import SearchEngine

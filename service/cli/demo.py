@@ -28,7 +28,8 @@ import grpc
 
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
-from indexer.format.bundle import Bundle, BundleError
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import BundleError
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from indexer.format.bundle import Bundle, PrefixEntry
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import PrefixEntry
 from service.engine.filtering import resolve_ref
 from service.errors import NotFoundError, QueryError, echo
 from service.limits import RequestLimits, check_chars

@@ -60,8 +60,7 @@ class LocalScorer:
         if query.require or query.exclude:
             prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude, query.scope)
         if query.where:
-            everything = AllowedRows(self.bundle.rows, np.zeros(0, np.int64), complement=True)
-            base = prepared.allowed or everything
+            base = prepared.allowed or AllowedRows.everything(self.bundle.rows)
             prepared.allowed = base.within(self.metadata.rows(query.where))
         prepared.plan = self.planner.plan(query, length, prepared.allowed, self.config.exact_max)
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST
 from indexer.milvus.store import (
     ACTIVATIONS,
     CONCEPTS,

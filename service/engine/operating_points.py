@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from indexer.format.bundle import PrefixEntry
+from indexer.format.manifest import PrefixEntry
 from service.errors import QueryError
 
 

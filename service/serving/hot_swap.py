@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.format.bundle import MANIFEST, Bundle, BundleError, parse_version_name
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, BundleError, parse_version_name
 from indexer.verify.check import check_servable
 from indexer.verify.faults import Fault, VersionRefusedError
 from indexer.versions.channel import VersionChannel

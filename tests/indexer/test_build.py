@@ -12,7 +12,8 @@ import pytest
 from bundle_inputs import DIM, Inputs, K
 
 from indexer.build import full
-from indexer.format.bundle import BUNDLE_FORMAT, Bundle, BundleError
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import BUNDLE_FORMAT, BundleError
 from indexer.format.prefixes import exact_top_k, rotate_rows
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact

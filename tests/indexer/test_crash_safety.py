@@ -20,7 +20,8 @@ import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error, run_strata_batch, write_cache
 
 from indexer.benchmarks.synthetic import cluster_centres, clustered_rows
-from indexer.format.bundle import Bundle, read_current
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import read_current
 from indexer.update.row_changes import UpdateError
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
 from indexer.verify.check import verify_bundle

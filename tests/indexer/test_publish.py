@@ -18,7 +18,7 @@ from bundle_inputs import Inputs, assert_one_line_error
 from waiting import WAIT_S, wait_for
 
 from indexer.build.full import build_bundle
-from indexer.format.bundle import read_current
+from indexer.format.manifest import read_current
 from indexer.versions.bundle_store import BundleStore
 from indexer.versions.channel import VersionChannel
 from indexer.versions.publish import (

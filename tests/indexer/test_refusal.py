@@ -11,7 +11,7 @@ import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
 from indexer.benchmarks.tamper import damages
-from indexer.format.bundle import read_current
+from indexer.format.manifest import read_current
 from indexer.verify.check import check_servable
 from indexer.verify.faults import VersionRefusedError
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 
-from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST
 from indexer.format.postings import ROWS, row_dtype
 from indexer.format.prefixes import exact_top_k
 from indexer.format.store import (

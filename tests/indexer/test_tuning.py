@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, Parts
 
-from indexer.format.bundle import MANIFEST, Bundle, read_manifest
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, read_manifest
 from indexer.format.prefixes import rotate_rows
 from indexer.format.tuning import (
     OperatingPoint,

@@ -18,7 +18,8 @@ import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
 from indexer.benchmarks.tamper import damages
-from indexer.format.bundle import MANIFEST, Bundle, read_current
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, read_current
 from indexer.format.prefixes import exact_top_k
 from indexer.update.row_changes import UpdateError
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows, replan_notes

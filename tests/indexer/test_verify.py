@@ -14,7 +14,7 @@ import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error
 from safetensors.numpy import save_file
 
-from indexer.format.bundle import read_manifest
+from indexer.format.manifest import read_manifest
 from indexer.verify.check import verify_bundle
 
 

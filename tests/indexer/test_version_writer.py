@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.build.version_writer import VersionWriter
-from indexer.format.bundle import MANIFEST
+from indexer.format.manifest import MANIFEST
 from indexer.format.postings import INDPTR, ROWS, VALUES
 from training.core.files import sha256_file
 

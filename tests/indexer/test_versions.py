@@ -9,7 +9,8 @@ import pytest
 from bundle_inputs import Inputs
 
 from indexer.build.full import build_bundle
-from indexer.format.bundle import Bundle, BundleError, read_current
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import BundleError, read_current
 from indexer.versions.bundle_store import BundleStore
 
 

@@ -26,7 +26,8 @@ from typing import Protocol
 
 import grpc
 
-from indexer.format.bundle import MANIFEST, Bundle, parse_version_name, read_current
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, parse_version_name, read_current
 from indexer.verify.check import check_servable
 from indexer.verify.faults import VersionRefusedError
 from service._generated.strata.v1 import admin_pb2 as pb

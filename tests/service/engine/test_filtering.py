@@ -36,8 +36,8 @@ def test_allowed_rows_include_and_complement():
     include = AllowedRows(10, np.array([2, 5, 7]))
     assert include.count == 3 and include.materialise().tolist() == [2, 5, 7]
     assert include.contains(np.array([1, 2, 7])).tolist() == [False, True, True]
-    complement = AllowedRows(10, np.array([2, 5, 7]), complement=True)
-    assert complement.count == 7
+    complement = AllowedRows.excluding(10, np.array([2, 5, 7]))
+    assert complement.bits is not None and complement.count == 7
     assert complement.materialise().tolist() == [0, 1, 3, 4, 6, 8, 9]
     assert complement.contains(np.array([1, 2, 7])).tolist() == [True, False, False]
 
@@ -48,7 +48,7 @@ def test_every_hit_is_allowed_and_k_hits_come_back(
     index: faiss.Index, gallery: np.ndarray, exact_max: int, complement: bool
 ):
     rows = np.arange(0, N, 3, dtype=np.int64)  # 1,000 rows: far from the query's neighbours
-    allowed = AllowedRows(N, rows, complement=complement)
+    allowed = AllowedRows.excluding(N, rows) if complement else AllowedRows(N, rows)
     query = gallery[1:2]  # row 1 is not in `rows`: its neighbourhood is mostly filtered
     scores, found = filtered_search(index, query, 10, allowed, exact_max=exact_max)
     assert found.shape == (1, 10) and (found >= 0).all()
@@ -94,7 +94,8 @@ def test_allowed_rows_from_the_bundle_postings(engine: SearchEngine):
     a_not_b = allowed_rows(bundle, [ConceptRef(id=a)], [ConceptRef(id=b)])
     assert a_not_b.materialise().tolist() == np.setdiff1d(rows_a, rows_b).tolist()
     not_b = allowed_rows(bundle, [], [ConceptRef(id=b)])
-    assert not_b.complement and not_b.count == bundle.rows - len(rows_b)
+    assert not_b.count == bundle.rows - len(rows_b)
+    assert not_b.materialise().tolist() == np.setdiff1d(np.arange(bundle.rows), rows_b).tolist()
     name = engine.coder.catalog[a].name
     named = allowed_rows(bundle, [ConceptRef(name=name)], [])
     same_name = [c for c in range(2 * bundle.dim) if engine.coder.catalog[c].name == name]
@@ -110,18 +111,19 @@ def test_references_count_once_per_concept_and_exclusion_is_one_union(engine: Se
     once = allowed_rows(bundle, [], [ConceptRef(id=c) for c in concepts])
     repeated = allowed_rows(bundle, [], [ConceptRef(id=concepts[i % 8]) for i in range(64)])
     expected = np.unique(np.concatenate([bundle.postings(c)[0] for c in concepts]))
-    assert once.rows.tolist() == repeated.rows.tolist() == expected.tolist()
+    allowed = np.setdiff1d(np.arange(bundle.rows), expected).tolist()
+    assert once.materialise().tolist() == repeated.materialise().tolist() == allowed
     required = allowed_rows(bundle, [ConceptRef(id=concepts[0])] * 64, [])
-    assert required.rows.tolist() == bundle.postings(concepts[0])[0].tolist()
+    assert required.materialise().tolist() == bundle.postings(concepts[0])[0].tolist()
 
 
-def test_a_filtered_hnsw_search_meets_enough_allowed_rows_or_scans_them():
-    from service.engine.filtering import FILTERED_EF_MAX, exact_budget, filtered_ef
+def test_a_filtered_hnsw_search_meets_as_many_allowed_rows_as_an_unfiltered_one_meets_rows():
+    from service.engine.filtering import exact_budget, filtered_ef
 
     assert filtered_ef(64, 10, 1.0) == 64  # unfiltered share: its own ef
-    assert filtered_ef(64, 10, 0.05) == 400  # ef·share ≥ 2·wanted
-    assert filtered_ef(64, 100, 0.01) is None  # beyond FILTERED_EF_MAX: an exact scan
-    assert filtered_ef(16, 1, 2 / FILTERED_EF_MAX) == FILTERED_EF_MAX
+    assert filtered_ef(64, 10, 0.5) == 128  # ef·share = the unfiltered search's ef
+    assert filtered_ef(64, 100, 0.8) == 125  # a funnel's shortlist: wanted above ef
+    assert filtered_ef(64, 100, 0.01) == 10_000
     assert exact_budget(4096, 512) == exact_budget(4096, 256) == 4096
     assert exact_budget(4096, 32) == 4096 * 8  # a short prefix scores more rows exactly
 
@@ -138,9 +140,9 @@ def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
     q = rng.normal(size=(1, 16)).astype(np.float32)
     for share in (0.001, 0.02, 0.3, 0.9):
         rows = np.flatnonzero(rng.random(3000) < share).astype(np.int64)
-        for allowed in (AllowedRows(3000, rows), AllowedRows(3000, rows, complement=True)):
+        for allowed in (AllowedRows(3000, rows), AllowedRows.excluding(3000, rows)):
             _, found = filtered_search(index, q, 10, allowed, exact_max=8)
             _, truth = exact_scores(index, q, allowed.materialise(), 10)
             hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / max(1, truth.shape[1])
-            assert hit >= 0.9, (share, allowed.complement, hit)
+            assert hit >= 0.9, (share, allowed.count, hit)
             assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())

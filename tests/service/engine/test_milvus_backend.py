@@ -22,7 +22,8 @@ from milvus_lite.adapter.grpc.server import start_server_in_thread
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
-from indexer.format.bundle import MANIFEST, Bundle, read_current, version_name
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, read_current, version_name
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore, collection_name
 from service.api.background import BackgroundServer

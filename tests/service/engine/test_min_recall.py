@@ -18,7 +18,8 @@ from indexer.benchmarks.synthetic import (
 )
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
-from indexer.format.bundle import MANIFEST, Bundle
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST
 from indexer.format.tuning import OperatingPoint, drop_self
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
