@@ -287,6 +287,10 @@ def indexer_report(graph: dict[str, set[str]]) -> None:
 if __name__ == "__main__":
     graph = import_graph()
     print(f"modules {len(graph)}, imports {sum(len(t) for t in graph.values())}")
+    folder = {name: path.parent for name, path in modules().items()}
+    crossing = [(s, t) for s, targets in graph.items() for t in targets if folder[s] != folder[t]]
+    top = sum(1 for s, t in crossing if s.split(".")[0] != t.split(".")[0])
+    print(f"  imports between folders {len(crossing)}, between top-level packages {top}")
     for package in PACKAGES:
         print(f"  {package}: {sum(1 for name in graph if name.split('.')[0] == package)} modules")
     print(f"  training.core: {sum(1 for name in graph if layer(name) == 0)} modules")
