@@ -33,7 +33,7 @@ from service.engine.grouping import FETCH_MAX, grouped_search
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.plans import Planner
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
+from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
 from service.errors import NotFoundError, QueryError, echo
 from service.limits import check_chars
 from service.results import MAX_SHORTLIST, SearchResult
@@ -144,19 +144,8 @@ class LocalScorer:
         assert p.route is not None
         fields = list(p.query.metadata_fields)
         hits = hits_of(self.bundle, scores, rows, fields, self.image_root, self.id_column)
-        if p.groups is not None:
-            _, labels = self.metadata.group_keys(p.query.group_by)
-            for hit, code in zip(hits, p.groups, strict=True):
-                hit.group = str(labels[code])
-        result = SearchResult(
-            granularity=p.route.granularity,
-            prefix_length=self.contract[p.route.granularity],
-            routing_reason=p.route.reason,
-            hits=hits,
-            filtered_rows=None if p.allowed is None else p.allowed.count,
-            bundle_version=self.bundle.version,
-            plan=p.plan,
-        )
+        length = self.contract[p.route.granularity]
+        result = query_result(p, hits, length, self.metadata, self.bundle.version)
         if query_code is not None:
             result.query_concepts = explain_hits(
                 self.bundle, self.coder, hits, query_code, self.config.hit_concepts

@@ -60,7 +60,7 @@ from service.engine.milvus_expressions import (
     string_literal,
     where_expression,
 )
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow
+from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
 from service.errors import NotFoundError, QueryError, UnavailableError, echo
 from service.limits import check_chars
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
@@ -284,19 +284,8 @@ class MilvusScorer:
             )
             for h in found
         ]
-        if p.groups is not None:
-            _, labels = self.metadata.group_keys(p.query.group_by)
-            for hit, code in zip(hits, p.groups, strict=True):
-                hit.group = str(labels[code])
-        result = SearchResult(
-            granularity=p.route.granularity,
-            prefix_length=self.contract[p.route.granularity],
-            routing_reason=p.route.reason,
-            hits=hits,
-            filtered_rows=p.allowed.count,
-            bundle_version=self.bundle.version,
-            plan=p.plan,
-        )
+        length = self.contract[p.route.granularity]
+        result = query_result(p, hits, length, self.metadata, self.bundle.version)
         if query_code is not None:
             q_ids, q_values = query_code
             for hit, h in zip(hits, found, strict=True):

@@ -26,7 +26,7 @@ from service.engine.plans import FunnelConfig
 from service.errors import ServiceError
 from service.limits import LIMITS, RequestLimits
 from service.query.routing import Route
-from service.results import PlanRun, SearchQuery, SearchResult
+from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.config import ConfigModel
 
 
@@ -61,6 +61,27 @@ class PreparedQuery:
     image: Any = None  # the decoded PIL image, between decoding and encoding
     groups: list[int] | None = None  # group_by: each hit's group code (MetadataFilter.group_keys)
     result: SearchResult | None = None
+
+
+def query_result(
+    p: PreparedQuery, hits: list[Hit], prefix_length: int, metadata: MetadataFilter, version: int
+) -> SearchResult:
+    """A prepared query's answer from its hits, as either scorer gives it: each hit labelled
+    with its group (group_by), and the route, prefix, plan and filter size the query ran with."""
+    assert p.route is not None
+    if p.groups is not None:
+        _, labels = metadata.group_keys(p.query.group_by)
+        for hit, code in zip(hits, p.groups, strict=True):
+            hit.group = str(labels[code])
+    return SearchResult(
+        granularity=p.route.granularity,
+        prefix_length=prefix_length,
+        routing_reason=p.route.reason,
+        hits=hits,
+        filtered_rows=None if p.allowed is None else p.allowed.count,
+        bundle_version=version,
+        plan=p.plan,
+    )
 
 
 @dataclass(frozen=True)
