@@ -117,7 +117,9 @@ class StrataServer:
         self.port: int | None = None
         self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-engine")
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.config.batching.lanes, thread_name_prefix="strata-engine"
+        )
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(
             self._search_batch, self.config.batching, self.executor, clock
         )

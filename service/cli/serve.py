@@ -47,6 +47,14 @@ def serve_command(
             min=1,
         ),
     ] = BatchingConfig().max_queue,
+    lanes: Annotated[
+        int,
+        typer.Option(
+            help="batches the engine works on at once, each on its own thread (a request holds "
+            "one at most: a small query runs beside the heaviest request)",
+            min=1,
+        ),
+    ] = BatchingConfig().lanes,
     batching: Annotated[
         bool, typer.Option(help="micro-batch concurrent queries (--no-batching: one by one)")
     ] = True,
@@ -143,11 +151,11 @@ def serve_command(
         redis_url = settings.redis_url
     config = server_config(
         settings, host=host, port=port, batching=batching, max_batch=max_batch,
-        max_wait_ms=max_wait_ms, max_queue=max_queue, grace=grace, metrics_port=metrics_port,
-        metrics_host=metrics_host, http_port=http_port, http_host=http_host,
-        image_root=image_root, admin_token_file=admin_token_file, tls_cert=tls_cert,
-        tls_key=tls_key,
-    )  # fmt: skip
+        max_wait_ms=max_wait_ms, max_queue=max_queue, lanes=lanes, grace=grace,
+        metrics_port=metrics_port, metrics_host=metrics_host, http_port=http_port,
+        http_host=http_host, image_root=image_root, admin_token_file=admin_token_file,
+        tls_cert=tls_cert, tls_key=tls_key,
+)  # fmt: skip
     from training.core.encoders import resolve_device
 
     device = resolve_device(device or settings.device)

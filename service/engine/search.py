@@ -18,8 +18,10 @@
    concepts, each hit's strongest concepts and the concepts they share.
 
 Catalog look-ups and the index's description are service/engine/catalog.py's. Scores are s_L, the
-cosine of the first L rotated coordinates. The engine is not thread-safe
-for searches (the encoder is not); the server runs them on one executor thread.
+cosine of the first L rotated coordinates. Searches may run on several threads at once (the
+server runs one per lane of its micro-batcher): the encoders embed concurrently, FAISS searches
+take their parameters per call, the query cache is locked, and what the engine memoises (an
+index opened, a prefix's exact rows) is the same whichever thread computes it first.
 """
 
 from __future__ import annotations

@@ -9,13 +9,18 @@ starves: a newcomer's turn is never before its arrival), and one that has had mu
 newcomers pass (a small query beside a large request waits for at most the chunk being
 processed). When a single-item request is first, the batch is the single-item requests
 waiting, in turn order (up to `max_batch`); otherwise it is one chunk of the first request.
+
+With several lanes (batches processed at once, `BatchingConfig.lanes`), a request whose chunk
+is being processed in one lane is `busy`: it waits for that chunk before its next is taken, so
+one request holds at most one lane and the others stay free for everyone else (a small query
+beside the heaviest request runs beside it, not after it), and its chunks run in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -66,16 +71,21 @@ class Flow(Generic[T, R]):
 
 
 def take_batch(
-    flows: deque[Flow[T, R]], max_batch: int, chunk_s: float
+    flows: deque[Flow[T, R]],
+    max_batch: int,
+    chunk_s: float,
+    busy: Collection[Flow[T, R]] = (),
 ) -> tuple[list[Waiting[T, R]], Flow[T, R] | None]:
-    """The next batch from the waiting requests (`flows`, arrival order): when the request first
-    in line (`Flow.turn`; arrival order breaks ties) is a single-item one, up to `max_batch`
-    single-item requests in turn order; else one chunk of that request (one item for a
-    `call`), which stays in the queue while items remain. Returns the batch and the request it
-    came from (None: singles). Mutates `flows`."""
-    if not flows:
+    """The next batch from the waiting requests (`flows`, arrival order) but those `busy` (a
+    chunk of theirs being processed): when the request first in line (`Flow.turn`; arrival
+    order breaks ties) is a single-item one, up to `max_batch` single-item requests in turn
+    order; else one chunk of that request (one item for a `call`), which stays in the queue
+    while items remain. Returns the batch and the request it came from (None: singles; an
+    empty batch when every request waiting is busy). Mutates `flows`."""
+    ready = [f for f in flows if f not in busy]
+    if not ready:
         return [], None
-    first = min(flows, key=Flow.turn)  # min: the earliest-arrived among equal turns
+    first = min(ready, key=Flow.turn)  # min: the earliest-arrived among equal turns
     if first.single:
         taken = sorted((f for f in flows if f.single), key=Flow.turn)[:max_batch]
         gone = {id(f) for f in taken}

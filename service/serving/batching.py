@@ -4,7 +4,10 @@ Each `submit(item)` waits in a bounded queue; one worker task takes the oldest w
 up to `max_batch`, as soon as either `max_batch` are waiting or the oldest has waited
 `max_wait_ms`, and runs `process(items)` on an executor thread (the encoder and FAISS are
 blocking), then hands each caller its own result — or its own exception, so that one bad
-image fails one query, not its batch. While a batch runs, new arrivals queue up for the next.
+image fails one query, not its batch. Up to `lanes` batches run at once (the executor needs as
+many threads; the encoder, FAISS and the engine are safe to call from several threads): while
+one lane is held by a long request, the next batch runs in another. While every lane is busy,
+new arrivals queue up for the next free one.
 The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
 load), and under load batches still form from the queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
@@ -14,12 +17,12 @@ little more than one query, as on a GPU.
 Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
 `submit_many(items)` (a BatchSearch) one request of many, worked through in chunks;
 `submit_call(call)` (an Explain) one request that runs `call()` alone on the same executor.
-Which request the next batch serves is service/serving/batch_order.py's rule: the first in line by
-arrival, moved back by twice the processing it has had — no caller starves, and a small query
-beside a large request waits for at most the chunk being processed. A chunk is as many items
-as fit in `chunk_ms` by what that request's items have cost so far (the first chunk: one item;
-at most `max_batch`), and is never batched with another request's items (no head-of-line
-blocking).
+Which request the next batch serves is service/serving/batch_order.py's rule: the first in line
+by arrival, moved back by twice the processing it has had — no caller starves, and a small
+query beside a large request waits for at most the chunk being processed; with two lanes or
+more, not even that: a request holds one lane at most. A chunk is as many items as fit in
+`chunk_ms` by what that request's items have cost so far (the first chunk: one item; at most
+`max_batch`), and is never batched with another request's items (no head-of-line blocking).
 A caller that gives up (a deadline, a cancelled call, a server stopping at its grace) takes its
 items still waiting out of the queue at once, so its remaining work is never done.
 
@@ -31,8 +34,8 @@ waiting when it passes is dropped with `DeadlineError` instead of being processe
 that no longer waits; for `submit_many` the first failing item fails the request, and its
 other waiting items are dropped.
 With batching switched off (`enabled=False`, for load tests) every item is processed alone,
-on the same executor, and admission holds all the same: a request beyond the one running and
-`max_queue` waiting is refused with `OverloadedError`.
+on the same executor, and admission holds all the same: a request beyond one running per lane
+and `max_queue` waiting is refused with `OverloadedError`.
 """
 
 from __future__ import annotations
@@ -103,7 +106,9 @@ class MicroBatcher(Generic[T, R]):
         self.clock = clock
         self.stats = BatchStats()
         self._flows: deque[Flow[T, R]] = deque()
-        self._in_flight: list[Waiting[T, R]] = []
+        self._in_flight: list[list[Waiting[T, R]]] = []  # the batches being processed
+        self._busy: set[Flow[T, R]] = set()  # requests with a chunk being processed
+        self._lanes: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
@@ -214,9 +219,9 @@ class MicroBatcher(Generic[T, R]):
         )
 
     async def _admitted_alone(self, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Batching off: admission as with batching on (one running, max_queue waiting), then
-        `run()`."""
-        if self._alone_requests > self.config.max_queue:
+        """Batching off: admission as with batching on (one per lane running, max_queue
+        waiting), then `run()`."""
+        if self._alone_requests >= self.config.lanes + self.config.max_queue:
             raise self._full()
         self._alone_requests += 1
         try:
@@ -244,6 +249,7 @@ class MicroBatcher(Generic[T, R]):
             results = await loop.run_in_executor(
                 self.executor, self._call, items[start : start + 1], finish
             )
+            self.stats.add(len(results))
             for offset, result in enumerate(results):
                 if isinstance(result, BaseException):
                     raise ItemError(start + offset, result)
@@ -256,17 +262,45 @@ class MicroBatcher(Generic[T, R]):
             self._worker = loop.create_task(self._run(), name="strata-batcher")
 
     async def _run(self) -> None:
+        """Take batches in turn and process each in a free lane (`config.lanes` at once)."""
         loop = asyncio.get_running_loop()
+        assert self._arrived is not None
+        lanes = asyncio.Semaphore(self.config.lanes)
+        try:
+            while True:
+                await lanes.acquire()
+                try:
+                    batch, source = await self._next_batch()
+                except BaseException:
+                    lanes.release()
+                    raise
+                if source is not None:  # busy from now: its next chunk waits for this one
+                    self._busy.add(source)
+                self._in_flight.append(batch)
+                task = loop.create_task(self._serve(batch, source, lanes, loop))
+                self._lanes.add(task)
+                task.add_done_callback(self._lanes.discard)
+        finally:  # stopped: batches still running are failed by `close`, not left to finish
+            for task in list(self._lanes):
+                task.cancel()
+
+    def _ready_items(self) -> int:
+        """Items waiting in requests that are not busy (that a batch could take now)."""
+        return sum(len(flow.items) for flow in self._flows if flow not in self._busy)
+
+    async def _next_batch(self) -> tuple[list[Waiting[T, R]], Flow[T, R] | None]:
+        """The next batch to process (batch_order.take_batch), once one can be taken: after a
+        request arrives or a busy one's chunk ends, and after the wait for company."""
         assert self._arrived is not None
         wait = self.config.max_wait_ms / 1000
         chunk_s = self.config.chunk_ms / 1000
         while True:
-            while not self._flows:
+            while not self._ready_items():
                 self._arrived.clear()
                 await self._arrived.wait()
-            deadline = self._flows[0].items[0].arrived + wait
-            while self.waiting_items < self.config.max_batch:
-                remaining = deadline - self.clock()
+            oldest = min(f.items[0].arrived for f in self._flows if f not in self._busy and f.items)
+            while self._ready_items() < self.config.max_batch:
+                remaining = oldest + wait - self.clock()
                 if remaining <= 0:
                     break
                 self._arrived.clear()
@@ -276,15 +310,25 @@ class MicroBatcher(Generic[T, R]):
                 except TimeoutError:
                     raise_if_cancelled()  # a cancel that met the timeout is still a cancel
                     break
-                if not self._flows:
+                if not self._ready_items():
                     break
-            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s)
+            batch, source = take_batch(self._flows, self.config.max_batch, chunk_s, self._busy)
             batch = [w for w in batch if not w.future.done()]  # callers that gave up
             batch = [w for w in batch if not self._expired(w, self.clock())]
-            if not batch:
-                continue
-            self._in_flight = batch
-            began = self.clock()
+            if batch:
+                return batch, source
+
+    async def _serve(
+        self,
+        batch: list[Waiting[T, R]],
+        source: Flow[T, R] | None,
+        lanes: asyncio.Semaphore,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Process one batch (in flight, its request busy) in a lane and hand each caller its
+        result; then free the lane."""
+        began = self.clock()
+        try:
             try:
                 if source is not None and source.call is not None:
                     results = await loop.run_in_executor(self.executor, _called, source.call)
@@ -293,6 +337,7 @@ class MicroBatcher(Generic[T, R]):
                     results = await loop.run_in_executor(
                         self.executor, self._call, [w.item for w in batch], finish
                     )
+                    self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
                 results = [exc] * len(batch)
@@ -306,7 +351,13 @@ class MicroBatcher(Generic[T, R]):
                     waiting.future.set_exception(result)
                 else:
                     waiting.future.set_result(result)
-            self._in_flight = []
+        finally:
+            self._in_flight.remove(batch)
+            if source is not None:
+                self._busy.discard(source)
+            lanes.release()
+            assert self._arrived is not None
+            self._arrived.set()  # a lane is free, and the request may have items left
 
     def _expired(self, waiting: Waiting[T, R], now: float) -> bool:
         if waiting.deadline is None or waiting.deadline > now:
@@ -324,20 +375,21 @@ class MicroBatcher(Generic[T, R]):
         results = self.process(items)
         if len(results) != len(items):
             raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
-        self.stats.add(len(items))
         if finish is None:
             return results
         return [_finished(finish, r) for r in results]
 
     async def close(self) -> None:
-        """Stop the worker; queued callers get OverloadedError."""
+        """Stop the worker and its lanes; callers queued or in a running batch get
+        OverloadedError."""
         self._closed = True
+        running = [w for batch in self._in_flight for w in batch]  # before the lanes stop
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
         waiting = [w for flow in self._flows for w in flow.items]
-        for item in [*self._in_flight, *waiting]:
+        for item in [*running, *waiting]:
             if not item.future.done():
                 item.future.set_exception(OverloadedError("the server is shutting down"))
         self._flows.clear()

@@ -10,7 +10,8 @@ from training.core.config import ConfigModel
 
 class BatchingConfig(ConfigModel):
     """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
-    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at;
+    requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at,
+    `lanes` batches processed at once (each request in one lane at most);
     `enabled=False` processes every item alone."""
 
     model_config = ConfigDict(frozen=True)
@@ -20,8 +21,13 @@ class BatchingConfig(ConfigModel):
     max_wait_ms: float = 0.0
     max_queue: int = 64
     chunk_ms: float = 20.0
+    # two: a small query runs beside the heaviest request instead of after it (on two CPU cores
+    # its p99 beside back-to-back Explains went from 9.4x to 1.8x idle, beside the largest
+    # BatchSearch of Explains from 6.2x to 2.1x: python -m service.benchmarks.heavy --rows
+    # 20000 --small 100 --threads 1)
+    lanes: int = 2
 
-    @field_validator("max_batch", "max_queue")
+    @field_validator("max_batch", "max_queue", "lanes")
     @classmethod
     def _at_least_one(cls, value: int, info: ValidationInfo) -> int:
         if value < 1:

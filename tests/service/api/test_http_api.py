@@ -26,6 +26,7 @@ from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.engine.thumbnails import BundleImages, common_root, inside, recorded_image_root
+from service.serving.batching_config import BatchingConfig
 
 SEARCH = "strata.v1.SearchService"
 
@@ -200,7 +201,8 @@ def test_a_client_that_disconnects_cancels_its_call(text_bundle: Path, minilm):
     and the call is counted CANCELLED. Before, it stayed queued and was computed for nobody."""
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, http_port=0, metrics_port=0)
+    one_lane = BatchingConfig(lanes=1)  # the engine held on the first call: the second waits
+    config = ServerConfig(port=0, http_port=0, metrics_port=0, batching=one_lane)
     leaving = json.dumps({"query": {"text": "a cat that hangs up"}, "topK": 3}).encode()
     with BackgroundServer(engine, config) as running, ThreadPoolExecutor(1) as pool:
         url, batcher = base(running), running.server.batcher

@@ -273,7 +273,7 @@ def test_a_query_whose_deadline_passes_in_the_queue_is_never_computed(text_bundl
     counted, and never embedded, and the queue takes queries again."""
     encoder, clock = HeldEncoder(minilm, held=True), HandClock()
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    batching = BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1)
+    batching = BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1, lanes=1)  # one engine
     config = ServerConfig(port=0, batching=batching)
     with (
         BackgroundServer(engine, config, clock=clock) as running,

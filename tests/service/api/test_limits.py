@@ -25,6 +25,9 @@ from service.errors import MESSAGE_CHARS
 from service.limits import LIMITS, MAX_REQUEST_BYTES
 from service.serving.batching import BatchingConfig
 
+# a server whose engine runs one batch at a time: what the tests of the order in one lane need
+ONE_LANE = ServerConfig(port=0, batching=BatchingConfig(lanes=1))
+
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 DOG = pb.Query(text="a dog")
 BIG = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
@@ -206,8 +209,9 @@ def test_status_messages_quote_a_short_prefix_of_a_huge_input(stub, method: str)
 
 
 def test_a_small_query_is_not_held_behind_the_largest_batch(text_bundle, minilm):
-    """Small queries that arrive while a chunk of the largest BatchSearch runs go next, in a
-    batch of their own, and are answered while the rest of the large request still waits."""
+    """One lane: small queries that arrive while a chunk of the largest BatchSearch runs go
+    next, in a batch of their own, and are answered while the rest of the large request still
+    waits."""
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
     largest = pb.BatchSearchRequest(
@@ -219,7 +223,7 @@ def test_a_small_query_is_not_held_behind_the_largest_batch(text_bundle, minilm)
     smalls = [f"a cat {i}" for i in range(3)]
     # the batcher's clock stands still: the hold is not what the items cost (chunks of 32 after)
     with (
-        BackgroundServer(engine, ServerConfig(port=0), clock=HandClock()) as running,
+        BackgroundServer(engine, ONE_LANE, clock=HandClock()) as running,
         grpc.insecure_channel(running.target) as channel,
         ThreadPoolExecutor(1 + len(smalls)) as pool,
     ):
@@ -245,6 +249,34 @@ def test_a_small_query_is_not_held_behind_the_largest_batch(text_bundle, minilm)
     assert all(len(answer.hits) == 5 for answer in answers)
 
 
+def test_a_small_query_runs_beside_the_largest_batch(text_bundle, minilm):
+    """Two lanes (the default): while a chunk of the largest BatchSearch is held in the engine,
+    small queries are answered in the other lane; the large request never takes both."""
+    encoder = HeldEncoder(minilm, held=True, holds=lambda texts: texts[0].startswith("a dog"))
+    engine = SearchEngine(Bundle.open(text_bundle), encoder)
+    largest = pb.BatchSearchRequest(
+        requests=[
+            pb.SearchRequest(query=pb.Query(text=f"a dog number {i}"), top_k=10)
+            for i in range(LIMITS.batch_requests)
+        ]
+    )
+    with (
+        BackgroundServer(engine, ServerConfig(port=0)) as running,
+        grpc.insecure_channel(running.target) as channel,
+    ):
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        batch = stub.BatchSearch.future(largest, timeout=4 * WAIT_S)
+        assert encoder.arrived(1)  # its first chunk is held in the encoder
+        for i in range(3):  # one after the other, each answered while the chunk is held
+            request = pb.SearchRequest(query=pb.Query(text=f"a cat {i}"))
+            answer = stub.Search(request, timeout=WAIT_S)
+            assert len(answer.hits) == 10
+        assert not batch.done() and running.server.batcher.waiting == 1
+        assert sum(texts[0].startswith("a dog") for texts in encoder.batches) == 1
+        encoder.release()
+        assert len(batch.result(4 * WAIT_S).responses) == LIMITS.batch_requests
+
+
 @pytest.mark.parametrize("batching", [True, False], ids=["batching", "no-batching"])
 def test_overload_at_concurrency_128_is_refused_fast_and_nothing_else_fails(
     text_bundle, minilm, batching: bool
@@ -256,7 +288,8 @@ def test_overload_at_concurrency_128_is_refused_fast_and_nothing_else_fails(
     refused (before, every one was admitted)."""
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, batching=BatchingConfig(enabled=batching, max_queue=16))
+    one_lane = BatchingConfig(enabled=batching, max_queue=16, lanes=1)  # held: one engine
+    config = ServerConfig(port=0, batching=one_lane)
     calls, outcomes = 128, []
 
     async def load(target: str) -> None:

@@ -209,7 +209,7 @@ def test_concurrent_searches_share_one_encoder_call(text_bundle: Path, minilm):
     """Searches that arrive while the engine is busy wait together and become one call."""
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=8))
+    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=8, lanes=1))  # one engine
     texts = ["a dog", "a cat", "a red horse", "a bird", "a fox", "a boy", "a girl", "a cow"]
     with (
         BackgroundServer(engine, config) as server,
@@ -233,7 +233,8 @@ def test_concurrent_searches_share_one_encoder_call(text_bundle: Path, minilm):
 def test_a_full_queue_is_resource_exhausted(text_bundle: Path, minilm):
     encoder = HeldEncoder(minilm, held=True)
     engine = SearchEngine(Bundle.open(text_bundle), encoder)
-    config = ServerConfig(port=0, batching=BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1))
+    batching = BatchingConfig(max_batch=1, max_wait_ms=0, max_queue=1, lanes=1)  # one engine
+    config = ServerConfig(port=0, batching=batching)
     with (
         BackgroundServer(engine, config) as server,
         StrataClient(server.target) as client,

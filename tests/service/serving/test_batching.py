@@ -57,7 +57,8 @@ def test_batches_alternate_small_requests_and_chunks_of_a_large_one(item_s: floa
     chunk runs get a batch of their own before the next chunk."""
     clock = HandClock()
     recorder = Recorder(hold=True, clock=clock, item_s=item_s)
-    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=8, chunk_ms=1000), clock=clock)
+    one_lane = BatchingConfig(max_batch=8, chunk_ms=1000, lanes=1)
+    batcher = MicroBatcher(recorder, one_lane, clock=clock)
 
     async def main():
         large = asyncio.ensure_future(batcher.submit_many(list(range(100, 120))))
@@ -174,14 +175,66 @@ def test_switched_off_every_query_is_processed_alone():
     assert sorted(map(tuple, recorder.calls)) == [(i,) for i in range(5)]
 
 
-def test_closing_fails_waiting_callers():
+class HeldLarge:
+    """A batch function that holds every call with an item ≥ 100 (the large request's chunks)
+    until released, and records the calls and the most of them running at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self._lock = threading.Lock()
+        self.running = self.most_large_at_once = 0
+
+    def __call__(self, items: list[int]) -> list[int]:
+        large = items[0] >= 100
+        with self._lock:
+            self.calls.append(list(items))
+            self.running += large
+            self.most_large_at_once = max(self.most_large_at_once, self.running)
+        if large:
+            self.started.set()
+            self.release.wait(WAIT_S)
+        with self._lock:
+            self.running -= large
+        return [i * 10 for i in items]
+
+
+def test_a_small_query_runs_beside_a_large_request_in_another_lane():
+    """Two lanes: while a chunk of a large request is held in one, small queries are answered in
+    the other; the large request holds one lane at most, so its chunks run one after the other,
+    in order."""
+    recorder = HeldLarge()
+    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=4, lanes=2))
+
+    async def main():
+        large = asyncio.ensure_future(batcher.submit_many(list(range(100, 110))))
+        assert await asyncio.to_thread(recorder.started.wait, WAIT_S)  # its first chunk is held
+        small = [await batcher.submit(i) for i in range(3)]  # answered while it is held
+        held = [list(c) for c in recorder.calls]
+        assert batcher.waiting == 1  # the large request's rest waits for its own chunk
+        recorder.release.set()
+        results = await large
+        await batcher.close()
+        return small, held, results
+
+    small, held, results = run(main())
+    assert small == [0, 10, 20] and held == [[100], [0], [1], [2]]
+    assert results == [i * 10 for i in range(100, 110)]
+    large_calls = [c for c in recorder.calls if c[0] >= 100]
+    assert [i for c in large_calls for i in c] == list(range(100, 110))
+    assert recorder.most_large_at_once == 1
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_closing_fails_waiting_callers(lanes: int):
     recorder = Recorder(hold=True)
-    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=1, max_wait_ms=0))
+    batcher = MicroBatcher(recorder, BatchingConfig(max_batch=1, max_wait_ms=0, lanes=lanes))
 
     async def main():
         waiting = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
         assert await asyncio.to_thread(recorder.started.wait, WAIT_S)  # one in the batch function
-        assert batcher.waiting == 2  # and two queued
+        assert batcher.waiting == 3 - lanes  # one per lane in the batch function, the rest queued
         await batcher.close()
         recorder.release.set()
         results = await asyncio.gather(*waiting, return_exceptions=True)
