@@ -5,10 +5,11 @@ Every batch goes to the request first in line by its turn, `arrived + SERVED_WEI
 (`served`: the seconds of processing its chunks have had so far; ties go to the request served
 fewer times, then to the earlier): a deadline-aware queue in which a request's place recedes
 with the work done for it. A request that has had nothing waits its turn by arrival (no caller
-starves: a newcomer's turn is never before its arrival), and one that has had much lets
-newcomers pass (a small query beside a large request waits for at most the chunk being
-processed). When a single-item request is first, the batch is the single-item requests
-waiting, in turn order (up to `max_batch`); otherwise it is one chunk of the first request.
+starves: a newcomer's turn is never before its arrival), and one that has had as much
+processing as it has waited lets newcomers pass (a small query beside a large request, in one
+lane, waits for at most two of its chunks). When a single-item request is first, the batch is
+the single-item requests waiting, in turn order (up to `max_batch`); otherwise it is one chunk
+of the first request.
 
 With several lanes (batches processed at once, `BatchingConfig.lanes`), a request whose chunk
 is being processed in one lane is `busy`: it waits for that chunk before its next is taken, so
@@ -24,10 +25,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-# how much a second of processing moves a request back in line: above 1, a request served more
-# than half the time since it arrived is behind every newcomer (a stream of small queries beside
-# a large request gets its turn at each chunk), and the large request still gets its turns
-SERVED_WEIGHT = 2.0
+# how much a second of processing moves a request back in line. At 1, a request served for
+# all the time since it arrived is level with a newcomer, so the two alternate; above 1 it yields
+# sooner (weight 2: small queries' p50 fell, but the large ones' tail rose — under the mixed
+# load at concurrency 8, p99/p50 was 5.1-5.5x with two lanes, 3.6-3.7x at 1; below 1, an old
+# request keeps the lane and a newcomer in one lane waits for all of it (0.5: 3.3-3.7x, p50
+# higher). python -m service.benchmarks.mixed_load --baseline TREE --repeats 2
+SERVED_WEIGHT = 1.0
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -18,8 +18,8 @@ Requests, not items, share the queue fairly. `submit(item)` is a request of one 
 `submit_many(items)` (a BatchSearch) one request of many, worked through in chunks;
 `submit_call(call)` (an Explain) one request that runs `call()` alone on the same executor.
 Which request the next batch serves is service/serving/batch_order.py's rule: the first in line
-by arrival, moved back by twice the processing it has had — no caller starves, and a small
-query beside a large request waits for at most the chunk being processed; with two lanes or
+by arrival, moved back by the processing it has had — no caller starves, and a small query
+beside a large request in one lane waits for at most two of its chunks; with two lanes or
 more, not even that: a request holds one lane at most. A chunk is as many items as fit in
 `chunk_ms` by what that request's items have cost so far (the first chunk: one item; at most
 `max_batch`), and is never batched with another request's items (no head-of-line blocking).
