@@ -4,11 +4,12 @@
     await serve(engine, ServerConfig(port=50051))                 # until SIGINT / SIGTERM
 
 A grpc.aio server on one event loop; searches are micro-batched (service/serving/batching.py) and
-run, like every other encoder or FAISS call, on one engine thread. The standard health service
+run, like every other encoder or FAISS call, on the engine's threads (one per lane of the
+batcher, `BatchingConfig.lanes`). The standard health service
 (`grpc.health.v1`, SERVING once the bundle is loaded, NOT_SERVING while stopping) and server
 reflection (so `grpcurl` can list and call the methods) are registered beside it. Stopping is
 graceful: the server refuses new calls, lets running ones finish within `grace_s`, then the
-batcher and the engine thread are shut down.
+batcher and the engine threads are shut down.
 
 Production surface (all optional, all off by default): Prometheus metrics on their own HTTP
 port (`metrics_port`; service/serving/metrics.py lists the series), the token-guarded

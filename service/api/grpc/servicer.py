@@ -4,11 +4,11 @@ Search and BatchSearch go through the micro-batcher to `SearchEngine.search_batc
 BatchSearch as one request of many queries, worked through a few at a time between other
 requests' queries (service/serving/batching.py), so it never holds the queue, and dropped as soon as
 its call ends (deadline, cancellation, the server's grace); Explain too, as a request of its
-own run alone on the same single engine thread (the encoder is used by one thread at a time),
-in its turn among the searches; catalog and info calls read
-immutable data on the event loop. Every request is held to service/limits.py first. The
-methods raise the engine's errors; `service.api.grpc.rpc_errors.ErrorStatusInterceptor` turns them
-into statuses (one mapping for every service).
+own, run alone in one of the engine's lanes (threads), in its turn among the searches;
+catalog and info calls read immutable data on the event loop. Every request is held to
+service/limits.py first. The methods raise the engine's errors;
+`service.api.grpc.rpc_errors.ErrorStatusInterceptor` turns them into statuses (one mapping for
+every service).
 
 A query carries its call's deadline into the micro-batcher: one whose deadline passes while it
 waits is dropped there, not computed. Search, BatchSearch and Explain each lease the engine
