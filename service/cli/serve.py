@@ -155,7 +155,7 @@ def serve_command(
         metrics_port=metrics_port, metrics_host=metrics_host, http_port=http_port,
         http_host=http_host, image_root=image_root, admin_token_file=admin_token_file,
         tls_cert=tls_cert, tls_key=tls_key,
-)  # fmt: skip
+    )  # fmt: skip
     from training.core.encoders import resolve_device
 
     device = resolve_device(device or settings.device)

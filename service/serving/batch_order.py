@@ -28,9 +28,10 @@ from typing import Any, Generic, TypeVar
 # how much a second of processing moves a request back in line. At 1, a request served for
 # all the time since it arrived is level with a newcomer, so the two alternate; above 1 it yields
 # sooner (weight 2: small queries' p50 fell, but the large ones' tail rose — under the mixed
-# load at concurrency 8, p99/p50 was 5.1-5.5x with two lanes, 3.6-3.7x at 1; below 1, an old
-# request keeps the lane and a newcomer in one lane waits for all of it (0.5: 3.3-3.7x, p50
-# higher). python -m service.benchmarks.mixed_load --baseline TREE --repeats 2
+# load at concurrency 8 with two lanes, p99/p50 per 300-call round was 5.1-5.5x, at 1 3.6-4.5x
+# and 3.7x pooled over three rounds; below 1, an old request keeps the lane and a newcomer in
+# one lane waits for all of it (0.5: 3.3-3.7x, p50 higher).
+# python -m service.benchmarks.mixed_load --baseline TREE --repeats 3
 SERVED_WEIGHT = 1.0
 
 T = TypeVar("T")

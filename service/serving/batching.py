@@ -284,9 +284,12 @@ class MicroBatcher(Generic[T, R]):
             for task in list(self._lanes):
                 task.cancel()
 
+    def _ready(self) -> list[Flow[T, R]]:
+        """The requests waiting with items that are not busy (that a batch could take now)."""
+        return [flow for flow in self._flows if flow.items and flow not in self._busy]
+
     def _ready_items(self) -> int:
-        """Items waiting in requests that are not busy (that a batch could take now)."""
-        return sum(len(flow.items) for flow in self._flows if flow not in self._busy)
+        return sum(len(flow.items) for flow in self._ready())
 
     async def _next_batch(self) -> tuple[list[Waiting[T, R]], Flow[T, R] | None]:
         """The next batch to process (batch_order.take_batch), once one can be taken: after a
@@ -298,7 +301,7 @@ class MicroBatcher(Generic[T, R]):
             while not self._ready_items():
                 self._arrived.clear()
                 await self._arrived.wait()
-            oldest = min(f.items[0].arrived for f in self._flows if f not in self._busy and f.items)
+            oldest = min(flow.items[0].arrived for flow in self._ready())
             while self._ready_items() < self.config.max_batch:
                 remaining = oldest + wait - self.clock()
                 if remaining <= 0:
@@ -352,7 +355,8 @@ class MicroBatcher(Generic[T, R]):
                 else:
                     waiting.future.set_result(result)
         finally:
-            self._in_flight.remove(batch)
+            # by identity: `==` on two batches would compare their queries field by field
+            self._in_flight = [b for b in self._in_flight if b is not batch]
             if source is not None:
                 self._busy.discard(source)
             lanes.release()

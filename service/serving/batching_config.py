@@ -22,8 +22,8 @@ class BatchingConfig(ConfigModel):
     max_queue: int = 64
     chunk_ms: float = 20.0
     # two: a small query runs beside the heaviest request instead of after it (on two CPU cores
-    # its p99 beside back-to-back Explains went from 9.4x to 1.8x idle, beside the largest
-    # BatchSearch of Explains from 6.2x to 2.1x: python -m service.benchmarks.heavy --rows
+    # its p99 beside back-to-back Explains went from 9.4x to 1.7x idle, beside the largest
+    # BatchSearch of Explains from 6.2x to 2.7x: python -m service.benchmarks.heavy --rows
     # 20000 --small 100 --threads 1)
     lanes: int = 2
 
