@@ -259,16 +259,36 @@ def exact_scores(
         raise RuntimeError("the index stores no exact vectors")
     if len(rows) == 0:
         return np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)
-    vectors = stored_rows(storage, rows)
-    # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
-    # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
-    scores = np.einsum("ij,j->i", vectors, np.asarray(query, dtype=np.float32).reshape(-1))
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    scores = stored_products(storage, rows, np.asarray(query, dtype=np.float32).reshape(-1))
     if len(rows) > k:  # only the rows scoring at least the k-th best can be among the top k
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
         keep = np.flatnonzero(scores >= kth)
-        scores, rows = scores[keep], np.asarray(rows)[keep]
+        scores, rows = scores[keep], rows[keep]
     order = np.lexsort((rows, -scores))[:k]
-    return scores[order][None, :].astype(np.float32), rows[order][None, :].astype(np.int64)
+    return scores[order][None, :].astype(np.float32), rows[order][None, :]
+
+
+def stored_products(
+    storage: faiss.Index | StoreIndex, rows: np.ndarray, query: np.ndarray
+) -> np.ndarray:
+    """float32 [len(rows)]: the inner product of `query` [d] with the stored vectors of the
+    int64 `rows`. On an IndexFlat, scored where they lie in its code array by FAISS
+    (`fvec_inner_products_by_idx`: one pass, no copy of the rows; 2.3x faster than a numpy
+    gather and product at 37,000 of 1M rows of 24 dims), else gathered, then multiplied."""
+    if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
+        if rows.min() < 0 or rows.max() >= storage.ntotal:  # FAISS reads them unchecked
+            raise IndexError(f"rows outside the {storage.ntotal} stored vectors")
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        scores = np.empty(len(rows), dtype=np.float32)
+        faiss.fvec_inner_products_by_idx(
+            faiss.swig_ptr(scores), faiss.swig_ptr(query), storage.get_xb(),
+            faiss.swig_ptr(rows), storage.d, 1, len(rows),
+        )  # fmt: skip
+        return scores
+    # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
+    # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
+    return np.einsum("ij,j->i", stored_rows(storage, rows), query)
 
 
 def stored_rows(storage: faiss.Index | StoreIndex, rows: np.ndarray) -> np.ndarray:
@@ -315,6 +335,10 @@ def filtered_search(
         if exact and allowed.count <= min(EXACT_ROWS_PER_EF * ef, EXACT_FALLBACK_MAX):
             return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
         setting = ",".join(filter(None, [setting, f"efSearch={min(ef, FILTERED_EF_MAX)}"]))
+    ivf = faiss.try_extract_index_ivf(graph)
+    if ivf is not None and "nprobe" not in setting:
+        probes = filtered_nprobe(ivf.nprobe, ivf.nlist, allowed.count / allowed.total)
+        setting = ",".join(filter(None, [setting, f"nprobe={probes}"]))
     selector = allowed.selector()
     params = search_parameters(index, setting, selector)
     scores, rows = index.search(query, k, params=params)
@@ -328,6 +352,15 @@ def filtered_ef(ef: int, wanted: int, share: float) -> int:
     own max(ef, wanted), divided by the share, so that the traversal meets as many allowed rows
     as the unfiltered one meets rows (module docstring)."""
     return int(np.ceil(max(ef, wanted) / max(share, 1e-12) - 1e-9))
+
+
+def filtered_nprobe(nprobe: int, nlist: int, share: float) -> int:
+    """nprobe for an IVF search that keeps only `share` of the rows: the unfiltered nprobe
+    divided by the share, at most every list. An IVF scan tests each entry of a probed list
+    against the filter (one bit read) and scores only the allowed ones, whose vectors lie
+    together in the list, so widening the probe costs little beside the scattered reads of an
+    exact scan of the allowed rows (module docstring)."""
+    return int(min(nlist, np.ceil(nprobe / max(share, 1e-12) - 1e-9)))
 
 
 def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

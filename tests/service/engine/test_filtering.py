@@ -146,3 +146,41 @@ def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
             hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / max(1, truth.shape[1])
             assert hit >= 0.9, (share, allowed.count, hit)
             assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())
+
+
+def test_a_filtered_ivf_search_probes_as_many_allowed_rows_as_an_unfiltered_one_probes_rows():
+    from service.engine.filtering import filtered_nprobe
+
+    assert filtered_nprobe(8, 1024, 1.0) == 8  # unfiltered share: its own nprobe
+    assert filtered_nprobe(8, 1024, 0.25) == 32
+    assert filtered_nprobe(8, 1024, 0.001) == 1024  # never more than every list
+
+
+def test_every_filter_share_finds_the_exact_top_k_through_ivf():
+    """Premise: clustered rows, on which the unfiltered IVF search at its own nprobe (4 of 64
+    lists) finds the exact top 10. With that nprobe a filtered search meets few allowed rows;
+    widened by the filter's share it finds the exact filtered top 10."""
+    import faiss
+
+    from service.engine.filtering import AllowedRows, exact_scores, filtered_search
+
+    rng = np.random.default_rng(6)
+    centres = rng.normal(size=(64, 16))
+    x = (centres[rng.integers(0, 64, 4000)] + 0.3 * rng.normal(size=(4000, 16))).astype(np.float32)
+    index = faiss.index_factory(16, "IVF64,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    faiss.extract_index_ivf(index).nprobe = 4
+    storage = faiss.IndexFlatIP(16)
+    storage.add(x)
+    q = x[:1] + 0.1 * rng.normal(size=(1, 16)).astype(np.float32)
+    _, unfiltered = index.search(q, 10)
+    assert set(unfiltered[0]) == set(storage.search(q, 10)[1][0])  # the premise
+    for share in (0.02, 0.1, 0.3, 0.9):
+        rows = np.flatnonzero(rng.random(4000) < share).astype(np.int64)
+        for allowed in (AllowedRows(4000, rows), AllowedRows.excluding(4000, rows)):
+            _, found = filtered_search(index, q, 10, allowed, exact_max=8)
+            _, truth = exact_scores(storage, q, allowed.materialise(), 10)
+            hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / truth.shape[1]
+            assert hit >= 0.9, (share, allowed.count, hit)
+            assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())
