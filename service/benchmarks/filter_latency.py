@@ -35,7 +35,8 @@ from indexer.benchmarks.synthetic import write_tiled_cache
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
-from service.engine.filtering import allowed_rows, exact_scores
+from service.engine.filtering import allowed_rows
+from service.engine.funnel import exact_rows_for
 from service.engine.search import SearchEngine
 from service.results import ConceptRef, SearchQuery, SearchResult
 from training.benchmarks import benchmark_parser, publish
@@ -79,19 +80,24 @@ CHUNK = 100_000  # rows scored at once by the exact reference
 def exact_filtered_rows(
     engine: SearchEngine, vector: np.ndarray, word: str, role: str, length: int
 ) -> set:
-    """The exact filtered top 10 at prefix `length`: every allowed row scored, chunk by chunk."""
+    """The exact filtered top 10 at prefix `length`: every allowed row scored, chunk by chunk,
+    from the bundle's exact rows at the smallest prefix ≥ `length` that keeps them (cut to
+    `length`: an IVF prefix keeps none of its own)."""
     bundle = engine.bundle
     refs = [ConceptRef(name=word)]
     allowed = allowed_rows(
         bundle, refs if role == "require" else [], refs if role == "exclude" else []
     )
-    query = prefix_vectors(bundle.rotate(vector[None, :] / np.linalg.norm(vector)), length)
-    index, rows = bundle.index(length), allowed.materialise()
-    scores, found = np.zeros(0, np.float32), np.zeros(0, np.int64)
-    for start in range(0, len(rows), CHUNK):
-        s, r = exact_scores(index, query, rows[start : start + CHUNK], 10)
-        scores, found = np.concatenate([scores, s[0]]), np.concatenate([found, r[0]])
-    return set(found[np.lexsort((found, -scores))[:10]].tolist())
+    query = prefix_vectors(bundle.rotate(vector[None, :] / np.linalg.norm(vector)), length)[0]
+    exact = exact_rows_for({n: bundle.index(n) for n in bundle.prefix_lengths}, length)
+    if exact is None:
+        raise InputError(f"the bundle keeps no exact rows at prefix ≥ {length}: no reference")
+    rows = allowed.materialise()
+    scores = np.concatenate(
+        [exact.prefix_rows(rows[s : s + CHUNK], length) @ query for s in range(0, len(rows), CHUNK)]
+        or [np.zeros(0, np.float32)]
+    )
+    return set(rows[np.lexsort((rows, -scores))[:10]].tolist())
 
 
 def chosen_words(engine: SearchEngine) -> list[str]:
