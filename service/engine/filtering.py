@@ -37,6 +37,9 @@ The search then scores only allowed rows:
   1 costs about what the unfiltered search costs. Where that traversal would read more rows
   than the allowed set holds (about EXACT_ROWS_PER_EF rows per unit of efSearch), the allowed
   rows are scored exactly instead;
+- an IVF search with a selector probes the lists an unfiltered one probes and scores their
+  allowed entries, so its nprobe is divided by the filter's share likewise (`filtered_nprobe`,
+  at most every list);
 - should an approximate index still return fewer than min(k, allowed) hits, the allowed rows
   are scored exactly instead, where the index stores them.
 """
