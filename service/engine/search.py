@@ -159,7 +159,12 @@ class SearchEngine:
         self._embed(prepared, observer)
         if live := [p for p in prepared if p.error is None]:  # rotated as far as searched
             head = max(self.contract[p.route.granularity] for p in live)  # type: ignore[union-attr]
-            rotated = self.bundle.grasp.apply(np.stack([p.embedding for p in live]), head)
+            embedded = (
+                live[0].embedding[None, :]
+                if len(live) == 1
+                else np.stack([p.embedding for p in live])
+            )
+            rotated = self.bundle.grasp.apply(embedded, head)
             try:
                 self.scorer.search(live, rotated)
             except UnavailableError as exc:  # the scorer's store did not answer: the batch fails

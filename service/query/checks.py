@@ -157,9 +157,10 @@ def check_query_input(
             raise QueryError(
                 f"the vector has {values.size} values; the bundle's dimension is {dim}"
             )
-        if not np.isfinite(values).all():
+        squares = float(values @ values)  # np.linalg.norm's own sum for a 1-D array
+        if not np.isfinite(squares) and not np.isfinite(values).all():  # NaN or Inf spreads
             raise QueryError("the vector holds NaN or Inf")
-        norm = np.linalg.norm(values)
+        norm = np.sqrt(squares)
         if not norm > 0:
             raise QueryError("the vector is all zeros")
         # float64: a float32 norm overflows (values ~1e20) or underflows (~1e-23)
