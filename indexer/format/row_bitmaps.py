@@ -17,7 +17,8 @@ stay the sorted id lists the postings already are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from threading import Lock
 
 import numpy as np
@@ -113,3 +114,16 @@ class ConceptBitmaps:
         """Drop the kept bitmaps (a cold start: the next use of each concept builds its own)."""
         with self._lock:
             self._bits.clear()
+
+    @contextmanager
+    def cold(self) -> Iterator[None]:
+        """Inside, no bitmap is kept yet (what a first use costs); after, the bitmaps kept
+        before are back and those built inside are dropped (a benchmark's cold arm, which
+        must not cool its warm ones)."""
+        with self._lock:
+            kept, self._bits = self._bits, {}
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._bits = kept

@@ -11,8 +11,10 @@ query is timed unfiltered, with `require` the word and with `exclude` it, interl
 query so that the machine's drift hits all three alike. Prints and writes p50 per arm and the
 ratios to the unfiltered p50.
 Two more arms, `require_cold` and `exclude_cold`, run the same filters after dropping the
-bundle's kept concept bitmaps (indexer/format/row_bitmaps.py), so each builds its own from the
-postings: the cost of a filter no query has used before. `recall@10`: each warm arm's mean
+bundle's kept concept bitmaps (indexer/format/row_bitmaps.py) and the engine's filter blocks
+(service/engine/filter_blocks.py), so each builds its own from the postings: the cost of a
+filter no query has used before; the kept ones are back after each cold search, so the warm
+arms stay warm. `recall@10`: each warm arm's mean
 recall@10 against an exact search of the same rows at the queries' prefix (every allowed row
 scored), the unfiltered arm's included for reference.
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
@@ -26,6 +28,8 @@ noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep the
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import faiss
@@ -100,6 +104,15 @@ def exact_filtered_rows(
     return set(rows[np.lexsort((rows, -scores))[:10]].tolist())
 
 
+@contextmanager
+def cold(engine: SearchEngine) -> Iterator[None]:
+    """A search as a filter's first: the bundle's concept bitmaps and the engine's filter
+    blocks empty inside, the warm ones back after (so the warm arms stay warm)."""
+    blocks = getattr(engine.scorer, "blocks", None)
+    with engine.bundle.concept_bitmaps.cold(), blocks.cold() if blocks else nullcontext():
+        yield
+
+
 def chosen_words(engine: SearchEngine) -> list[str]:
     readout = engine.coder.readout
     if readout is None:
@@ -148,11 +161,10 @@ def main() -> None:
             for arm, role in ARMS:
                 extra = {role: [word]} if role else {}
                 query = SearchQuery.of(vector=vector, granularity=args.granularity, k=10, **extra)
-                if arm.endswith("_cold"):
-                    engine.bundle.concept_bitmaps.forget()
-                started = time.perf_counter()
-                result_of = engine.search(query)
-                times[arm].append(time.perf_counter() - started)
+                with cold(engine) if arm.endswith("_cold") else nullcontext():
+                    started = time.perf_counter()
+                    result_of = engine.search(query)
+                    times[arm].append(time.perf_counter() - started)
                 if arm in recall:
                     found.append((vector, arm, result_of))
         for vector, arm, result_of in found:  # after the timing: its scans would cool the caches

@@ -23,6 +23,10 @@ references is capped by service/limits.py. A bitmap goes to FAISS as it is
 
 The search then scores only allowed rows:
 
+- a concept filter allowing many rows but at most a quarter of them, at a prefix whose index
+  stores its vectors exactly, is scanned from its block: its allowed rows' vectors copied
+  together on its first search and kept (service/engine/filter_blocks.py), so a frequent
+  word's scan reads contiguous memory instead of scattered rows;
 - few allowed rows (≤ `exact_max` at 256 dimensions and above, proportionally more at a shorter
   prefix: `exact_budget`) and an index that stores its vectors exactly (Flat, HNSW's storage, a
   refine's Flat): read just those rows and score them exactly;
@@ -46,9 +50,9 @@ The search then scores only allowed rows:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
 
 import faiss
 import numpy as np
@@ -66,6 +70,7 @@ from indexer.format.row_bitmaps import (
     rows_of_bits,
 )
 from indexer.format.store import StoreIndex
+from service.engine.filter_blocks import FilterBlocks
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
 from training.cedar.sparse_codes import parse_concept_label
@@ -92,6 +97,7 @@ class AllowedRows:
     total: int
     rows: np.ndarray | None = None
     bits: np.ndarray | None = None
+    key: Hashable | None = None  # the concept filter it is (allowed_rows), for its block
 
     def __post_init__(self) -> None:
         if (self.rows is None) == (self.bits is None):
@@ -249,7 +255,7 @@ def allowed_rows(
     if excluded and allowed.count:
         banned = concept_rows(bundle, excluded)
         allowed = allowed - banned if sets else ~banned
-    return allowed
+    return replace(allowed, key=(frozenset(required), frozenset(excluded)))
 
 
 def exact_scores(
@@ -318,16 +324,30 @@ def filtered_search(
     allowed: AllowedRows,
     exact_max: int = EXACT_MAX,
     setting: str = "",
+    blocks: FilterBlocks | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scores [1, k], rows [1, k]; −1 past the last hit) of one prefix query [1, L] over the
     allowed rows only (strategy in the module docstring); `setting`: search parameters (a
-    ParameterSpace string) other than the index's own."""
+    ParameterSpace string) other than the index's own; `blocks`: where a concept filter's
+    allowed rows are kept together (service/engine/filter_blocks.py), if anywhere."""
     query = np.ascontiguousarray(np.atleast_2d(query), dtype=np.float32)
     k = int(k)
     if allowed.count == 0:
         return _pad(np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64), k)
     exact = exact_storage(index) is not None
-    if exact and allowed.count <= exact_budget(exact_max, query.shape[1]):
+    length = query.shape[1]
+    if (
+        exact
+        and blocks is not None
+        and allowed.key is not None
+        and blocks.fits(allowed.count, length, allowed.total)
+    ):
+        storage = exact_storage(index)
+        block = blocks.get(
+            (allowed.key, length), allowed.materialise, lambda rows: stored_rows(storage, rows)
+        )
+        return _pad(*block.search(query, k, partial(stored_products, storage, query=query[0])), k)
+    if exact and allowed.count <= exact_budget(exact_max, length):
         return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
     if isinstance(index, StoreIndex):  # the shared store: one exact scan of the allowed rows
         return index.store.scan(query, index.length, k, allowed.mask())

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS
 from service.engine.explain import item_prefixes, row_concepts, row_words, with_words
+from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
 from service.engine.grouping import FETCH_MAX, grouped_search
 from service.engine.hits import IdColumn, explain_hits, hits_of
@@ -51,6 +52,8 @@ class LocalScorer:
         self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (engine/hits.py)
         self.metadata_fields = list(self.metadata.schema)
         self.planner = Planner(bundle, config.funnel)
+        budget = config.filter_block_bytes
+        self.blocks = FilterBlocks(budget) if budget else None  # this version's, kept with it
 
     # --- search ---
 
@@ -112,11 +115,13 @@ class LocalScorer:
             return self.bundle.search_prefix(length, rotated, k, p.setting)
         if funnel:
             return self.planner.filtered_funnel(
-                p.plan, rotated, length, k, p.allowed, self.config.exact_max
+                p.plan, rotated, length, k, p.allowed, self.config.exact_max, self.blocks
             )
         index = self.bundle.index(length)
         query = prefix_vectors(rotated, length)
-        return filtered_search(index, query, k, p.allowed, self.config.exact_max, p.setting)
+        return filtered_search(
+            index, query, k, p.allowed, self.config.exact_max, p.setting, self.blocks
+        )
 
     def _grouped(
         self, p: PreparedQuery, rotated: np.ndarray, length: int

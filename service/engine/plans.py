@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
+from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import AllowedRows, filtered_search
 from service.engine.funnel import (
     ExactRows,
@@ -208,12 +209,15 @@ class Planner:
         k: int,
         allowed: AllowedRows,
         exact_max: int,
+        blocks: FilterBlocks | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """One filtered query [1, D]: the shortlist a filtered search at S (allowed rows
-        only), reranked exactly at L."""
+        only; `blocks` as `filtered_search` takes them), reranked exactly at L."""
         exact = self.exact(length)
         assert exact is not None
         s = run.shortlist_prefix
         query = prefix_vectors(rotated, s)
-        _, candidates = filtered_search(self.indexes[s], query, k * run.factor, allowed, exact_max)
+        _, candidates = filtered_search(
+            self.indexes[s], query, k * run.factor, allowed, exact_max, blocks=blocks
+        )
         return rerank(exact, rotated[0], candidates[0], length, k)

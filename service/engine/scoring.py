@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
+from service.engine.filter_blocks import BLOCK_BUDGET
 from service.engine.filtering import EXACT_MAX
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.plans import FunnelConfig
@@ -32,6 +33,8 @@ from training.core.config import ConfigModel
 
 class EngineConfig(ConfigModel):
     """`exact_max`: filtered searches allowing at most this many rows score them exactly;
+    `filter_block_bytes`: the memory for frequent filters' allowed rows kept together
+    (service/engine/filter_blocks.py; 0: none kept);
     `hit_concepts`: a hit's strongest concepts returned with explain; `limits`: what one
     request may ask for (service/limits.py); `funnel`: when "auto" funnels
     (service/engine/plans.py); `image_root`: the folder relative `image_path` values are resolved
@@ -41,6 +44,7 @@ class EngineConfig(ConfigModel):
     model_config = ConfigDict(frozen=True)
 
     exact_max: int = EXACT_MAX
+    filter_block_bytes: int = Field(BLOCK_BUDGET, ge=0)
     hit_concepts: int = 5
     limits: RequestLimits = LIMITS
     funnel: FunnelConfig = FunnelConfig()

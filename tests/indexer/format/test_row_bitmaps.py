@@ -67,3 +67,7 @@ def test_dense_concepts_are_kept_as_bitmaps_sparse_ones_stay_rows():
     bitmaps.forget()
     bitmaps.get(0)
     assert reads == [0, 1, 0]  # a cold start reads the postings again
+    kept = bitmaps.get(0)[1]
+    with bitmaps.cold():
+        assert bitmaps.get(0)[1] is not kept and reads == [0, 1, 0, 0]  # built again inside
+    assert bitmaps.get(0)[1] is kept and reads == [0, 1, 0, 0]  # the kept one is back

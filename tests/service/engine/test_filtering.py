@@ -184,3 +184,13 @@ def test_every_filter_share_finds_the_exact_top_k_through_ivf():
             hit = len(set(found[0][found[0] >= 0]) & set(truth[0])) / truth.shape[1]
             assert hit >= 0.9, (share, allowed.count, hit)
             assert set(found[0][found[0] >= 0]) <= set(allowed.materialise().tolist())
+
+
+def test_the_same_filter_has_the_same_key_and_another_filter_another(engine: SearchEngine):
+    bundle = engine.bundle
+    a, b = ConceptRef(id=0), ConceptRef(id=2)
+    assert allowed_rows(bundle, [a], [b]).key == allowed_rows(bundle, [a, a], [b]).key
+    filters = [([a], [b]), ([b], [a]), ([a], []), ([], [a])]
+    keys = {allowed_rows(bundle, r, e).key for r, e in filters}
+    assert len(keys) == 4
+    assert allowed_rows(bundle, [a], [b]).within(np.arange(5)).key is None  # a where: no block
