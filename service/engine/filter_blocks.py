@@ -20,6 +20,11 @@ BLOCK_MIN_ROWS rows (fewer are cheap to read where they lie) and at most BLOCK_M
 rows (a filter allowing most rows is served as well by the index's own search, which skips the
 few others), whose block fits BLOCK_BYTES_MAX and the budget. The answers are those of the
 exact scan they replace: every allowed row scored exactly, ties broken by row.
+
+The same cache keeps each concept filter's allowed rows (filtering.allowed_rows: its sorted
+rows or its bitmap, under the concepts it requires and excludes), so a filter asked for again
+costs a look-up instead of its set algebra: excluding a rare word from a million rows writes
+and counts a 125 KB complement every time otherwise.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from threading import Lock
+from typing import Any, TypeVar
 
 import faiss
 import numpy as np
+
+T = TypeVar("T")
 
 BLOCK_MIN_ROWS = 4096
 BLOCK_MAX_SHARE = 0.25
@@ -67,7 +75,7 @@ class FilterBlock:
         self, query: np.ndarray, k: int, exact: Callable[[np.ndarray], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
         """The exact top k of the block's rows for one query [1, L]: ([1, k'], [1, k']),
-        k' = min(k, rows), ties broken by row (as `filtering.exact_scores` breaks them). The
+        k' = min(k, rows), ties broken by row (as `exact_scan.exact_scores` breaks them). The
         float16 scan shortlists 2k + CANDIDATE_MARGIN rows; `exact(rows)` gives their exact
         scores (float16 moves a score by at most ~1e-3, far less than the gap to the
         shortlist's last)."""
@@ -86,7 +94,7 @@ class FilterBlocks:
 
     def __init__(self, budget: int = BLOCK_BUDGET) -> None:
         self.budget = int(budget)
-        self._blocks: OrderedDict[Hashable, FilterBlock] = OrderedDict()
+        self._kept_values: OrderedDict[tuple[str, Hashable], Any] = OrderedDict()
         self._bytes = 0
         self._lock = Lock()
 
@@ -104,41 +112,56 @@ class FilterBlocks:
         vectors_of: Callable[[np.ndarray], np.ndarray],
     ) -> FilterBlock:
         """The block kept under `key`, else one built from `rows_of()` (the sorted allowed
-        rows) and `vectors_of(rows)` (their stored vectors [n, L]) and kept, the least
-        recently used blocks dropped to stay within the budget."""
+        rows) and `vectors_of(rows)` (their stored vectors [n, L]) and kept."""
+
+        def build() -> FilterBlock:
+            rows = rows_of()
+            return FilterBlock.of(rows, vectors_of(rows))
+
+        return self._kept(("block", key), build)
+
+    def allowed(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The allowed rows kept for the concept filter `key`, else `compute()`'s, kept: a
+        filter asked for again costs a look-up, not its set algebra (a complement alone is
+        N/8 bytes to write and count)."""
+        return self._kept(("rows", key), compute)
+
+    def _kept(self, key: tuple[str, Hashable], build: Callable[[], T]) -> T:
+        """The value kept under `key`, else `build()`'s, kept; the least recently used
+        values (blocks and allowed rows alike, each `nbytes`) dropped to stay within the
+        budget."""
         with self._lock:
-            block = self._blocks.get(key)
-            if block is not None:
-                self._blocks.move_to_end(key)
-                return block
-        rows = rows_of()
-        block = FilterBlock.of(rows, vectors_of(rows))
+            value = self._kept_values.get(key)
+            if value is not None:
+                self._kept_values.move_to_end(key)
+                return value
+        value = build()
         with self._lock:
-            if key in self._blocks:  # another thread kept one meanwhile
-                return self._blocks[key]
-            self._blocks[key] = block
-            self._bytes += block.nbytes
-            while self._bytes > self.budget and len(self._blocks) > 1:
-                _, dropped = self._blocks.popitem(last=False)
+            if key in self._kept_values:  # another thread kept one meanwhile
+                return self._kept_values[key]
+            self._kept_values[key] = value
+            self._bytes += value.nbytes
+            while self._bytes > self.budget and len(self._kept_values) > 1:
+                _, dropped = self._kept_values.popitem(last=False)
                 self._bytes -= dropped.nbytes
-        return block
+        return value
 
     @property
     def kept_bytes(self) -> int:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self._kept_values)
 
-    def keys(self) -> list[Hashable]:
-        """The kept blocks' keys, the least recently used first."""
+    def keys(self, kind: str = "block") -> list[Hashable]:
+        """The keys of the kept values of a kind ("block", "rows"), least recently used first."""
         with self._lock:
-            return list(self._blocks)
+            return [key for k, key in self._kept_values if k == kind]
 
     def forget(self) -> None:
         """Drop every block (a cold start: each filter's next search builds its own)."""
         with self._lock:
-            self._blocks.clear()
+            self._kept_values.clear()
             self._bytes = 0
 
     @contextmanager
@@ -147,10 +170,10 @@ class FilterBlocks:
         blocks kept before are back and those built inside are dropped (a benchmark's cold
         arm, which must not cool its warm ones)."""
         with self._lock:
-            kept, self._blocks = self._blocks, OrderedDict()
+            kept, self._kept_values = self._kept_values, OrderedDict()
             kept_bytes, self._bytes = self._bytes, 0
         try:
             yield
         finally:
             with self._lock:
-                self._blocks, self._bytes = kept, kept_bytes
+                self._kept_values, self._bytes = kept, kept_bytes

@@ -70,6 +70,7 @@ from indexer.format.row_bitmaps import (
     rows_of_bits,
 )
 from indexer.format.store import StoreIndex
+from service.engine.exact_scan import exact_scores, stored_products, stored_rows
 from service.engine.filter_blocks import FilterBlocks
 from service.errors import QueryError, bounded
 from service.results import ConceptRef
@@ -119,6 +120,17 @@ class AllowedRows:
     def excluding(cls, total: int, rows: np.ndarray) -> AllowedRows:
         """Every row but the sorted unique `rows`."""
         return ~cls(total, np.asarray(rows, dtype=np.int64))
+
+    def keyed(self, key: Hashable) -> AllowedRows:
+        """The same rows as the concept filter `key` (allowed_rows), their count kept."""
+        keyed = replace(self, key=key)
+        if "count" in self.__dict__:
+            keyed.__dict__["count"] = self.count
+        return keyed
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes if self.rows is not None else self.bits.nbytes)
 
     @cached_property
     def count(self) -> int:
@@ -241,11 +253,24 @@ def allowed_rows(
     require: Sequence[ConceptRef],
     exclude: Sequence[ConceptRef],
     scope: str = "any",
+    kept: FilterBlocks | None = None,
 ) -> AllowedRows:
-    """The rows a filter allows (see the module docstring); with a `scope` other than "any",
-    each reference stands for its concepts of that scope only."""
-    required = {frozenset(resolve_ref(bundle, r, "require", scope)) for r in require}
-    excluded = {c for r in exclude for c in resolve_ref(bundle, r, "exclude", scope)}
+    """The rows a filter allows (see the module docstring), keyed by the concepts it
+    requires and excludes; with a `scope` other than "any", each reference stands for its
+    concepts of that scope only; `kept`: where a filter's rows are kept for its next use."""
+    required = frozenset(frozenset(resolve_ref(bundle, r, "require", scope)) for r in require)
+    excluded = frozenset(c for r in exclude for c in resolve_ref(bundle, r, "exclude", scope))
+    key = (required, excluded)
+    if kept is None:
+        return concept_filter_rows(bundle, required, excluded).keyed(key)
+    return kept.allowed(key, lambda: concept_filter_rows(bundle, required, excluded).keyed(key))
+
+
+def concept_filter_rows(
+    bundle: Bundle, required: Collection[frozenset[int]], excluded: Collection[int]
+) -> AllowedRows:
+    """The rows where, for every required set, one of its concepts is active, and no
+    excluded concept is (the module docstring's plan)."""
     sets = sorted((concept_rows(bundle, ref) for ref in required), key=lambda s: s.count)
     allowed = sets[0] if sets else AllowedRows.everything(bundle.rows)
     for rows in sets[1:]:
@@ -255,59 +280,7 @@ def allowed_rows(
     if excluded and allowed.count:
         banned = concept_rows(bundle, excluded)
         allowed = allowed - banned if sets else ~banned
-    return replace(allowed, key=(frozenset(required), frozenset(excluded)))
-
-
-def exact_scores(
-    index: faiss.Index, query: np.ndarray, rows: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of `rows` by inner product with the stored vectors: ([1, k'], [1, k']) with
-    k' = min(k, len(rows)), ties broken by row."""
-    storage = exact_storage(index)
-    if storage is None:
-        raise RuntimeError("the index stores no exact vectors")
-    if len(rows) == 0:
-        return np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    scores = stored_products(storage, rows, np.asarray(query, dtype=np.float32).reshape(-1))
-    if len(rows) > k:  # only the rows scoring at least the k-th best can be among the top k
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = np.flatnonzero(scores >= kth)
-        scores, rows = scores[keep], rows[keep]
-    order = np.lexsort((rows, -scores))[:k]
-    return scores[order][None, :].astype(np.float32), rows[order][None, :]
-
-
-def stored_products(
-    storage: faiss.Index | StoreIndex, rows: np.ndarray, query: np.ndarray
-) -> np.ndarray:
-    """float32 [len(rows)]: the inner product of `query` [d] with the stored vectors of the
-    int64 `rows`. On an IndexFlat, scored where they lie in its code array by FAISS
-    (`fvec_inner_products_by_idx`: one pass, no copy of the rows; 2.3x faster than a numpy
-    gather and product at 37,000 of 1M rows of 24 dims), else gathered, then multiplied."""
-    if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
-        if rows.min() < 0 or rows.max() >= storage.ntotal:  # FAISS reads them unchecked
-            raise IndexError(f"rows outside the {storage.ntotal} stored vectors")
-        query = np.ascontiguousarray(query, dtype=np.float32)
-        scores = np.empty(len(rows), dtype=np.float32)
-        faiss.fvec_inner_products_by_idx(
-            faiss.swig_ptr(scores), faiss.swig_ptr(query), storage.get_xb(),
-            faiss.swig_ptr(rows), storage.d, 1, len(rows),
-        )  # fmt: skip
-        return scores
-    # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
-    # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
-    return np.einsum("ij,j->i", stored_rows(storage, rows), query)
-
-
-def stored_rows(storage: faiss.Index | StoreIndex, rows: np.ndarray) -> np.ndarray:
-    """float32 [len(rows), d]: the stored vectors of `rows`; read straight off an IndexFlat's
-    code array (a numpy gather, no per-row FAISS call), else through `reconstruct_batch`."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
-        codes = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d)
-        return codes.reshape(storage.ntotal, storage.d)[rows]
-    return storage.reconstruct_batch(rows)
+    return allowed
 
 
 def exact_budget(exact_max: int, length: int) -> int:

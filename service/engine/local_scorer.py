@@ -61,7 +61,9 @@ class LocalScorer:
         query = prepared.query
         self.metadata.check(query.where)
         if query.require or query.exclude:
-            prepared.allowed = allowed_rows(self.bundle, query.require, query.exclude, query.scope)
+            prepared.allowed = allowed_rows(
+                self.bundle, query.require, query.exclude, query.scope, self.blocks
+            )
         if query.where:
             base = prepared.allowed or AllowedRows.everything(self.bundle.rows)
             prepared.allowed = base.within(self.metadata.rows(query.where))

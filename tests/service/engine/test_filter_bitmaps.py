@@ -8,7 +8,8 @@ import faiss
 import numpy as np
 import pytest
 
-from service.engine.filtering import AllowedRows, allowed_rows, exact_scores, filtered_search
+from service.engine.exact_scan import exact_scores
+from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
 from service.engine.search import SearchEngine
 from service.results import ConceptRef
 

@@ -7,8 +7,9 @@ import faiss
 import numpy as np
 import pytest
 
+from service.engine.exact_scan import exact_scores, stored_rows
 from service.engine.filter_blocks import BLOCK_MIN_ROWS, FilterBlock, FilterBlocks
-from service.engine.filtering import AllowedRows, exact_scores, filtered_search, stored_rows
+from service.engine.filtering import AllowedRows, filtered_search
 
 N, DIM = 24_000, 16
 

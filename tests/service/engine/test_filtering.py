@@ -131,7 +131,8 @@ def test_a_filtered_hnsw_search_meets_as_many_allowed_rows_as_an_unfiltered_one_
 def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
     import faiss
 
-    from service.engine.filtering import AllowedRows, exact_scores, filtered_search
+    from service.engine.exact_scan import exact_scores
+    from service.engine.filtering import AllowedRows, filtered_search
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(3000, 16)).astype(np.float32)
@@ -162,7 +163,8 @@ def test_every_filter_share_finds_the_exact_top_k_through_ivf():
     widened by the filter's share it finds the exact filtered top 10."""
     import faiss
 
-    from service.engine.filtering import AllowedRows, exact_scores, filtered_search
+    from service.engine.exact_scan import exact_scores
+    from service.engine.filtering import AllowedRows, filtered_search
 
     rng = np.random.default_rng(6)
     centres = rng.normal(size=(64, 16))
