@@ -1,30 +1,30 @@
 """A frequent filter's allowed rows kept together, so that its next search scans them in order.
 
 An exact scan of a filter's allowed rows reads each row where the prefix index stores it: at a
-million rows those reads are scattered, and each costs the memory's latency (about 85 ns), so a
-word on 37,077 of 1M rows takes 3.1 ms at 24 dimensions however the file is held, where the
-unfiltered HNSW search takes 0.5 ms. A graph traversal that skips the other rows does not find
-such a filter's top k (FAISS's selector keeps the graph's links, which lead mostly to rows the
-filter excludes), and an IVF one needs nearly every list.
+million rows those reads are scattered, each waiting on the memory, so a word on 37,077 of 1M
+rows took 5.6 ms a search at 24 dimensions (`service.benchmarks.filter_latency --rows 1000000`),
+where the unfiltered HNSW search takes 0.5 ms. A graph traversal that skips the other rows does
+not find such a filter's top k (FAISS's selector keeps the graph's links, which lead mostly to
+rows the filter excludes), and an IVF one needs nearly every list.
 
 So the first search of a filter at a prefix copies its allowed rows' stored vectors into a block
 of their own (float16, FAISS's scalar quantizer: [n, L] codes, with the rows it holds), and
 every later search of that filter at that prefix scans the block: n·L contiguous codes, read at
-the memory's bandwidth rather than its latency (float16 halves float32's bytes and its scan
-time: 0.90 against 1.86 ms at 130,000 × 24), then scores its best 2k + 32 rows again exactly
-from the index's own storage. That is a vector database's per-value index for a
-frequent payload value, built on demand: a block is kept per (filter, prefix), for one bundle
-version (the engine that holds it holds one), within a memory budget, the least recently used
-dropped first. Which filters get one (`FilterBlocks.fits`): those allowing at least
-BLOCK_MIN_ROWS rows (fewer are cheap to read where they lie) and at most BLOCK_MAX_SHARE of the
-rows (a filter allowing most rows is served as well by the index's own search, which skips the
-few others), whose block fits BLOCK_BYTES_MAX and the budget. The answers are those of the
-exact scan they replace: every allowed row scored exactly, ties broken by row.
+the memory's bandwidth rather than its latency (float16: half float32's bytes to read), then
+scores its best 2k + 32 rows again exactly from the index's own storage. That is a vector
+database's per-value index for a frequent payload value, built on demand: a block is kept per
+(filter, prefix), for one bundle version (the engine that holds it holds one), within a memory
+budget, the least recently used dropped first. Which filters get one (`FilterBlocks.fits`):
+those allowing at least BLOCK_MIN_ROWS rows (fewer are cheap to read where they lie) and at most
+BLOCK_MAX_SHARE of the rows (a filter allowing most rows is served as well by the index's own
+search, which skips the few others), whose block fits BLOCK_BYTES_MAX and the budget. The
+answers are those of the exact scan they replace: every allowed row scored exactly, ties broken
+by row.
 
-The same cache keeps each concept filter's allowed rows (filtering.allowed_rows: its sorted
-rows or its bitmap, under the concepts it requires and excludes), so a filter asked for again
-costs a look-up instead of its set algebra: excluding a rare word from a million rows writes
-and counts a 125 KB complement every time otherwise.
+The same cache keeps each concept filter's allowed rows (filtering.allowed_rows: its sorted rows
+or its bitmap, under the concepts it requires and excludes), so a filter asked for again costs a
+look-up instead of its set algebra: excluding a rare word from a million rows writes and counts
+a 125 KB complement every time otherwise.
 """
 
 from __future__ import annotations
