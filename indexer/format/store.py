@@ -144,6 +144,20 @@ class VectorStore:
             return heads(taken, length, self.norms[rows, self.lengths.index(length)])
         return heads(taken, length)
 
+    def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
+        """s_L of the given rows against one unit query [L], float32 [n]: each head's inner
+        product first, then one division by its norm (stored where L is a contract prefix),
+        so only the first L columns are widened and no [n, L] quotient is written; 0 for a
+        zero head. Equal to `prefix_rows(rows, length) @ query` up to float rounding."""
+        rows = np.asarray(rows, dtype=np.int64)
+        head = np.asarray(self.codes[rows, :length], dtype=np.float32)
+        dots = head @ np.asarray(query, dtype=np.float32)
+        if length in self.lengths:
+            norms = np.asarray(self.norms[rows, self.lengths.index(length)], dtype=np.float32)
+        else:
+            norms = np.sqrt(np.einsum("ij,ij->i", head, head))
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
     def block(self, start: int, stop: int, length: int) -> np.ndarray:
         """p̂_L of rows [start, stop), float32."""
         taken = self.codes[start:stop]

@@ -65,6 +65,13 @@ class ExactRows:
         taken = self.vectors[rows]
         return taken if length == self.length else prefix_vectors(taken, length)
 
+    def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
+        """s_L of the given rows against one unit query p_L [L], float32 [n] (the store scores
+        its rows without widening whole rows: VectorStore.prefix_scores)."""
+        if self.store is not None:
+            return self.store.prefix_scores(rows, length, query)
+        return self.prefix_rows(rows, length) @ query
+
     @property
     def count(self) -> int:
         return len(self.vectors) if self.store is None else self.store.rows
@@ -85,7 +92,7 @@ def rerank(
     scores = np.zeros(0, dtype=np.float32)
     if len(rows):
         q = prefix_vectors(np.asarray(query, dtype=np.float32).reshape(1, -1), length)[0]
-        scores = exact.prefix_rows(rows, length) @ q
+        scores = exact.prefix_scores(rows, length, q)
         order = np.lexsort((rows, -scores))[:k]
         scores, rows = scores[order], rows[order]
     return pad_hits(scores.astype(np.float32), rows, k)

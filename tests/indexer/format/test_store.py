@@ -107,6 +107,19 @@ def test_a_store_bundle_finds_what_the_old_layout_finds_at_every_prefix(layouts,
     assert verify_bundle(new.path, cache_dir=inputs.cache, sample=16).faults == []
 
 
+@pytest.mark.parametrize("store", ["float16", "int8"])
+def test_a_store_scores_rows_as_their_prefix_vectors_do(layouts, store):
+    shared = layouts[store].store
+    rows = np.array([5, 0, 41, 7, 7, 19], dtype=np.int64)  # unsorted, a repeat
+    query = gaussian_unit_rows(1, shared.dim, 9)[0]
+    for length in sorted({*shared.lengths, 3, shared.dim - 1}):  # stored norms and computed
+        q = prefix_vectors(query[None, :], length)[0]
+        got = shared.prefix_scores(rows, length, q)
+        assert got.dtype == np.float32 and got.shape == (len(rows),)
+        np.testing.assert_allclose(got, shared.prefix_rows(rows, length) @ q, atol=1e-6)
+    assert shared.prefix_scores(np.zeros(0, np.int64), 8, query[:8]).shape == (0,)
+
+
 def test_verify_catches_store_norms_edited_with_the_manifest_to_match(layouts, tmp_path: Path):
     import shutil
 
