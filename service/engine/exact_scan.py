@@ -36,8 +36,8 @@ def stored_products(
     """float32 [len(rows)]: the inner product of `query` [d] with the stored vectors of the
     int64 `rows`. On an IndexFlat, scored where they lie in its code array by FAISS
     (`fvec_inner_products_by_idx`: one pass, no copy of the rows first; a word on 37,077 of
-    1M rows at 24 dims, `service.benchmarks.filter_latency`: 7.8 → 5.6 ms a search), else
-    gathered, then multiplied."""
+    1M rows at 24 dims, `service.benchmarks.filter_latency`: 7.8 → 5.6 ms a search); on the
+    shared store, each head's product over its norm; else gathered, then multiplied."""
     if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
         if rows.min() < 0 or rows.max() >= storage.ntotal:  # FAISS reads them unchecked
             raise IndexError(f"rows outside the {storage.ntotal} stored vectors")
@@ -48,6 +48,8 @@ def stored_products(
             faiss.swig_ptr(rows), storage.d, 1, len(rows),
         )  # fmt: skip
         return scores
+    if isinstance(storage, StoreIndex):  # heads scored, then divided: VectorStore.prefix_scores
+        return storage.store.prefix_scores(rows, storage.length, query)
     # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
     # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
     return np.einsum("ij,j->i", stored_rows(storage, rows), query)
