@@ -122,7 +122,10 @@ def open_inputs(config: BuildConfig) -> BuildInputs:
     if config.engine not in ENGINES:
         raise BuildError(f"unknown --engine {config.engine!r} ({' | '.join(ENGINES)})")
     overrides = parse_index_types(config.index_types, grasp.contract)
-    plans = plan_indexes(cache.rows, grasp.contract, config.memory_budget, overrides, config.rules)
+    plans = plan_indexes(
+        cache.rows, grasp.contract, config.memory_budget, overrides, config.rules,
+        store=config.store != "none",
+    )  # fmt: skip
     return BuildInputs(cache, modality, grasp, cedar, coder, plans)
 
 

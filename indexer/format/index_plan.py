@@ -96,6 +96,9 @@ RULES: tuple[IndexRule, ...] = (
 )
 
 
+STORE_REASON = "served from the shared store (--store)"
+
+
 @dataclass(frozen=True)
 class PrefixPlan:
     """The index one prefix gets: its concrete factory string and why it was chosen."""
@@ -159,15 +162,22 @@ def plan_indexes(
     budget: int,
     overrides: Mapping[int, str] | None = None,
     rules: Sequence[IndexRule] = RULES,
+    store: bool = False,
 ) -> list[PrefixPlan]:
     """One plan per prefix of the contract: the override if given, else the first rule that
-    applies (the table's last row must apply always)."""
+    applies (the table's last row must apply always). With a shared store (`store`), every
+    prefix but the shortest that no override names is Flat, which the store serves (no file
+    of its own: indexer.build.full.store_served) whatever the row count: only the shortest, the
+    funnels' shortlist, follows the rules."""
     overrides = dict(overrides or {})
     by_kind = {rule.kind: rule for rule in reversed(rules)}  # first row of each kind wins
+    shortest = min(contract.values())
     plans = []
     for granularity, length in contract.items():
         wanted = overrides.get(length)
-        if wanted is not None and wanted in by_kind:
+        if wanted is None and store and length != shortest:
+            rule, reason = IndexRule("flat", "Flat", fits_budget=False), STORE_REASON
+        elif wanted is not None and wanted in by_kind:
             rule, reason = by_kind[wanted], f"--index-type {length}={wanted}"
         elif wanted is not None:
             rule = IndexRule("override", wanted, fits_budget=False)  # any factory FAISS accepts

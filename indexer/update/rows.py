@@ -123,7 +123,8 @@ def replan_notes(base: Bundle, rows: int) -> list[str]:
     """Where a build of `rows` rows would choose another index than the base's (rule-chosen
     prefixes only; --index-type overrides are the user's)."""
     budget = int(base.manifest.build.get("memory_budget", 4 * 2**30))
-    planned = {p.length: p for p in plan_indexes(rows, base.contract, budget)}
+    stored = base.manifest.store is not None
+    planned = {p.length: p for p in plan_indexes(rows, base.contract, budget, store=stored)}
     notes = []
     for entry in base.manifest.prefixes:
         plan = planned.get(entry.length)

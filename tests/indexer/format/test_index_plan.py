@@ -6,6 +6,7 @@ import pytest
 
 from indexer.format.index_plan import (
     RULES,
+    STORE_REASON,
     IndexTypeError,
     ivf_lists,
     parse_index_types,
@@ -47,6 +48,18 @@ def test_the_budget_moves_the_boundary():
     assert tight[512].kind == "ivfpq-ondisk"  # nothing holding 307 MB of vectors fits
     # below 10,000 rows IVF cannot be trained well: Flat whatever the budget
     assert set(factories(5_000, 1024).values()) == {"Flat"}
+
+
+@pytest.mark.parametrize("rows", [150_000, 1_000_000, 5_000_000])
+def test_with_a_store_only_the_shortlist_follows_the_rules(rows: int):
+    plans = {p.length: p for p in plan_indexes(rows, CLIP, 4 * GIB, store=True)}
+    alone = {p.length: p for p in plan_indexes(rows, CLIP, 4 * GIB)}
+    assert plans[32] == alone[32]  # the shortlist: whatever the rows and budget call for
+    for length in (64, 128, 256, 512):  # the store serves these: Flat, no file of its own
+        assert plans[length].factory == "Flat" and not plans[length].ondisk
+        assert plans[length].reason == STORE_REASON
+    overridden = plan_indexes(rows, CLIP, 4 * GIB, {256: "hnsw"}, store=True)
+    assert next(p for p in overridden if p.length == 256).factory == "HNSW32,Flat"
 
 
 def test_overrides_name_a_rule_or_a_factory_and_win():
