@@ -96,6 +96,8 @@ RULES: tuple[IndexRule, ...] = (
 )
 
 
+# a prefix the shared store serves: Flat, no file of its own (indexer.build.full.store_served)
+STORE_RULE = IndexRule("flat", "Flat", fits_budget=False)
 STORE_REASON = "served from the shared store (--store)"
 
 
@@ -176,7 +178,7 @@ def plan_indexes(
     for granularity, length in contract.items():
         wanted = overrides.get(length)
         if wanted is None and store and length != shortest:
-            rule, reason = IndexRule("flat", "Flat", fits_budget=False), STORE_REASON
+            rule, reason = STORE_RULE, STORE_REASON
         elif wanted is not None and wanted in by_kind:
             rule, reason = by_kind[wanted], f"--index-type {length}={wanted}"
         elif wanted is not None:

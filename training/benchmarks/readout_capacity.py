@@ -39,10 +39,9 @@ from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import ReadoutConfig, calibrate, readout_input, text_directions
 from training.cedar.readout_rows import readout_rows
-from training.cedar.readout_training import ReadoutTrainer
+from training.cedar.readout_training import ReadoutTrainer, run_readout_loop
 from training.core.artifacts import TransformArtifact
 from training.core.seeding import seeded
-from training.loop import Schedule, Selection, run_loop
 
 
 class HiddenReadoutTrainer(ReadoutTrainer):
@@ -85,13 +84,7 @@ def train(rows, mean: np.ndarray, config: ReadoutConfig, hidden: int, threads: i
     with seeded(config.seed):
         torch.set_num_threads(threads)  # put back by seeded on leaving
         trainer = HiddenReadoutTrainer(*data, hidden) if hidden else ReadoutTrainer(*data)
-        result = run_loop(
-            trainer,
-            Schedule(config.epochs * trainer.batches, trainer.batches),
-            Selection("val_bce", "min", config.patience),
-            None,
-            True,
-        )
+        result = run_readout_loop(trainer, config)
     found = calibrate(
         logits_of(result.best, rows.val_x), rows.val_relevant, rows.calibration,
         config.min_calibration,

@@ -20,7 +20,7 @@ from training.cedar.readout import (
     text_directions,
 )
 from training.core.seeding import seeded
-from training.loop import Schedule, Selection, run_loop
+from training.loop import LoopResult, Schedule, Selection, run_loop
 
 
 class ReadoutTrainer:
@@ -88,6 +88,20 @@ class ReadoutTrainer:
         self.optimizer.load_state_dict(saved["optimizer"])
 
 
+def run_readout_loop(
+    trainer: ReadoutTrainer, config: ReadoutConfig, progress: bool = True
+) -> LoopResult:
+    """A readout trainer's loop: `config.epochs` rounds of minibatches, the best round by the
+    val rows' loss, stopped after `config.patience` rounds without a better one."""
+    return run_loop(
+        trainer,
+        Schedule(config.epochs * trainer.batches, trainer.batches),
+        Selection("val_bce", "min", config.patience),
+        None,
+        progress,
+    )
+
+
 def fit_readout(
     rows: ReadoutRows, mean: np.ndarray, config: ReadoutConfig, progress: bool = True
 ) -> tuple[VocabularyReadout, dict[str, Any]]:
@@ -100,13 +114,7 @@ def fit_readout(
             start.astype(np.float32),
             config,
         )
-        result = run_loop(
-            trainer,
-            Schedule(config.epochs * trainer.batches, trainer.batches),
-            Selection("val_bce", "min", config.patience),
-            None,
-            progress,
-        )
+        result = run_readout_loop(trainer, config, progress)
     weight, offset = (t.numpy().astype(np.float32) for t in result.best)
     logits = margins(rows.val_x, weight, offset)
     found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration)
