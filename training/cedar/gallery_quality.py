@@ -37,7 +37,7 @@ from training.cedar.naming import (
     word_relevance,
 )
 from training.cedar.readout import VocabularyReadout, text_directions
-from training.cedar.readout_quality import readout_quality
+from training.cedar.readout_quality import gallery_shift, readout_quality
 from training.cedar.readout_rows import groups_of
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import load_encoder
@@ -86,7 +86,10 @@ def gallery_quality(
     and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
     val rows); `readouts`' word-concept filters (training.cedar.readout_quality) and, beside
     them, every word as a zero-shot concept (the cosine threshold a gallery without labels
-    gets: the readout's training-corpus cut); and every naming's precision on the test rows."""
+    gets: the readout's training-corpus cut); the readout with one margin shift picked on the
+    gallery's labelled val rows (training.cedar.readout_quality.gallery_shift: what the cosine
+    threshold reads of the gallery, and no more); and every naming's precision on the test
+    rows."""
     g = load_split_rows(gallery)
     if "caption" not in g.metadata.column_names:
         raise InputError(f"{gallery}: filter quality needs the gallery's captions")
@@ -130,6 +133,14 @@ def gallery_quality(
     )
     allowed = cosines(test, names) >= threshold
     scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(allowed, everything, wanted, classes)
+    if readouts is not None:
+        trained_readout = next(iter(readouts[1].values()))  # the artifact's, as trained
+        val_wanted = val_relevant[:, val_words].T.toarray().astype(bool)
+        shift, quality = gallery_shift(
+            trained_readout, readouts[0], (g.embeddings[val], val_names, val_wanted),
+            (x, names, classes, wanted),
+        )  # fmt: skip
+        scores[f"word concepts, margin ≥ {shift:+.1f} picked on the gallery's val"] = quality
     trained = readouts[0].extra["readout"].get("training", {}) if readouts is not None else {}
     if readouts is not None and "zero_shot_cut" in trained:
         cedar, cut = readouts[0], float(trained["zero_shot_cut"])

@@ -362,15 +362,24 @@ def mean_held_out(readout: VocabularyReadout) -> dict[str, float]:
     }
 
 
+def named_margins(
+    word_margins: np.ndarray, readout_words: Sequence[str], words: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each judged word's margins on the rows: (float32 [W, N], −inf where the readout has no
+    concept of the word, and covered [W] bool, whether it has)."""
+    index = {w: i for i, w in enumerate(readout_words)}
+    out = np.full((len(words), len(word_margins)), -np.inf, dtype=np.float32)
+    covered = np.array([w in index for w in words], dtype=bool)
+    for i, word in enumerate(words):
+        if word in index:
+            out[i] = word_margins[:, index[word]]
+    return out, covered
+
+
 def word_filters(
     word_margins: np.ndarray, readout_words: Sequence[str], words: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The filter "require the word concept w" of each judged word: (allowed [W, N] bool — rows
     where its margin is ≥ 0 — and covered [W] bool, whether the readout has the word)."""
-    index = {w: i for i, w in enumerate(readout_words)}
-    allowed = np.zeros((len(words), len(word_margins)), dtype=bool)
-    covered = np.array([w in index for w in words], dtype=bool)
-    for i, word in enumerate(words):
-        if word in index:
-            allowed[i] = word_margins[:, index[word]] >= 0
-    return allowed, covered
+    scores, covered = named_margins(word_margins, readout_words, words)
+    return scores >= 0, covered

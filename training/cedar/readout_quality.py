@@ -7,6 +7,11 @@ whose margin is ≥ 0) and two ablations, each trained and calibrated on the `--
 - one global threshold for every word instead of per-word thresholds (the same weights);
 - the readout trained from the other input: from the dense vector x against from CEDAR's
   sparse code (its reconstruction at k), the code being what Explain shows.
+
+`gallery_shift` is the same-information comparison for the cosine threshold picked on the
+gallery's labelled val rows: the readout's thresholds moved by one margin shift δ, picked on
+those same rows with the same code (training.cedar.filter_quality.pick_cosine_threshold), so
+both filters read exactly one number from the gallery's labels.
 """
 
 from __future__ import annotations
@@ -18,16 +23,19 @@ from typing import Any
 import numpy as np
 
 from training.cedar.data import SplitRows
-from training.cedar.filter_quality import filter_quality
+from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.readout import (
     ReadoutConfig,
     VocabularyReadout,
     margins,
+    named_margins,
     readout_input,
     word_filters,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
+
+MARGIN_SHIFTS = tuple(round(t, 2) for t in np.arange(-4.0, 4.01, 0.1))  # δ, in logits
 
 
 def with_global_threshold(readout: VocabularyReadout, threshold: float) -> VocabularyReadout:
@@ -89,3 +97,30 @@ def readout_quality(
         )
         out[label] = filter_quality(allowed, covered, wanted, classes)
     return out
+
+
+def word_margins(
+    readout: VocabularyReadout, cedar: TransformArtifact, x: np.ndarray, words: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each judged word's margins on rows x ([W, N], −inf where uncovered) and covered [W]."""
+    features = readout_input(
+        x, readout.source, cedar.rotation, cedar.mean, int(cedar.extra.get("k", 32))
+    )
+    return named_margins(margins(features, readout.weight, readout.offset), readout.words, words)
+
+
+def gallery_shift(
+    readout: VocabularyReadout,
+    cedar: TransformArtifact,
+    val: tuple[np.ndarray, Sequence[str], np.ndarray],
+    test: tuple[np.ndarray, Sequence[str], Sequence[str], np.ndarray],
+) -> tuple[float, dict[str, Any]]:
+    """δ of best macro F1 on the gallery's labelled val rows (`val`: rows, judged words, their
+    relevance [W, N]) and filter_quality on its test rows (`test`: rows, words, classes,
+    relevance) of "margin ≥ δ" (module doc)."""
+    val_x, val_words, val_relevant = val
+    scores, _ = word_margins(readout, cedar, val_x, val_words)
+    shift, _ = pick_cosine_threshold(scores, val_relevant, MARGIN_SHIFTS)
+    x, words, classes, wanted = test
+    scores, covered = word_margins(readout, cedar, x, words)
+    return shift, filter_quality(scores >= shift, covered, wanted, classes)

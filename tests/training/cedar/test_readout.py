@@ -24,7 +24,7 @@ from training.cedar.readout import (
     text_directions,
     with_zero_shot,
 )
-from training.cedar.readout_quality import with_global_threshold
+from training.cedar.readout_quality import gallery_shift, with_global_threshold, word_margins
 from training.cedar.readout_rows import zero_shot_terms
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
@@ -166,3 +166,27 @@ def test_zero_shot_terms_are_the_words_the_readout_could_not_learn():
     assert "fox" in terms and "grass" in terms and "sitting" in terms  # rare in the captions
     assert "donkey" in terms  # never in them: the caption lexicon's word
     assert not {"puppy", "running", "pupy"} & set(terms)  # learnt, or a typo merged into one
+
+
+def test_a_gallery_shift_moves_every_threshold_to_where_the_gallery_labels_say():
+    """The premise built in: on this gallery a word is relevant wherever its margin is ≥ −1.5,
+    so thresholds cut at 0 miss rows, and one shift picked on labelled val rows finds them."""
+    rng = np.random.default_rng(5)
+    cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=2)
+    learnt = readout(16, 3, rng)
+    words = ["w0", "w1", "w2", "absent"]
+    val_x, test_x = (rng.normal(size=(400, 16)).astype(np.float32) for _ in range(2))
+    val_margins, covered = word_margins(learnt, cedar, val_x, words)
+    test_margins, _ = word_margins(learnt, cedar, test_x, words)
+    assert covered.tolist() == [True, True, True, False]
+    assert np.isneginf(test_margins[3]).all()
+    val_wanted, test_wanted = val_margins >= -1.5, test_margins >= -1.5
+    val_wanted[3] = test_wanted[3] = rng.random(400) < 0.3
+    shift, quality = gallery_shift(
+        learnt, cedar, (val_x, words, val_wanted), (test_x, words, ["noun"] * 4, test_wanted)
+    )
+    assert -1.6 < shift <= -1.4
+    assert quality["all"]["covered"] == 3
+    assert quality["noun"]["recall_covered"] > 0.98 and quality["noun"]["precision_covered"] > 0.98
+    at_zero = (test_margins[:3] >= 0).sum() / test_wanted[:3].sum()
+    assert at_zero < 0.9  # the thresholds as trained miss what the gallery calls relevant
