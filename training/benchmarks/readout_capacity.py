@@ -25,8 +25,9 @@ towards the words' text directions; the artifact's own by default): a stronger p
 word nearer its text direction, the cosine filter's, which may carry over to another corpus
 better than what Flickr8k's labels teach.
 
-    python -m training.benchmarks.readout_capacity --hidden 0 1024
-    python -m training.benchmarks.readout_capacity --hidden 0 --anchor 0.001 0.01 0.1 1
+    python -m training.benchmarks.readout_capacity --hidden 0 1024 --anchor 0.001
+    python -m training.benchmarks.readout_capacity --hidden 0 --epochs 12 \
+        --anchor 0 0.0001 0.001 0.01 0.1 1
 """
 
 from __future__ import annotations
