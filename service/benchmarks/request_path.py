@@ -14,8 +14,9 @@ once into `--work` and reused (so a before and an after run search the same rows
    already cut and normalised; `SearchEngine.search` with a raw vector at object; the same
    through `strata serve` (a subprocess, OMP_NUM_THREADS=1) from one gRPC client in this
    process; and the floor of any Python gRPC server: a bare grpc.aio server in a process of
-   its own that decodes the request and returns a canned 10-hit answer. full: the Flat index
-   at 512, and the engine and the server at full (plan auto: the funnel the engine
+   its own that decodes the request and returns a canned 10-hit answer, and the same on
+   grpc's thread-pool server (one worker), the other server Python's gRPC offers. full: the
+   Flat index at 512, and the engine and the server at full (plan auto: the funnel the engine
    calibrated). text: AUTO text queries in-process and served (after a warm round every text
    is a query-cache hit, so what is timed is the path, not the encoder). Ratios: in-process /
    bare at 32, served / in-process for each kind.
@@ -43,7 +44,7 @@ import multiprocessing
 import os
 import statistics
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +131,19 @@ def latency_part(
         engine.search(query)
     canned = stub.Search(requests["object"][0], timeout=60).SerializeToString()
     n, t = len(vectors), len(texts)
-    floor, floor_target = start_canned(canned)
+    floors = [start_canned(canned), start_canned(canned, threaded=True)]
     try:
-        with grpc.insecure_channel(floor_target) as channel:
-            bare_grpc = channel.unary_unary(
-                "/strata.v1.SearchService/Search",
-                request_serializer=pb.SearchRequest.SerializeToString,
-                response_deserializer=pb.SearchResponse.FromString,
+        with (
+            grpc.insecure_channel(floors[0][1]) as channel,
+            grpc.insecure_channel(floors[1][1]) as threaded_channel,
+        ):
+            bare_grpc, threaded_grpc = (
+                c.unary_unary(
+                    "/strata.v1.SearchService/Search",
+                    request_serializer=pb.SearchRequest.SerializeToString,
+                    response_deserializer=pb.SearchResponse.FromString,
+                )
+                for c in (channel, threaded_channel)
             )
             # three groups, each interleaved in itself: the arms of a group read the same
             # index, so none runs on a cache another group's larger scan has just flushed
@@ -148,6 +155,9 @@ def latency_part(
                     "in-process object": lambda i: engine.search(queries["object"][i % n]),
                     "served object": lambda i: stub.Search(requests["object"][i % n], timeout=60),
                     "bare gRPC (canned answer)": lambda i: bare_grpc(
+                        requests["object"][i % n], timeout=60
+                    ),
+                    "bare threaded gRPC (canned answer)": lambda i: threaded_grpc(
                         requests["object"][i % n], timeout=60
                     ),
                 },
@@ -171,8 +181,9 @@ def latency_part(
                 for name, s in interleaved(arms, n, rounds).items()
             }
     finally:
-        floor.terminate()
-        floor.join(30)
+        for floor, _ in floors:
+            floor.terminate()
+            floor.join(30)
     bare_ms = ms[f"bare FAISS Flat {object_length}"]
     return {
         "p50_ms": ms,
@@ -187,31 +198,48 @@ def latency_part(
                 ms["bare gRPC (canned answer)"] + ms["in-process object"]
             )
             / ms["in-process object"],
+            "bare threaded gRPC + in-process object / in-process object": (
+                ms["bare threaded gRPC (canned answer)"] + ms["in-process object"]
+            )
+            / ms["in-process object"],
         },
         "full_plan": engine.search(queries["full"][0]).plan.describe(DIM),  # type: ignore[union-attr]
     }
 
 
-def serve_canned(answer: bytes, ports: Any) -> None:
-    """In its own process: a bare grpc.aio server (no interceptors, no servicer) whose Search
-    decodes the request and returns `answer`'s bytes, the least a Python gRPC server costs."""
+def canned_handler(answer: bytes) -> grpc.GenericRpcHandler:
+    """Search that decodes the request and returns `answer`'s bytes, nothing else."""
+
+    def search(request: pb.SearchRequest, context: object) -> bytes:
+        return answer
+
+    return grpc.method_handlers_generic_handler(
+        "strata.v1.SearchService",
+        {
+            "Search": grpc.unary_unary_rpc_method_handler(
+                search,
+                request_deserializer=pb.SearchRequest.FromString,
+                response_serializer=lambda b: b,
+            )
+        },
+    )
+
+
+def serve_canned(answer: bytes, ports: Any, threaded: bool) -> None:
+    """In its own process: a bare gRPC server (no interceptors, no servicer) answering with
+    `canned_handler`, the least a Python gRPC server costs: grpc.aio's (what `strata serve`
+    runs) or, `threaded`, the thread-pool server's."""
+    if threaded:
+        server = grpc.server(ThreadPoolExecutor(max_workers=1))
+        server.add_generic_rpc_handlers((canned_handler(answer),))
+        ports.put(server.add_insecure_port("127.0.0.1:0"))
+        server.start()
+        server.wait_for_termination()
+        return
 
     async def run() -> None:
-        def search(request: pb.SearchRequest, context: object) -> bytes:
-            return answer
-
-        handler = grpc.method_handlers_generic_handler(
-            "strata.v1.SearchService",
-            {
-                "Search": grpc.unary_unary_rpc_method_handler(
-                    search,
-                    request_deserializer=pb.SearchRequest.FromString,
-                    response_serializer=lambda b: b,
-                )
-            },
-        )
         server = grpc.aio.server()
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((canned_handler(answer),))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         ports.put(port)
@@ -220,10 +248,12 @@ def serve_canned(answer: bytes, ports: Any) -> None:
     asyncio.run(run())
 
 
-def start_canned(answer: bytes) -> tuple[multiprocessing.process.BaseProcess, str]:
+def start_canned(
+    answer: bytes, threaded: bool = False
+) -> tuple[multiprocessing.process.BaseProcess, str]:
     spawn = multiprocessing.get_context("spawn")
     ports = spawn.Queue()
-    process = spawn.Process(target=serve_canned, args=(answer, ports), daemon=True)
+    process = spawn.Process(target=serve_canned, args=(answer, ports, threaded), daemon=True)
     process.start()
     return process, f"127.0.0.1:{ports.get(timeout=120)}"
 
