@@ -23,7 +23,8 @@ torch).
 
 Thresholds θ_w are picked per word on the val rows: the cut of best F1 against the strict
 relevance (at least 2 other captions use w), where the word has at least `min_calibration`
-relevant rows there; elsewhere one global θ, the cut of best mean F1 over the words that have
+relevant rows there and that cut, cross-fitted, holds out better than the global one (below);
+elsewhere one global θ, the cut of best mean F1 over the words that have
 them. Each word's held-out precision P(relevant | active) and recall, which the catalog shows,
 come from cross-fitting: the val rows split in two halves by image, θ picked on one half and
 scored on the other, both ways.
@@ -249,28 +250,41 @@ def held_out(
 def calibrate(
     logits: np.ndarray, relevant: np.ndarray, halves: np.ndarray, min_calibration: int
 ) -> dict[str, np.ndarray | float]:
-    """θ per word on all the val rows (own where supported, else global), and each word's
-    held-out precision / recall by cross-fitting: θ picked on one half (by image) and scored on
-    the other, both ways, counts pooled (NaN where it allows or has no relevant row)."""
+    """θ per word on all the val rows and each word's held-out precision / recall, by
+    cross-fitting: thresholds picked on one half (by image) and scored on the other, both ways,
+    counts pooled (NaN where it allows or has no relevant row). A word keeps its own best-F1
+    cut only where it has `min_calibration` relevant rows and that cut, cross-fitted, scores a
+    higher held-out F1 than the global cut does for the word; elsewhere the global cut, whose
+    held-out figures it then reports. (A word the readout cannot separate still has a best
+    cut on its few val positives, often deep in its ranking: one that lets a large share of
+    the rows through and holds on no other rows.)"""
     threshold, supported, overall = thresholds(logits, relevant, min_calibration)
-    hits = allowed = wanted = 0
+    words = logits.shape[1]
+    own_counts, global_counts = np.zeros((3, words)), np.zeros((3, words))
     for fit in (halves, ~halves):
         if not fit.any() or fit.all():
             continue
-        theta, _, _ = thresholds(logits[fit], relevant[fit], max(1, min_calibration // 2))
-        h, a, r = held_out(logits[~fit], relevant[~fit], theta)
-        hits, allowed, wanted = hits + h, allowed + a, wanted + r
-    hits, allowed, wanted = (np.asarray(v, dtype=np.float64) for v in (hits, allowed, wanted))
+        theta, _, cut = thresholds(logits[fit], relevant[fit], max(1, min_calibration // 2))
+        own_counts += held_out(logits[~fit], relevant[~fit], theta)
+        global_counts += held_out(logits[~fit], relevant[~fit], np.full(words, cut))
+    own = supported & (held_out_f1(*own_counts) > held_out_f1(*global_counts))
+    hits, allowed, wanted = np.where(own, own_counts, global_counts)
     with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(allowed > 0, hits / allowed, np.nan) * np.ones(logits.shape[1])
-        recall = np.where(wanted > 0, hits / wanted, np.nan) * np.ones(logits.shape[1])
+        precision = np.where(allowed > 0, hits / allowed, np.nan)
+        recall = np.where(wanted > 0, hits / wanted, np.nan)
     return {
-        "threshold": threshold.astype(np.float32),
-        "own": supported,
+        "threshold": np.where(own, threshold, overall).astype(np.float32),
+        "own": own,
         "global": overall,
         "precision": precision,
         "recall": recall,
     }
+
+
+def held_out_f1(hits: np.ndarray, allowed: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """F1 per word from pooled counts (0 where nothing is allowed or relevant)."""
+    total = allowed + wanted
+    return np.where(total > 0, 2 * hits / np.maximum(total, 1), 0.0)
 
 
 @dataclass

@@ -55,18 +55,31 @@ def test_best_cuts_find_the_best_f1_of_every_word():
 
 
 def test_calibration_gives_unsupported_words_the_global_threshold():
+    """Words 0 and 1 are learnt on scales 6 logits apart, so one cut cannot serve both: a word
+    whose own cut lies far from the global one keeps its own; word 2 has too few relevant
+    rows; word 3 enough, but its scores are noise, and its held-out precision says so."""
     rng = np.random.default_rng(1)
-    logits = rng.normal(size=(400, 3))
+    logits = rng.normal(size=(400, 4))
     relevant = logits + rng.normal(scale=0.5, size=logits.shape) > 1.0
+    logits[:, 0] += 3.0
+    logits[:, 1] -= 3.0
     relevant[:, 2] = False
     relevant[:3, 2] = True  # too few relevant rows for a threshold of its own
+    relevant[:, 3] = False
+    relevant[rng.choice(400, size=8, replace=False), 3] = True  # independent of its scores
     calibration = split_calibration([str(i // 5) for i in range(400)], seed=0)
     assert 0.3 < calibration.mean() < 0.7
     found = calibrate(logits, relevant, calibration, min_calibration=5)
-    assert found["own"].tolist() == [True, True, False]
+    own_cuts, _ = best_cuts(logits, relevant)
+    far = np.abs(own_cuts[:2] - found["global"]) > 2
+    assert far.any()
+    assert found["own"][:2][far].all()
+    assert found["threshold"][:2][far] == pytest.approx(own_cuts[:2][far])
+    assert not found["own"][2]
     assert found["threshold"][2] == pytest.approx(found["global"])
-    assert 0 < found["precision"][1] <= 1
+    assert found["precision"][3] < 0.1
     assert 0 < found["precision"][0] <= 1 and 0 < found["recall"][0] <= 1
+    assert 0 < found["precision"][1] <= 1 and 0 < found["recall"][1] <= 1
 
 
 def readout(dim: int, words: int, rng: np.random.Generator) -> VocabularyReadout:
