@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.engine.exact_scan import exact_scores
-from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
+from service.engine.filtering import AllowedRows, allowed_rows, filtered_search, post_filtered
 from service.engine.search import SearchEngine
 from service.results import ConceptRef
 
@@ -96,3 +96,39 @@ def test_a_filtered_hnsw_search_over_a_large_share_returns_k_allowed_rows(share:
         _, truth = exact_scores(index, q[None, :], allowed.materialise(), 10)
         hits += len(set(found[0].tolist()) & set(truth[0].tolist()))
     assert hits / 200 >= 0.95
+
+
+def test_a_large_filter_away_from_the_query_falls_back_to_the_filtered_traversal():
+    """The premise built in: the allowed rows (40 % of them) are those least like the query, so
+    none is among the unfiltered search's first hits, and the over-fetch finds too few."""
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(N, 16)).astype(np.float32)
+    index = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
+    index.add(x)
+    q = rng.normal(size=16).astype(np.float32)
+    far = np.argsort(x @ q)[: int(0.4 * N)]  # the 40 % with the lowest scores
+    allowed = as_bits(np.sort(far))
+    unfiltered = index.search(q[None, :], 50)[1][0]
+    assert not allowed.contains(unfiltered).any()
+    _, found = filtered_search(index, q[None, :], 10, allowed, exact_max=0)
+    assert (found >= 0).sum() == 10 and allowed.contains(found[0]).all()
+    _, truth = exact_scores(index, q[None, :], allowed.materialise(), 10)
+    assert len(set(found[0].tolist()) & set(truth[0].tolist())) >= 9
+
+
+def test_a_large_filter_keeps_the_allowed_hits_of_the_unfiltered_search_in_order():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(N, 16)).astype(np.float32)
+    index = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
+    index.add(x)
+    allowed = as_bits(random_rows(rng, 0.5))
+    for q in rng.normal(size=(5, 16)).astype(np.float32):
+        scores, found = filtered_search(index, q[None, :], 10, allowed, exact_max=0)
+        index.hnsw.efSearch = 40  # what post_filtered searches with: 2 × 10 / 0.5 hits
+        top_scores, top = index.search(q[None, :], 40)
+        index.hnsw.efSearch = 16
+        kept = allowed.contains(top[0])
+        assert found[0].tolist() == top[0][kept][:10].tolist()
+        np.testing.assert_array_equal(scores[0], top_scores[0][kept][:10])
+        direct = post_filtered(index, 16, q[None, :], 10, 10, allowed, "")
+        assert direct is not None and direct[1].tolist() == found.tolist()
