@@ -1,4 +1,6 @@
-"""Row sets as packed bitmaps, and a bundle's dense concepts kept as such bitmaps.
+"""Row sets as packed bitmaps, a bundle's dense concepts kept as such bitmaps, and
+`AllowedRows`, the set of rows a filter allows (listed or a bitmap, by its count), which the
+engine's filtered searches take (service/engine/filtering.py).
 
 A bitmap of N rows is uint8 [⌈N/8⌉], row r at bit r mod 8 of byte r // 8 (little bit order:
 the layout FAISS's `IDSelectorBitmap` reads, so a bitmap is handed to a search as it is). Bits
@@ -17,10 +19,13 @@ stay the sorted id lists the postings already are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import cached_property
 from threading import Lock
 
+import faiss
 import numpy as np
 
 DENSE_SHARE = 32  # a concept on ≥ 1/32 of the rows is kept as a bitmap (N/8 bytes ≤ 4·entries)
@@ -127,3 +132,114 @@ class ConceptBitmaps:
         finally:
             with self._lock:
                 self._bits = kept
+
+
+@dataclass(frozen=True, eq=False)
+class AllowedRows:
+    """The rows a filter allows out of `total`, kept by cardinality: the sorted ids `rows`
+    when few, else the bitmap `bits` (N/8 bytes, and FAISS's selector as it is).
+    `AllowedRows(total, rows)` lists rows; `of_bits` and the set operators (`&`, `-`, `~`)
+    choose the form of their result by its count."""
+
+    total: int
+    rows: np.ndarray | None = None
+    bits: np.ndarray | None = None
+    key: Hashable | None = (
+        None  # the concept filter it is (service.engine.filtering.allowed_rows), for its block
+    )
+
+    def __post_init__(self) -> None:
+        if (self.rows is None) == (self.bits is None):
+            raise ValueError("AllowedRows holds either listed rows or a bitmap")
+
+    @classmethod
+    def of_bits(cls, total: int, bits: np.ndarray) -> AllowedRows:
+        """A bitmap's rows: listed when they are few (under 1/DENSE_SHARE of the rows)."""
+        allowed = cls(total, bits=bits)
+        if allowed.count * DENSE_SHARE < total:
+            return cls(total, rows_of_bits(total, bits))
+        return allowed
+
+    @classmethod
+    def everything(cls, total: int) -> AllowedRows:
+        return cls(total, bits=bits_complement(total, np.zeros(bitmap_bytes(total), np.uint8)))
+
+    @classmethod
+    def excluding(cls, total: int, rows: np.ndarray) -> AllowedRows:
+        """Every row but the sorted unique `rows`."""
+        return ~cls(total, np.asarray(rows, dtype=np.int64))
+
+    def keyed(self, key: Hashable) -> AllowedRows:
+        """The same rows as the concept filter `key` (service.engine.filtering.allowed_rows),
+        their count kept."""
+        keyed = replace(self, key=key)
+        if "count" in self.__dict__:
+            keyed.__dict__["count"] = self.count
+        return keyed
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes if self.rows is not None else self.bits.nbytes)
+
+    @cached_property
+    def count(self) -> int:
+        return len(self.rows) if self.rows is not None else bits_count(self.bits)
+
+    def materialise(self) -> np.ndarray:
+        """The allowed rows as a sorted int64 array."""
+        if self.rows is not None:
+            return self.rows
+        return rows_of_bits(self.total, self.bits)
+
+    def within(self, rows: np.ndarray) -> AllowedRows:
+        """The rows allowed here and in the sorted set `rows` (a metadata filter's: service/
+        metadata_filter.py)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return AllowedRows(self.total, rows[self.contains(rows)])
+
+    def contains(self, rows: np.ndarray) -> np.ndarray:
+        """A mask: which of `rows` are allowed."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.rows is not None:
+            return np.isin(rows, self.rows)
+        return bits_contain(self.bits, rows)
+
+    def mask(self) -> np.ndarray:
+        """Every row's allowed flag, bool [total]."""
+        if self.bits is not None:
+            return np.unpackbits(self.bits, count=self.total, bitorder="little").view(bool)
+        mask = np.zeros(self.total, dtype=bool)
+        mask[self.rows] = True
+        return mask
+
+    def bitmap(self) -> np.ndarray:
+        """The allowed rows as a bitmap."""
+        return self.bits if self.bits is not None else bits_of_rows(self.total, self.rows)
+
+    def __and__(self, other: AllowedRows) -> AllowedRows:
+        if self.rows is not None:
+            return AllowedRows(self.total, self.rows[other.contains(self.rows)])
+        if other.rows is not None:
+            return AllowedRows(self.total, other.rows[self.contains(other.rows)])
+        return AllowedRows.of_bits(self.total, np.bitwise_and(self.bits, other.bits))
+
+    def __sub__(self, other: AllowedRows) -> AllowedRows:
+        if self.rows is not None:
+            return AllowedRows(self.total, self.rows[~other.contains(self.rows)])
+        if other.rows is not None:
+            return AllowedRows.of_bits(self.total, bits_clear(self.bits, other.rows))
+        return AllowedRows.of_bits(self.total, self.bits & np.invert(other.bits))
+
+    def __invert__(self) -> AllowedRows:
+        return AllowedRows.of_bits(self.total, bits_complement(self.total, self.bitmap()))
+
+    def selector(self) -> faiss.IDSelector:
+        """A FAISS ID selector of the allowed rows (hold a reference while it is used): a hash
+        set of listed rows when they are few (under 1/DENSE_SHARE of the rows), else a bitmap,
+        whose test is one bit read — the set's own bitmap, not a copy."""
+        if self.rows is not None and len(self.rows) * DENSE_SHARE < self.total:
+            return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
+        bits = np.ascontiguousarray(self.bitmap())
+        selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
+        selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
+        return selector

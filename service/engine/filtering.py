@@ -8,17 +8,17 @@ is. A filter's scope (local, global; CDS, `training.cds`) narrows every referenc
 concepts of that scope, so "require dog, local" trusts only the dog concepts that look at the
 dog's own patches, not those that fire on dog-park scenes.
 
-Planned by cardinality, as a vector database plans a filter. An allowed set is kept as sorted
-row ids when few (under 1/32 of the rows), else as a bitmap (indexer/format/row_bitmaps.py: N/8
-bytes); a dense concept's bitmap is built from its postings on first use and kept with the
-bundle (`Bundle.concept_bitmaps`), a sparse concept is its postings. The references are
-resolved to concepts first (a concept named by several references counts once); the required
-ones are intersected from the one with the fewest rows (listed ∩ anything: a lookup per listed
-row; bitmap ∩ bitmap: a bytewise and), the excluded ones are one union, removed from the result
-or — without required references — complemented (a bitmap not: every row but those). So a
-frequent word's filter costs a few bytewise operations on N/8 bytes, and a rare word's its
-postings: no filter sorts, merges or materialises the rows it allows, and the number of
-references is capped by service/limits.py. A bitmap goes to FAISS as it is
+Planned by cardinality, as a vector database plans a filter. An allowed set (`AllowedRows`,
+indexer/format/row_bitmaps.py) is kept as sorted row ids when few (under 1/32 of the rows),
+else as a bitmap (N/8 bytes); a dense concept's bitmap is built from its postings on first use
+and kept with the bundle (`Bundle.concept_bitmaps`), a sparse concept is its postings. The
+references are resolved to concepts first (a concept named by several references counts once);
+the required ones are intersected from the one with the fewest rows (listed ∩ anything: a
+lookup per listed row; bitmap ∩ bitmap: a bytewise and), the excluded ones are one union,
+removed from the result or — without required references — complemented (a bitmap not: every
+row but those). So a frequent word's filter costs a few bytewise operations on N/8 bytes, and a
+rare word's its postings: no filter sorts, merges or materialises the rows it allows, and the
+number of references is capped by service/limits.py. A bitmap goes to FAISS as it is
 (`IDSelectorBitmap`), listed rows as a hash set.
 
 The search then scores only allowed rows:
@@ -54,25 +54,15 @@ The search then scores only allowed rows:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property, partial
+from collections.abc import Collection, Sequence
+from functools import partial
 
 import faiss
 import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage, search_parameters
-from indexer.format.row_bitmaps import (
-    DENSE_SHARE,
-    bitmap_bytes,
-    bits_clear,
-    bits_complement,
-    bits_contain,
-    bits_count,
-    bits_of_rows,
-    rows_of_bits,
-)
+from indexer.format.row_bitmaps import AllowedRows, bits_of_rows
 from indexer.format.store import StoreIndex
 from service.engine.exact_scan import exact_scores, stored_products, stored_rows
 from service.engine.filter_blocks import FilterBlocks
@@ -96,114 +86,6 @@ EXACT_ROWS_PER_EF = 32
 # on 31 % of 1M rows: 2.0×), where the over-fetch costs about one unfiltered search
 POST_FILTER_SHARE = 0.25
 POST_FILTER_FETCH = 2
-
-
-@dataclass(frozen=True, eq=False)
-class AllowedRows:
-    """The rows a filter allows out of `total`, kept by cardinality: the sorted ids `rows`
-    when few, else the bitmap `bits` (indexer/format/row_bitmaps.py: N/8 bytes, and FAISS's selector
-    as it is). `AllowedRows(total, rows)` lists rows; `of_bits` and the set operators (`&`,
-    `-`, `~`) choose the form of their result by its count."""
-
-    total: int
-    rows: np.ndarray | None = None
-    bits: np.ndarray | None = None
-    key: Hashable | None = None  # the concept filter it is (allowed_rows), for its block
-
-    def __post_init__(self) -> None:
-        if (self.rows is None) == (self.bits is None):
-            raise ValueError("AllowedRows holds either listed rows or a bitmap")
-
-    @classmethod
-    def of_bits(cls, total: int, bits: np.ndarray) -> AllowedRows:
-        """A bitmap's rows: listed when they are few (under 1/DENSE_SHARE of the rows)."""
-        allowed = cls(total, bits=bits)
-        if allowed.count * DENSE_SHARE < total:
-            return cls(total, rows_of_bits(total, bits))
-        return allowed
-
-    @classmethod
-    def everything(cls, total: int) -> AllowedRows:
-        return cls(total, bits=bits_complement(total, np.zeros(bitmap_bytes(total), np.uint8)))
-
-    @classmethod
-    def excluding(cls, total: int, rows: np.ndarray) -> AllowedRows:
-        """Every row but the sorted unique `rows`."""
-        return ~cls(total, np.asarray(rows, dtype=np.int64))
-
-    def keyed(self, key: Hashable) -> AllowedRows:
-        """The same rows as the concept filter `key` (allowed_rows), their count kept."""
-        keyed = replace(self, key=key)
-        if "count" in self.__dict__:
-            keyed.__dict__["count"] = self.count
-        return keyed
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.rows.nbytes if self.rows is not None else self.bits.nbytes)
-
-    @cached_property
-    def count(self) -> int:
-        return len(self.rows) if self.rows is not None else bits_count(self.bits)
-
-    def materialise(self) -> np.ndarray:
-        """The allowed rows as a sorted int64 array."""
-        if self.rows is not None:
-            return self.rows
-        return rows_of_bits(self.total, self.bits)
-
-    def within(self, rows: np.ndarray) -> AllowedRows:
-        """The rows allowed here and in the sorted set `rows` (a metadata filter's: service/
-        metadata_filter.py)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        return AllowedRows(self.total, rows[self.contains(rows)])
-
-    def contains(self, rows: np.ndarray) -> np.ndarray:
-        """A mask: which of `rows` are allowed."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if self.rows is not None:
-            return np.isin(rows, self.rows)
-        return bits_contain(self.bits, rows)
-
-    def mask(self) -> np.ndarray:
-        """Every row's allowed flag, bool [total]."""
-        if self.bits is not None:
-            return np.unpackbits(self.bits, count=self.total, bitorder="little").view(bool)
-        mask = np.zeros(self.total, dtype=bool)
-        mask[self.rows] = True
-        return mask
-
-    def bitmap(self) -> np.ndarray:
-        """The allowed rows as a bitmap."""
-        return self.bits if self.bits is not None else bits_of_rows(self.total, self.rows)
-
-    def __and__(self, other: AllowedRows) -> AllowedRows:
-        if self.rows is not None:
-            return AllowedRows(self.total, self.rows[other.contains(self.rows)])
-        if other.rows is not None:
-            return AllowedRows(self.total, other.rows[self.contains(other.rows)])
-        return AllowedRows.of_bits(self.total, np.bitwise_and(self.bits, other.bits))
-
-    def __sub__(self, other: AllowedRows) -> AllowedRows:
-        if self.rows is not None:
-            return AllowedRows(self.total, self.rows[~other.contains(self.rows)])
-        if other.rows is not None:
-            return AllowedRows.of_bits(self.total, bits_clear(self.bits, other.rows))
-        return AllowedRows.of_bits(self.total, self.bits & np.invert(other.bits))
-
-    def __invert__(self) -> AllowedRows:
-        return AllowedRows.of_bits(self.total, bits_complement(self.total, self.bitmap()))
-
-    def selector(self) -> faiss.IDSelector:
-        """A FAISS ID selector of the allowed rows (hold a reference while it is used): a hash
-        set of listed rows when they are few (under 1/DENSE_SHARE of the rows), else a bitmap,
-        whose test is one bit read — the set's own bitmap, not a copy."""
-        if self.rows is not None and len(self.rows) * DENSE_SHARE < self.total:
-            return faiss.IDSelectorBatch(np.ascontiguousarray(self.rows, dtype=np.int64))
-        bits = np.ascontiguousarray(self.bitmap())
-        selector = faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(bits))
-        selector.referenced = bits  # IDSelectorBitmap keeps a raw pointer: keep `bits` alive
-        return selector
 
 
 def resolve_ref(
@@ -339,7 +221,9 @@ def filtered_search(
     share = allowed.count / allowed.total
     if isinstance(graph, faiss.IndexHNSW) and "efSearch" not in setting:
         if share >= POST_FILTER_SHARE:
-            found = post_filtered(index, graph.hnsw.efSearch, query, k, wanted, allowed, setting)
+            found = post_filtered(
+                index, graph.hnsw.efSearch, query, k, wanted, allowed, share, setting
+            )
             if found is not None:
                 return found
         ef = filtered_ef(graph.hnsw.efSearch, wanted, share)
@@ -348,7 +232,7 @@ def filtered_search(
         setting = ",".join(filter(None, [setting, f"efSearch={min(ef, FILTERED_EF_MAX)}"]))
     ivf = faiss.try_extract_index_ivf(graph)
     if ivf is not None and "nprobe" not in setting:
-        probes = filtered_nprobe(ivf.nprobe, ivf.nlist, allowed.count / allowed.total)
+        probes = filtered_nprobe(ivf.nprobe, ivf.nlist, share)
         setting = ",".join(filter(None, [setting, f"nprobe={probes}"]))
     selector = allowed.selector()
     params = search_parameters(index, setting, selector)
@@ -365,13 +249,14 @@ def post_filtered(
     k: int,
     wanted: int,
     allowed: AllowedRows,
+    share: float,
     setting: str,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """A filter allowing a large share of the rows, on an HNSW index: the unfiltered search for
     POST_FILTER_FETCH times the hits the share predicts among the top k, its allowed hits
     kept in order; None when fewer than `wanted` of them are allowed (the allowed rows lie
-    away from the query), for the filtered traversal to answer instead."""
-    share = allowed.count / allowed.total
+    away from the query), for the filtered traversal to answer instead. `share`: the allowed
+    rows' share of all."""
     fetch = min(allowed.total, int(np.ceil(POST_FILTER_FETCH * k / share)))
     width = f"efSearch={max(ef, fetch)}"
     params = search_parameters(index, ",".join(filter(None, [setting, width])))

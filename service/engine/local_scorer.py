@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 
 from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS
+from indexer.format.row_bitmaps import AllowedRows
 from service.engine.explain import item_prefixes, row_concepts, row_words, with_words
 from service.engine.filter_blocks import FilterBlocks
-from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
+from service.engine.filtering import allowed_rows, filtered_search
 from service.engine.grouping import FETCH_MAX, grouped_search
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter

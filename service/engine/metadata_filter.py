@@ -11,7 +11,7 @@ column (equality, set membership through `is_in`, ranges through the comparison 
 meets no test) and ANDs them into one sorted row array — once per request, and remembered per
 bundle for the last `CACHE_ENTRIES` distinct condition sets (a filter shared by many queries,
 "split = test", is computed once). The engine intersects it with the concept filter's allowed
-rows (service/engine/filtering.py, `AllowedRows.within`) and searches inside the result, so a
+rows (indexer/format/row_bitmaps.py, `AllowedRows.within`) and searches inside the result, so a
 metadata-filtered search returns top_k hits whenever top_k rows qualify.
 
 `MetadataFilter.group_keys(field)` dictionary-encodes a column once per bundle: a code per row

@@ -30,8 +30,9 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
+from indexer.format.row_bitmaps import AllowedRows
 from service.engine.filter_blocks import FilterBlocks
-from service.engine.filtering import AllowedRows, filtered_search
+from service.engine.filtering import filtered_search
 from service.engine.funnel import (
     ExactRows,
     FunnelChoice,

@@ -44,7 +44,13 @@ from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality
 from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.naming import caption_vocabulary
-from training.cedar.readout import ReadoutConfig, calibrate, readout_input, text_directions
+from training.cedar.readout import (
+    ReadoutConfig,
+    calibrate,
+    named_margins,
+    readout_input,
+    text_directions,
+)
 from training.cedar.readout_rows import readout_rows
 from training.cedar.readout_training import ReadoutTrainer, run_readout_loop
 from training.core.artifacts import TransformArtifact
@@ -120,14 +126,8 @@ def gallery_score(
     classes = [vocab.classes[w] for w in judged]
     wanted = relevant[:, judged].T.toarray().astype(bool)
     x = readout_input(g.embeddings[test], "dense", cedar.rotation, cedar.mean, 32)
-    margins = logits_of(model["best"], x) - model["threshold"]
-    index = {w: i for i, w in enumerate(words)}
-    covered = np.array([n in index for n in names])
-    allowed = np.zeros((len(names), len(test)), dtype=bool)
-    for i, name in enumerate(names):
-        if name in index:
-            allowed[i] = margins[:, index[name]] >= 0
-    quality = filter_quality(allowed, covered, wanted, classes)
+    scores, covered = named_margins(logits_of(model["best"], x) - model["threshold"], words, names)
+    quality = filter_quality(scores >= 0, covered, wanted, classes)
     kept = ("words", "covered", "precision", "recall", "f1")
     return {c: {k: v for k, v in q.items() if k in kept} for c, q in quality.items()}
 

@@ -392,12 +392,3 @@ def named_margins(
         if word in index:
             out[i] = word_margins[:, index[word]]
     return out, covered
-
-
-def word_filters(
-    word_margins: np.ndarray, readout_words: Sequence[str], words: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The filter "require the word concept w" of each judged word: (allowed [W, N] bool — rows
-    where its margin is ≥ 0 — and covered [W] bool, whether the readout has the word)."""
-    scores, covered = named_margins(word_margins, readout_words, words)
-    return scores >= 0, covered

@@ -30,7 +30,6 @@ from training.cedar.readout import (
     margins,
     named_margins,
     readout_input,
-    word_filters,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
@@ -88,14 +87,10 @@ def readout_quality(
     wanted: np.ndarray,
 ) -> dict[str, dict[str, Any]]:
     """filter_quality of every variant on rows x for the judged `words`."""
-    k = int(cedar.extra.get("k", 32))
     out = {}
     for label, readout in variants.items():
-        features = readout_input(x, readout.source, cedar.rotation, cedar.mean, k)
-        allowed, covered = word_filters(
-            margins(features, readout.weight, readout.offset), readout.words, words
-        )
-        out[label] = filter_quality(allowed, covered, wanted, classes)
+        scores, covered = word_margins(readout, cedar, x, words)
+        out[label] = filter_quality(scores >= 0, covered, wanted, classes)
     return out
 
 

@@ -8,8 +8,14 @@ import faiss
 import numpy as np
 import pytest
 
+from indexer.format.row_bitmaps import AllowedRows
 from service.engine.exact_scan import exact_scores
-from service.engine.filtering import AllowedRows, allowed_rows, filtered_search, post_filtered
+from service.engine.filtering import (
+    POST_FILTER_FETCH,
+    allowed_rows,
+    filtered_search,
+    post_filtered,
+)
 from service.engine.search import SearchEngine
 from service.results import ConceptRef
 
@@ -122,13 +128,14 @@ def test_a_large_filter_keeps_the_allowed_hits_of_the_unfiltered_search_in_order
     index = faiss.IndexHNSWFlat(16, 16, faiss.METRIC_INNER_PRODUCT)
     index.add(x)
     allowed = as_bits(random_rows(rng, 0.5))
+    share = allowed.count / N
+    fetch = int(np.ceil(POST_FILTER_FETCH * 10 / share))  # post_filtered's over-fetch
     for q in rng.normal(size=(5, 16)).astype(np.float32):
         scores, found = filtered_search(index, q[None, :], 10, allowed, exact_max=0)
-        index.hnsw.efSearch = 40  # what post_filtered searches with: 2 × 10 / 0.5 hits
-        top_scores, top = index.search(q[None, :], 40)
-        index.hnsw.efSearch = 16
+        wide = faiss.SearchParametersHNSW(efSearch=fetch)
+        top_scores, top = index.search(q[None, :], fetch, params=wide)
         kept = allowed.contains(top[0])
         assert found[0].tolist() == top[0][kept][:10].tolist()
         np.testing.assert_array_equal(scores[0], top_scores[0][kept][:10])
-        direct = post_filtered(index, 16, q[None, :], 10, 10, allowed, "")
+        direct = post_filtered(index, 16, q[None, :], 10, 10, allowed, share, "")
         assert direct is not None and direct[1].tolist() == found.tolist()

@@ -7,9 +7,10 @@ import faiss
 import numpy as np
 import pytest
 
+from indexer.format.row_bitmaps import AllowedRows
 from service.engine.exact_scan import exact_scores, stored_rows
 from service.engine.filter_blocks import BLOCK_MIN_ROWS, FilterBlock, FilterBlocks
-from service.engine.filtering import AllowedRows, filtered_search
+from service.engine.filtering import filtered_search
 
 N, DIM = 24_000, 16
 

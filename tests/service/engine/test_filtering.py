@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from indexer.format.prefixes import exact_top_k
-from service.engine.filtering import AllowedRows, allowed_rows, filtered_search
+from indexer.format.row_bitmaps import AllowedRows
+from service.engine.filtering import allowed_rows, filtered_search
 from service.engine.search import SearchEngine
 from service.results import ConceptRef
 
@@ -132,7 +133,6 @@ def test_every_filter_share_finds_the_exact_top_k_through_hnsw():
     import faiss
 
     from service.engine.exact_scan import exact_scores
-    from service.engine.filtering import AllowedRows, filtered_search
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(3000, 16)).astype(np.float32)
@@ -164,7 +164,6 @@ def test_every_filter_share_finds_the_exact_top_k_through_ivf():
     import faiss
 
     from service.engine.exact_scan import exact_scores
-    from service.engine.filtering import AllowedRows, filtered_search
 
     rng = np.random.default_rng(6)
     centres = rng.normal(size=(64, 16))
