@@ -6,8 +6,9 @@ whatever the chosen index types hold in RAM — see indexer/format/index_plan.py
     x           the shard's embeddings of the gallery modality, float32 [n, D]
     z           = (x − mean_G) @ R_Gᵀ                          one matmul (GraSP-VL)
     p_L         = z[:, :L] / ‖z[:, :L]‖  for each prefix L      → prefix_{L}.faiss
-    (or, with `--store`: p_D once as float16/int8 + head norms  → store_vectors.npy,
-     store_norms.npy; a Flat prefix other than the shortest then has no file: `store_served`)
+    (by default a shared store: p_D once as int8 (or float16) + head norms → store_vectors.npy,
+     store_norms.npy; a Flat prefix then has no file: `store_served`, and the shortest prefix
+     of a large gallery is compressed codes reranked from it; `--store none`: a file a prefix)
     (c, a)      = the k active concepts of each row (CEDAR)     → concept postings
     metadata    the shard's rows, in order                      → ids.parquet
 
@@ -122,14 +123,11 @@ def training_sample(
 
 
 def store_served(plans: list[PrefixPlan], store: str) -> set[int]:
-    """The prefixes a bundle with a store serves from it: every in-RAM Flat one but the
-    shortest, which keeps its own float32 index as the funnel's shortlist."""
+    """The prefixes a bundle with a store serves from it: every in-RAM Flat one (an exact scan
+    of the store's heads; the shortest too, in a gallery too small for shortlist codes)."""
     if store == "none":
         return set()
-    shortest = min(p.length for p in plans)
-    return {
-        p.length for p in plans if p.factory == "Flat" and not p.ondisk and p.length != shortest
-    }
+    return {p.length for p in plans if p.factory == "Flat" and not p.ondisk}
 
 
 def write_version(
@@ -161,7 +159,11 @@ def write_version(
         if p.length not in served
     ]
     lengths = [p.length for p in inputs.plans]
-    store = None if config.store == "none" else store_record(config.store, lengths)
+    store = (
+        None
+        if config.store == "none"
+        else store_record(config.store, lengths, on_disk=config.store_on_disk)
+    )
     if store is not None:
         writers.append(StoreWriter(staging, rows, inputs.grasp.dim, lengths, config.store))
     n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words
@@ -193,6 +195,7 @@ def write_version(
                 search=default_search_parameters(p.factory, p.length),
                 reason=p.reason + ("; served from the shared store" if p.length in served else ""),
                 store=p.length in served,
+                rerank=p.rerank,
             )
             for p in inputs.plans
         ],

@@ -32,18 +32,18 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
-from indexer.versions.crashpoints import crash_point
 from indexer.build.engines import ShardEngine
+from indexer.build.shard_step import ShardBatch, ShardSource
 from indexer.format.ids import IdsWriter
+from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.format.postings import INDPTR, ROWS, VALUES
 from indexer.format.postings_writer import PostingsWriter
-from indexer.format.prefix_index import apply_search_parameters, read_prefix_index
+from indexer.format.prefix_index import open_prefix
 from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
 from indexer.format.prefixes import ROW_BLOCK
-from indexer.build.shard_step import ShardBatch, ShardSource
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import VectorStore
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
+from indexer.versions.crashpoints import crash_point
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
 from training.core.metrics import prefix_vectors
@@ -150,13 +150,7 @@ class VersionWriter:
         whose exact rows the prefixes it serves are read from."""
         started = time.perf_counter()
         shared = None if store is None else VectorStore(self.staging, store)
-        indexes: dict = {}
-        for p in prefixes:
-            if p.store and shared is not None:
-                indexes[p.length] = StoreIndex(shared, p.length)
-                continue
-            indexes[p.length] = read_prefix_index(self.staging / p.file, p.factory, p.ondisk)
-            apply_search_parameters(indexes[p.length], p.search)
+        indexes = {p.length: open_prefix(self.staging, p, shared) for p in prefixes}
         tuned = tune_prefixes(indexes, target, queries, seed)
         del indexes, shared
         entries = []

@@ -103,8 +103,19 @@ def build(
     ] = TUNING_QUERIES,
     store: Annotated[
         str,
-        typer.Option(help="none | float16 | int8: keep every row once, for every Flat prefix"),
-    ] = "none",
+        typer.Option(
+            help="int8 | float16 | none: every row kept once, for every prefix (none: a "
+            "float32 file per prefix, the layout before the store)"
+        ),
+    ] = "int8",
+    store_on_disk: Annotated[
+        bool,
+        typer.Option(
+            "--store-on-disk",
+            help="the store is read through mmap for reranks only: a replica need not hold it "
+            "in RAM (index info counts it on disk)",
+        ),
+    ] = False,
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -120,8 +131,11 @@ def build(
         raise BuildError("--recall-target must lie in (0, 1]")
     if store not in ("none", *DTYPES):
         raise BuildError(f"--store {store!r}: choose none, {', '.join(DTYPES)}")
+    if store_on_disk and store == "none":
+        raise BuildError("--store-on-disk needs a store: --store int8 or float16")
     config = BuildConfig(
         store=store,
+        store_on_disk=store_on_disk,
         cache=cache,
         grasp=grasp,
         cedar=cedar,

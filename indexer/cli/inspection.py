@@ -107,7 +107,12 @@ def info(
     typer.echo("\n".join(footprint_lines(manifest)))
     typer.echo("prefixes")
     for p in manifest.prefixes:
-        disk = " (lists on disk)" if p.ondisk else " (served from the store)" if p.store else ""
+        disk = (
+            " (lists on disk)" if p.ondisk
+            else " (served from the store)" if p.store
+            else " (codes reranked from the store)" if p.rerank
+            else ""
+        )  # fmt: skip
         typer.echo(f"  {p.length:>5} {p.granularity:<10} {p.factory}{disk}  [{p.reason}]")
         typer.echo(f"        {describe_tuning(p)}")
     typer.echo("versions")

@@ -67,13 +67,10 @@ from indexer.format.manifest import (
     read_manifest,
 )
 from indexer.format.postings import Postings, entries_of_rows
-from indexer.format.prefix_index import (
-    apply_search_parameters,
-    read_prefix_index,
-    search_parameters,
-)
+from indexer.format.prefix_index import IndexFileError, open_prefix, search_parameters
 from indexer.format.row_bitmaps import ConceptBitmaps
 from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store_rerank import StoreRerank
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.granularity import Contract, Granularity, validate_contract
@@ -184,19 +181,17 @@ class Bundle:
         record = self.manifest.store
         return None if record is None else VectorStore(self.path, record)
 
-    def index(self, length: int) -> faiss.Index | StoreIndex:
-        """The prefix's FAISS index, memory-mapped, with the manifest's search parameters; a
-        prefix served from the store gets the store's exact view (indexer/format/store.py)."""
+    def index(self, length: int) -> faiss.Index | StoreIndex | StoreRerank:
+        """The prefix's index as served (indexer.format.prefix_index.open_prefix): its FAISS
+        index memory-mapped, the store's exact view, or codes reranked from the store."""
         if length not in self._indexes:
             entry = self.manifest.prefix(length)
-            if entry.store:
-                if self.store is None:
-                    raise BundleError(f"prefix {length} is served from a store the bundle lacks")
-                self._indexes[length] = StoreIndex(self.store, length)
-                return self._indexes[length]
-            index = read_prefix_index(self.path / entry.file, entry.factory, entry.ondisk)
-            apply_search_parameters(index, entry.search)
-            self._indexes[length] = index
+            try:
+                self._indexes[length] = open_prefix(self.path, entry, self.store)
+            except IndexFileError as exc:
+                if entry.store or entry.rerank:
+                    raise BundleError(str(exc)) from None
+                raise
         return self._indexes[length]
 
     def search_prefix(

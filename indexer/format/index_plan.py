@@ -62,6 +62,7 @@ class IndexRule:
     bytes_per_row: float = 0.0
     fits_budget: bool = True
     ondisk: bool = False
+    rerank: bool = False  # compressed codes reranked from the shared store (store_rerank.py)
 
     def ram_bytes(self, rows: int, length: int) -> int:
         """Estimated RAM of the index while built or served resident: n·(a·L + b)."""
@@ -98,7 +99,17 @@ RULES: tuple[IndexRule, ...] = (
 
 # a prefix the shared store serves: Flat, no file of its own (indexer.build.full.store_served)
 STORE_RULE = IndexRule("flat", "Flat", fits_budget=False)
-STORE_REASON = "served from the shared store (--store)"
+STORE_REASON = "served from the shared store"
+# the shortest prefix of a gallery past SMALL_GALLERY rows, with a store: compressed codes (one
+# byte a coordinate, in IVF lists) whose candidates are reranked from the store, chosen by
+# measurement (docs/indexing.md#shortlist-codes): at 1M × 512 recall@10 ≥ 0.95 at every
+# granularity for 40 B a row, where HNSW32 over float32 costs 400
+SHORTLIST_RULE = IndexRule(
+    "ivf-sq8-rerank", "IVF{nlist},SQ8", bytes_per_dim=1, bytes_per_row=8, fits_budget=False,
+    rerank=True,
+)  # fmt: skip
+# up to this many rows, every prefix of a bundle with a store is an exact scan of its heads
+SMALL_GALLERY = 50_000
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,7 @@ class PrefixPlan:
     factory: str
     ondisk: bool
     reason: str
+    rerank: bool = False  # codes reranked from the shared store
 
     @property
     def file(self) -> str:
@@ -167,18 +179,21 @@ def plan_indexes(
     store: bool = False,
 ) -> list[PrefixPlan]:
     """One plan per prefix of the contract: the override if given, else the first rule that
-    applies (the table's last row must apply always). With a shared store (`store`), every
-    prefix but the shortest that no override names is Flat, which the store serves (no file
-    of its own: indexer.build.full.store_served) whatever the row count: only the shortest, the
-    funnels' shortlist, follows the rules."""
+    applies (the table's last row must apply always). With a shared store (`store`), a prefix
+    no override names is Flat, which the store serves (no file of its own:
+    indexer.build.full.store_served) whatever the row count, except the shortest past
+    SMALL_GALLERY rows: compressed shortlist codes reranked from the store (SHORTLIST_RULE),
+    which the funnels of the longer prefixes shortlist from."""
     overrides = dict(overrides or {})
-    by_kind = {rule.kind: rule for rule in reversed(rules)}  # first row of each kind wins
+    by_kind = {rule.kind: rule for rule in reversed((*rules, SHORTLIST_RULE))}
     shortest = min(contract.values())
     plans = []
     for granularity, length in contract.items():
         wanted = overrides.get(length)
-        if wanted is None and store and length != shortest:
+        if wanted is None and store and (length != shortest or rows <= SMALL_GALLERY):
             rule, reason = STORE_RULE, STORE_REASON
+        elif wanted is None and store:
+            rule, reason = SHORTLIST_RULE, f"shortlist codes reranked from the store ({rows} rows)"
         elif wanted is not None and wanted in by_kind:
             rule, reason = by_kind[wanted], f"--index-type {length}={wanted}"
         elif wanted is not None:
@@ -189,8 +204,15 @@ def plan_indexes(
             if rule is None:
                 raise IndexTypeError(f"no index rule applies to {rows} rows at prefix {length}")
             reason = rule_reason(rule, rows, length, budget)
+        if rule.rerank and not store:
+            raise IndexTypeError(
+                f"--index-type {length}={rule.kind} reranks from the shared store: build with "
+                "--store int8 or float16"
+            )
         factory = fill_factory(rule.factory, rows, length)
-        plan = PrefixPlan(length, granularity, rule.kind, factory, rule.ondisk, reason)
+        plan = PrefixPlan(
+            length, granularity, rule.kind, factory, rule.ondisk, reason, rerank=rule.rerank
+        )
         new_index(plan.factory, length)  # refuse what FAISS cannot build before any work
         plans.append(plan)
     return plans

@@ -63,6 +63,8 @@ class PrefixEntry:
     reason: str = ""
     tuning: Tuning | None = None  # approximate indexes: indexer/format/tuning.py (absent before)
     store: bool = False  # served from the shared vector store: no file of its own (absent before)
+    # compressed codes whose candidates are reranked from the store (format/store_rerank.py)
+    rerank: bool = False
 
 
 @dataclass

@@ -14,12 +14,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import faiss
 
 from indexer.format.index_plan import new_index
-from indexer.format.store import StoreIndex
+from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store_rerank import RerankParameters, StoreRerank, split_k_factor
 from training.core.errors import InputError
+
+if TYPE_CHECKING:
+    from indexer.format.manifest import PrefixEntry
 
 
 def default_search_parameters(factory: str, length: int) -> str:
@@ -37,8 +42,14 @@ def default_search_parameters(factory: str, length: int) -> str:
     return ",".join(settings)
 
 
-def apply_search_parameters(index: faiss.Index, parameters: str) -> None:
-    """Set an index's own search parameters (what every search without `params` uses)."""
+def apply_search_parameters(index: faiss.Index | StoreRerank, parameters: str) -> None:
+    """Set an index's own search parameters (what every search without `params` uses); a
+    store rerank takes its `k_factor_rf` itself and passes the rest to its codes."""
+    if isinstance(index, StoreRerank):
+        parameters, factor = split_k_factor(parameters)
+        if factor is not None:
+            index.k_factor = factor
+        index = index.base
     if parameters:
         faiss.ParameterSpace().set_index_parameters(index, parameters)
 
@@ -55,12 +66,16 @@ def parse_search_parameters(parameters: str) -> dict[str, float]:
 
 
 def search_parameters(
-    index: faiss.Index, parameters: str, selector: faiss.IDSelector | None = None
-) -> faiss.SearchParameters:
+    index: faiss.Index | StoreRerank, parameters: str, selector: faiss.IDSelector | None = None
+) -> faiss.SearchParameters | RerankParameters:
     """One search's parameters as a FAISS object (the index's own are left alone, so threads
     may search one index with different settings): a ParameterSpace string's efSearch, nprobe
     and k_factor_rf where given, else the index's current values; `selector` restricts the rows
     (for a rerank it goes to the base index, whose candidates are reranked)."""
+    if isinstance(index, StoreRerank):
+        rest, factor = split_k_factor(parameters)
+        base = search_parameters(index.base, rest, selector)
+        return RerankParameters(base, index.k_factor if factor is None else factor)
     given = parse_search_parameters(parameters)
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexRefine):
@@ -135,12 +150,16 @@ def quiet_stdout() -> Iterator[None]:
         os.close(devnull)
 
 
-def exact_storage(index: faiss.Index | StoreIndex) -> faiss.Index | StoreIndex | None:
+def exact_storage(
+    index: faiss.Index | StoreIndex | StoreRerank,
+) -> faiss.Index | StoreIndex | None:
     """The part of an index that stores p_L exactly (Flat; HNSW's flat storage; a refine's flat
-    index; a prefix served from the shared store), whose `reconstruct(row)` gives the stored
-    vector; None for compressed-only indexes."""
+    index; a prefix served from the shared store, or reranked from it), whose `reconstruct(row)`
+    gives the stored vector; None for compressed-only indexes."""
     if isinstance(index, StoreIndex):
         return index
+    if isinstance(index, StoreRerank):
+        return index.exact
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexFlat):
         return index
@@ -151,3 +170,22 @@ def exact_storage(index: faiss.Index | StoreIndex) -> faiss.Index | StoreIndex |
         refine = faiss.downcast_index(index.refine_index)
         return refine if isinstance(refine, faiss.IndexFlat) else None
     return None
+
+
+def open_prefix(
+    folder: Path, entry: PrefixEntry, store: VectorStore | None
+) -> faiss.Index | StoreIndex | StoreRerank:
+    """A prefix as a bundle serves it, with the entry's search parameters applied: the store's
+    exact view (a prefix it serves), codes reranked from the store (`entry.rerank`), or the
+    prefix's own FAISS index, memory-mapped. The one place a version's prefixes are opened."""
+    if (entry.store or entry.rerank) and store is None:
+        raise IndexFileError(f"prefix {entry.length} reads a shared store the bundle lacks")
+    if entry.store:
+        assert store is not None
+        return StoreIndex(store, entry.length)
+    index = read_prefix_index(folder / entry.file, entry.factory, entry.ondisk)
+    if entry.rerank:
+        assert store is not None
+        index = StoreRerank(index, StoreIndex(store, entry.length))
+    apply_search_parameters(index, entry.search)
+    return index

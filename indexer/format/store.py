@@ -257,13 +257,15 @@ class StoreWriter:
         return {self.vectors.path: self.vectors.close(), self.norms.path: self.norms.close()}
 
 
-def store_record(dtype: str, lengths: Sequence[int]) -> dict[str, Any]:
-    """The manifest's `store` record."""
+def store_record(dtype: str, lengths: Sequence[int], on_disk: bool = False) -> dict[str, Any]:
+    """The manifest's `store` record; `on_disk`: a replica reads it through mmap for reranks and
+    need not hold it in RAM (indexer/format/footprint.py; absent before: False)."""
     return {
         "vectors": VECTORS,
         "norms": NORMS,
         "dtype": dtype,
         "lengths": sorted(int(n) for n in lengths),
+        "on_disk": bool(on_disk),
     }
 
 

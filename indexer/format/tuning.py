@@ -40,6 +40,7 @@ import numpy as np
 
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, search_parameters
 from indexer.format.store import StoreIndex
+from indexer.format.store_rerank import StoreRerank
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,11 @@ def untuned(note: str) -> Tuning:
     return Tuning(RECALL_TARGET, TUNING_K, 0, 0.0, 0.0, 0.0, [], "untuned", note)
 
 
-def is_approximate(index: faiss.Index | StoreIndex) -> bool:
+def is_approximate(index: faiss.Index | StoreIndex | StoreRerank) -> bool:
     if isinstance(index, StoreIndex):  # an exact scan of the shared store
         return False
+    if isinstance(index, StoreRerank):  # codes: the candidates depend on nprobe and the factor
+        return True
     return not isinstance(faiss.downcast_index(index), faiss.IndexFlat)
 
 
@@ -166,8 +169,15 @@ def held_out_rows(n: int, count: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng([seed, 18]).choice(n, size=count, replace=False))
 
 
-def ladders(index: faiss.Index) -> list[list[str]]:
-    """The settings to try, as ladders of rising cost (each measured until it stops paying)."""
+def ladders(index: faiss.Index | StoreRerank) -> list[list[str]]:
+    """The settings to try, as ladders of rising cost (each measured until it stops paying);
+    codes reranked from the store climb their own ladders once per rerank factor."""
+    if isinstance(index, StoreRerank):
+        return [
+            [",".join(filter(None, [setting, f"k_factor_rf={factor}"])) for setting in ladder]
+            for factor in K_FACTORS
+            for ladder in (ladders(index.base) or [[""]])
+        ]
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexHNSW):
         return [[f"efSearch={ef}" for ef in EF_LADDER]]

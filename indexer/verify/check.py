@@ -103,7 +103,7 @@ def verify_bundle(
     intact = check_files(path, manifest, report.faults, written or {})
     sampled = consistency_rows(manifest.rows, max(consistency, 1), seed)
     store = check_store(path, manifest, intact, sampled, report.faults)
-    indexes = check_indexes(path, manifest, intact, report.faults)
+    indexes = check_indexes(path, manifest, intact, report.faults, store)
     for entry in manifest.prefixes:  # the prefixes served from the store: its exact view
         if entry.store and store is not None:
             indexes[entry.length] = StoreIndex(store, entry.length)

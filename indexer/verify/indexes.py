@@ -13,18 +13,28 @@ import numpy as np
 
 from indexer.format.manifest import BundleManifest, PrefixEntry
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
-from indexer.format.store import TOLERANCE
+from indexer.format.store import TOLERANCE, StoreIndex, VectorStore
+from indexer.format.store_rerank import StoreRerank
 from indexer.verify.faults import VECTOR_TOLERANCE, Fault
 from training.core.metrics import prefix_vectors
 
 
 def check_indexes(
-    path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
-) -> dict[int, faiss.Index]:
+    path: Path,
+    manifest: BundleManifest,
+    intact: set[str],
+    faults: list[str],
+    store: VectorStore | None = None,
+) -> dict[int, faiss.Index | StoreRerank]:
+    """Each prefix's own index read back and checked; codes reranked from the store come back
+    wrapped in their rerank (`store`: the verified store, None when it is missing or damaged)."""
     opened: dict = {}
     for entry in manifest.prefixes:
         if entry.store:
             continue  # no file of its own: the store is checked by verify_store
+        if entry.rerank and store is None:
+            faults.append(Fault("manifest", f"{entry.file}: reranks from a missing store"))
+            continue
         record = manifest.files.get(entry.file)
         if record is None:
             faults.append(Fault("manifest", f"{entry.file}: not listed in the manifest's files"))
@@ -57,6 +67,8 @@ def check_indexes(
             )
         if index.metric_type != faiss.METRIC_INNER_PRODUCT:
             faults.append(Fault("index", f"{entry.file} does not use the inner product"))
+        if entry.rerank and store is not None and index.ntotal == store.rows:
+            index = StoreRerank(index, StoreIndex(store, entry.length))
         check_search_settings(entry, index, faults)
         opened[entry.length] = index
     return opened

@@ -85,7 +85,8 @@ def check_sample(
             stored = np.stack([storage.reconstruct(int(r)) for r in rows])
             error = np.abs(stored - expected).max(axis=1)
             # a head of the shared store differs by its codes' rounding (indexer/format/store.py)
-            tolerance = TOLERANCE[manifest.store["dtype"]] if entry.store else VECTOR_TOLERANCE
+            shared = entry.store or entry.rerank
+            tolerance = TOLERANCE[manifest.store["dtype"]] if shared else VECTOR_TOLERANCE
             bad = error > tolerance
             for row, err in zip(rows[bad], error[bad], strict=True):
                 faults.append(

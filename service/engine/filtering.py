@@ -64,6 +64,7 @@ from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage, search_parameters
 from indexer.format.row_bitmaps import AllowedRows, bits_of_rows
 from indexer.format.store import StoreIndex
+from indexer.format.store_rerank import StoreRerank, rerank_top_k, split_k_factor
 from service.engine.exact_scan import exact_scores, stored_products, stored_rows
 from service.engine.filter_blocks import FilterBlocks
 from service.errors import QueryError, bounded
@@ -216,6 +217,8 @@ def filtered_search(
         return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
     if isinstance(index, StoreIndex):  # the shared store: one exact scan of the allowed rows
         return index.store.scan(query, index.length, k, allowed.mask())
+    if isinstance(index, StoreRerank):  # the codes' filtered search, reranked from the store
+        return reranked_filtered(index, query, k, allowed, setting)
     wanted = min(k, allowed.count)
     graph = faiss.downcast_index(index)
     share = allowed.count / allowed.total
@@ -240,6 +243,22 @@ def filtered_search(
     if exact and int((rows[0] >= 0).sum()) < wanted and allowed.count <= EXACT_FALLBACK_MAX:
         return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
     return scores, rows
+
+
+def reranked_filtered(
+    index: StoreRerank, query: np.ndarray, k: int, allowed: AllowedRows, setting: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A filtered search of codes reranked from the store: the codes' own filtered search
+    (their nprobe widened by the filter's share) for k·F allowed candidates, reranked exactly;
+    should fewer than min(k, allowed) come back, one exact scan of the allowed rows."""
+    rest, factor = split_k_factor(setting)
+    fetch = index.fetch(k, factor)
+    _, candidates = filtered_search(index.base, query, fetch, allowed, 0, rest)
+    found = candidates[0][candidates[0] >= 0]
+    if len(found) < min(k, allowed.count):
+        return index.exact.store.scan(query, index.length, k, allowed.mask())
+    scores = index.exact.store.prefix_scores(found, index.length, query[0])
+    return _pad(*(a[None] for a in rerank_top_k(found, scores, k)), k)
 
 
 def post_filtered(

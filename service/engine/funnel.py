@@ -180,15 +180,19 @@ def calibrate(
     Queries are `queries` gallery rows drawn with `seed`, each searched leave-one-out (k + 1
     hits, its own row dropped), so the rows stand in for queries from the same distribution.
     Candidates (S, F), S every indexed prefix below L and F in `factors`, are tried in order of
-    the floats they scan, N·S + k·F·L, against N·L for a direct scan; the first whose recall@k
-    against exact search at L is ≥ `recall` wins, provided that share is ≤ `max_cost_share`
-    (else the funnel would not pay, and None is returned)."""
+    the floats they scan, `shortlist_floats` + k·F·L, against N·L for a direct scan; the first
+    whose recall@k against exact search at L is ≥ `recall` wins, provided that share is
+    ≤ `max_cost_share` (else the funnel would not pay, and None is returned)."""
     total = exact.count
     picked = np.sort(np.random.default_rng(seed).choice(total, min(queries, total), replace=False))
     rotated = exact.sample(picked)  # p_M(x): its p_L is p_L(x), a rotated query's
-    truth = _without_self(exact_neighbours(exact, rotated, length, k + 1), picked, k)
+    if exact.store is not None:  # one scan of the store's heads, top-k merged block by block
+        found = exact.store.scan(prefix_vectors(rotated, length), length, k + 1)[1]
+    else:
+        found = exact_neighbours(exact, rotated, length, k + 1)
+    truth = _without_self(found, picked, k)
     costs = sorted(
-        ((total * s + k * f * length) / (total * length), s, f)
+        ((shortlist_floats(indexes[s], s, total) + k * f * length) / (total * length), s, f)
         for s in indexes
         if s < length
         for f in factors
@@ -201,6 +205,22 @@ def calibrate(
         if reached >= recall:
             return FunnelChoice(s, f, reached, len(picked), share)
     return None
+
+
+def shortlist_floats(index: faiss.Index | StoreIndex, length: int, total: int) -> float:
+    """Floats one shortlist search at prefix S scans: N·S for a scan; for an IVF the probed
+    share of the rows and the centroids, (nprobe/nlist)·N·S + nlist·S; for an HNSW graph
+    about efSearch·2M rows of S floats."""
+    if isinstance(index, StoreIndex):
+        return float(total * length)
+    index = faiss.downcast_index(index)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        return (ivf.nprobe / ivf.nlist) * total * length + ivf.nlist * length
+    if isinstance(index, faiss.IndexHNSW):
+        visited = index.hnsw.efSearch * 2 * index.hnsw.nb_neighbors(1)
+        return float(min(total, visited) * length)
+    return float(total * length)
 
 
 def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:

@@ -31,6 +31,7 @@ from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
 from indexer.format.row_bitmaps import AllowedRows
+from indexer.format.store_rerank import StoreRerank
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import filtered_search
 from service.engine.funnel import (
@@ -78,10 +79,16 @@ class Planner:
         self.config = config or FunnelConfig()
         self.rows = bundle.rows
         self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
-        # shortlist candidates: with a shared store, the prefixes with an index of their own
-        # (a store-served prefix is an exact scan, no cheaper per float than the target's)
+        # shortlist candidates: the prefixes with an index of their own (codes reranked from
+        # the store shortlist as codes: the funnel reranks), and the shortest in any case (a
+        # scan of the store at S reads S/L of the floats of a scan at L)
         own = {p.length for p in bundle.manifest.prefixes if not p.store}
-        self.shortlists = {n: i for n, i in self.indexes.items() if n in own}
+        shortest = min(self.indexes)
+        self.shortlists = {
+            n: i.base if isinstance(i, StoreRerank) else i
+            for n, i in self.indexes.items()
+            if n in own or n == shortest
+        }
         self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
         self._exact: dict[int, ExactRows | None] = {}
         self.choices: dict[int, FunnelChoice] = {}
@@ -199,7 +206,7 @@ class Planner:
         (scores [Q, k], rows [Q, k])."""
         exact = self.exact(length)
         assert exact is not None
-        index = self.indexes[shortlist]
+        index = self.shortlists.get(shortlist, self.indexes[shortlist])
         return funnel_search(index, shortlist, exact, rotated, length, k, factor)
 
     def filtered_funnel(

@@ -6,6 +6,8 @@ import pytest
 
 from indexer.format.index_plan import (
     RULES,
+    SHORTLIST_RULE,
+    SMALL_GALLERY,
     STORE_REASON,
     IndexTypeError,
     ivf_lists,
@@ -50,16 +52,30 @@ def test_the_budget_moves_the_boundary():
     assert set(factories(5_000, 1024).values()) == {"Flat"}
 
 
-@pytest.mark.parametrize("rows", [150_000, 1_000_000, 5_000_000])
-def test_with_a_store_only_the_shortlist_follows_the_rules(rows: int):
+@pytest.mark.parametrize("rows", [60_000, 1_000_000, 5_000_000])
+def test_with_a_store_the_shortest_prefix_is_codes_reranked_from_it(rows: int):
     plans = {p.length: p for p in plan_indexes(rows, CLIP, 4 * GIB, store=True)}
-    alone = {p.length: p for p in plan_indexes(rows, CLIP, 4 * GIB)}
-    assert plans[32] == alone[32]  # the shortlist: whatever the rows and budget call for
+    assert plans[32].rerank and plans[32].kind == SHORTLIST_RULE.kind
+    assert plans[32].factory == f"IVF{ivf_lists(rows)},SQ8"  # one byte a coordinate
     for length in (64, 128, 256, 512):  # the store serves these: Flat, no file of its own
         assert plans[length].factory == "Flat" and not plans[length].ondisk
-        assert plans[length].reason == STORE_REASON
+        assert plans[length].reason == STORE_REASON and not plans[length].rerank
     overridden = plan_indexes(rows, CLIP, 4 * GIB, {256: "hnsw"}, store=True)
     assert next(p for p in overridden if p.length == 256).factory == "HNSW32,Flat"
+
+
+@pytest.mark.parametrize("rows", [100, SMALL_GALLERY])
+def test_a_small_gallery_with_a_store_scans_it_at_every_prefix(rows: int):
+    plans = plan_indexes(rows, CLIP, 4 * GIB, store=True)
+    assert all(p.factory == "Flat" and p.reason == STORE_REASON for p in plans)
+    assert not any(p.rerank for p in plans)
+
+
+def test_codes_reranked_from_the_store_need_a_store():
+    with pytest.raises(IndexTypeError, match="reranks from the shared store"):
+        plan_indexes(100_000, CLIP, 4 * GIB, {32: SHORTLIST_RULE.kind})
+    plans = plan_indexes(100_000, CLIP, 4 * GIB, {64: SHORTLIST_RULE.kind}, store=True)
+    assert [p.length for p in plans if p.rerank] == [32, 64]
 
 
 def test_overrides_name_a_rule_or_a_factory_and_win():

@@ -1,0 +1,128 @@
+"""Shortlist codes: a compressed index at one prefix, its candidates reranked exactly from the
+shared store (indexer/format/store.py).
+
+A bundle with a store keeps every row once, as codes of p_D; a prefix needs an index of its own
+only to avoid scanning every row. That index need not hold the rows exactly, because the store
+does: it holds compressed codes, and its answers are reranked.
+
+    codes       IVF{nlist},SQ8 over p_S: one byte a coordinate and an 8-byte id a row, in
+                inverted lists (at S = 32: 40 B a row, against 400 B for HNSW32 over float32)
+    search(k)   the k·F best rows by the codes' approximate s_S (nprobe lists probed), then the
+                k best of those by s_S read from the store's heads, ties by row
+
+so the scores a search returns are the store's, as an exact scan of the store returns them, and
+F (`k_factor_rf`, FAISS's name for a refine's factor) and nprobe are tuned together at build
+time to the recall target (indexer/format/tuning.py). Memory: the codes and the graph-free
+lists; the store is read only for the k·F candidates, so it may stay on disk
+(`strata index build --store-on-disk`).
+
+`StoreRerank` has the part of FAISS's index interface the bundle's readers use (ntotal, d,
+search with per-call parameters, reconstruct*), as `StoreIndex` has; a filtered search passes
+its ID selector to the codes' own search parameters (`RerankParameters.base`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+
+from indexer.format.store import StoreIndex, pad
+
+DEFAULT_K_FACTOR = 4.0
+K_FACTOR = "k_factor_rf"
+
+
+@dataclass
+class RerankParameters:
+    """One search's parameters: the codes' own (nprobe, a selector) and the rerank factor."""
+
+    base: faiss.SearchParameters | None
+    k_factor: float
+
+
+def rerank_top_k(
+    candidates: np.ndarray, scores: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of candidate rows [n] by their exact scores [n], best first, ties by row."""
+    order = np.lexsort((candidates, -scores))[:k]
+    return scores[order].astype(np.float32), candidates[order].astype(np.int64)
+
+
+class StoreRerank:
+    """Compressed codes at prefix L (a FAISS index) reranked from the store's exact heads."""
+
+    def __init__(
+        self, base: faiss.Index, exact: StoreIndex, k_factor: float = DEFAULT_K_FACTOR
+    ) -> None:
+        if base.ntotal != exact.ntotal or base.d != exact.length:
+            raise ValueError(
+                f"codes of {base.ntotal} rows × {base.d} do not match the store's "
+                f"{exact.ntotal} rows at prefix {exact.length}"
+            )
+        self.base, self.exact, self.k_factor = base, exact, float(k_factor)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.base.ntotal)
+
+    @property
+    def d(self) -> int:
+        return int(self.base.d)
+
+    @property
+    def metric_type(self) -> int:
+        return int(self.base.metric_type)
+
+    def fetch(self, k: int, k_factor: float | None = None) -> int:
+        """Candidates a search for k fetches from the codes: ⌈k·F⌉, at most every row."""
+        factor = self.k_factor if k_factor is None else k_factor
+        return max(k, min(self.ntotal, math.ceil(k * factor)))
+
+    def search(
+        self, x: np.ndarray, k: int, params: RerankParameters | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k of unit queries [Q, L] by the store's exact s_L among the codes' k·F best:
+        (scores [Q, k], rows [Q, k]) padded as FAISS pads."""
+        queries = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+        base = None if params is None else params.base
+        fetch = self.fetch(k, None if params is None else params.k_factor)
+        _, candidates = self.base.search(queries, fetch, params=base)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, (query, found) in enumerate(zip(queries, candidates, strict=True)):
+            found = found[found >= 0]
+            exact = self.exact.store.prefix_scores(found, self.exact.length, query)
+            best_scores, best_rows = pad(*(a[None] for a in rerank_top_k(found, exact, k)), k)
+            scores[i], rows[i] = best_scores[0], best_rows[0]
+        return scores, rows
+
+    def reconstruct(self, row: int) -> np.ndarray:
+        return self.exact.reconstruct(row)
+
+    def reconstruct_n(self, start: int, n: int) -> np.ndarray:
+        return self.exact.reconstruct_n(start, n)
+
+    def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
+        return self.exact.reconstruct_batch(rows)
+
+
+def split_k_factor(parameters: str) -> tuple[str, float | None]:
+    """'nprobe=32,k_factor_rf=4' → ('nprobe=32', 4.0): the codes' settings and the factor."""
+    kept, factor = [], None
+    for item in filter(None, (p.strip() for p in parameters.split(","))):
+        name, _, value = item.partition("=")
+        if name.strip() == K_FACTOR:
+            factor = float(value)
+        else:
+            kept.append(item)
+    return ",".join(kept), factor
+
+
+def ivf_of(index: Any) -> faiss.IndexIVF | None:
+    """The IVF inside an index or inside a StoreRerank's codes (None: not an IVF)."""
+    base = index.base if isinstance(index, StoreRerank) else index
+    return faiss.try_extract_index_ivf(faiss.downcast_index(base))
