@@ -4,7 +4,9 @@ Parts: `store` (the shared vectors and their head norms, indexer/format/store.py
 prefix's own index file, with its .ivfdata), `postings`, `ids` and `artifacts`. On disk is
 the files' bytes (the manifest's records). Resident is what a serving replica keeps in RAM
 once its working set is paged in: every mapped file a search or a filter reads through, i.e.
-all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe). Pure:
+all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe) and a store
+built `--store-on-disk` (its record's `on_disk`: read through mmap for the k·F candidates of a
+rerank, page by page, so what a replica holds of it is the page cache's to keep or drop). Pure:
 it reads the manifest's records only.
 """
 
@@ -39,10 +41,12 @@ def footprint(manifest: BundleManifest) -> list[Part]:
     """Bytes per part (module docstring), in the order the manifest lists the files."""
     disk: dict[str, int] = {}
     resident: dict[str, int] = {}
+    store_on_disk = bool((manifest.store or {}).get("on_disk", False))
     for name, record in manifest.files.items():
         part = part_of(name)
         disk[part] = disk.get(part, 0) + record.bytes
-        kept = 0 if name.endswith(".ivfdata") else record.bytes
+        on_disk = name.endswith(".ivfdata") or (store_on_disk and part == "store")
+        kept = 0 if on_disk else record.bytes
         resident[part] = resident.get(part, 0) + kept
     return [Part(name, disk[name], resident[name]) for name in disk]
 

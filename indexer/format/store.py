@@ -25,6 +25,7 @@ postings are); `VectorStore` maps them read-only.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,11 +123,15 @@ class VectorStore:
         self.dtype = str(record["dtype"])
         check_dtype(self.dtype)
         self.lengths = [int(n) for n in record["lengths"]]
+        self.on_disk = bool(record.get("on_disk", False))
         try:
             self.codes = np.load(folder / record["vectors"], mmap_mode="r", allow_pickle=False)
             self.norms = np.load(folder / record["norms"], mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read the vector store in {folder}: {exc}") from None
+        if self.on_disk:  # reranks read scattered rows: no read-ahead of their neighbours
+            for array in (self.codes, self.norms):
+                advise_random(array)
 
     @property
     def rows(self) -> int:
@@ -181,6 +186,14 @@ class VectorStore:
                 scores, rows = scores[:, mask], rows[mask]
             best = merge_top_k(best, scores, rows, k)
         return pad(*best, k)
+
+
+def advise_random(array: np.ndarray) -> None:
+    """Tell the kernel a memory-mapped array is read at random (MADV_RANDOM: a page fault reads
+    its page, not the pages after it), where the platform has madvise."""
+    mapped = getattr(array, "_mmap", None)
+    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from indexer.build import full
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BUNDLE_FORMAT, BundleError
 from indexer.format.prefixes import exact_top_k, rotate_rows
+from indexer.format.store import TOLERANCE
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.files import sha256_file
@@ -35,15 +36,22 @@ def test_each_row_finds_itself_first_and_flat_equals_brute_force(inputs: Inputs,
     x = inputs.embeddings()
     z = rotate_rows(x, TransformArtifact.load(inputs.grasp))
     queries = np.arange(0, 600, 37)
+    tolerance = TOLERANCE[bundle.manifest.store["dtype"]]
     for length in bundle.prefix_lengths:
-        assert bundle.manifest.prefix(length).factory == "Flat"
+        entry = bundle.manifest.prefix(length)  # a small gallery: a scan of the store's heads
+        assert entry.factory == "Flat" and entry.store
         scores, rows = bundle.search(x[queries], length, 10)
         assert rows[:, 0].tolist() == queries.tolist()
-        np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+        np.testing.assert_allclose(scores[:, 0], 1.0, atol=tolerance)
         gallery = prefix_vectors(z, length)
-        exact_scores, exact_rows = exact_top_k(gallery, gallery[queries], 10)
+        stored = bundle.store.prefix_rows(np.arange(bundle.rows), length)
+        assert np.abs(stored - gallery).max() < tolerance  # the codes round p_L
+        # exact over what the store holds: brute force over its decoded heads
+        exact_scores, exact_rows = exact_top_k(stored, gallery[queries], 10)
         np.testing.assert_array_equal(rows, exact_rows)
         np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+        float_rows = exact_top_k(gallery, gallery[queries], 10)[1]
+        assert neighbour_recall(rows, float_rows) >= 0.9  # and near float32 brute force
         # rotating once and searching a prefix is the same thing
         again = bundle.search_prefix(length, bundle.rotate(x[queries]), 10)[1]
         np.testing.assert_array_equal(again, rows)

@@ -17,9 +17,9 @@ import pytest
 from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 
 from indexer.format.bundle import Bundle
+from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST
 from indexer.format.postings import ROWS, row_dtype
-from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.prefix_index import search_parameters
 from indexer.format.prefixes import exact_top_k
 from indexer.format.store import (
