@@ -58,7 +58,7 @@ from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.versions.crashpoints import check_crash_setting
 from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.format.ids import IDS, IdsWriter, unified_schema
-from indexer.format.index_plan import PrefixPlan
+from indexer.format.index_plan import STORE_REASON, PrefixPlan
 from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import default_search_parameters
 from indexer.format.prefix_writers import gpu_available, open_writer, train_index
@@ -153,6 +153,7 @@ def write_version(
         if p.needs_training and sample is not None
     }
     served = store_served(inputs.plans, config.store)
+    planned_in = {p.length for p in inputs.plans if p.reason == STORE_REASON}  # says so already
     writers: list = [
         open_writer(p, staging, rows, writer.work, trained.get(p.length))
         for p in inputs.plans
@@ -193,7 +194,8 @@ def write_version(
                 kind=p.kind,
                 ondisk=p.ondisk,
                 search=default_search_parameters(p.factory, p.length),
-                reason=p.reason + ("; served from the shared store" if p.length in served else ""),
+                reason=p.reason
+                + ("; served from the shared store" if p.length in served - planned_in else ""),
                 store=p.length in served,
                 rerank=p.rerank,
             )

@@ -41,8 +41,11 @@ def test_each_row_finds_itself_first_and_flat_equals_brute_force(inputs: Inputs,
         entry = bundle.manifest.prefix(length)  # a small gallery: a scan of the store's heads
         assert entry.factory == "Flat" and entry.store
         scores, rows = bundle.search(x[queries], length, 10)
-        assert rows[:, 0].tolist() == queries.tolist()
-        np.testing.assert_allclose(scores[:, 0], 1.0, atol=tolerance)
+        # each row finds itself, within the codes' rounding of the best score (at 4 dims
+        # another row may round above it)
+        at = np.argmax(rows == queries[:, None], axis=1)
+        assert (rows[np.arange(len(queries)), at] == queries).all()
+        assert (scores[:, 0] - scores[np.arange(len(queries)), at] <= 2 * tolerance).all()
         gallery = prefix_vectors(z, length)
         stored = bundle.store.prefix_rows(np.arange(bundle.rows), length)
         assert np.abs(stored - gallery).max() < tolerance  # the codes round p_L
@@ -113,12 +116,14 @@ def test_the_manifest_records_sources_files_and_indexes(inputs: Inputs, built):
     for name, record in manifest["files"].items():
         assert sha256_file(bundle.path / name) == record["sha256"]
         assert (bundle.path / name).stat().st_size == record["bytes"]
-    assert manifest["files"]["prefix_16.faiss"]["rows"] == 600
+    assert manifest["files"]["store_vectors.npy"]["rows"] == 600
     assert manifest["files"]["postings_rows.npy"]["rows"] == 600 * K
     assert pq.ParquetFile(bundle.path / "ids.parquet").metadata.num_rows == 600
-    assert [p["file"] for p in manifest["prefixes"]] == [
-        f"prefix_{n}.faiss" for n in (4, 8, 16, 32, 64)
-    ]
+    # the default layout of a small gallery: every prefix an exact scan of the int8 store
+    assert manifest["store"]["dtype"] == "int8" and not manifest["store"]["on_disk"]
+    assert [(p["file"], p["store"]) for p in manifest["prefixes"]] == [
+        ("store_vectors.npy", True)
+    ] * 5
     on_disk = {p.relative_to(bundle.path).as_posix() for p in bundle.path.rglob("*") if p.is_file()}
     assert on_disk == {*manifest["files"], "manifest.json"}  # no work files left behind
     assert summary.bytes_on_disk == sum(
@@ -130,7 +135,7 @@ def test_approximate_indexes_have_high_recall(clustered: Inputs, tmp_path: Path)
     """HNSW, IVF-PQ with exact refine, IVF-PQ with lists on disk and a raw factory, each at one
     prefix of a clustered gallery, against exact search at that prefix."""
     types = ("object=hnsw", "relation=ivfpq-refine", "caption=ivfpq-ondisk", "full=IVF{nlist},Flat")
-    summary = clustered.build(tmp_path / "bundles", index_types=types)
+    summary = clustered.build(tmp_path / "bundles", index_types=types, store="none")
     assert summary.training_rows == 3000
     bundle = Bundle.open(tmp_path / "bundles")
     factories = {p.length: (p.factory, p.ondisk) for p in bundle.manifest.prefixes}
@@ -172,7 +177,7 @@ def test_the_build_verifies_with_the_digests_it_computed_while_writing(
     monkeypatch.setattr(full, "verify_bundle", spy)
     summary = inputs.build(tmp_path / "bundles")
     ((written, actual),) = seen
-    assert set(written) == {f"prefix_{n}.faiss" for n in (4, 8, 16, 32, 64)} | {
+    assert set(written) == {"store_vectors.npy", "store_norms.npy"} | {
         "postings_indptr.npy",
         "postings_rows.npy",
         "postings_values.npy",

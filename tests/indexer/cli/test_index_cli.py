@@ -22,7 +22,8 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert lines[2].startswith("indexes      4: HNSW32,Flat, 8: Flat")
     assert lines[3].startswith("time ") and lines[3].endswith("rows/s")
     assert re.match(r"tuned        4: efSearch=\d+ recall@10 [01]\.\d{3} \d+\.\d\d ms$", lines[4])
-    assert any(line.strip().startswith("prefix_64.faiss") for line in lines)
+    assert any(line.strip().startswith("prefix_4.faiss") for line in lines)
+    assert any(line.strip().startswith("store_vectors.npy") for line in lines)
     assert lines[-1].startswith("on disk ")
     second = strata_main(*inputs.args(out, "--keep", "1"))
     assert second.returncode == 0 and "removed      v000001 (--keep)" in second.stdout
@@ -31,7 +32,9 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert info.returncode == 0
     assert info.stdout.startswith("current      v000002 (")
     assert "rows         600 (image), dim 64, encoder synthetic" in info.stdout
-    assert "     4 object     Flat  [rule flat: 600 rows" in info.stdout
+    assert "     4 object     Flat (served from the store)  [served from the shared store]\n" in (
+        info.stdout
+    )
     assert info.stdout.rstrip().splitlines()[-1].startswith("  v000002  CURRENT")
     as_json = json.loads(strata_main("index", "info", str(out), "--json").stdout)
     assert as_json["name"] == "v000002" and as_json["format"] == "strata.index-bundle/1"

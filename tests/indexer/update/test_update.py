@@ -4,7 +4,8 @@ Flat indexes, postings and ids are compared file for file (sha256) where the ful
 the same shards, else row for row (to float rounding), and by search at every prefix; HNSW and
 IVF, whose structure is not a rebuild's, by what they return: exhaustive IVF search equals
 exact search, HNSW recall is high, deleted rows never come back, and the codes an IVF kept give
-the same hits as before, renumbered."""
+the same hits as before, renumbered. In the layout of a file per prefix, whose index files an
+update edits one by one (the store's adds and deletes: tests/indexer/format/test_store.py)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def gallery(parts: Parts, cache: str) -> np.ndarray:
 
 def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
-    parts.build("A", out)
+    parts.build("A", out, store="none")
     summary = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
     assert (summary.name, summary.base, summary.rows, summary.changed_rows) == (
         "v000002",
@@ -87,7 +88,7 @@ def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
     assert summary.actions["prefix_4.faiss"].startswith("copied + extended")
     assert summary.actions["postings_*.npy"].startswith("merged")
     ours = Bundle.open(out)
-    rebuilt = Bundle.open(parts.build("AB", tmp_path / "rebuilt").path)
+    rebuilt = Bundle.open(parts.build("AB", tmp_path / "rebuilt", store="none").path)
     # every index, postings and ids file (and the artifact copies) are a full build's bytes
     assert checksums(ours) == checksums(rebuilt)
     x = gallery(parts, "AB")
@@ -103,14 +104,14 @@ def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
 
 def test_delete_equals_a_full_build_of_the_kept_rows(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
-    parts.build("AB", out)
+    parts.build("AB", out, store="none")
     ids = (*parts.b_ids, *parts.dropped)
     summary = delete_rows(DeleteConfig(bundles=out, ids=ids, keep=1))
     assert summary.rows == 300 - len(parts.dropped) and summary.changed_rows == len(ids)
     assert summary.removed_versions == ["v000001"]
     assert summary.actions["prefix_64.faiss"].startswith("copied: the kept stored rows")
     ours = Bundle.open(out)
-    rebuilt = Bundle.open(parts.build("A_KEPT", tmp_path / "rebuilt").path)
+    rebuilt = Bundle.open(parts.build("A_KEPT", tmp_path / "rebuilt", store="none").path)
     assert_same_rows(ours, rebuilt)
     assert_same_search(ours, rebuilt, gallery(parts, "A_KEPT")[::11], atol=1e-5)
     assert ours.manifest.source["operation"] == "delete"
@@ -121,7 +122,7 @@ def test_delete_equals_a_full_build_of_the_kept_rows(parts: Parts, tmp_path: Pat
 
 def test_add_then_delete_returns_to_the_first_build(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
-    first = parts.build("A", out)
+    first = parts.build("A", out, store="none")
     add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
     last = delete_rows(DeleteConfig(bundles=out, ids=tuple(parts.b_ids)))
     assert last.name == "v000003"
@@ -138,7 +139,7 @@ def exhaustive(bundle: Bundle, length: int) -> faiss.Index:
 
 def test_approximate_indexes_take_adds_and_deletes(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
-    parts.build("A", out, index_types=APPROXIMATE)
+    parts.build("A", out, index_types=APPROXIMATE, store="none")
     added = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
     assert "HNSW graph" in added.actions["prefix_4.faiss"]
     assert ".ivfdata" in added.actions["prefix_32.faiss"]
@@ -147,7 +148,7 @@ def test_approximate_indexes_take_adds_and_deletes(parts: Parts, tmp_path: Path)
     x = gallery(parts, "AB")
     z = bundle.rotate(x)
     queries = np.arange(0, 420, 7)
-    rebuilt = Bundle.open(parts.build("AB", tmp_path / "rebuilt").path)
+    rebuilt = Bundle.open(parts.build("AB", tmp_path / "rebuilt", store="none").path)
     for length in (4, 64):
         p = prefix_vectors(z, length)
         exact_scores, exact_rows = exact_top_k(p, p[queries], 10)
@@ -193,7 +194,7 @@ def deleted_ids(parts: Parts) -> list[str]:
 @pytest.fixture(scope="module")
 def built_a(parts: Parts, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("refusals") / "bundles"
-    parts.build("A", out)
+    parts.build("A", out, store="none")
     return out
 
 
@@ -255,7 +256,7 @@ def test_the_summary_notes_where_a_build_would_choose_another_index(built_a: Pat
 
 def test_add_and_delete_on_the_command_line(strata_main, parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
-    parts.build("A", out)
+    parts.build("A", out, store="none")
     added = strata_main(
         "index", "add", "--bundles", str(out), "--cache", str(parts.caches["B"]), "--no-progress"
     )

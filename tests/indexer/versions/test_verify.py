@@ -21,7 +21,7 @@ from indexer.verify.check import verify_bundle
 @pytest.fixture(scope="module")
 def pristine(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("verify") / "bundles"
-    inputs.build(out)
+    inputs.build(out, store="none")  # damage to the files of a per-prefix layout
     return out / "v000001"
 
 

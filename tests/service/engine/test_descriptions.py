@@ -42,7 +42,7 @@ def test_the_item_description_is_its_codes_phrase_and_nearest_other_rows(
     x_hat = unit_rows(
         code_reconstruction(coder.artifact.rotation, coder.artifact.mean, ids, values)
     )
-    gallery = prefix_vectors(bundle.rotate(gallery_rows(text_bundle)), bundle.dim)
+    gallery = bundle.index(bundle.dim).reconstruct_n(0, bundle.rows)  # as the bundle stores it
     cosines = gallery @ prefix_vectors(bundle.rotate(x_hat), bundle.dim)[0]
     cosines[row] = -np.inf
     expected = np.argsort(-cosines, kind="stable")[:5]

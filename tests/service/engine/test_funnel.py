@@ -207,17 +207,21 @@ def test_the_rerank_reads_exact_rows_of_any_index_that_keeps_them(
     text_bundle, minilm, tmp_path, factory, reranks
 ):
     """The full prefix as HNSW (its flat storage), IVF-PQ with a refine (its Flat) or IVF-PQ
-    on disk (no exact rows): the funnel reranks from the first two, exactly as Flat would."""
+    on disk (no exact rows), in the layout of a file per prefix: the funnel reranks from the
+    first two, exactly as Flat would."""
     root = text_bundle.parent
-    out = tmp_path / "bundles"
-    build_bundle(
-        BuildConfig(
-            cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=out,
-            index_types=(f"full={factory}",), progress=False,
-        )
-    )  # fmt: skip
-    other = SearchEngine(Bundle.open(out), minilm)
-    flat = SearchEngine(Bundle.open(text_bundle), minilm)
+
+    def built(out: Path, *index_types: str) -> Bundle:
+        build_bundle(
+            BuildConfig(
+                cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=out,
+                index_types=index_types, store="none", progress=False,
+            )
+        )  # fmt: skip
+        return Bundle.open(out)
+
+    other = SearchEngine(built(tmp_path / "bundles", f"full={factory}"), minilm)
+    flat = SearchEngine(built(tmp_path / "flat"), minilm)
     factor = -(-other.bundle.rows // 10)
     plan = SearchPlan("funnel", 48, factor)
     for vector in vectors(minilm):
