@@ -42,7 +42,7 @@ FILES = (VECTORS, NORMS)
 DTYPES = {"float16": np.dtype("<f2"), "int8": np.dtype("i1")}
 # |p̂_L − p_L| a stored head may differ from the exact one by, per coordinate (verify)
 TOLERANCE = {"float16": 2e-3, "int8": 6e-2}
-SCAN_BLOCK = 32_768  # rows decoded per block of a scan
+SCAN_FLOATS = 2**21  # floats decoded per block of a scan (8 MB: a block stays in cache)
 COPY_ROWS = 65_536
 
 
@@ -170,6 +170,18 @@ class VectorStore:
             return heads(taken, length, self.norms[start:stop, self.lengths.index(length)])
         return heads(taken, length)
 
+    def block_scores(self, start: int, stop: int, length: int, queries: np.ndarray) -> np.ndarray:
+        """s_L of rows [start, stop) against unit queries [Q, L], float32 [Q, stop − start]:
+        the heads' inner products first, then one division by their norms (no [n, L] quotient
+        written, as `prefix_scores`); 0 for a zero head."""
+        head = np.asarray(self.codes[start:stop, :length], dtype=np.float32)
+        dots = queries @ head.T
+        if length in self.lengths:
+            norms = np.asarray(self.norms[start:stop, self.lengths.index(length)], np.float32)
+        else:
+            norms = np.sqrt(np.einsum("ij,ij->i", head, head))
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
     def scan(
         self, queries: np.ndarray, length: int, k: int, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -177,9 +189,10 @@ class VectorStore:
         True) for unit queries [Q, L]: (scores [Q, k], rows [Q, k]) padded as FAISS pads."""
         q = np.asarray(queries, dtype=np.float32)
         best = (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
-        for start in range(0, self.rows, SCAN_BLOCK):
-            stop = min(start + SCAN_BLOCK, self.rows)
-            scores = q @ self.block(start, stop, length).T
+        block = max(1024, SCAN_FLOATS // length)
+        for start in range(0, self.rows, block):
+            stop = min(start + block, self.rows)
+            scores = self.block_scores(start, stop, length, q)
             rows = np.arange(start, stop, dtype=np.int64)
             if allowed is not None:
                 mask = np.asarray(allowed[start:stop], dtype=bool)

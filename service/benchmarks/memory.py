@@ -1,22 +1,28 @@
-"""Bytes per row of a bundle before (a float32 file per prefix) and after the shared store, and
-per granularity recall@10 and p50 beside hnswlib's full-D HNSW at equal recall, in one run.
+"""Bytes per row of a bundle, per part, resident and on disk, and per granularity recall@10
+and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layouts the README's
+commands write.
 
 1. N × D spectrum rows (indexer/benchmarks/ann_tuning.spectrum_rows: clustered, variance
    ∝ (j + 1)^−α) as a float16 cache, an identity GraSP-VL artifact and a random CEDAR (k = 32).
-2. Two bundles of them: `before` (`--store none`, every prefix Flat: the old layout) and
-   `after` (`--store float16`, the shortest prefix an HNSW32 of its own: the shortlist). Per
-   part (indexer/format/footprint.py): bytes per row on disk and resident.
+2. Bundles of them, bytes per row per part (indexer/format/footprint.py):
+   - `default`: `strata index build` with no flags (an int8 store; past 50k rows the shortest
+     prefix as IVF-SQ8 codes reranked from it, indexer/format/store_rerank.py);
+   - `on_disk`: the same with `--store-on-disk` (the store read through mmap for reranks only);
+   - `per_prefix` (`--before`; `--store none`, the layout before the store: a float32 index per
+     prefix, which the rules make HNSW32 at every prefix past 200k rows).
 3. hnswlib (M = 32, ef_construction = 40) over the full rows: its bytes per row; Qdrant's
    embedded engine (m = 32) over the same rows: its folder's bytes per row (`--no-qdrant`).
 4. Per granularity L, on held-out gallery rows (leave one out), truth = exact float32 search
-   at L (the `before` bundle's Flat): Strata `after` — the shortest prefix its tuned HNSW, each
-   longer one a funnel (HNSW shortlist of k·F, exact rerank from the store) at the smallest F
-   of 10, 20, 50, 100 reaching recall 0.95 on these queries — its recall@10; hnswlib at the
-   smallest ef whose recall@10 against exact full-D search reaches Strata's at L; p50 of both,
-   one thread, interleaved rounds, and their ratio.
+   at L: the default bundle as a service plans it (service/engine/plans.py: the object prefix
+   its reranked codes; each longer one the funnel calibrated when the bundle loads, else a scan
+   of the store) — its recall@10, its reranks per query (rows read from the store) and the
+   bytes they read; hnswlib at the smallest ef whose recall@10 against exact full-D search
+   reaches Strata's at L; p50 of both, one thread, interleaved rounds, and their ratio.
 
-    python -m service.benchmarks.memory --rows 100000
-    python -m service.benchmarks.memory --rows 1000000 --memory-only
+    python -m service.benchmarks.memory --rows 100000 --before
+    python -m service.benchmarks.memory --rows 1000000
+
+hnswlib and Qdrant's engine are the `bench` extra: `.venv/bin/pip install -e '.[bench]'`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import faiss
@@ -37,14 +44,15 @@ from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
 from indexer.format.footprint import footprint
+from indexer.format.store_rerank import StoreRerank
 from indexer.format.tuning import EF_LADDER, drop_self
 from service.engine.plans import Planner
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard
-from training.core.metrics import neighbour_recall
+from training.core.metrics import neighbour_recall, prefix_vectors
 
-K, SHARD, FACTORS, TARGET = 10, 50_000, (10, 20, 50, 100), 0.95
+K, SHARD = 10, 50_000
 
 
 def write_inputs(work: Path, rows: int, dim: int, alpha: float) -> tuple[Path, np.ndarray]:
@@ -62,10 +70,10 @@ def write_inputs(work: Path, rows: int, dim: int, alpha: float) -> tuple[Path, n
     return work, x.astype(np.float16).astype(np.float32)
 
 
-def build(work: Path, name: str, store: str, index_types: tuple[str, ...]) -> Bundle:
+def build(work: Path, name: str, **options) -> Bundle:
     config = BuildConfig(
         cache=work / "cache", grasp=work / "grasp", cedar=work / "cedar", out=work / name,
-        store=store, index_types=index_types, progress=False, verify_sample=0,
+        progress=False, verify_sample=0, **options,
     )  # fmt: skip
     return Bundle.open(build_bundle(config).path).load()
 
@@ -96,29 +104,41 @@ def qdrant_bytes(rows: np.ndarray, work: Path) -> float:
     return round(folder_bytes(work / "qdrant") / len(rows), 1)
 
 
-def granularities(before: Bundle, after: Bundle, x, peer, queries: int, rounds: int) -> dict:
-    """Per granularity: recall@10 and p50 of Strata (after) and hnswlib at equal recall."""
+def strata_search(bundle: Bundle, planner: Planner, length: int) -> tuple[Callable, str]:
+    """One query's search at prefix L as the engine plans it unfiltered (the calibrated funnel
+    where one was found, else direct), and the plan in words."""
+    choice = planner.choices.get(length)
+    if choice is None:
+        return (lambda q: bundle.search_prefix(length, q[None, :], K + 1)[1][0]), "direct"
+    s, f = choice.shortlist_prefix, choice.factor
+    return (lambda q: planner.funnel(s, f, q[None, :], length, K + 1)[1][0]), f"funnel S={s} F={f}"
+
+
+def reranks_per_query(bundle: Bundle, planner: Planner, length: int) -> int:
+    """Rows one query reads from the store: the codes' k·F_S at the shortest prefix, the
+    funnel's k·F elsewhere (none for a scan, which reads every row)."""
+    choice = planner.choices.get(length)
+    if choice is not None:
+        return (K + 1) * choice.factor
+    index = bundle.index(length)
+    return index.fetch(K + 1) if isinstance(index, StoreRerank) else bundle.rows
+
+
+def granularities(bundle: Bundle, x, peer, queries: int, rounds: int) -> dict:
+    """Per granularity: recall@10, reranks and p50 of Strata and hnswlib at equal recall."""
     faiss.omp_set_num_threads(1)
     selves = np.sort(np.random.default_rng(7).choice(len(x), queries, replace=False))
-    rotated = after.rotate(x[selves])
-    planner = Planner(after)
-    shortest = min(after.prefix_lengths)
-    full_truth = drop_self(before.search_prefix(after.dim, rotated, K + 1)[1], selves, K)
-    out = {}
-    for granularity, length in sorted(after.contract.items(), key=lambda g: g[1]):
-        truth = drop_self(before.search_prefix(length, rotated, K + 1)[1], selves, K)
-
-        def strata(q, factor=0, length=length):
-            if length == shortest:
-                return after.search_prefix(length, q[None, :], K + 1)[1][0]
-            return planner.funnel(shortest, factor, q[None, :], length, K + 1)[1][0]
-
-        factor, recall = 0, 0.0
-        for factor in (0,) if length == shortest else FACTORS:
-            found = np.stack([strata(q, factor) for q in rotated])
-            recall = neighbour_recall(drop_self(found, selves, K), truth)
-            if recall >= TARGET:
-                break
+    rotated = bundle.rotate(x[selves])
+    started = time.perf_counter()
+    planner = Planner(bundle)
+    calibration = round(time.perf_counter() - started, 1)
+    full_truth = exact_truth(x, selves, bundle.dim)
+    out: dict = {"calibration_seconds": calibration}
+    for granularity, length in sorted(bundle.contract.items(), key=lambda g: g[1]):
+        truth = exact_truth(x, selves, length)
+        search, plan = strata_search(bundle, planner, length)
+        found = np.stack([search(q) for q in rotated])
+        recall = neighbour_recall(drop_self(found, selves, K), truth)
         ef, peer_recall = EF_LADDER[-1], 0.0
         for ef in EF_LADDER:
             found = np.stack([hnswlib_search(peer, ef, K + 1)(q) for q in rotated])
@@ -126,17 +146,15 @@ def granularities(before: Bundle, after: Bundle, x, peer, queries: int, rounds: 
             if peer_recall >= recall:
                 break
         ms = interleaved_ms(
-            {
-                "strata": lambda q, f=factor: strata(q, f),
-                "hnswlib": hnswlib_search(peer, ef, K + 1),
-            },
-            rotated,
-            rounds,
+            {"strata": search, "hnswlib": hnswlib_search(peer, ef, K + 1)}, rotated, rounds
         )
+        reranks = reranks_per_query(bundle, planner, length)
         out[granularity.value] = {
             "prefix": length,
-            "strata": "HNSW direct" if length == shortest else f"funnel S={shortest} F={factor}",
+            "strata": plan,
             "recall_at_10": round(recall, 4),
+            "reranks_per_query": reranks,
+            "rerank_bytes_per_query": reranks * (length * bundle.store.codes.itemsize + 4),
             "hnswlib_ef": ef,
             "hnswlib_recall_at_10": round(peer_recall, 4),
             "p50_ms": ms,
@@ -144,6 +162,15 @@ def granularities(before: Bundle, after: Bundle, x, peer, queries: int, rounds: 
         }
         print(granularity.value, out[granularity.value], flush=True)
     return out
+
+
+def exact_truth(x: np.ndarray, selves: np.ndarray, length: int) -> np.ndarray:
+    """Exact float32 top-k at prefix L of the held-out rows, their own rows dropped (the
+    rotation is the identity: p_L is the rows' renormalised head)."""
+    gallery = np.ascontiguousarray(prefix_vectors(x, length))
+    flat = faiss.IndexFlatIP(length)
+    flat.add(gallery)
+    return drop_self(flat.search(gallery[selves], K + 1)[1], selves, K)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -154,20 +181,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-only", action="store_true", help="no latency/recall part")
+    parser.add_argument("--before", action="store_true", help="also the per-prefix layout")
     parser.add_argument("--no-qdrant", action="store_true")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/memory.json"))
     args = parser.parse_args(argv)
+    try:
+        import hnswlib  # noqa: F401
+    except ImportError:
+        parser.exit(2, "memory: hnswlib is not installed: .venv/bin/pip install -e '.[bench]'\n")
     work = Path(tempfile.mkdtemp(prefix="memory-", dir=args.work))
     result: dict = {"rows": args.rows, "dim": args.dim, "alpha": args.alpha, "k": K}
     try:
         started = time.perf_counter()
         _, x = write_inputs(work, args.rows, args.dim, args.alpha)
-        before = build(work, "before", "none", ())
-        result["before"] = parts(before)
-        publish(result, args.json)
-        after = build(work, "after", "float16", ("object=hnsw",))
-        result["after"] = parts(after)
+        if args.before:
+            result["per_prefix"] = parts(build(work, "per_prefix", store="none"))
+            shutil.rmtree(work / "per_prefix")
+            publish(result, args.json)
+        tick = time.perf_counter()
+        default = build(work, "default")
+        result["default"] = parts(default)
+        result["default"]["build_seconds"] = round(time.perf_counter() - tick, 1)
+        result["default"]["layout"] = [
+            f"{p.length}: {p.factory}"
+            + (" (store)" if p.store else " (rerank)" if p.rerank else "")
+            for p in default.manifest.prefixes
+        ]
+        result["on_disk"] = parts(build(work, "on_disk", store_on_disk=True))
+        shutil.rmtree(work / "on_disk")
         publish(result, args.json)
         # one thread when its speed is compared: a threaded build's graph, and so the ef
         # that reaches Strata's recall, differ from run to run (caption: ef 128 or 192)
@@ -183,9 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
                 result["qdrant_edge"] = {"skipped": str(exc)}
         publish(result, args.json)
         if not args.memory_only:
-            result["granularities"] = granularities(
-                before, after, x, peer, args.queries, args.rounds
-            )
+            result["granularities"] = granularities(default, x, peer, args.queries, args.rounds)
         result["seconds"] = round(time.perf_counter() - started, 1)
         return publish(result, args.json)
     finally:

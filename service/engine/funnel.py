@@ -26,7 +26,11 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from indexer.format.prefix_index import exact_storage
+from indexer.format.prefix_index import (
+    exact_storage,
+    parse_search_parameters,
+    search_parameters,
+)
 from indexer.format.store import StoreIndex, VectorStore
 from training.core.metrics import neighbour_recall, prefix_vectors
 
@@ -115,12 +119,17 @@ def funnel_search(
     length: int,
     k: int,
     factor: int,
+    setting: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unfiltered funnel for rotated queries [Q, D]: one search of the prefix-S index for the
-    k·F best rows of every query, then each query's exact rerank at L (module docstring);
+    k·F best rows of every query (with `setting`, search parameters other than the index's
+    own, e.g. a wider nprobe), then each query's exact rerank at L (module docstring);
     (scores [Q, k], rows [Q, k])."""
     shortlisted = min(k * factor, int(shortlist_index.ntotal))
-    _, candidates = shortlist_index.search(prefix_vectors(rotated, shortlist_length), shortlisted)
+    params = search_parameters(shortlist_index, setting) if setting else None
+    _, candidates = shortlist_index.search(
+        prefix_vectors(rotated, shortlist_length), shortlisted, params=params
+    )
     found = [rerank(exact, rotated[i], candidates[i], length, k) for i in range(len(rotated))]
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
@@ -145,6 +154,7 @@ class FunnelChoice:
     recall: float
     queries: int
     cost_share: float  # (N·S + k·F·L) / (N·L): the scanned floats, as a share of a direct scan
+    shortlist_search: str = ""  # the shortlist's search parameters, where not its own (nprobe)
 
 
 def exact_neighbours(
@@ -192,31 +202,51 @@ def calibrate(
         found = exact_neighbours(exact, rotated, length, k + 1)
     truth = _without_self(found, picked, k)
     costs = sorted(
-        ((shortlist_floats(indexes[s], s, total) + k * f * length) / (total * length), s, f)
+        (
+            (shortlist_floats(indexes[s], s, total, setting) + k * f * length) / (total * length),
+            s,
+            f,
+            setting,
+        )
         for s in indexes
         if s < length
+        for setting in wider_probes(indexes[s])
         for f in factors
     )
-    for share, s, f in costs:
+    for share, s, f, setting in costs:
         if share > max_cost_share:
             break
-        _, found = funnel_search(indexes[s], s, exact, rotated, length, k + 1, f)
+        _, found = funnel_search(indexes[s], s, exact, rotated, length, k + 1, f, setting)
         reached = neighbour_recall(_without_self(found, picked, k), truth)
         if reached >= recall:
-            return FunnelChoice(s, f, reached, len(picked), share)
+            return FunnelChoice(s, f, reached, len(picked), share, setting)
     return None
 
 
-def shortlist_floats(index: faiss.Index | StoreIndex, length: int, total: int) -> float:
+def wider_probes(index: faiss.Index | StoreIndex) -> list[str]:
+    """The shortlist settings a calibration tries: the index's own, and for an IVF its nprobe
+    widened 2, 4, 8 and 16 times (at most every list): a neighbour at L can lie in a list the
+    object search at S never probes."""
+    ivf = None if isinstance(index, StoreIndex) else faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return [""]
+    wider = sorted({min(ivf.nlist, ivf.nprobe * m) for m in (2, 4, 8, 16)} - {ivf.nprobe})
+    return ["", *(f"nprobe={p}" for p in wider)]
+
+
+def shortlist_floats(
+    index: faiss.Index | StoreIndex, length: int, total: int, setting: str = ""
+) -> float:
     """Floats one shortlist search at prefix S scans: N·S for a scan; for an IVF the probed
-    share of the rows and the centroids, (nprobe/nlist)·N·S + nlist·S; for an HNSW graph
-    about efSearch·2M rows of S floats."""
+    share of the rows and the centroids, (nprobe/nlist)·N·S + nlist·S (nprobe the setting's,
+    else the index's); for an HNSW graph about efSearch·2M rows of S floats."""
     if isinstance(index, StoreIndex):
         return float(total * length)
     index = faiss.downcast_index(index)
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
-        return (ivf.nprobe / ivf.nlist) * total * length + ivf.nlist * length
+        nprobe = parse_search_parameters(setting).get("nprobe", ivf.nprobe)
+        return (nprobe / ivf.nlist) * total * length + ivf.nlist * length
     if isinstance(index, faiss.IndexHNSW):
         visited = index.hnsw.efSearch * 2 * index.hnsw.nb_neighbors(1)
         return float(min(total, visited) * length)

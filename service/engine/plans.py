@@ -207,7 +207,16 @@ class Planner:
         exact = self.exact(length)
         assert exact is not None
         index = self.shortlists.get(shortlist, self.indexes[shortlist])
-        return funnel_search(index, shortlist, exact, rotated, length, k, factor)
+        setting = self.shortlist_search(length, shortlist)
+        return funnel_search(index, shortlist, exact, rotated, length, k, factor, setting)
+
+    def shortlist_search(self, length: int, shortlist: int) -> str:
+        """The shortlist's search parameters the calibration chose for target L (a wider
+        nprobe), when the funnel shortlists at its prefix; else the index's own ("")."""
+        choice = self.choices.get(length)
+        if choice is None or choice.shortlist_prefix != shortlist:
+            return ""
+        return choice.shortlist_search
 
     def filtered_funnel(
         self,
@@ -226,6 +235,7 @@ class Planner:
         s = run.shortlist_prefix
         query = prefix_vectors(rotated, s)
         _, candidates = filtered_search(
-            self.indexes[s], query, k * run.factor, allowed, exact_max, blocks=blocks
-        )
+            self.indexes[s], query, k * run.factor, allowed, exact_max,
+            self.shortlist_search(length, s), blocks,
+        )  # fmt: skip
         return rerank(exact, rotated[0], candidates[0], length, k)
