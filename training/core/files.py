@@ -1,6 +1,11 @@
 """Durable files: sha256 of a file (read back, or computed on the way as a file is written),
 fsync of files and directories, the atomic write of a whole file.
 
+A file that a reader may have memory-mapped is never opened for writing again: `HashedFile` and
+`create_new` create their file exclusively (mode "xb"), so a writer pointed at an existing file
+fails (FileExistsError) instead of truncating it under a reader, which would die of SIGBUS at
+its next touch of a page past the new end.
+
 A rename is only durable once the directory that holds the name is fsynced, and a file's
 bytes only once the file is; the bundle's crash safety rests on doing both in this order:
 write → fsync file → rename → fsync directory.
@@ -24,15 +29,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def create_new(path: Path) -> Path:
+    """Create `path` empty, or raise FileExistsError when the name is taken: the guard for a
+    writer that opens its file by name itself (FAISS, numpy's open_memmap, parquet) and would
+    truncate a file that is there."""
+    path.open("xb").close()
+    return path
+
+
 class HashedFile:
-    """A file written front to back whose sha256 is computed from the bytes as they are handed
-    to it, so a large file is never read back to be hashed. `close` fsyncs it."""
+    """A new file written front to back whose sha256 is computed from the bytes as they are
+    handed to it, so a large file is never read back to be hashed. Created exclusively (an
+    existing file is never truncated: FileExistsError). `close` fsyncs it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.bytes = 0
         self._digest = hashlib.sha256()
-        self._handle = path.open("wb")
+        self._handle = path.open("xb")
 
     def write(self, payload: bytes | memoryview) -> None:
         self._handle.write(payload)
