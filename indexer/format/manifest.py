@@ -64,6 +64,16 @@ class PrefixEntry:
     tuning: Tuning | None = None  # approximate indexes: indexer/format/tuning.py (absent before)
     store: bool = False  # served from the shared vector store: no file of its own (absent before)
 
+    @property
+    def own_files(self) -> list[str]:
+        """The prefix's own files: its index and, with the lists on disk, the .ivfdata beside
+        it; none when it is served from the store."""
+        if self.store:
+            return []
+        if self.ondisk:
+            return [self.file, Path(self.file).with_suffix(".ivfdata").as_posix()]
+        return [self.file]
+
 
 @dataclass
 class ArtifactSource:
