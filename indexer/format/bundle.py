@@ -44,7 +44,10 @@ copy; a query goes through `Bundle.rotate` and is renormalised per prefix the sa
 score is the cosine of the first L rotated coordinates.
 
 A version becomes visible only through CURRENT, written after every file is fsynced and
-verified and the version folder renamed into place (indexer/versions/bundle_store.py).
+verified and the version folder renamed into place (indexer/versions/bundle_store.py). Its
+files are written once, each created new in the staging folder, and never opened for writing
+again; a reader checks each file it memory-maps against the manifest's `files` before mapping
+it (indexer/format/mapped.py).
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ from indexer.format.manifest import (
     read_current,
     read_manifest,
 )
+from indexer.format.mapped import check_mapped_files
+from indexer.format.postings import FILES as POSTINGS_FILES
 from indexer.format.postings import Postings, entries_of_rows
 from indexer.format.prefix_index import IndexFileError, open_prefix, search_parameters
 from indexer.format.row_bitmaps import ConceptBitmaps
@@ -111,9 +116,13 @@ class Bundle:
     def load(self) -> Bundle:
         """Open everything now: every prefix index, the ids, the postings, both artifacts.
 
-        A service calls this when it swaps a version in. Open files and memory maps outlive
-        the folder's removal, so a loaded version keeps serving even after retention deletes
-        it; a lazily opened one would fail on the first prefix it had not touched yet."""
+        A service calls this when it swaps a version in. Every file that is memory-mapped (the
+        store, each prefix's index, the postings) is first checked against the manifest's
+        record — size, then sha256 — and a damaged one is refused with a BundleError or
+        StoreError naming it (indexer/format/mapped.py), before anything is mapped that could
+        fault later. Open files and memory maps outlive the folder's removal, so a loaded
+        version keeps serving even after retention deletes it; a lazily opened one would fail
+        on the first prefix it had not touched yet."""
         for length in self.prefix_lengths:
             self.index(length)
         _ = self.store, self._ids, self._postings, self.grasp, self.coder
@@ -179,13 +188,16 @@ class Bundle:
     def store(self) -> VectorStore | None:
         """The shared vector store (memory-mapped), or None in a bundle written without one."""
         record = self.manifest.store
-        return None if record is None else VectorStore(self.path, record)
+        return None if record is None else VectorStore(self.path, record, self.manifest.files)
 
     def index(self, length: int) -> faiss.Index | StoreIndex | StoreRerank:
         """The prefix's index as served (indexer.format.prefix_index.open_prefix): its FAISS
-        index memory-mapped, the store's exact view, or codes reranked from the store."""
+        index memory-mapped, the store's exact view, or codes reranked from the store. Its
+        own files are checked against the manifest before they are mapped (`load`)."""
         if length not in self._indexes:
             entry = self.manifest.prefix(length)
+            if not entry.store:
+                check_mapped_files(self.path, self.manifest.files, entry.own_files, BundleError)
             try:
                 self._indexes[length] = open_prefix(self.path, entry, self.store)
             except IndexFileError as exc:
@@ -247,6 +259,7 @@ class Bundle:
 
     @cached_property
     def _postings(self) -> Postings:
+        check_mapped_files(self.path, self.manifest.files, POSTINGS_FILES, BundleError)
         return Postings(self.path)
 
     @cached_property

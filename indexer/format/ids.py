@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training.core.errors import CacheError
+from training.core.files import create_new
 
 IDS = "ids.parquet"
 
@@ -47,7 +48,7 @@ class IdsWriter:
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.path, self.schema, self.rows = path, schema, 0
-        self._writer = pq.ParquetWriter(path, schema)
+        self._writer = pq.ParquetWriter(create_new(path), schema)  # never over an existing file
 
     def add(self, metadata: pa.Table) -> None:
         try:

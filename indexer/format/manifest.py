@@ -66,6 +66,16 @@ class PrefixEntry:
     # compressed codes whose candidates are reranked from the store (format/store_rerank.py)
     rerank: bool = False
 
+    @property
+    def own_files(self) -> list[str]:
+        """The prefix's own files: its index and, with the lists on disk, the .ivfdata beside
+        it; none when it is served from the store."""
+        if self.store:
+            return []
+        if self.ondisk:
+            return [self.file, Path(self.file).with_suffix(".ivfdata").as_posix()]
+        return [self.file]
+
 
 @dataclass
 class ArtifactSource:

@@ -109,8 +109,8 @@ RunReader = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 
 
 class NpyStream:
-    """A .npy file of a known length (rows of `row_shape`) written front to back (np.save's
-    header and bytes), hashed on the way."""
+    """A new .npy file of a known length (rows of `row_shape`) written front to back (np.save's
+    header and bytes), hashed on the way (a `HashedFile`: never over an existing file)."""
 
     def __init__(
         self, path: Path, dtype: np.dtype, length: int, row_shape: tuple[int, ...] = ()

@@ -36,7 +36,7 @@ from indexer.format.postings import (
     row_dtype,
     scatter_positions,
 )
-from training.core.files import HashedFile, fsync_file
+from training.core.files import HashedFile, create_new, fsync_file
 
 MERGE_BLOCK = 4 * 2**20  # entries per block of PostingsWriter.close (48 MB of rows and values)
 
@@ -184,6 +184,7 @@ def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[P
         ).astype(np.int64)
     new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     kept_rows = int((new_row >= 0).sum())
+    paths = [create_new(folder / name) for name in FILES]  # new files, then opened by name
     rows = open_memmap(folder / ROWS, "w+", row_dtype(kept_rows), (int(new_indptr[-1]),))
     values = open_memmap(folder / VALUES, "w+", np.float32, (int(new_indptr[-1]),))
     at = 0
@@ -198,7 +199,6 @@ def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[P
     values.flush()
     del rows, values
     np.save(folder / INDPTR, new_indptr, allow_pickle=False)
-    paths = [folder / name for name in FILES]
     for path in paths:
         fsync_file(path)
     return paths

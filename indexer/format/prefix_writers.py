@@ -2,7 +2,8 @@
 indexer/format/prefix_index.py).
 
 Three writers, one per storage, all fed p_L rows of consecutive gallery rows (row position =
-FAISS id) and all leaving fsynced files behind:
+FAISS id) and all leaving fsynced files behind, each created new (`HashedFile`, `create_new`:
+a writer pointed at an existing file fails rather than truncate one a server may have mapped):
 
 - `FlatFileWriter` (factory "Flat"): streams the rows straight into the file FAISS's
   `write_index` would produce for an IndexFlatIP (header, then the float32 rows), so a Flat
@@ -10,7 +11,8 @@ FAISS id) and all leaving fsynced files behind:
   learned from `faiss.serialize_index` of two tiny indexes and checked against a third; if the
   check fails (another FAISS build), the writer falls back to an in-RAM IndexFlatIP.
 - `MemoryIndexWriter` (HNSW, IVF with lists in RAM, any override): `index.add` per shard, one
-  `faiss.write_index` at the end. The whole index is in RAM while it is built.
+  `faiss.write_index` at the end (`write_index_file`: hashed on the way). The whole index is in
+  RAM while it is built.
 - `OnDiskIvfWriter` (IVF with lists on disk): each shard is added to a copy of the trained,
   empty index and written as a part file; at the end the parts are merged into one
   `prefix_{L}.ivfdata` (FAISS OnDiskInvertedLists; `merge_into_ondisk` does what
@@ -36,7 +38,7 @@ import numpy as np
 
 from indexer.format.index_plan import IndexTypeError, PrefixPlan, new_index
 from indexer.format.prefix_index import quiet_stdout
-from training.core.files import HashedFile, fsync_file
+from training.core.files import HashedFile, create_new, fsync_file
 
 log = logging.getLogger(__name__)
 # merge_ondisk logs every part file it reads at INFO; one line per shard and prefix is noise
@@ -145,10 +147,17 @@ class MemoryIndexWriter:
         self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
 
     def close(self) -> dict[Path, str | None]:
-        faiss.write_index(self.index, str(self.path))
+        digest = write_index_file(self.index, self.path)
         self.index = None
-        fsync_file(self.path)
-        return {self.path: None}
+        return {self.path: digest}
+
+
+def write_index_file(index: faiss.Index, path: Path) -> str:
+    """`faiss.write_index` into a new file (created exclusively, never over an existing one),
+    fsynced; its sha256, computed from the bytes as FAISS hands them over."""
+    file = HashedFile(path)
+    faiss.write_index(index, faiss.PyCallbackIOWriter(file.write))
+    return file.close()
 
 
 class OnDiskIvfWriter:
@@ -192,25 +201,26 @@ class OnDiskIvfWriter:
         parts = [faiss.read_index(str(p), faiss.IO_FLAG_MMAP) for p in self.parts]
         sources = [faiss.extract_index_ivf(i).invlists for i in [self.base, *parts] if i]
         merge_into_ondisk(index, sources, self.data_path)
-        faiss.write_index(index, str(self.path))
+        digest = write_index_file(index, self.path)
         del index, parts, sources
         self.trained = self.base = None
         for part in self.parts:
             part.unlink()
         fsync_file(self.data_path)
-        fsync_file(self.path)
-        return {self.path: None, self.data_path: None}
+        return {self.path: digest, self.data_path: None}
 
 
 def merge_into_ondisk(
     index: faiss.Index, sources: list[faiss.InvertedLists], data_path: Path
 ) -> None:
-    """Give a trained, empty IVF index on-disk inverted lists in `data_path` holding the
-    entries of `sources`, list by list in the order given (ids as stored in the sources).
-    The sources stay owned by their indexes: keep those alive until this returns."""
+    """Give a trained, empty IVF index on-disk inverted lists in a new file `data_path`
+    (FileExistsError when it exists) holding the entries of `sources`, list by list in the
+    order given (ids as stored in the sources). The sources stay owned by their indexes: keep
+    those alive until this returns."""
     ivf = faiss.extract_index_ivf(index)
     if index.ntotal != 0:
         raise ValueError("merge_into_ondisk needs an empty index")
+    create_new(data_path)  # FAISS opens it by name, truncating whatever is there
     lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(data_path))
     pointers = faiss.InvertedListsPtrVector()
     for source in sources:

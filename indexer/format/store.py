@@ -20,19 +20,21 @@ renormalisation divides it out). The stored norms are those of the codes, so p̂
 bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
 tuning, verification, explanation and filtering treat it as the exact storage it is. Pure
 functions for the arithmetic; `StoreWriter` streams the files (hashed on the way, as the
-postings are); `VectorStore` maps them read-only.
+postings are, each created new: never over an existing file); `VectorStore` maps them
+read-only, a bundle's after checking them against the manifest (indexer/format/mapped.py).
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from indexer.format.mapped import Recorded, check_mapped_files
 from indexer.format.postings import NpyStream
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
@@ -117,13 +119,25 @@ def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
 
 
 class VectorStore:
-    """A bundle's store, memory-mapped read-only; `lengths` the prefixes its norms cover."""
+    """A bundle's store, memory-mapped read-only; `lengths` the prefixes its norms cover.
 
-    def __init__(self, folder: Path, record: dict[str, Any]) -> None:
+    `files`: the manifest's records of the version's files. Given them, each of the two files
+    is checked against its record (size, then sha256) before it is mapped, and a damaged one
+    is a StoreError naming it (indexer/format/mapped.py); without them (a verifier or writer
+    that has just checked or written the files) they are mapped as they are."""
+
+    def __init__(
+        self,
+        folder: Path,
+        record: dict[str, Any],
+        files: Mapping[str, Recorded] | None = None,
+    ) -> None:
         self.dtype = str(record["dtype"])
         check_dtype(self.dtype)
         self.lengths = [int(n) for n in record["lengths"]]
         self.on_disk = bool(record.get("on_disk", False))
+        if files is not None:
+            check_mapped_files(folder, files, (record["vectors"], record["norms"]), StoreError)
         try:
             self.codes = np.load(folder / record["vectors"], mmap_mode="r", allow_pickle=False)
             self.norms = np.load(folder / record["norms"], mmap_mode="r", allow_pickle=False)

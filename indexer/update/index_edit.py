@@ -49,6 +49,7 @@ from indexer.format.prefix_writers import (
     flat_file_rows,
     flat_layout,
     merge_into_ondisk,
+    write_index_file,
 )
 from training.core.files import fsync_file
 from training.core.granularity import Granularity
@@ -184,12 +185,11 @@ def write_filtered(
         index = empty_copy(read_prefix_index(base_path, entry.factory, ondisk=True))
         data = path.with_suffix(".ivfdata")
         merge_into_ondisk(index, [lists], data)
-        faiss.write_index(index, str(path))
+        digest = write_index_file(index, path)
         del index, base, lists
         fsync_file(data)
-        fsync_file(path)
         return EditedIndex(
-            {path: None, data: None},
+            {path: digest, data: None},
             "inverted lists filtered and renumbered into a new .ivfdata (nothing re-encoded)",
         )
     index = faiss.read_index(str(base_path))

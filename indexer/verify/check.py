@@ -41,6 +41,8 @@ the reason a serving replica reports when it refuses the version.
 `strata index publish`, a hot swap, AdminService.Reload and `strata serve` start-up: the same
 `verify_bundle`, without the source-cache sample (a replica need not see the cache; `publish`
 runs the sample too), raising `VersionRefusedError` (one line naming the first fault's file).
+Loading the version then checks the files it memory-maps once more, size and sha256, right
+before mapping them (`Bundle.load`, indexer/format/mapped.py).
 
 FAISS indexes whose checksum fails are not opened (a corrupt file could crash the reader).
 """

@@ -5,8 +5,9 @@ The order of a publish, and what a crash at each point leaves:
 1. take `.lock` (fcntl.flock; the kernel drops it when the process dies, so a killed build
    never blocks the next one) and remove leftovers of killed builds (`.tmp-*`, `.trash-*`,
    `.CURRENT.tmp-*`);
-2. write every file into `.tmp-vNNNNNN-PID/`, fsync each, verify — a crash leaves a hidden
-   temporary folder, CURRENT untouched;
+2. write every file into `.tmp-vNNNNNN-PID/`, each created new (a writer never opens an
+   existing file: a published one may be memory-mapped by a server), fsync each, verify — a
+   crash leaves a hidden temporary folder, CURRENT untouched;
 3. rename it to `vNNNNNN/`, fsync BUNDLES — a crash leaves a whole, verified version that is not
    published (readers follow CURRENT, which still names the previous one);
 4. switch CURRENT: write `.CURRENT.tmp-PID`, fsync, os.replace onto CURRENT, fsync BUNDLES —

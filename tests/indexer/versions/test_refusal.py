@@ -1,19 +1,28 @@
 """Refusal of versions that do not verify: every kind of damage to a copy of a version is
 caught by `check_servable` (the check every serving path runs), which names the file, and
-`strata index publish` refuses such a version in one line, leaving CURRENT where it was."""
+`strata index publish` refuses such a version in one line, leaving CURRENT where it was.
+`Bundle.load` itself refuses a file it would memory-map that differs from the manifest's
+record (indexer/format/mapped.py): by its size, else by its sha256, before mapping it."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
-from indexer.benchmarks.tamper import damages
-from indexer.format.manifest import read_current
+from indexer.benchmarks.tamper import damages, flip_byte
+from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST, BundleError, read_current
+from indexer.format.postings import ROWS
+from indexer.format.store import NORMS, VECTORS, StoreError
 from indexer.verify.check import check_servable
 from indexer.verify.faults import VersionRefusedError
+from training.core.files import sha256_file
 
 # damage → (the reason a replica reports, a text the refusal names)
 EXPECTED = {
@@ -82,3 +91,74 @@ def test_publish_refuses_a_damaged_version_and_current_stays(
     partial = strata_main("index", "publish", str(bundles), "--version", "2")
     assert_one_line_error(partial, "no manifest.json")
     assert read_current(bundles) == "v000001"
+
+
+# --- refused at open: Bundle.load checks every file it memory-maps --------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_store(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A version with a float16 store (store_vectors.npy, store_norms.npy)."""
+    out = tmp_path_factory.mktemp("refusal-store") / "bundles"
+    return Path(inputs.build(out, store="float16").path)
+
+
+@pytest.fixture
+def store_copy(with_store: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(with_store, tmp_path / with_store.name))
+
+
+@pytest.mark.parametrize("name", [VECTORS, NORMS])
+def test_a_store_file_cut_by_one_byte_is_refused_at_load_by_its_size(store_copy: Path, name):
+    path = store_copy / name
+    size = path.stat().st_size
+    os.truncate(path, size - 1)  # the same file, one byte shorter
+    with pytest.raises(StoreError) as refused:
+        Bundle.open_version(store_copy).load()
+    message = str(refused.value)
+    assert message.startswith(f"{name} in {store_copy} is damaged, refused before it is memory")
+    assert f"size {size - 1} bytes, the manifest records {size} bytes" in message
+    assert f"`strata index verify {store_copy}`" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", [VECTORS, NORMS])
+def test_a_store_file_with_a_byte_flipped_is_refused_at_load_by_its_digest(store_copy: Path, name):
+    path = store_copy / name
+    recorded, size = sha256_file(path), path.stat().st_size
+    flip_byte(path)  # the same size
+    assert path.stat().st_size == size
+    with pytest.raises(StoreError) as refused:
+        Bundle.open_version(store_copy).load()
+    message = str(refused.value)
+    assert message.startswith(f"{name} in {store_copy} is damaged")
+    assert f"sha256 {sha256_file(path)}, the manifest records {recorded} (" in message
+    assert "strata index verify" in message
+
+
+def test_a_prefix_index_or_postings_file_is_refused_at_load(store_copy: Path):
+    """The files mapped beside the store: each prefix's own index, and the postings."""
+    index = next(p.file for p in Bundle.open_version(store_copy).manifest.prefixes if not p.store)
+    flip_byte(store_copy / index)
+    with pytest.raises(BundleError, match=rf"^{index} in .* sha256 [0-9a-f]{{64}}, the manifest"):
+        Bundle.open_version(store_copy).load()
+    bundle = Bundle.open_version(store_copy)  # lazily: refused on first use, not mapped
+    os.truncate(store_copy / ROWS, (store_copy / ROWS).stat().st_size - 1)
+    with pytest.raises(BundleError, match=rf"^{ROWS} in .* is damaged.* size"):
+        bundle.postings(0)
+
+
+def test_files_the_manifest_does_not_record_are_mapped_unchecked(
+    with_store: Path, store_copy: Path, inputs: Inputs
+):
+    """A bundle written before a file had its record still loads (and serves as it did)."""
+    manifest = json.loads((store_copy / MANIFEST).read_text())
+    for name in (VECTORS, NORMS, ROWS):
+        del manifest["files"][name]
+    (store_copy / MANIFEST).write_text(json.dumps(manifest))
+    old = Bundle.open_version(store_copy).load()
+    queries = inputs.embeddings()[::97].astype(np.float32)
+    whole = Bundle.open_version(with_store).load()
+    for length in old.prefix_lengths:
+        np.testing.assert_array_equal(
+            old.search(queries, length, 5)[1], whole.search(queries, length, 5)[1]
+        )

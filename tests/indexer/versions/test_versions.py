@@ -1,17 +1,25 @@
-"""Versions of a bundle directory: numbering, retention, the build lock, leftovers."""
+"""Versions of a bundle directory: numbering, retention, the build lock, leftovers; a served
+version's files left whole while new versions are written beside it."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from bundle_inputs import Inputs
 
 from indexer.build.full import build_bundle
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BundleError, read_current
+from indexer.format.prefix_writers import write_index_file
+from indexer.format.store import NORMS, VECTORS, StoreWriter
+from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.bundle_store import BundleStore
+from service.engine.search import SearchEngine
+from service.results import SearchQuery
+from training.core.files import sha256_file
 
 
 def names(root: Path) -> list[str]:
@@ -98,3 +106,55 @@ def test_open_refuses_what_is_not_a_bundle(tmp_path: Path):
     (tmp_path / "CURRENT").write_text("latest\n")
     with pytest.raises(BundleError, match="not a version name"):
         Bundle.open(tmp_path)
+
+
+def test_a_served_version_keeps_its_files_while_new_versions_are_published_beside_it(
+    inputs: Inputs, tmp_path: Path
+):
+    """An engine serves v000001 (store, prefix index and postings memory-mapped) while a
+    rebuild publishes v000002 and a delete, which reads v000001's files, publishes v000003:
+    no file of v000001 is rewritten (each keeps its inode and sha256) and the engine answers
+    as it did."""
+    out = tmp_path / "bundles"
+    inputs.build(out, store="float16")
+    engine = SearchEngine(Bundle.open(out), None)
+    served = engine.bundle.path
+    assert engine.bundle.store is not None
+
+    def files() -> dict[str, tuple[int, str]]:
+        names = engine.bundle.manifest.files
+        return {name: ((served / name).stat().st_ino, sha256_file(served / name)) for name in names}
+
+    queries = [
+        SearchQuery.of(vector=row, granularity=granularity, k=5)
+        for row in inputs.embeddings()[::150].astype(np.float32)
+        for granularity in engine.bundle.manifest.contract
+    ]
+
+    def answers() -> list[list[tuple[str, float]]]:
+        return [[(h.id, h.score) for h in r.hits] for r in engine.search_batch(queries)]
+
+    before, answered = files(), answers()
+    inputs.build(out, store="float16")
+    delete_rows(DeleteConfig(bundles=out, ids=(engine.bundle.ids([0])[0],)))
+    assert read_current(out) == "v000003" and served.name == "v000001"
+    assert files() == before
+    assert answers() == answered
+
+
+def test_a_writer_pointed_at_an_existing_file_fails_and_leaves_it_whole(
+    inputs: Inputs, tmp_path: Path
+):
+    """The writers create their files new ("xb"): aimed at a version's folder they stop before
+    truncating a file a server may have mapped."""
+    version = Bundle.open_version(inputs.build(tmp_path / "bundles", store="float16").path)
+    before = {name: sha256_file(version.path / name) for name in (VECTORS, NORMS)}
+    store = version.store
+    with pytest.raises(FileExistsError):
+        StoreWriter(version.path, store.rows, store.dim, store.lengths, store.dtype)
+    entry = next(p for p in version.manifest.prefixes if not p.store)
+    digest = sha256_file(version.path / entry.file)
+    with pytest.raises(FileExistsError):
+        write_index_file(version.index(entry.length), version.path / entry.file)
+    assert sha256_file(version.path / entry.file) == digest
+    assert {name: sha256_file(version.path / name) for name in before} == before
