@@ -17,6 +17,7 @@ from bundle_inputs import Inputs, assert_one_line_error
 
 from indexer.benchmarks.tamper import damages, flip_byte
 from indexer.format.bundle import Bundle
+from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST, BundleError, read_current
 from indexer.format.postings import ROWS
 from indexer.format.store import NORMS, VECTORS, StoreError
@@ -98,9 +99,11 @@ def test_publish_refuses_a_damaged_version_and_current_stays(
 
 @pytest.fixture(scope="module")
 def with_store(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A version with a float16 store (store_vectors.npy, store_norms.npy)."""
+    """A version with a float16 store (store_vectors.npy, store_norms.npy) and, beside it, an
+    index file of the object prefix's own (codes reranked from the store)."""
     out = tmp_path_factory.mktemp("refusal-store") / "bundles"
-    return Path(inputs.build(out, store="float16").path)
+    codes = (f"object={SHORTLIST_RULE.kind}",)
+    return Path(inputs.build(out, store="float16", index_types=codes).path)
 
 
 @pytest.fixture

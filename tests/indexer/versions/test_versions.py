@@ -147,7 +147,8 @@ def test_a_writer_pointed_at_an_existing_file_fails_and_leaves_it_whole(
 ):
     """The writers create their files new ("xb"): aimed at a version's folder they stop before
     truncating a file a server may have mapped."""
-    version = Bundle.open_version(inputs.build(tmp_path / "bundles", store="float16").path)
+    built = inputs.build(tmp_path / "bundles", store="float16", index_types=("object=hnsw",))
+    version = Bundle.open_version(built.path)
     before = {name: sha256_file(version.path / name) for name in (VECTORS, NORMS)}
     store = version.store
     with pytest.raises(FileExistsError):
