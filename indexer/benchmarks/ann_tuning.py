@@ -67,20 +67,31 @@ SHARD = 50_000
 def spectrum_rows(n: int, dim: int, clusters: int, alpha: float, seed: int) -> np.ndarray:
     """Unit rows [n, D]: normalise((c_label + 0.6·g / √D) ⊙ s), s_j = (j + 1)^(−α/2), made in
     blocks (c: unit Gaussian centres, g: Gaussian noise)."""
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, SHARD):
+        out[start : min(n, start + SHARD)] = spectrum_block(start, n, dim, clusters, alpha, seed)
+    return out
+
+
+def spectrum_block(
+    start: int, n: int, dim: int, clusters: int, alpha: float, seed: int
+) -> np.ndarray:
+    """Rows [start, min(n, start + SHARD)) of `spectrum_rows(n, ...)`, made alone (each block
+    draws from its own seeded generator), so a gallery of any size is streamed block by block.
+    `start` must be a multiple of SHARD."""
+    if start % SHARD:
+        raise ValueError(f"a block starts at a multiple of {SHARD}, not {start}")
     scale = ((np.arange(dim) + 1.0) ** (-alpha / 2)).astype(np.float32)
     centres = np.random.default_rng([seed, 1]).normal(size=(clusters, dim)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    out = np.empty((n, dim), dtype=np.float32)
-    for start in range(0, n, SHARD):
-        rng = np.random.default_rng([seed, 2, start])
-        stop = min(n, start + SHARD)
-        labels = rng.integers(0, clusters, stop - start)
-        x = centres[labels] + 0.6 * rng.normal(size=(stop - start, dim)).astype(
-            np.float32
-        ) / np.sqrt(dim)
-        x *= scale
-        out[start:stop] = x / np.linalg.norm(x, axis=1, keepdims=True)
-    return out
+    rng = np.random.default_rng([seed, 2, start])
+    stop = min(n, start + SHARD)
+    labels = rng.integers(0, clusters, stop - start)
+    x = centres[labels] + 0.6 * rng.normal(size=(stop - start, dim)).astype(np.float32) / np.sqrt(
+        dim
+    )
+    x *= scale
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def build_index(kind: str, rows: np.ndarray, folder: Path, seed: int) -> tuple[faiss.Index, dict]:

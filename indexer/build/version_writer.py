@@ -38,7 +38,7 @@ from indexer.format.ids import IdsWriter
 from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.format.postings import INDPTR, ROWS, VALUES
 from indexer.format.postings_writer import PostingsWriter
-from indexer.format.prefix_index import open_prefix
+from indexer.format.prefix_open import open_prefix
 from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
 from indexer.format.prefixes import ROW_BLOCK
 from indexer.format.store import VectorStore

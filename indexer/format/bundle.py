@@ -72,7 +72,8 @@ from indexer.format.manifest import (
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import FILES as POSTINGS_FILES
 from indexer.format.postings import Postings, entries_of_rows
-from indexer.format.prefix_index import IndexFileError, open_prefix, search_parameters
+from indexer.format.prefix_index import IndexFileError, search_parameters
+from indexer.format.prefix_open import open_prefix
 from indexer.format.row_bitmaps import ConceptBitmaps
 from indexer.format.store import StoreIndex, VectorStore
 from indexer.format.store_rerank import StoreRerank

@@ -14,17 +14,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import faiss
 
 from indexer.format.index_plan import new_index
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import StoreIndex
 from indexer.format.store_rerank import RerankParameters, StoreRerank, split_k_factor
 from training.core.errors import InputError
-
-if TYPE_CHECKING:
-    from indexer.format.manifest import PrefixEntry
 
 
 def default_search_parameters(factory: str, length: int) -> str:
@@ -170,22 +166,3 @@ def exact_storage(
         refine = faiss.downcast_index(index.refine_index)
         return refine if isinstance(refine, faiss.IndexFlat) else None
     return None
-
-
-def open_prefix(
-    folder: Path, entry: PrefixEntry, store: VectorStore | None
-) -> faiss.Index | StoreIndex | StoreRerank:
-    """A prefix as a bundle serves it, with the entry's search parameters applied: the store's
-    exact view (a prefix it serves), codes reranked from the store (`entry.rerank`), or the
-    prefix's own FAISS index, memory-mapped. The one place a version's prefixes are opened."""
-    if (entry.store or entry.rerank) and store is None:
-        raise IndexFileError(f"prefix {entry.length} reads a shared store the bundle lacks")
-    if entry.store:
-        assert store is not None
-        return StoreIndex(store, entry.length)
-    index = read_prefix_index(folder / entry.file, entry.factory, entry.ondisk)
-    if entry.rerank:
-        assert store is not None
-        index = StoreRerank(index, StoreIndex(store, entry.length))
-    apply_search_parameters(index, entry.search)
-    return index

@@ -4,7 +4,7 @@ and its exit code, each run as a real `strata` subprocess.
     python -m service.benchmarks.cli_errors [--json runs/bench/cli_errors.json]
 
 Prints a Markdown table and writes it as JSON. A small synthetic bundle is built in a temporary
-folder (one copy missing a .faiss file, one with a truncated one); a busy port is a socket of
+folder (one copy missing its first vector file, one with it truncated); a busy port is a socket of
 this process. tests/service/cli/test_cli_errors.py runs the same cases and asserts them.
 """
 
@@ -61,22 +61,24 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def damaged_copies(bundles: Path, work: Path) -> tuple[Path, Path]:
-    """Two copies of `bundles`: one without its first .faiss file, one with it truncated."""
-    missing, truncated = work / "missing-faiss", work / "truncated-faiss"
+def damaged_copies(bundles: Path, work: Path) -> tuple[Path, Path, str]:
+    """Two copies of `bundles`: one without its first vector file (a prefix's .faiss file, else
+    the store's vectors), one with it truncated; and that file's name."""
+    missing, truncated = work / "missing-vectors", work / "truncated-vectors"
     for copy in (missing, truncated):
         shutil.copytree(bundles, copy)
     version = (bundles / "CURRENT").read_text().strip()
-    name = sorted(p.name for p in (bundles / version).glob("*.faiss"))[0]
+    files = sorted(p.name for p in (bundles / version).glob("*.faiss"))
+    name = files[0] if files else "store_vectors.npy"
     (missing / version / name).unlink()
     with (truncated / version / name).open("r+b") as handle:
         handle.truncate(1000)
-    return missing, truncated
+    return missing, truncated, name
 
 
 def error_cases(work: Path, bundles: Path, busy_port: int, cache_without_encoder: Path) -> list:
     """Every case, against a servable `bundles` folder (damaged copies are made in `work`)."""
-    missing, truncated = damaged_copies(bundles, work)
+    missing, truncated, vectors = damaged_copies(bundles, work)
     serve = ("serve", "--port", "0", "--device", "cpu", "--bundles")
     cases = [
         Case("unknown option", ("search", "a dog", "--bogus"), "No such option: --bogus"),
@@ -99,8 +101,8 @@ def error_cases(work: Path, bundles: Path, busy_port: int, cache_without_encoder
              "no Strata server answers at 127.0.0.1:9"),
         Case("bundle folder missing", ("index", "info", "--bundles", str(work / "none")),
              "bundle directory not found"),
-        Case("serve: .faiss file missing", (*serve, str(missing)), "missing prefix_"),
-        Case("serve: .faiss file truncated", (*serve, str(truncated)), ".faiss: 1000 bytes"),
+        Case("serve: vector file missing", (*serve, str(missing)), f"missing {vectors}"),
+        Case("serve: vector file truncated", (*serve, str(truncated)), f"{vectors}: 1000 bytes"),
         Case("serve: busy port", ("serve", "--bundles", str(bundles), "--port", str(busy_port),
                                   "--device", "cpu"), "the port is in use"),
         Case("serve: unknown device", ("serve", "--bundles", str(bundles), "--port", "0",

@@ -1,6 +1,6 @@
 """Bytes per row of a bundle, per part, resident and on disk, and per granularity recall@10
-and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layouts the README's
-commands write.
+and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layouts that
+`strata index build` writes.
 
 1. N × D spectrum rows (indexer/benchmarks/ann_tuning.spectrum_rows: clustered, variance
    ∝ (j + 1)^−α) as a float16 cache, an identity GraSP-VL artifact and a random CEDAR (k = 32).

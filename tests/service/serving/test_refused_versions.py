@@ -4,7 +4,6 @@ what it served, counting the refusal by reason."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import grpc
@@ -13,6 +12,8 @@ from serving_helpers import REDIS_URL as URL
 from waiting import WAIT_S, wait_for
 
 from indexer.benchmarks.tamper import damages
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.bundle_store import BundleStore
@@ -37,9 +38,15 @@ CASES = {
 
 @pytest.fixture
 def bundles(text_bundle: Path, tmp_path: Path) -> Path:
-    """A copy of the text bundle: v000001, and one new version per case (CURRENT the last),
-    each damaged as its case says."""
-    root = Path(shutil.copytree(text_bundle, tmp_path / "bundles"))
+    """The text bundle's rows in the layout of a file per prefix (the files the cases damage):
+    v000001, and one new version per case (CURRENT the last), each damaged as its case says."""
+    inputs, root = text_bundle.parent, tmp_path / "bundles"
+    build_bundle(
+        BuildConfig(
+            cache=inputs / "cache", grasp=inputs / "grasp", cedar=inputs / "cedar", out=root,
+            progress=False, store="none", verify_sample=0,
+        )
+    )  # fmt: skip
     paths = []
     for row in range(len(CASES)):
         row_id = Bundle.open(root).ids([row])[0]

@@ -18,17 +18,26 @@ from training.core.granularity import Granularity
 TEXTS = ("a red cube left of a blue sphere", "two green cylinders", "a small yellow cone")
 
 
-@pytest.fixture(scope="module")
-def store_engine(text_bundle: Path, minilm, tmp_path_factory) -> SearchEngine:
-    """The session's text bundle's rows, built again with a float16 store."""
+def rebuilt(text_bundle: Path, minilm, folder: Path, store: str) -> SearchEngine:
+    """The session's text bundle's rows, built again with the given store."""
     root = text_bundle.parent
-    out = tmp_path_factory.mktemp("store") / "bundles"
     config = BuildConfig(
-        cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=out,
-        progress=False, store="float16",
+        cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=folder / "bundles",
+        progress=False, store=store,
     )  # fmt: skip
     build_bundle(config)
-    return SearchEngine(Bundle.open(out), minilm)
+    return SearchEngine(Bundle.open(folder / "bundles"), minilm)
+
+
+@pytest.fixture(scope="module")
+def store_engine(text_bundle: Path, minilm, tmp_path_factory) -> SearchEngine:
+    return rebuilt(text_bundle, minilm, tmp_path_factory.mktemp("store"), "float16")
+
+
+@pytest.fixture(scope="module")
+def engine(text_bundle: Path, minilm, tmp_path_factory) -> SearchEngine:
+    """The layout before the store: a float32 file per prefix."""
+    return rebuilt(text_bundle, minilm, tmp_path_factory.mktemp("per-prefix"), "none")
 
 
 def ids(result) -> list[str]:
