@@ -20,6 +20,7 @@ EXPECTED = {
     "flipped byte: prefix index": ("checksum", "prefix_4.faiss: checksum mismatch"),
     "flipped byte: postings indptr": ("checksum", "postings_indptr.npy: checksum mismatch"),
     "flipped byte: postings rows": ("checksum", "postings_rows.npy: checksum mismatch"),
+    "flipped byte: postings chunks": ("checksum", "postings_chunks.npy: checksum mismatch"),
     "flipped byte: postings values": ("checksum", "postings_values.npy: checksum mismatch"),
     "flipped byte: ids": ("checksum", "ids.parquet: checksum mismatch"),
     "flipped byte: artifact weights": (
