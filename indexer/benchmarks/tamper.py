@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from indexer.format.manifest import MANIFEST, read_manifest
+from indexer.format.postings import CHUNK_ROWS, CHUNKS, INDPTR, LOW_DTYPE, ROWS, VALUES
 
 Damage = Callable[[Path], None]
 
@@ -53,19 +54,24 @@ def relist(version: Path, *names: str) -> None:
 
 
 def file_kinds(version: Path) -> dict[str, str]:
-    """One file of each kind in a version: kind → relative name."""
+    """One file of each kind in a version: kind → relative name (the postings chunk table
+    where the version has one)."""
     manifest = read_manifest(version)
     longest = max(p.length for p in manifest.prefixes)
     shortest = min(p.length for p in manifest.prefixes)
-    return {
+    kinds = {
         "prefix index": f"prefix_{shortest if shortest != longest else longest}.faiss",
-        "postings indptr": "postings_indptr.npy",
-        "postings rows": "postings_rows.npy",
-        "postings values": "postings_values.npy",
+        "postings indptr": INDPTR,
+        "postings rows": ROWS,
+        "postings chunks": CHUNKS,
+        "postings values": VALUES,
         "ids": "ids.parquet",
         "artifact weights": "artifacts/grasp/weights.safetensors",
         "artifact manifest": "artifacts/cedar/manifest.json",
     }
+    if CHUNKS not in manifest.files:
+        del kinds["postings chunks"]
+    return kinds
 
 
 def drop_last_ids(version: Path) -> None:
@@ -93,14 +99,18 @@ def swap_prefix_rows(version: Path) -> None:
 
 def shift_posting_rows(version: Path) -> None:
     """postings_rows.npy with one concept's first row id moved to another row (the file still
-    parses), re-listed in the manifest."""
-    rows = np.load(version / "postings_rows.npy")
-    indptr = np.load(version / "postings_indptr.npy")
+    parses; in the compact format its low bits, within its 65,536-row chunk), re-listed in the
+    manifest."""
+    rows = np.load(version / ROWS)
+    indptr = np.load(version / INDPTR)
     concept = int(np.flatnonzero(np.diff(indptr) > 1)[0])
     start = int(indptr[concept])
-    rows[start] = (rows[start] + 1) % max(1, read_manifest(version).rows)
-    np.save(version / "postings_rows.npy", rows, allow_pickle=False)
-    relist(version, "postings_rows.npy")
+    span = max(1, read_manifest(version).rows)
+    if rows.dtype == LOW_DTYPE:
+        span = min(span, CHUNK_ROWS)
+    rows[start] = (int(rows[start]) + 1) % span
+    np.save(version / ROWS, rows, allow_pickle=False)
+    relist(version, ROWS)
 
 
 def damages(version: Path) -> dict[str, Damage]:

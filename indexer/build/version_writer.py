@@ -36,7 +36,7 @@ from indexer.build.engines import ShardEngine
 from indexer.build.shard_step import ShardBatch, ShardSource
 from indexer.format.ids import IdsWriter
 from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
-from indexer.format.postings import INDPTR, ROWS, VALUES
+from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES
 from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_open import open_prefix
 from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
@@ -72,9 +72,9 @@ class VersionWriter:
     def record_postings(
         self, files: Mapping[Path, str | None], concepts: int, entries: int
     ) -> None:
-        """The three postings files: indptr holds concepts + 1 offsets, rows and values one
-        element per entry."""
-        counts = {INDPTR: concepts + 1, ROWS: entries, VALUES: entries}
+        """The postings files: indptr holds concepts + 1 offsets, the chunk table a row per
+        concept, rows and values one element per entry."""
+        counts = {INDPTR: concepts + 1, CHUNKS: concepts, ROWS: entries, VALUES: entries}
         for path, digest in files.items():
             self.record({path: digest}, counts[path.name])
 

@@ -18,9 +18,14 @@ A bundle directory holds versions, and a pointer to the published one:
                                   store: only the prefixes that need their own: the shortest,
                                   the shortlist, and approximate ones), inner product, FAISS
                                   id = row position; an IVF with lists on disk adds .ivfdata
-      postings_indptr.npy         CSR concept postings (indexer/format/postings.py): int64 [2D + 1],
-      postings_rows.npy           int32 row ids (the narrowest type; int64 before), float32
-      postings_values.npy         activations [N·k]
+      postings_indptr.npy         CSR concept postings (indexer/format/postings.py) over C
+      postings_rows.npy           concepts (2D axes, then the readout's words) and E entries
+      postings_chunks.npy         (N·k, plus the words'): int64 [C + 1] offsets; the row ids'
+      postings_values.npy         low 16 bits, uint16 [E]; int64 [C, H + 1] offsets of each
+                                  concept's 65,536-row chunks (H = ⌈N / 65,536⌉); float16
+                                  activations [E]. 4 B an entry: 128 B a row at k = 32. Written
+                                  before: no chunk table, absolute row ids (int32, the narrowest
+                                  type; int64 before), float32 activations: 8 B an entry
       ids.parquet                 row r = gallery row r: `id` and the cache's metadata columns
       artifacts/grasp/            copies of the two transform artifacts (manifest.json +
       artifacts/cedar/            weights.safetensors), so a bundle is self-contained

@@ -2,15 +2,18 @@
 
 `PostingsWriter` keeps only the per-concept counts in RAM, spills each shard's run to work
 files, and at the end merges the runs block of concepts by block and writes the files front to
-back, hashing them on the way (shards arrive in row order, so rows stay sorted within each
-concept). `csr_from_runs` is the same merge in RAM.
+back in the compact format, hashing them on the way (shards arrive in row order, so rows stay
+sorted within each concept): each block's rows give its concepts' rows of the chunk table
+(`chunk_table`) and their low 16 bits, its activations are rounded to float16.
+`csr_from_runs` is the same merge in RAM.
 
 Incremental updates (indexer/update/rows.py): an existing CSR is itself a valid run of rows
 [0, N), so `strata index add` opens `PostingsWriter(..., base=old postings)` — the old entries
 come first in each block, then the new shards' runs — which gives exactly
 `csr_from_runs([old, *new])`. `strata index delete` calls `filter_postings`: entries of removed
 rows are dropped and the others renumbered, in one streaming pass (renumbering keeps the order
-of rows, so every concept's rows stay strictly increasing).
+of rows, so every concept's rows stay strictly increasing). Both read the base through
+`Postings`, so a base in the older format (absolute ids, float32 values) is written compact.
 """
 
 from __future__ import annotations
@@ -24,17 +27,25 @@ from numpy.lib.format import open_memmap
 
 from indexer.format.postings import (
     CHECK_CHUNK,
+    CHUNK_BITS,
+    CHUNKS,
     FILES,
     INDPTR,
+    LOW_DTYPE,
     ROWS,
+    VALUE_DTYPE,
     VALUES,
     NpyStream,
     PostingRun,
     Postings,
     RunReader,
+    chunk_count,
+    chunk_counts,
+    chunk_table,
     entry_concepts,
-    row_dtype,
+    row_lows,
     scatter_positions,
+    stored_values,
 )
 from training.core.files import HashedFile, create_new, fsync_file
 
@@ -59,18 +70,19 @@ class SpilledRun:
 
 
 class PostingsWriter:
-    """Accumulates shard runs on disk (`work/`), then writes the three CSR files front to back.
+    """Accumulates shard runs on disk (`work/`), then writes the four CSR files front to back.
 
     `close` walks the concepts in blocks of about MERGE_BLOCK entries: each run's entries of
     the block's concepts are scattered into the block (runs in row order, so rows stay
-    ascending within a concept), and the block is appended to postings_rows.npy and
+    ascending within a concept), and the block's low row bits, chunk table rows and float16
+    activations are appended to postings_rows.npy, postings_chunks.npy and
     postings_values.npy with their sha256 computed on the way. In RAM: the per-run counts and
     one block (a concept with more entries than MERGE_BLOCK is one block of its own).
 
     With `base` (a bundle's postings), the output starts from those entries — rows [0, N) of
     the base — and the runs added must hold the rows after them (an incremental add).
-    `rows`: the version's row count, which sets the row ids' dtype (`row_dtype`; None: bounded
-    by the entries)."""
+    `rows`: the version's row count, which sets the chunk table's width H = ⌈rows / 65,536⌉
+    (`chunk_count`; None: bounded by the entries, as every row has at least one)."""
 
     def __init__(
         self,
@@ -108,7 +120,7 @@ class PostingsWriter:
         self.totals += counts
 
     def close(self) -> dict[Path, str]:
-        """Write and fsync the three files, remove the work files; path → sha256."""
+        """Write and fsync the four files, remove the work files; path → sha256."""
         indptr = np.concatenate([[0], np.cumsum(self.totals)]).astype(np.int64)
         entries = int(indptr[-1])
         sources: list[tuple[np.ndarray, RunReader]] = []
@@ -116,13 +128,16 @@ class PostingsWriter:
             base = self.base
             sources.append((self.base_counts, lambda a, b: (base.rows[a:b], base.values[a:b])))
         sources += [(run.counts, run.read) for run in self.runs]
-        dtype = row_dtype(entries if self.rows is None else self.rows)
-        rows = NpyStream(self.folder / ROWS, dtype, entries)
-        values = NpyStream(self.folder / VALUES, np.dtype("<f4"), entries)
-        for block_rows, block_values in merged_blocks(sources, indptr, MERGE_BLOCK):
-            rows.write(block_rows)
-            values.write(block_values)
-        digests = {rows.path: rows.close(), values.path: values.close()}
+        chunks = chunk_count(entries if self.rows is None else self.rows)
+        rows = NpyStream(self.folder / ROWS, LOW_DTYPE, entries)
+        values = NpyStream(self.folder / VALUES, VALUE_DTYPE, entries)
+        table = NpyStream(self.folder / CHUNKS, np.dtype("<i8"), self.n_concepts, (chunks + 1,))
+        for (c0, c1), block_rows, block_values in merged_blocks(sources, indptr, MERGE_BLOCK):
+            counts = chunk_counts(indptr[c0 : c1 + 1], block_rows, chunks)
+            table.write(chunk_table(counts, int(indptr[c0])))
+            rows.write(row_lows(block_rows))
+            values.write(stored_values(block_values))
+        digests = {stream.path: stream.close() for stream in (rows, values, table)}
         indptr_file = HashedFile(self.folder / INDPTR)
         np.lib.format.write_array(indptr_file, indptr, allow_pickle=False)
         digests[indptr_file.path] = indptr_file.close()
@@ -148,9 +163,10 @@ def concept_blocks(indptr: np.ndarray, block: int) -> list[tuple[int, int]]:
 
 def merged_blocks(
     sources: Sequence[tuple[np.ndarray, RunReader]], indptr: np.ndarray, block: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The CSR rows and values of runs (counts, reader of entries [a, b)) given in row order,
-    block of concepts by block: concatenated, the blocks are `csr_from_runs` of the runs."""
+) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+    """((c0, c1), rows, values): the CSR rows (int64) and values (float32) of concepts
+    [c0, c1) of runs (counts, reader of entries [a, b)) given in row order, block of concepts
+    by block: concatenated, the blocks are `csr_from_runs` of the runs."""
     starts = [np.concatenate([[0], np.cumsum(counts)]).astype(np.int64) for counts, _ in sources]
     for c0, c1 in concept_blocks(indptr, block):
         low = int(indptr[c0])
@@ -165,40 +181,46 @@ def merged_blocks(
             at = scatter_positions(part, cursor)
             rows[at], values[at] = part.rows, part.values
             cursor += part.counts
-        yield rows, values
+        yield (c0, c1), rows, values
 
 
 def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[Path]:
-    """Write the three CSR files of `base` without the rows whose `new_row` is −1, every other
+    """Write the four CSR files of `base` without the rows whose `new_row` is −1, every other
     row r renamed new_row[r] (new_row must be increasing over the kept rows). Two chunked
-    passes: count the kept entries per concept, then copy them in order."""
+    passes: count the kept entries per concept and chunk of their new rows (the chunk table),
+    then copy them in order."""
     new_row = np.asarray(new_row, dtype=np.int64)
     indptr = np.asarray(base.indptr)
     entries = int(indptr[-1])
-    counts = np.zeros(base.concepts, dtype=np.int64)
+    chunks = chunk_count(int((new_row >= 0).sum()))
+    per_chunk = np.zeros(base.concepts * chunks, dtype=np.int64)
     for start in range(0, entries, CHECK_CHUNK):
         stop = min(start + CHECK_CHUNK, entries)
-        kept = new_row[np.asarray(base.rows[start:stop])] >= 0
-        counts += np.bincount(
-            entry_concepts(indptr, start, stop)[kept], minlength=base.concepts
-        ).astype(np.int64)
-    new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    kept_rows = int((new_row >= 0).sum())
+        renamed = new_row[base.rows[start:stop]]
+        kept = renamed >= 0
+        slot = entry_concepts(indptr, start, stop)[kept] * chunks + (renamed[kept] >> CHUNK_BITS)
+        per_chunk += np.bincount(slot, minlength=len(per_chunk))
+    counts = per_chunk.reshape(base.concepts, chunks)
+    new_indptr = np.concatenate([[0], np.cumsum(counts.sum(axis=1))]).astype(np.int64)
+    table = chunk_table(counts)
+    kept_entries = int(new_indptr[-1])
     paths = [create_new(folder / name) for name in FILES]  # new files, then opened by name
-    rows = open_memmap(folder / ROWS, "w+", row_dtype(kept_rows), (int(new_indptr[-1]),))
-    values = open_memmap(folder / VALUES, "w+", np.float32, (int(new_indptr[-1]),))
+    rows = open_memmap(folder / ROWS, "w+", LOW_DTYPE, (kept_entries,))
+    values = open_memmap(folder / VALUES, "w+", VALUE_DTYPE, (kept_entries,))
     at = 0
     for start in range(0, entries, CHECK_CHUNK):
-        renamed = new_row[np.asarray(base.rows[start : start + CHECK_CHUNK])]
+        stop = min(start + CHECK_CHUNK, entries)
+        renamed = new_row[base.rows[start:stop]]
         kept = renamed >= 0
         n = int(kept.sum())
-        rows[at : at + n] = renamed[kept]
-        values[at : at + n] = np.asarray(base.values[start : start + CHECK_CHUNK])[kept]
+        rows[at : at + n] = row_lows(renamed[kept])
+        values[at : at + n] = stored_values(base.values[start:stop][kept])
         at += n
     rows.flush()
     values.flush()
     del rows, values
     np.save(folder / INDPTR, new_indptr, allow_pickle=False)
+    np.save(folder / CHUNKS, table, allow_pickle=False)
     for path in paths:
         fsync_file(path)
     return paths

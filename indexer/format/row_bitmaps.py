@@ -12,9 +12,10 @@ sorted id lists need a sort or a merge over every listed row.
 1/DENSE_SHARE of the rows) as a bitmap, built on the concept's first use and kept: the same
 bitmap serves every later filter that names the concept — a search-time index over the
 postings, the way a vector database keeps a bitmap per frequent payload value. The memory is
-bounded by the postings themselves: a dense concept has ≥ N/32 entries of 4 bytes, its bitmap
-N/8 bytes, so all bitmaps together take at most as much as postings_rows.npy. Sparse concepts
-stay the sorted id lists the postings already are.
+bounded by the postings themselves: a dense concept has ≥ N/32 entries of 4 bytes (2 of row
+bits, 2 of activation; 8 in bundles written before), its bitmap N/8 bytes, so all bitmaps
+together take at most as much as the postings' rows and values. Sparse concepts stay the
+sorted id lists the postings already are.
 """
 
 from __future__ import annotations

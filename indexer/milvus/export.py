@@ -61,8 +61,7 @@ def row_concepts_csr(bundle: Bundle) -> tuple[np.ndarray, np.ndarray, np.ndarray
     postings = bundle._postings
     counts = np.diff(postings.indptr)
     concepts = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    rows = np.asarray(postings.rows, dtype=np.int64)
-    values = np.asarray(postings.values, dtype=np.float32)
+    rows, values = postings.rows[:], postings.values[:]  # decoded: int64 ids, float32
     order = np.lexsort((-values, rows))
     indptr = np.zeros(bundle.rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=bundle.rows), out=indptr[1:])

@@ -9,8 +9,11 @@ Checks, each fault one line that names the file:
   files are read back;
 - each prefix index: FAISS reads it, ntotal = rows, d = L, inner-product metric; a shared
   store's codes and norms (indexer/verify/store.py) where prefixes are served from one;
-- the postings: indptr [2D + 1] from 0, monotone, ending at the entry count; rows in [0, N),
-  strictly increasing within a concept, each row exactly k times; activations finite, ≥ 0;
+- the postings: indptr [2D + 1] from 0, monotone, ending at the entry count; the chunk table
+  (postings_chunks.npy, absent in bundles written before it) [C, ⌈N / 65,536⌉ + 1], monotone
+  within a concept, each concept's first and last offset indptr's; rows (the low bits decoded
+  through that table, or the older absolute ids) in [0, N), strictly increasing within a
+  concept, each row exactly k times; activations finite, ≥ 0;
 - ids.parquet: N rows, ids unique and not null;
 - both artifact copies load (TransformArtifact.load checks their checksums and that the
   rotations are orthogonal) and match the hashes, dim, contract and k the manifest records;
@@ -24,8 +27,9 @@ Checks, each fault one line that names the file:
 
 - cross-checks that need no cache, so that a manifest edited to match a tampered file is still
   caught where the files disagree with each other: every file's recorded row count against
-  what the file holds (index ntotal, ids rows, postings entries, indptr length), and for a
-  sample of rows (`consistency`, 256 by default, plus the first and last) the stored vectors
+  what the file holds (index ntotal, ids rows, postings entries, indptr length, chunk table
+  concepts), and for a sample of rows (`consistency`, 256 by default, plus the first and
+  last) the stored vectors
   of every exactly stored prefix are unit length and equal the renormalised head of the
   longest exactly stored prefix (p_L = normalise(p_M[:L]), design.md). What this cannot see:
   a tampered file re-listed in the manifest whose damage is self-consistent — vectors changed
@@ -65,8 +69,8 @@ from indexer.format.manifest import (
     read_current,
     read_manifest,
 )
+from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.format.postings import FILES as POSTINGS_FILES
-from indexer.format.postings import INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.format.store import StoreIndex
 from indexer.verify.faults import Fault, VerifyReport, VersionRefusedError
 from indexer.verify.indexes import check_indexes, check_prefix_consistency, consistency_rows
@@ -115,7 +119,7 @@ def verify_bundle(
         check_prefix_consistency(manifest, indexes, consistency, seed, report.faults)
     artifacts = check_artifacts(path, manifest, intact, report.faults)
     if sample > 0 and artifacts is not None and IDS in intact:
-        postings_ok = all(name in intact for name in POSTINGS_FILES)
+        postings_ok = all(name in intact for name in postings_files(manifest))
         check_sample(
             path, manifest, indexes, artifacts, postings_ok, cache_dir, sample, seed, report
         )
@@ -147,10 +151,15 @@ def check_files(
     return intact
 
 
+def postings_files(manifest: BundleManifest) -> list[str]:
+    """The postings files a version lists: all four, or the older three (no chunk table)."""
+    return [name for name in POSTINGS_FILES if name != CHUNKS or name in manifest.files]
+
+
 def check_postings(
     path: Path, manifest: BundleManifest, intact: set[str], faults: list[str]
 ) -> None:
-    if not all(name in intact for name in POSTINGS_FILES):
+    if not all(name in intact for name in postings_files(manifest)):
         return
     postings = Postings(path)
     axes = 2 * manifest.dim
@@ -165,12 +174,20 @@ def check_postings(
         )
         return
     held = {INDPTR: len(postings.indptr), ROWS: len(postings.rows), VALUES: len(postings.values)}
+    if postings.chunks is not None:
+        held[CHUNKS] = len(postings.chunks)  # a row of the table per concept
     for name, count in held.items():
         recorded = manifest.files[name].rows
         if recorded is not None and recorded != count:
             faults.append(Fault("rows", f"{name} holds {count} entries, manifest says {recorded}"))
     found = postings_faults(
-        postings.indptr, postings.rows, postings.values, manifest.rows, manifest.k, axes
+        postings.indptr,
+        postings.stored_rows,
+        postings.stored_values,
+        manifest.rows,
+        manifest.k,
+        axes,
+        chunks=postings.chunks,
     )
     faults.extend(Fault("rows" if "expected rows·k" in f else "postings", f) for f in found)
 

@@ -5,8 +5,9 @@ For a seeded sample of rows (of the added cache's rows, from `source.cache_first
 version made by `strata index add`): each stored prefix vector against p_L recomputed from the
 cache row (read back with `reconstruct` where the index stores vectors exactly, else found by
 searching for it), the row's id, and its k concepts in the postings with the recomputed
-activations. Skipped, with a note, when the version's rows map to no single cache (a delete),
-or the cache is gone or changed since the build.
+activations (within float16's rounding, which a version stores them in). Skipped, with a note,
+when the version's rows map to no single cache (a delete), or the cache is gone or changed since
+the build.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from indexer.format.ids import IDS
 from indexer.format.manifest import BundleManifest
-from indexer.format.postings import ROWS, VALUES, Postings
+from indexer.format.postings import ROWS, VALUE_ATOL, VALUE_RTOL, VALUES, Postings
 from indexer.format.prefix_index import exact_storage
 from indexer.format.store import TOLERANCE
 from indexer.verify.faults import VECTOR_TOLERANCE, Fault, VerifyReport
@@ -114,6 +115,12 @@ def check_sample(
         check_sample_postings(path, ConceptCoder(artifacts["cedar"]), x, rows, faults)
 
 
+def activation_tolerance(value: float) -> float:
+    """How far a stored activation may lie from the recomputed `value`: the recomputation's
+    error and float16's rounding."""
+    return VECTOR_TOLERANCE + VALUE_ATOL + VALUE_RTOL * abs(float(value))
+
+
 def check_sample_postings(
     path: Path, coder: ConceptCoder, x: np.ndarray, rows: np.ndarray, faults: list[str]
 ) -> None:
@@ -125,7 +132,7 @@ def check_sample_postings(
             at = np.searchsorted(posted_rows, row)
             if at >= len(posted_rows) or posted_rows[at] != row:
                 faults.append(Fault("sample", f"{ROWS}: row {row} missing from concept {concept}"))
-            elif abs(float(posted_values[at]) - float(value)) > VECTOR_TOLERANCE:
+            elif abs(float(posted_values[at]) - float(value)) > activation_tolerance(value):
                 faults.append(Fault("sample", f"{VALUES}: row {row}, concept {concept} differs"))
 
 

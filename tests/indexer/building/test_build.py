@@ -14,6 +14,7 @@ from bundle_inputs import DIM, Inputs, K
 from indexer.build import full
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BUNDLE_FORMAT, BundleError
+from indexer.format.postings import VALUE_ATOL, VALUE_RTOL
 from indexer.format.prefixes import exact_top_k, rotate_rows
 from indexer.format.store import TOLERANCE
 from training.cedar.concepts import ConceptCoder
@@ -83,7 +84,8 @@ def test_postings_ids_and_metadata_are_the_caches(inputs: Inputs, built):
         rows, values = bundle.postings(concept)
         expected_rows, columns = np.nonzero(concepts == concept)
         np.testing.assert_array_equal(rows, expected_rows)
-        np.testing.assert_allclose(values, activations[expected_rows, columns], rtol=1e-6)
+        expected = activations[expected_rows, columns]  # stored as float16: to its rounding
+        np.testing.assert_allclose(values, expected, rtol=VALUE_RTOL, atol=VALUE_ATOL)
     assert bundle.manifest.postings == {"concepts": 2 * DIM, "entries": 600 * K, "k": K}
     assert bundle.concepts("+3") == [6] and bundle.concepts(7) == [7]
     assert bundle.ids([0, 599, 250]) == ["row-0", "row-599", "row-250"]
@@ -118,6 +120,7 @@ def test_the_manifest_records_sources_files_and_indexes(inputs: Inputs, built):
         assert (bundle.path / name).stat().st_size == record["bytes"]
     assert manifest["files"]["store_vectors.npy"]["rows"] == 600
     assert manifest["files"]["postings_rows.npy"]["rows"] == 600 * K
+    assert manifest["files"]["postings_chunks.npy"]["rows"] == 2 * DIM  # a row per concept
     assert pq.ParquetFile(bundle.path / "ids.parquet").metadata.num_rows == 600
     # the default layout of a small gallery: every prefix an exact scan of the int8 store
     assert manifest["store"]["dtype"] == "int8" and not manifest["store"]["on_disk"]
@@ -180,6 +183,7 @@ def test_the_build_verifies_with_the_digests_it_computed_while_writing(
     assert set(written) == {"store_vectors.npy", "store_norms.npy"} | {
         "postings_indptr.npy",
         "postings_rows.npy",
+        "postings_chunks.npy",
         "postings_values.npy",
     }
     assert written == actual

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from indexer.build.version_writer import VersionWriter
 from indexer.format.manifest import MANIFEST
-from indexer.format.postings import INDPTR, ROWS, VALUES
+from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES
 from training.core.files import sha256_file
 
 
@@ -25,10 +25,11 @@ def test_files_are_recorded_with_their_digest_size_and_rows(tmp_path: Path):
 
 def test_postings_files_count_offsets_and_entries(tmp_path: Path):
     writer = VersionWriter(tmp_path)
-    for name in (INDPTR, ROWS, VALUES):
+    names = (INDPTR, ROWS, CHUNKS, VALUES)
+    for name in names:
         (tmp_path / name).write_bytes(name.encode())
-    writer.record_postings(dict.fromkeys(tmp_path / n for n in (INDPTR, ROWS, VALUES)), 8, 30)
-    assert [writer.files[n].rows for n in (INDPTR, ROWS, VALUES)] == [9, 30, 30]
+    writer.record_postings(dict.fromkeys(tmp_path / n for n in names), 8, 30)
+    assert [writer.files[n].rows for n in names] == [9, 30, 8, 30]
 
 
 def test_artifacts_are_copied_and_the_manifest_written_last(tmp_path: Path):

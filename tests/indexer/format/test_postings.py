@@ -1,4 +1,6 @@
-"""Concept postings: the transpose of the [N, k] code table, as CSR, built from shard runs."""
+"""Concept postings: the transpose of the [N, k] code table, as CSR, built from shard runs, and
+stored compact (uint16 row lows, a chunk table per 65,536 rows, float16 activations); the older
+CSR (absolute row ids, float32 activations, no chunk table) still reads."""
 
 from __future__ import annotations
 
@@ -9,8 +11,22 @@ import numpy as np
 import pytest
 
 from indexer.format import postings, postings_writer
-from indexer.format.postings import FILES, Postings, csr_from_runs, postings_faults, shard_postings
-from indexer.format.postings_writer import PostingsWriter, concept_blocks
+from indexer.format.postings import (
+    CHUNK_ROWS,
+    CHUNKS,
+    FILES,
+    INDPTR,
+    ROWS,
+    VALUES,
+    PostingRun,
+    Postings,
+    chunk_count,
+    csr_from_runs,
+    entries_of_rows,
+    postings_faults,
+    shard_postings,
+)
+from indexer.format.postings_writer import PostingsWriter, concept_blocks, filter_postings
 from training.core.files import sha256_file
 
 CONCEPTS = 10
@@ -25,6 +41,40 @@ def random_codes(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def brute_force(concepts: np.ndarray, activations: np.ndarray, concept: int):
     rows, cols = np.nonzero(concepts == concept)
     return rows, activations[rows, cols]
+
+
+def as_stored(values: np.ndarray) -> np.ndarray:
+    """Activations as the compact format gives them back: rounded to float16."""
+    return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def reference_chunks(indptr: np.ndarray, rows: np.ndarray, n_rows: int) -> np.ndarray:
+    """The chunk table by its definition: where each concept's rows ≥ h·65,536 begin."""
+    bounds = np.arange(chunk_count(n_rows) + 1, dtype=np.int64) * CHUNK_ROWS
+    bounds[-1] = np.iinfo(np.int64).max  # the last chunk ends with the concept
+    return np.stack(
+        [
+            indptr[c] + np.searchsorted(rows[indptr[c] : indptr[c + 1]], bounds)
+            for c in range(len(indptr) - 1)
+        ]
+    ).astype(np.int64)
+
+
+def write_postings(folder: Path, runs: list[PostingRun], rows: int | None = None) -> Postings:
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = PostingsWriter(folder, folder, CONCEPTS, rows=rows)
+    for run in runs:
+        writer.add(run)
+    writer.close()
+    return Postings(folder)
+
+
+def write_old_format(folder: Path, indptr: np.ndarray, rows: np.ndarray, values: np.ndarray):
+    """The CSR as bundles wrote it before the chunk table: int32 ids, float32 activations."""
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / INDPTR, indptr.astype(np.int64))
+    np.save(folder / ROWS, rows.astype(np.int32))
+    np.save(folder / VALUES, values.astype(np.float32))
 
 
 def test_runs_merge_into_the_transpose(tmp_path: Path):
@@ -45,9 +95,12 @@ def test_runs_merge_into_the_transpose(tmp_path: Path):
         expected_rows, expected_values = brute_force(concepts, activations, concept)
         np.testing.assert_array_equal(rows[indptr[concept] : indptr[concept + 1]], expected_rows)
         got_rows, got_values = on_disk.get(concept)
+        assert got_rows.dtype == np.int64 and got_values.dtype == np.float32
         np.testing.assert_array_equal(got_rows, expected_rows)
-        np.testing.assert_array_equal(got_values, expected_values)
+        np.testing.assert_array_equal(got_values, as_stored(expected_values))
     assert postings_faults(indptr, rows, values, 50, 3) == []
+    stored = (on_disk.stored_rows, on_disk.stored_values)
+    assert postings_faults(on_disk.indptr, *stored, 50, 3, chunks=on_disk.chunks) == []
     assert not list(tmp_path.glob("postings-run-*"))  # work files removed
 
 
@@ -86,12 +139,10 @@ def test_the_writer_streams_what_np_save_writes_whatever_the_block(
     indptr, rows, values = csr_from_runs(runs, CONCEPTS)
     reference = tmp_path / "reference"
     reference.mkdir()
-    for name, array in zip(
-        (postings.INDPTR, postings.ROWS, postings.VALUES), (indptr, rows, values), strict=True
-    ):
-        if name == postings.ROWS:  # row ids in the narrowest type (bounded by the entries)
-            array = array.astype(postings.row_dtype(len(rows)))
-        np.save(reference / name, array)
+    np.save(reference / INDPTR, indptr)
+    np.save(reference / ROWS, (rows & 0xFFFF).astype(np.uint16))
+    np.save(reference / CHUNKS, reference_chunks(indptr, rows, len(rows)))  # rows: entries
+    np.save(reference / VALUES, values.astype(np.float16))
     for block in (1, 7, 10_000):
         monkeypatch.setattr(postings_writer, "MERGE_BLOCK", block)
         folder = tmp_path / f"block-{block}"
@@ -125,7 +176,7 @@ def test_a_base_comes_first_in_every_concept(tmp_path: Path, monkeypatch: pytest
     indptr, rows, values = csr_from_runs([old, new], CONCEPTS)
     np.testing.assert_array_equal(merged.indptr, indptr)
     np.testing.assert_array_equal(merged.rows, rows)
-    np.testing.assert_array_equal(merged.values, values)
+    np.testing.assert_array_equal(merged.values, as_stored(values))
 
 
 def test_a_run_that_does_not_fit_is_refused(tmp_path: Path):
@@ -156,3 +207,182 @@ def test_unsorted_rows_are_found_wherever_the_check_chunks_cut(monkeypatch: pyte
             swapped[at], swapped[at + 1] = swapped[at + 1], swapped[at]
             faults = postings_faults(indptr, swapped, values, 30, 2)
             assert faults == [f"{postings.ROWS}: rows not strictly increasing within a concept"]
+
+
+def test_chunk_count_is_at_least_one_and_covers_every_row():
+    assert [chunk_count(n) for n in (0, 1, CHUNK_ROWS, CHUNK_ROWS + 1, 200_000)] == [1, 1, 1, 2, 4]
+
+
+@pytest.fixture(scope="module")
+def spanning() -> tuple[np.ndarray, np.ndarray]:
+    """200,000 rows (4 chunks of 65,536) × k = 2 of CONCEPTS concepts, a few very sparse."""
+    rng = np.random.default_rng(7)
+    n = 200_000
+    weights = np.array([40, 20, 10, 10, 8, 5, 4, 2, 0.5, 0.5])
+    first = rng.choice(CONCEPTS, n, p=weights / weights.sum())
+    second = (first + 1 + rng.integers(0, CONCEPTS - 1, n)) % CONCEPTS
+    concepts = np.stack([first, second], axis=1)
+    activations = rng.gamma(2.0, 0.5, (n, 2)).astype(np.float32)
+    activations[::997, 0] = rng.random(len(activations[::997])) * 1e-6  # float16 subnormals
+    return concepts, activations
+
+
+def test_postings_spanning_several_chunks_round_trip(
+    spanning, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Written block by block (blocks smaller than a concept, runs cut inside chunks), the
+    compact postings give back csr_from_runs' rows exactly and its values to float16, their
+    chunk table is the definition's, and verification (in check chunks that cut concepts and
+    65,536-row chunks) finds nothing."""
+    monkeypatch.setattr(postings_writer, "MERGE_BLOCK", 30_011)
+    monkeypatch.setattr(postings, "CHECK_CHUNK", 40_009)
+    concepts, activations = spanning
+    n = len(concepts)
+    cuts = [0, 1, 65_535, 70_000, 131_073, n]
+    runs = [
+        shard_postings(concepts[a:b], activations[a:b], a, CONCEPTS)
+        for a, b in itertools.pairwise(cuts)
+    ]
+    indptr, rows, values = csr_from_runs(runs, CONCEPTS)
+    stored = write_postings(tmp_path / "v", runs, rows=n)
+    assert stored.stored_rows.dtype == np.uint16 and stored.stored_values.dtype == np.float16
+    assert stored.chunks.shape == (CONCEPTS, 5)
+    np.testing.assert_array_equal(stored.indptr, indptr)
+    np.testing.assert_array_equal(stored.chunks, reference_chunks(indptr, rows, n))
+    np.testing.assert_array_equal(stored.rows[:], rows)
+    np.testing.assert_array_equal(stored.values[:], as_stored(values))
+    assert np.abs(stored.values[:] - values).max() <= 2.0**-11 * values.max()
+    for concept in range(CONCEPTS):
+        a, b = indptr[concept], indptr[concept + 1]
+        got_rows, got_values = stored.get(concept)
+        lows = stored.stored_rows[a:b]
+        by_formula = np.repeat(np.arange(4) << 16, np.diff(stored.chunks[concept])) + lows
+        np.testing.assert_array_equal(got_rows, rows[a:b])
+        np.testing.assert_array_equal(by_formula, rows[a:b])
+        np.testing.assert_array_equal(got_values, as_stored(values[a:b]))
+    for a, b in [(0, 0), (65_530, 65_545), (123_456, 345_678), (len(rows) - 3, len(rows))]:
+        np.testing.assert_array_equal(stored.rows[a:b], rows[a:b])  # ranges across concepts
+    wanted = np.array([0, 65_535, 65_536, 131_072, n - 1])
+    found = entries_of_rows(stored.indptr, stored.rows, stored.values, 6, wanted)
+    expected = entries_of_rows(indptr, rows, as_stored(values), 6, wanted)
+    for ours, theirs in zip(found, expected, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    held = (stored.stored_rows, stored.stored_values)
+    assert postings_faults(stored.indptr, *held, n, 2, chunks=stored.chunks) == []
+    assert (tmp_path / "v" / ROWS).stat().st_size == 128 + 2 * len(rows)  # 2 B a row id
+    assert (tmp_path / "v" / VALUES).stat().st_size == 128 + 2 * len(rows)  # 2 B a value
+
+
+def test_an_add_and_a_delete_across_chunks_are_the_merge_of_their_rows(
+    spanning, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(postings_writer, "MERGE_BLOCK", 50_000)
+    concepts, activations = spanning
+    n, old_rows = len(concepts), 100_000
+    old = shard_postings(concepts[:old_rows], activations[:old_rows], 0, CONCEPTS)
+    new = shard_postings(concepts[old_rows:], activations[old_rows:], old_rows, CONCEPTS)
+    base = write_postings(tmp_path / "base", [old], rows=old_rows)
+    (tmp_path / "added").mkdir()
+    writer = PostingsWriter(tmp_path / "added", tmp_path, CONCEPTS, base=base, rows=n)
+    writer.add(new)
+    writer.close()
+    added = Postings(tmp_path / "added")
+    indptr, rows, values = csr_from_runs([old, new], CONCEPTS)
+    np.testing.assert_array_equal(added.indptr, indptr)
+    np.testing.assert_array_equal(added.rows[:], rows)
+    np.testing.assert_array_equal(added.values[:], as_stored(values))
+    np.testing.assert_array_equal(added.chunks, reference_chunks(indptr, rows, n))
+
+    keep = np.ones(n, dtype=bool)
+    keep[np.random.default_rng(1).choice(n, 60_000, replace=False)] = False
+    keep[:70_000] = False  # the first chunk and a half gone: every row moves down a chunk
+    new_row = np.where(keep, np.cumsum(keep) - 1, -1)
+    (tmp_path / "deleted").mkdir()
+    filter_postings(added, new_row, tmp_path / "deleted")
+    deleted = Postings(tmp_path / "deleted")
+    kept = np.flatnonzero(keep)
+    expected = csr_from_runs(
+        [shard_postings(concepts[kept], activations[kept], 0, CONCEPTS)], CONCEPTS
+    )
+    assert sorted(p.name for p in (tmp_path / "deleted").iterdir()) == sorted(FILES)
+    np.testing.assert_array_equal(deleted.indptr, expected[0])
+    np.testing.assert_array_equal(deleted.rows[:], expected[1])
+    np.testing.assert_array_equal(deleted.values[:], as_stored(expected[2]))
+    np.testing.assert_array_equal(
+        deleted.chunks, reference_chunks(expected[0], expected[1], len(kept))
+    )
+    held = (deleted.stored_rows, deleted.stored_values)
+    assert postings_faults(deleted.indptr, *held, len(kept), 2, chunks=deleted.chunks) == []
+
+
+def test_the_older_format_still_reads_and_is_written_compact(tmp_path: Path):
+    """An old CSR (int32 ids, float32 activations, no chunk file) reads through `Postings` as
+    before, verifies, and an add or a delete on it writes the compact format."""
+    concepts, activations = random_codes(60, 3, 5)
+    run = shard_postings(concepts, activations, 0, CONCEPTS)
+    indptr, rows, values = csr_from_runs([run], CONCEPTS)
+    write_old_format(tmp_path / "old", indptr, rows, values)
+    old = Postings(tmp_path / "old")
+    assert old.chunks is None and old.files == (INDPTR, ROWS, VALUES)
+    for concept in range(CONCEPTS):
+        expected_rows, expected_values = brute_force(concepts, activations, concept)
+        got_rows, got_values = old.get(concept)
+        assert got_rows.dtype == np.int64 and got_values.dtype == np.float32
+        np.testing.assert_array_equal(got_rows, expected_rows)
+        np.testing.assert_array_equal(got_values, expected_values)  # float32, not rounded
+    np.testing.assert_array_equal(old.rows[10:100], rows[10:100])
+    assert postings_faults(old.indptr, old.stored_rows, old.stored_values, 60, 3) == []
+
+    (tmp_path / "added").mkdir()
+    writer = PostingsWriter(tmp_path / "added", tmp_path, CONCEPTS, base=old, rows=60)
+    writer.close()  # nothing added: the old postings, rewritten compact
+    (tmp_path / "deleted").mkdir()
+    filter_postings(old, np.arange(60), tmp_path / "deleted")  # nothing deleted
+    for folder in ("added", "deleted"):
+        compact = Postings(tmp_path / folder)
+        assert compact.files == FILES and compact.stored_rows.dtype == np.uint16
+        np.testing.assert_array_equal(compact.rows[:], rows)
+        np.testing.assert_array_equal(compact.values[:], as_stored(values))
+
+
+def test_verification_finds_a_chunk_table_that_disagrees(spanning, tmp_path: Path):
+    concepts, activations = spanning
+    n = len(concepts)
+    stored = write_postings(tmp_path, [shard_postings(concepts, activations, 0, CONCEPTS)], n)
+    indptr, lows, values, chunks = (
+        stored.indptr,
+        np.array(stored.stored_rows),
+        stored.stored_values,
+        stored.chunks,
+    )
+
+    def faults(table=chunks, rows=lows, n_rows=n) -> str:
+        return " | ".join(postings_faults(indptr, rows, values, n_rows, 2, chunks=table))
+
+    assert faults() == ""
+    shifted = chunks.copy()
+    shifted[3, -1] -= 1  # concept 3 ends an entry early
+    assert faults(shifted) == (
+        f"{CHUNKS}: concept 3 spans entries {chunks[3, 0]} .. {chunks[3, -1] - 1}, {INDPTR} "
+        f"says {indptr[3]} .. {indptr[4]}"
+    )
+    crossed = chunks.copy()
+    crossed[2, 2] = crossed[2, 3] + 1  # a chunk's range ends before it begins
+    assert faults(crossed) == f"{CHUNKS}: concept 2's chunk offsets are not monotone"
+    moved = chunks.copy()
+    moved[5, 1:4] = moved[5, 2:5]  # the same counts, every range one chunk early: unsorted
+    assert faults(moved) == f"{ROWS}: rows not strictly increasing within a concept"
+    assert faults(chunks[:, :-1]) == (
+        f"{CHUNKS}: int64 [10, 4], expected int64 [concepts, ⌈rows / 65,536⌉ + 1] = [10, 5]"
+    )
+    assert "⌈rows / 65,536⌉ + 1] = [10, 3]" in faults(n_rows=CHUNK_ROWS * 2)  # rows dropped
+    beyond = lows.copy()
+    last = int(chunks[0, -1]) - 1  # concept 0's last row, in the last chunk
+    beyond[last] = np.uint16(n - 3 * CHUNK_ROWS + 5)
+    assert faults(rows=beyond) == f"{ROWS}: row ids outside [0, {n})"
+    assert faults(rows=lows.astype(np.int32)) == (
+        f"{ROWS}: int32 beside {CHUNKS}, expected the uint16 low bits"
+    )
+    assert postings_faults(indptr, lows, values, n, 2) == [
+        f"{ROWS}: uint16 row ids without {CHUNKS}"
+    ]

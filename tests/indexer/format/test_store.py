@@ -3,8 +3,9 @@ prefix, and reranks the shortlist codes of the shortest (indexer/format/store_re
 
 Against the layout before it (one float32 file per prefix) on the same rows: the same hits at
 every prefix to float16 rounding, fewer bytes, the same verification; adds and deletes equal a
-full build of the same rows; a bundle written the old way (int64 postings, no store record)
-still loads, verifies and serves."""
+full build of the same rows; a bundle written the old way (int64 postings rows, float32
+activations, no chunk table, no store record) still loads, verifies and serves, and a delete
+from it writes the compact postings."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST
-from indexer.format.postings import ROWS, row_dtype
+from indexer.format.postings import CHUNKS, ROWS, VALUES, Postings
 from indexer.format.prefix_index import search_parameters
 from indexer.format.prefixes import exact_top_k
 from indexer.format.store import (
@@ -68,12 +69,6 @@ def test_top_k_merged_block_by_block_is_the_exact_top_k():
     np.testing.assert_allclose(best[0], expected_scores, rtol=0, atol=1e-6)
 
 
-def test_postings_rows_take_the_narrowest_integer_type():
-    assert row_dtype(600) == np.int32 and row_dtype(2**31) == np.int32
-    assert row_dtype(2**31 + 1) == np.uint32 and row_dtype(2**32) == np.uint32
-    assert row_dtype(2**32 + 1) == np.int64
-
-
 @pytest.fixture(scope="module")
 def layouts(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bundle]:
     """The same rows built the old way (a file per prefix), with each store dtype (a gallery
@@ -98,7 +93,9 @@ def test_a_small_store_bundle_keeps_no_file_of_its_own_for_any_prefix(layouts):
     assert not {f for f in files if f.startswith("prefix_")}
     assert new.manifest.store["dtype"] == "float16"
     assert old.manifest.store is None and not any(p.store for p in old.manifest.prefixes)
-    assert np.load(new.path / ROWS, mmap_mode="r").dtype == np.int32
+    assert np.load(new.path / ROWS, mmap_mode="r").dtype == np.uint16  # compact postings
+    assert np.load(new.path / VALUES, mmap_mode="r").dtype == np.float16
+    assert np.load(new.path / CHUNKS).shape == (new.manifest.postings["concepts"], 2)
     assert sum(f.bytes for f in new.manifest.files.values()) < sum(
         f.bytes for f in old.manifest.files.values()
     )
@@ -194,16 +191,26 @@ def test_add_and_delete_on_a_store_bundle_equal_a_full_build(parts: Parts, tmp_p
 
 def write_the_old_layout(version: Path) -> None:
     """Rewrite a version (built without a store) as the writer before the store wrote it:
-    int64 postings rows, no `store` record in the manifest or its prefix entries."""
-    rows = np.load(version / ROWS)
-    np.save(version / ROWS, rows.astype(np.int64), allow_pickle=False)
+    int64 postings rows, float32 activations, no chunk table, no `store` record in the manifest
+    or its prefix entries."""
+    postings = Postings(version)
+    rows, values = postings.rows[:], postings.values[:]
+    del postings
+    np.save(version / ROWS, rows, allow_pickle=False)
+    np.save(version / VALUES, values, allow_pickle=False)
+    (version / CHUNKS).unlink()
     manifest = json.loads((version / MANIFEST).read_text())
     manifest.pop("store")
     for entry in manifest["prefixes"]:
         entry.pop("store")
         entry.pop("rerank")
-    record = manifest["files"][ROWS]
-    record["sha256"], record["bytes"] = sha256_file(version / ROWS), (version / ROWS).stat().st_size
+    del manifest["files"][CHUNKS]
+    for name in (ROWS, VALUES):
+        record = manifest["files"][name]
+        record["sha256"], record["bytes"] = (
+            sha256_file(version / name),
+            (version / name).stat().st_size,
+        )
     (version / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
@@ -213,6 +220,8 @@ def test_a_bundle_written_before_the_store_still_loads_verifies_and_serves(
     version = Path(inputs.build(tmp_path / "old", store="none").path)
     write_the_old_layout(version)
     assert np.load(version / ROWS, mmap_mode="r").dtype == np.int64
+    assert np.load(version / VALUES, mmap_mode="r").dtype == np.float32
+    assert not (version / CHUNKS).exists()
     assert "store" not in json.loads((version / MANIFEST).read_text())
     assert verify_bundle(version, cache_dir=inputs.cache, sample=16).faults == []
     old = Bundle.open_version(version).load()
@@ -226,6 +235,13 @@ def test_a_bundle_written_before_the_store_still_loads_verifies_and_serves(
     rows, values = old.postings(concept)
     assert rows.dtype == np.int64 and (np.diff(rows) > 0).all() and len(rows) == len(values)
     np.testing.assert_array_equal(rows, layouts["float16"].postings(concept)[0])
+    gone = int(rows[1])
+    delete_rows(DeleteConfig(bundles=tmp_path / "old", ids=tuple(old.ids([gone]))))
+    new = Bundle.open(tmp_path / "old")
+    assert CHUNKS in new.manifest.files and new._postings.stored_rows.dtype == np.uint16
+    assert verify_bundle(new.path, sample=0).faults == []
+    kept = rows[rows != gone]
+    np.testing.assert_array_equal(new.postings(concept)[0], kept - (kept > gone))
 
 
 def test_index_info_prints_bytes_per_row_per_part(layouts, strata_main):

@@ -30,6 +30,7 @@ EXPECTED = {
     "flipped byte: prefix index": ("checksum", "prefix_4.faiss: checksum mismatch"),
     "flipped byte: postings indptr": ("checksum", "postings_indptr.npy: checksum mismatch"),
     "flipped byte: postings rows": ("checksum", "postings_rows.npy: checksum mismatch"),
+    "flipped byte: postings chunks": ("checksum", "postings_chunks.npy: checksum mismatch"),
     "flipped byte: postings values": ("checksum", "postings_values.npy: checksum mismatch"),
     "flipped byte: ids": ("checksum", "ids.parquet: checksum mismatch"),
     "flipped byte: artifact weights": (
@@ -38,7 +39,7 @@ EXPECTED = {
     ),
     "flipped byte: artifact manifest": ("checksum", "artifacts/cedar/manifest.json: checksum"),
     "truncated: prefix index": ("size", "prefix_4.faiss: 4822 bytes, manifest says 9645"),
-    "truncated: postings rows": ("size", "postings_rows.npy: 4864 bytes, manifest says 9728"),
+    "truncated: postings rows": ("size", "postings_rows.npy: 2464 bytes, manifest says 4928"),
     "truncated: ids": ("size", "ids.parquet: 2421 bytes"),
     "flipped byte: manifest": ("manifest", "manifest.json"),
     "manifest edited: rows + 1": ("rows", "prefix_4.faiss: manifest lists 600 rows, bundle 601"),
