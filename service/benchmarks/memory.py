@@ -111,7 +111,9 @@ def strata_search(bundle: Bundle, planner: Planner, length: int) -> tuple[Callab
     if choice is None:
         return (lambda q: bundle.search_prefix(length, q[None, :], K + 1)[1][0]), "direct"
     s, f = choice.shortlist_prefix, choice.factor
-    return (lambda q: planner.funnel(s, f, q[None, :], length, K + 1)[1][0]), f"funnel S={s} F={f}"
+    wider = f" ({choice.shortlist_search})" if choice.shortlist_search else ""
+    plan = f"funnel S={s} F={f}{wider}"
+    return (lambda q: planner.funnel(s, f, q[None, :], length, K + 1)[1][0]), plan
 
 
 def reranks_per_query(bundle: Bundle, planner: Planner, length: int) -> int:
