@@ -103,7 +103,9 @@ def info(
         f"on disk      {format_bytes(sum(f.bytes for f in manifest.files.values()))}"
     )
     shared = manifest.store
-    typer.echo(f"store        {'none' if shared is None else shared['dtype']} (bytes per row:)")
+    kind = "none" if shared is None else shared["dtype"]
+    where = ", on disk: read through mmap for reranks" if (shared or {}).get("on_disk") else ""
+    typer.echo(f"store        {kind}{where} (bytes per row:)")
     typer.echo("\n".join(footprint_lines(manifest)))
     typer.echo("prefixes")
     for p in manifest.prefixes:

@@ -262,3 +262,28 @@ def test_index_info_prints_bytes_per_row_per_part(layouts, strata_main):
     assert ["store", "float16", "(bytes", "per", "row:)"] in lines
     row = next(w for w in lines if len(w) == 3 and w[0] == "store")
     assert float(row[1]) == pytest.approx(parts["store"].disk / rows, abs=0.1)
+
+
+def test_a_store_on_disk_is_counted_on_disk_not_resident(inputs: Inputs, strata_main, tmp_path):
+    from indexer.format.footprint import footprint
+
+    out = tmp_path / "bundles"
+    built = strata_main(*inputs.args(out, "--store-on-disk"))
+    assert built.returncode == 0, built.stderr
+    bundle = Bundle.open(out).load()
+    assert bundle.manifest.store["on_disk"] and bundle.store.on_disk
+    parts = {p.name: p for p in footprint(bundle.manifest)}
+    assert parts["store"].resident == 0 and parts["store"].disk > bundle.rows * bundle.dim
+    assert parts["postings"].resident == parts["postings"].disk > 0
+    info = strata_main("index", "info", "--bundles", str(out))
+    lines = [line.split() for line in info.stdout.splitlines()]
+    assert "store        int8, on disk: read through mmap for reranks (bytes per row:)" in (
+        info.stdout
+    )
+    store_row = next(w for w in lines if len(w) == 3 and w[0] == "store")
+    assert float(store_row[2]) == 0.0  # part, disk B/row, resident B/row
+    refused = strata_main(*inputs.args(tmp_path / "none", "--store", "none", "--store-on-disk"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "strata: error: --store-on-disk needs a store: --store int8 or float16"
+    )
