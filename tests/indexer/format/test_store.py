@@ -287,3 +287,24 @@ def test_a_store_on_disk_is_counted_on_disk_not_resident(inputs: Inputs, strata_
     assert refused.stderr.strip() == (
         "strata: error: --store-on-disk needs a store: --store int8 or float16"
     )
+
+
+def test_add_and_delete_keep_codes_reranked_from_the_store(parts: Parts, tmp_path: Path):
+    out = tmp_path / "bundles"
+    shortest = min(Bundle.open(parts.build("A", tmp_path / "probe").path).prefix_lengths)
+    codes = (f"{shortest}={SHORTLIST_RULE.kind}",)
+    parts.build("A", out, index_types=codes)
+    add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
+    added = Bundle.open(out).load()
+    entry = added.manifest.prefix(shortest)
+    assert entry.rerank and isinstance(added.index(shortest), StoreRerank)
+    assert added.index(shortest).ntotal == added.rows == added.store.rows
+    assert verify_bundle(added.path, sample=16).faults == []
+    x = EmbeddingCache.open(parts.caches["B"]).embeddings("image")[::7].astype(np.float32)
+    _, found = added.search(x, shortest, 10)
+    _, scanned = added.store.scan(prefix_vectors(added.rotate(x), shortest), shortest, 10)
+    assert neighbour_recall(found, scanned) >= 0.9  # the added rows are found through the codes
+    delete_rows(DeleteConfig(bundles=out, ids=tuple(parts.b_ids)))
+    back = Bundle.open(out).load()
+    assert back.index(shortest).ntotal == back.rows and back.manifest.prefix(shortest).rerank
+    assert verify_bundle(back.path, sample=16).faults == []
