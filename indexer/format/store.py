@@ -178,11 +178,24 @@ class VectorStore:
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def block(self, start: int, stop: int, length: int) -> np.ndarray:
-        """p̂_L of rows [start, stop), float32."""
-        taken = self.codes[start:stop]
-        if length in self.lengths:
-            return heads(taken, length, self.norms[start:stop, self.lengths.index(length)])
-        return heads(taken, length)
+        """p̂_L of rows [start, stop), float32 (a store on disk then lets their pages go)."""
+        decoded = heads(self.codes[start:stop], length, self._block_norms(start, stop, length))
+        if self.on_disk:
+            self.release(start, stop)
+        return decoded
+
+    def _block_norms(self, start: int, stop: int, length: int) -> np.ndarray | None:
+        if length not in self.lengths:
+            return None
+        return np.asarray(self.norms[start:stop, self.lengths.index(length)], np.float32)
+
+    def release(self, start: int, stop: int) -> None:
+        """Drop rows [start, stop) from this process's resident set (MADV_DONTNEED on their
+        pages: the page cache may keep them, a later read faults them back in), so that a pass
+        over a store on disk — tuning's exact truth, a funnel's calibration, a filtered scan —
+        leaves none of it resident."""
+        for array in (self.codes, self.norms):
+            release_rows(array, start, stop)
 
     def block_scores(self, start: int, stop: int, length: int, queries: np.ndarray) -> np.ndarray:
         """s_L of rows [start, stop) against unit queries [Q, L], float32 [Q, stop − start]:
@@ -207,6 +220,8 @@ class VectorStore:
         for start in range(0, self.rows, block):
             stop = min(start + block, self.rows)
             scores = self.block_scores(start, stop, length, q)
+            if self.on_disk:
+                self.release(start, stop)
             rows = np.arange(start, stop, dtype=np.int64)
             if allowed is not None:
                 mask = np.asarray(allowed[start:stop], dtype=bool)
@@ -221,6 +236,21 @@ def advise_random(array: np.ndarray) -> None:
     mapped = getattr(array, "_mmap", None)
     if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
         mapped.madvise(mmap.MADV_RANDOM)
+
+
+def release_rows(array: np.ndarray, start: int, stop: int) -> None:
+    """MADV_DONTNEED on the pages holding rows [start, stop) of a memory-mapped array (np.load's
+    memmap: its data begins `offset` bytes into the file, which its mmap starts at the
+    allocation granularity below), where the platform has madvise; else nothing."""
+    mapped = getattr(array, "_mmap", None)
+    if mapped is None or not hasattr(mmap, "MADV_DONTNEED") or stop <= start:
+        return
+    begin = int(getattr(array, "offset", 0)) % mmap.ALLOCATIONGRANULARITY
+    row = array.strides[0]
+    low = (begin + start * row) // mmap.PAGESIZE * mmap.PAGESIZE
+    high = min(len(mapped), -(-(begin + stop * row) // mmap.PAGESIZE) * mmap.PAGESIZE)
+    if high > low:
+        mapped.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
 @dataclass

@@ -308,3 +308,23 @@ def test_add_and_delete_keep_codes_reranked_from_the_store(parts: Parts, tmp_pat
     back = Bundle.open(out).load()
     assert back.index(shortest).ntotal == back.rows and back.manifest.prefix(shortest).rerank
     assert verify_bundle(back.path, sample=16).faults == []
+
+
+def test_a_pass_over_a_store_on_disk_lets_its_pages_go_and_reads_the_same(layouts):
+    """Scans and blocks of a store on disk drop the pages they read (MADV_DONTNEED) and
+    answer as the same store held in RAM does, before and after."""
+    from indexer.format.store import VectorStore
+
+    held = layouts["int8"]
+    record = {**held.manifest.store, "on_disk": True}
+    on_disk = VectorStore(held.path, record)
+    queries = gaussian_unit_rows(3, held.dim, 5)
+    for length in held.store.lengths:
+        q = prefix_vectors(queries, length)
+        for _ in range(2):  # the second pass faults the released pages back in
+            np.testing.assert_array_equal(
+                on_disk.scan(q, length, 7)[1], held.store.scan(q, length, 7)[1]
+            )
+            np.testing.assert_array_equal(
+                on_disk.block(3, 40, length), held.store.block(3, 40, length)
+            )
