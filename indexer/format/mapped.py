@@ -21,9 +21,12 @@ in Strata reopens a published file for writing.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
 
 from training.core.errors import InputError
 from training.core.files import recorded_mismatch
@@ -61,3 +64,26 @@ def check_mapped_files(
             f"{mismatch.what} {mismatch.found}{unit}, the manifest records "
             f"{mismatch.expected}{unit} (changed since the version was written; {verify})"
         )
+
+
+def advise_random(array: np.ndarray) -> None:
+    """Tell the kernel a memory-mapped array is read at random (MADV_RANDOM: a page fault reads
+    its page, not the pages after it), where the platform has madvise."""
+    mapped = getattr(array, "_mmap", None)
+    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+
+
+def release_rows(array: np.ndarray, start: int, stop: int) -> None:
+    """MADV_DONTNEED on the pages holding rows [start, stop) of a memory-mapped array (np.load's
+    memmap: its data begins `offset` bytes into the file, which its mmap starts at the
+    allocation granularity below), where the platform has madvise; else nothing."""
+    mapped = getattr(array, "_mmap", None)
+    if mapped is None or not hasattr(mmap, "MADV_DONTNEED") or stop <= start:
+        return
+    begin = int(getattr(array, "offset", 0)) % mmap.ALLOCATIONGRANULARITY
+    row = array.strides[0]
+    low = (begin + start * row) // mmap.PAGESIZE * mmap.PAGESIZE
+    high = min(len(mapped), -(-(begin + stop * row) // mmap.PAGESIZE) * mmap.PAGESIZE)
+    if high > low:
+        mapped.madvise(mmap.MADV_DONTNEED, low, high - low)

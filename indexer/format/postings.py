@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.format import dtype_to_descr, write_array_header_1_0
 
+from indexer.format.mapped import release_rows
 from training.core.files import HashedFile
 
 INDPTR, ROWS, VALUES = "postings_indptr.npy", "postings_rows.npy", "postings_values.npy"
@@ -411,6 +412,8 @@ def postings_faults(
         if not np.isfinite(vals).all() or (vals < 0).any():
             faults.append(f"{VALUES}: activations must be finite and ≥ 0")
             break
+        for mapped in (rows, values):  # a check reads each page once: none stays resident
+            release_rows(mapped, start, start + CHECK_CHUNK)
     if not faults and (per_row != k).any():
         bad = int(np.flatnonzero(per_row != k)[0])
         faults.append(f"{ROWS}: row {bad} appears {per_row[bad]} times, expected k = {k}")

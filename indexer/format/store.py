@@ -26,7 +26,6 @@ read-only, a bundle's after checking them against the manifest (indexer/format/m
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.format.mapped import Recorded, check_mapped_files
+from indexer.format.mapped import Recorded, advise_random, check_mapped_files, release_rows
 from indexer.format.postings import NpyStream
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
@@ -228,29 +227,6 @@ class VectorStore:
                 scores, rows = scores[:, mask], rows[mask]
             best = merge_top_k(best, scores, rows, k)
         return pad(*best, k)
-
-
-def advise_random(array: np.ndarray) -> None:
-    """Tell the kernel a memory-mapped array is read at random (MADV_RANDOM: a page fault reads
-    its page, not the pages after it), where the platform has madvise."""
-    mapped = getattr(array, "_mmap", None)
-    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
-        mapped.madvise(mmap.MADV_RANDOM)
-
-
-def release_rows(array: np.ndarray, start: int, stop: int) -> None:
-    """MADV_DONTNEED on the pages holding rows [start, stop) of a memory-mapped array (np.load's
-    memmap: its data begins `offset` bytes into the file, which its mmap starts at the
-    allocation granularity below), where the platform has madvise; else nothing."""
-    mapped = getattr(array, "_mmap", None)
-    if mapped is None or not hasattr(mmap, "MADV_DONTNEED") or stop <= start:
-        return
-    begin = int(getattr(array, "offset", 0)) % mmap.ALLOCATIONGRANULARITY
-    row = array.strides[0]
-    low = (begin + start * row) // mmap.PAGESIZE * mmap.PAGESIZE
-    high = min(len(mapped), -(-(begin + stop * row) // mmap.PAGESIZE) * mmap.PAGESIZE)
-    if high > low:
-        mapped.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
 @dataclass

@@ -70,20 +70,30 @@ def strata(*args: str) -> list[str]:
 
 
 def build(work: Path) -> dict:
-    """`strata index build --store-on-disk` in a child: seconds and the child's peak RSS."""
+    """`strata index build --store-on-disk` in a child: seconds, the child's peak RSS
+    (getrusage), and the peaks of its anonymous and file-backed parts (/proc, once a second)."""
     started = time.perf_counter()
-    subprocess.run(
+    child = subprocess.Popen(
         strata(
             "index", "build", "--cache", str(work / "cache"), "--grasp", str(work / "grasp"),
             "--cedar", str(work / "cedar"), "--out", str(work / "bundles"), "--store-on-disk",
             "--no-progress",
-        ),
-        check=True,
+        )
     )  # fmt: skip
+    peaks = {"RssAnon": 0.0, "RssFile": 0.0}
+    while child.poll() is None:
+        status = memory_status(Path(f"/proc/{child.pid}/status"))
+        for name in peaks:
+            peaks[name] = max(peaks[name], status.get(name, 0.0))
+        time.sleep(1.0)
+    if child.returncode != 0:
+        raise SystemExit(f"scale: the build failed (exit {child.returncode})")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     return {
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_gib": round(peak / 2**30, 2),
+        "peak_rss_anon_gib": peaks["RssAnon"],
+        "peak_rss_file_gib": peaks["RssFile"],
     }
 
 
@@ -98,10 +108,14 @@ def drop_page_cache(folder: Path) -> None:
                 os.close(fd)
 
 
-def memory_status() -> dict:
-    """This process's RSS split, GiB (/proc/self/status)."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+def memory_status(status: Path = Path("/proc/self/status")) -> dict:
+    """A process's RSS split, GiB (/proc/PID/status; this process's by default)."""
+    fields: dict[str, float] = {}
+    try:
+        text = status.read_text()
+    except OSError:  # the process has just ended
+        return fields
+    for line in text.splitlines():
         name, _, value = line.partition(":")
         if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
             fields[name] = round(int(value.split()[0]) * 1024 / 2**30, 3)
