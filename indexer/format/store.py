@@ -188,11 +188,12 @@ class VectorStore:
             return None
         return np.asarray(self.norms[start:stop, self.lengths.index(length)], np.float32)
 
-    def release(self, start: int, stop: int) -> None:
-        """Drop rows [start, stop) from this process's resident set (MADV_DONTNEED on their
-        pages: the page cache may keep them, a later read faults them back in), so that a pass
-        over a store on disk — tuning's exact truth, a funnel's calibration, a filtered scan —
-        leaves none of it resident."""
+    def release(self, start: int = 0, stop: int | None = None) -> None:
+        """Drop rows [start, stop) (default: all) from this process's resident set
+        (MADV_DONTNEED on their pages: the page cache may keep them, a later read faults them
+        back in), so that a pass over a store on disk — tuning's exact truth and its ladders, a
+        funnel's calibration, a filtered scan — leaves none of it resident."""
+        stop = self.rows if stop is None else stop
         for array in (self.codes, self.norms):
             release_rows(array, start, stop)
 

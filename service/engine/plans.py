@@ -99,6 +99,8 @@ class Planner:
             targets |= {p.length for p in bundle.manifest.prefixes if p.store}
         for length in sorted(targets):
             self._calibrate(length)
+        if bundle.store is not None and bundle.store.on_disk:
+            bundle.store.release()  # the calibration's scans and reranks held none of it
 
     def exact(self, length: int) -> ExactRows | None:
         if length not in self._exact:
