@@ -39,7 +39,7 @@ import faiss
 import numpy as np
 
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, search_parameters
-from indexer.format.store import StoreIndex
+from indexer.format.store import StoreIndex, VectorStore
 from indexer.format.store_rerank import StoreRerank
 from training.core.metrics import neighbour_recall, prefix_vectors
 
@@ -52,6 +52,7 @@ RECALL_CEILING = 0.999  # a ladder stops at the first setting that reaches this
 PLATEAU = 0.001  # ... or when two steps in a row gain less recall than this
 LATENCY_QUERIES = 64  # queries timed one at a time per setting (median)
 EXACT_BLOCK = 65_536  # rows scored per block by the brute-force search
+RELEASE_QUERIES = 16  # queries between two releases of a store on disk (measure)
 
 EF_LADDER = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 K_FACTORS = (1, 2, 4, 8, 16)
@@ -198,11 +199,19 @@ def ladders(index: faiss.Index | StoreRerank) -> list[list[str]]:
 def measure(
     index: faiss.Index, setting: str, queries: np.ndarray, selves: np.ndarray, exact: np.ndarray
 ) -> OperatingPoint:
-    """Recall@k of one setting (one batched search) and its median single-query latency."""
+    """Recall@k of one setting (batched searches) and its median single-query latency. Codes
+    reranked from a store on disk let the store go every RELEASE_QUERIES queries, outside the
+    timing: with the page cache's large folios a rerank maps far more than its rows, and a
+    ladder's reranks would otherwise map most of the store."""
     k = exact.shape[1]
     apply_search_parameters(index, setting)
-    _, found = index.search(queries, k + 1)
-    answers = drop_self(found, selves, k)
+    store = index.exact.store if isinstance(index, StoreRerank) else None
+    step = RELEASE_QUERIES if store is not None and store.on_disk else len(queries)
+    found = []
+    for start in range(0, len(queries), step):
+        found.append(index.search(queries[start : start + step], k + 1)[1])
+        let_go(store)
+    answers = drop_self(np.concatenate(found), selves, k)
     per_query = np.array(
         [neighbour_recall(a[None], e[None]) for a, e in zip(answers, exact, strict=True)]
     )
@@ -210,14 +219,21 @@ def measure(
     low = recall - 2 * float(per_query.std()) / np.sqrt(len(per_query))
     params = search_parameters(index, setting)
     times = []
-    for query in queries[:LATENCY_QUERIES]:
+    for number, query in enumerate(queries[:LATENCY_QUERIES], start=1):
         started = time.perf_counter()
         index.search(query[None, :], k + 1, params=params)
         times.append(time.perf_counter() - started)
-    if isinstance(index, StoreRerank) and index.exact.store.on_disk:
-        index.exact.store.release()  # a ladder's reranks touch most pages of a store on disk
+        if number % step == 0:
+            let_go(store)
+    let_go(store)
     ms = round(float(np.median(times)) * 1e3, 4)
     return OperatingPoint(setting, round(recall, 4), ms, round(low, 4))
+
+
+def let_go(store: VectorStore | None) -> None:
+    """Drop a store on disk from this process's resident set (VectorStore.release)."""
+    if store is not None and store.on_disk:
+        store.release()
 
 
 def climb(measured: Callable[[str], OperatingPoint], ladder: Sequence[str]) -> list[OperatingPoint]:

@@ -117,6 +117,8 @@ def verify_bundle(
     check_ids(path, manifest, intact, report.faults)
     if consistency > 0:
         check_prefix_consistency(manifest, indexes, consistency, seed, report.faults)
+        if store is not None and store.on_disk:
+            store.release()  # the sample's pages: large folios map far more than its rows
     artifacts = check_artifacts(path, manifest, intact, report.faults)
     if sample > 0 and artifacts is not None and IDS in intact:
         postings_ok = all(name in intact for name in postings_files(manifest))

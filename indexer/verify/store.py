@@ -56,6 +56,8 @@ def check_store(
         faults.append(Fault("index", str(exc)))
         return None
     found = store_faults(store, manifest.rows, manifest.dim, rows)
+    if store.on_disk:
+        store.release()  # the sample's pages (large folios map far more than its rows)
     faults.extend(found)
     return None if found else store
 
