@@ -79,15 +79,12 @@ class Planner:
         self.config = config or FunnelConfig()
         self.rows = bundle.rows
         self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
-        # shortlist candidates: the prefixes with an index of their own (codes reranked from
-        # the store shortlist as codes: the funnel reranks), and the shortest in any case (a
-        # scan of the store at S reads S/L of the floats of a scan at L)
-        own = {p.length for p in bundle.manifest.prefixes if not p.store}
+        # shortlist candidates: every prefix (codes reranked from the store shortlist as codes:
+        # the funnel reranks; a prefix the store serves is a scan of S/L of the floats of a scan
+        # at L), the calibration's cost model ordering them (funnel.shortlist_floats)
         shortest = min(self.indexes)
         self.shortlists = {
-            n: i.base if isinstance(i, StoreRerank) else i
-            for n, i in self.indexes.items()
-            if n in own or n == shortest
+            n: i.base if isinstance(i, StoreRerank) else i for n, i in self.indexes.items()
         }
         self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
         self._exact: dict[int, ExactRows | None] = {}
@@ -97,6 +94,8 @@ class Planner:
         targets = {contract[g] for g in self.config.targets}
         if bundle.store is not None:  # a direct search there is a scan of the store: funnel it
             targets |= {p.length for p in bundle.manifest.prefixes if p.store}
+            targets.discard(shortest)
+            self.direct_reasons[shortest] = "auto: the shortest prefix, none below to shortlist"
         for length in sorted(targets):
             self._calibrate(length)
         if bundle.store is not None and bundle.store.on_disk:
