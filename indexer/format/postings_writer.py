@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
+from indexer.format.npy_stream import NpyStream
 from indexer.format.postings import (
     CHECK_CHUNK,
     CHUNK_BITS,
@@ -35,7 +36,6 @@ from indexer.format.postings import (
     ROWS,
     VALUE_DTYPE,
     VALUES,
-    NpyStream,
     PostingRun,
     Postings,
     RunReader,

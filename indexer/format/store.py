@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from indexer.format.mapped import Recorded, advise_random, check_mapped_files, release_rows
-from indexer.format.postings import NpyStream
+from indexer.format.npy_stream import NpyStream
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
 

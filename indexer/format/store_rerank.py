@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import faiss
 import numpy as np
@@ -120,9 +119,3 @@ def split_k_factor(parameters: str) -> tuple[str, float | None]:
         else:
             kept.append(item)
     return ",".join(kept), factor
-
-
-def ivf_of(index: Any) -> faiss.IndexIVF | None:
-    """The IVF inside an index or inside a StoreRerank's codes (None: not an IVF)."""
-    base = index.base if isinstance(index, StoreRerank) else index
-    return faiss.try_extract_index_ivf(faiss.downcast_index(base))
