@@ -7,7 +7,7 @@ whatever the chosen index types hold in RAM — see indexer/format/index_plan.py
     z           = (x − mean_G) @ R_Gᵀ                          one matmul (GraSP-VL)
     p_L         = z[:, :L] / ‖z[:, :L]‖  for each prefix L      → prefix_{L}.faiss
     (by default a shared store: p_D once as int8 (or float16) + head norms → store_vectors.npy,
-     store_norms.npy; a Flat prefix then has no file: `store_served`, and the shortest prefix
+     store_norms.npy; a Flat prefix then has no file (`PrefixPlan.store`), and the shortest prefix
      of a large gallery is compressed codes reranked from it; `--store none`: a file a prefix)
     (c, a)      = the k active concepts of each row (CEDAR)     → concept postings
     metadata    the shard's rows, in order                      → ids.parquet
@@ -58,7 +58,7 @@ from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.versions.crashpoints import check_crash_setting
 from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.format.ids import IDS, IdsWriter, unified_schema
-from indexer.format.index_plan import STORE_REASON, PrefixPlan
+from indexer.format.index_plan import PrefixPlan
 from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import default_search_parameters
 from indexer.format.prefix_writers import gpu_available, open_writer, train_index
@@ -122,14 +122,6 @@ def training_sample(
     return reservoir.sample()
 
 
-def store_served(plans: list[PrefixPlan], store: str) -> set[int]:
-    """The prefixes a bundle with a store serves from it: every in-RAM Flat one (an exact scan
-    of the store's heads; the shortest too, in a gallery too small for shortlist codes)."""
-    if store == "none":
-        return set()
-    return {p.length for p in plans if p.factory == "Flat" and not p.ondisk}
-
-
 def write_version(
     staging: Path,
     version: int,
@@ -152,8 +144,7 @@ def write_version(
         for p in inputs.plans
         if p.needs_training and sample is not None
     }
-    served = store_served(inputs.plans, config.store)
-    planned_in = {p.length for p in inputs.plans if p.reason == STORE_REASON}  # says so already
+    served = {p.length for p in inputs.plans if p.store}
     writers: list = [
         open_writer(p, staging, rows, writer.work, trained.get(p.length))
         for p in inputs.plans
@@ -194,9 +185,8 @@ def write_version(
                 kind=p.kind,
                 ondisk=p.ondisk,
                 search=default_search_parameters(p.factory, p.length),
-                reason=p.reason
-                + ("; served from the shared store" if p.length in served - planned_in else ""),
-                store=p.length in served,
+                reason=p.reason,
+                store=p.store,
                 rerank=p.rerank,
             )
             for p in inputs.plans

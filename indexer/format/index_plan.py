@@ -97,7 +97,7 @@ RULES: tuple[IndexRule, ...] = (
 )
 
 
-# a prefix the shared store serves: Flat, no file of its own (indexer.build.full.store_served)
+# a prefix the shared store serves: Flat, no file of its own (PrefixPlan.store)
 STORE_RULE = IndexRule("flat", "Flat", fits_budget=False)
 STORE_REASON = "served from the shared store"
 # the shortest prefix of a gallery past SMALL_GALLERY rows, with a store: compressed codes (one
@@ -123,6 +123,7 @@ class PrefixPlan:
     ondisk: bool
     reason: str
     rerank: bool = False  # codes reranked from the shared store
+    store: bool = False  # served from the shared store: Flat in RAM, no file of its own
 
     @property
     def file(self) -> str:
@@ -181,7 +182,7 @@ def plan_indexes(
     """One plan per prefix of the contract: the override if given, else the first rule that
     applies (the table's last row must apply always). With a shared store (`store`), a prefix
     no override names is Flat, which the store serves (no file of its own:
-    indexer.build.full.store_served) whatever the row count, except the shortest past
+    PrefixPlan.store) whatever the row count, except the shortest past
     SMALL_GALLERY rows: compressed shortlist codes reranked from the store (SHORTLIST_RULE),
     which the funnels of the longer prefixes shortlist from."""
     overrides = dict(overrides or {})
@@ -210,8 +211,11 @@ def plan_indexes(
                 "--store int8 or float16"
             )
         factory = fill_factory(rule.factory, rows, length)
+        served = store and factory == "Flat" and not rule.ondisk  # an override's Flat too
+        if served and reason != STORE_REASON:
+            reason += "; served from the shared store"
         plan = PrefixPlan(
-            length, granularity, rule.kind, factory, rule.ondisk, reason, rerank=rule.rerank
+            length, granularity, rule.kind, factory, rule.ondisk, reason, rule.rerank, served
         )
         new_index(plan.factory, length)  # refuse what FAISS cannot build before any work
         plans.append(plan)
