@@ -67,7 +67,14 @@ from indexer.versions.publish import Publisher
 from indexer.versions.release import release_version
 from indexer.build.sampling import Reservoir
 from indexer.build.shard_step import ShardSource
-from indexer.format.store import VECTORS, StoreWriter, store_record
+from indexer.format.store import (
+    VECTORS,
+    StoreWriter,
+    block_ends,
+    block_rotation,
+    store_record,
+    write_rotation,
+)
 from indexer.verify.check import verify_bundle
 from indexer.build.version_writer import VersionWriter
 from indexer.versions.bundle_store import BundleStore
@@ -151,13 +158,18 @@ def write_version(
         if p.length not in served
     ]
     lengths = [p.length for p in inputs.plans]
+    rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store.py)
     store = (
         None
         if config.store == "none"
-        else store_record(config.store, lengths, on_disk=config.store_on_disk)
+        else store_record(config.store, lengths, on_disk=config.store_on_disk, rotated=rotated)
     )
     if store is not None:
-        writers.append(StoreWriter(staging, rows, inputs.grasp.dim, lengths, config.store))
+        dim = inputs.grasp.dim
+        rotation = block_rotation(block_ends(lengths, dim), config.seed) if rotated else None
+        writers.append(StoreWriter(staging, rows, dim, lengths, config.store, rotation=rotation))
+        if rotation is not None:
+            writer.record(write_rotation(staging, rotation), None)
     n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words
     postings = PostingsWriter(staging, writer.work, n_concepts, rows=rows)
     schema = unified_schema(cache.metadata_schema(shard) for shard in cache.manifest.shards)

@@ -12,9 +12,22 @@ renormalisation divides out). So a Flat prefix, an exact rerank at any L (the fu
 filtered exact scan all read the one store; prefixes that need a structure of their own (an
 ANN shortlist: HNSW, IVF) keep their index file beside it.
 
-Codes: `float16` rounds each coordinate (relative error ≤ 2⁻¹¹); `int8` scales each row so that
-its largest coordinate is ±127 and rounds (the per-row scale needs no storing: the
-renormalisation divides it out). The stored norms are those of the codes, so p̂_L is unit.
+Codes: `float16` rounds each coordinate (relative error ≤ 2⁻¹¹). `int8` is rotational scalar
+quantization by blocks. The contract's prefixes cut a row into blocks [0, L₁), [L₁, L₂), …,
+[L_P, D); each block is turned by its own random orthogonal matrix (one block-diagonal R,
+kept in
+
+    store_rotation.npy  float32 [D, D]         R, block-diagonal, orthogonal
+    store_scales.npy    float32 [N, B]         s_b(x), block b's step: its largest |y| / 127
+
+so y = p_D(x) R spreads each block's energy evenly over its coordinates), and each block of y is
+rounded on its own 8-bit grid, c_b = round(y_b / s_b). A head ends on a block's end, so its
+inner products are those of the rotated heads, (q R_L) · (c s)_L, with no decoding back; and
+the blocks of small variance (the late coordinates of a GraSP-VL rotation) get a grid of their
+own instead of the largest coordinate's. Against one scale per row (an int8 store written
+before, still read: its record names no rotation) this halves the quantization's misses at
+recall@10 (indexer/benchmarks/store_codes.py). The stored norms are those of the decoded heads,
+so p̂_L is unit.
 
 `StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
 bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
@@ -39,6 +52,7 @@ from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
 
 VECTORS, NORMS = "store_vectors.npy", "store_norms.npy"
+SCALES, ROTATION = "store_scales.npy", "store_rotation.npy"
 FILES = (VECTORS, NORMS)
 DTYPES = {"float16": np.dtype("<f2"), "int8": np.dtype("i1")}
 # |p̂_L − p_L| a stored head may differ from the exact one by, per coordinate (verify)
@@ -60,8 +74,66 @@ def check_dtype(dtype: str) -> np.dtype:
 # --- the arithmetic (pure) --------------------------------------------------------------------
 
 
+def block_ends(lengths: Sequence[int], dim: int) -> tuple[int, ...]:
+    """Where the rotation's blocks end: the contract's prefix lengths, then D."""
+    return tuple(sorted({int(n) for n in lengths} | {int(dim)}))
+
+
+def block_rotation(ends: Sequence[int], seed: int = 0) -> np.ndarray:
+    """R, block-diagonal [D, D]: block b a random orthogonal matrix (the Q of a seeded Gaussian's
+    QR, its signs fixed so that it is unique), float32."""
+    dim = int(ends[-1])
+    rotation = np.zeros((dim, dim), dtype=np.float32)
+    start = 0
+    for block, end in enumerate(ends):
+        width = end - start
+        gaussian = np.random.default_rng([seed, block, width]).normal(size=(width, width))
+        q, r = np.linalg.qr(gaussian)
+        rotation[start:end, start:end] = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+        start = end
+    return rotation
+
+
+def encode_rotated(
+    unit_rows: np.ndarray, rotation: np.ndarray, ends: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(codes int8 [n, D], scales float32 [n, B]) of unit rows p_D: each block rotated by its
+    part of R, then rounded to ±127 of its own largest coordinate."""
+    rows = np.asarray(unit_rows, dtype=np.float32)
+    codes = np.empty(rows.shape, dtype="i1")
+    scales = np.zeros((len(rows), len(ends)), dtype=np.float32)
+    start = 0
+    for block, end in enumerate(ends):
+        turned = rows[:, start:end] @ rotation[start:end, start:end]
+        peak = np.abs(turned).max(axis=1)
+        scales[:, block] = peak / 127.0
+        inverse = np.divide(127.0, peak, out=np.zeros_like(peak), where=peak > 0)
+        codes[:, start:end] = np.clip(np.rint(turned * inverse[:, None]), -127, 127)
+        start = end
+    return codes, scales
+
+
+def decode_heads(
+    codes: np.ndarray, scales: np.ndarray | None, ends: Sequence[int], length: int
+) -> np.ndarray:
+    """The first `length` coordinates of code rows as float32, each block times its scale (in
+    the rotated space; the codes themselves when there are no scales)."""
+    head = np.asarray(codes[:, :length], dtype=np.float32)
+    if scales is None:
+        return head
+    scales = np.asarray(scales, dtype=np.float32)
+    start = 0
+    for block, end in enumerate(ends):
+        if start >= length:
+            break
+        head[:, start : min(end, length)] *= scales[:, block : block + 1]
+        start = end
+    return head
+
+
 def encode_rows(unit_rows: np.ndarray, dtype: str) -> np.ndarray:
-    """The codes of unit rows p_D [n, D]: float16, or int8 scaled per row to ±127."""
+    """The codes of unit rows p_D [n, D] with no rotation: float16, or int8 scaled per row to
+    ±127 (the int8 of a store written before the rotation)."""
     rows = np.asarray(unit_rows, dtype=np.float32)
     if check_dtype(dtype) == DTYPES["float16"]:
         return rows.astype("<f2")
@@ -135,15 +207,23 @@ class VectorStore:
         check_dtype(self.dtype)
         self.lengths = [int(n) for n in record["lengths"]]
         self.on_disk = bool(record.get("on_disk", False))
+        mapped = [record["vectors"], record["norms"]] + [
+            record[key] for key in ("scales", "rotation") if key in record
+        ]
         if files is not None:
-            check_mapped_files(folder, files, (record["vectors"], record["norms"]), StoreError)
+            check_mapped_files(folder, files, mapped, StoreError)
         try:
             self.codes = np.load(folder / record["vectors"], mmap_mode="r", allow_pickle=False)
             self.norms = np.load(folder / record["norms"], mmap_mode="r", allow_pickle=False)
+            self.scales = self.rotation = None
+            if "rotation" in record:
+                self.scales = np.load(folder / record["scales"], mmap_mode="r", allow_pickle=False)
+                self.rotation = np.load(folder / record["rotation"], allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read the vector store in {folder}: {exc}") from None
+        self.ends = block_ends(self.lengths, self.dim)
         if self.on_disk:  # reranks read scattered rows: no read-ahead of their neighbours
-            for array in (self.codes, self.norms):
+            for array in self.row_tables:
                 advise_random(array)
 
     @property
@@ -154,39 +234,69 @@ class VectorStore:
     def dim(self) -> int:
         return int(self.codes.shape[1])
 
+    @property
+    def row_tables(self) -> list[np.ndarray]:
+        """The mapped files with a row per gallery row."""
+        return [a for a in (self.codes, self.norms, self.scales) if a is not None]
+
+    def _decoded(self, at: np.ndarray | slice, length: int) -> np.ndarray:
+        """The rows `at` (indices or a slice), their first `length` coordinates decoded
+        (rotated space), float32."""
+        scales = None if self.scales is None else self.scales[at]
+        return decode_heads(self.codes[at], scales, self.ends, length)
+
+    def _norms(self, at: np.ndarray | slice, length: int, head: np.ndarray) -> np.ndarray:
+        """‖head‖ of the rows `at`: stored where `length` is a contract prefix, else computed."""
+        if length in self.lengths:
+            return np.asarray(self.norms[at, self.lengths.index(length)], dtype=np.float32)
+        return np.sqrt(np.einsum("ij,ij->i", head, head))
+
+    def _turned(self, queries: np.ndarray, length: int) -> np.ndarray | None:
+        """Queries [.., L] in the rotated space (qR_L) where a head of `length` can be scored
+        there (no rotation, or L ends a block); None where it cannot."""
+        if self.rotation is None:
+            return np.asarray(queries, dtype=np.float32)
+        if length not in self.ends:
+            return None
+        return np.asarray(queries, dtype=np.float32) @ self.rotation[:length, :length]
+
+    def _rows_at(self, at: np.ndarray | slice, length: int) -> np.ndarray:
+        """p̂_L of the rows `at`, float32 [n, L], in the rows' own space."""
+        if self.rotation is None:
+            head = self._decoded(at, length)
+            norms = self.norms[at, self.lengths.index(length)] if length in self.lengths else None
+            return heads(head, length, norms)
+        whole = next(end for end in self.ends if end >= length)  # decode whole blocks
+        turned = self._decoded(at, whole) @ self.rotation[:whole, :whole].T
+        if length == whole and length in self.lengths:
+            return heads(turned, length, self.norms[at, self.lengths.index(length)])
+        return heads(turned, length)
+
     def prefix_rows(self, rows: np.ndarray, length: int) -> np.ndarray:
         """p̂_L of the given rows, float32 [n, L] (stored norms where L is a contract prefix)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        taken = self.codes[rows]
-        if length in self.lengths:
-            return heads(taken, length, self.norms[rows, self.lengths.index(length)])
-        return heads(taken, length)
+        return self._rows_at(np.asarray(rows, dtype=np.int64), length)
 
     def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
         """s_L of the given rows against one unit query [L], float32 [n]: each head's inner
-        product first, then one division by its norm (stored where L is a contract prefix),
-        so only the first L columns are widened and no [n, L] quotient is written; 0 for a
-        zero head. Equal to `prefix_rows(rows, length) @ query` up to float rounding."""
+        product first (in the rotated space), then one division by its norm (stored where L is
+        a contract prefix), so only the first L columns are widened and no [n, L] quotient is
+        written; 0 for a zero head. Equal to `prefix_rows(rows, length) @ query` up to float
+        rounding."""
         rows = np.asarray(rows, dtype=np.int64)
-        head = np.asarray(self.codes[rows, :length], dtype=np.float32)
-        dots = head @ np.asarray(query, dtype=np.float32)
-        if length in self.lengths:
-            norms = np.asarray(self.norms[rows, self.lengths.index(length)], dtype=np.float32)
-        else:
-            norms = np.sqrt(np.einsum("ij,ij->i", head, head))
+        turned = self._turned(query, length)
+        if turned is None:
+            return self.prefix_rows(rows, length) @ np.asarray(query, dtype=np.float32)
+        head = self._decoded(rows, length)
+        dots = head @ turned
+        norms = self._norms(rows, length, head)
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def block(self, start: int, stop: int, length: int) -> np.ndarray:
         """p̂_L of rows [start, stop), float32 (a store on disk then lets their pages go)."""
-        decoded = heads(self.codes[start:stop], length, self._block_norms(start, stop, length))
+        decoded = self._rows_at(slice(start, stop), length)
         if self.on_disk:
             self.release(start, stop)
         return decoded
-
-    def _block_norms(self, start: int, stop: int, length: int) -> np.ndarray | None:
-        if length not in self.lengths:
-            return None
-        return np.asarray(self.norms[start:stop, self.lengths.index(length)], np.float32)
 
     def release(self, start: int = 0, stop: int | None = None) -> None:
         """Drop rows [start, stop) (default: all) from this process's resident set
@@ -194,19 +304,19 @@ class VectorStore:
         back in), so that a pass over a store on disk — tuning's exact truth and its ladders, a
         funnel's calibration, a filtered scan — leaves none of it resident."""
         stop = self.rows if stop is None else stop
-        for array in (self.codes, self.norms):
+        for array in self.row_tables:
             release_rows(array, start, stop)
 
     def block_scores(self, start: int, stop: int, length: int, queries: np.ndarray) -> np.ndarray:
         """s_L of rows [start, stop) against unit queries [Q, L], float32 [Q, stop − start]:
         the heads' inner products first, then one division by their norms (no [n, L] quotient
         written, as `prefix_scores`); 0 for a zero head."""
-        head = np.asarray(self.codes[start:stop, :length], dtype=np.float32)
-        dots = queries @ head.T
-        if length in self.lengths:
-            norms = np.asarray(self.norms[start:stop, self.lengths.index(length)], np.float32)
-        else:
-            norms = np.sqrt(np.einsum("ij,ij->i", head, head))
+        turned = self._turned(queries, length)
+        if turned is None:
+            return np.asarray(queries, np.float32) @ self._rows_at(slice(start, stop), length).T
+        head = self._decoded(slice(start, stop), length)
+        dots = turned @ head.T
+        norms = self._norms(slice(start, stop), length, head)
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def scan(
@@ -271,8 +381,10 @@ class StorePlan:
 
 
 class StoreWriter:
-    """Streams the store's two files: fed p_D rows of consecutive gallery rows (the rows of
-    `base`, a previous version's store, first when given: an incremental add)."""
+    """Streams the store's row files (codes, norms, and an int8 store's block scales): fed p_D
+    rows of consecutive gallery rows (the rows of `base`, a previous version's store, first when
+    given: an incremental add, coded as the base is). `rotation`: R for a rotated int8 store
+    (block_rotation; written beside by `write_rotation`), None for one scale per row."""
 
     def __init__(
         self,
@@ -282,38 +394,69 @@ class StoreWriter:
         lengths: Sequence[int],
         dtype: str,
         base: VectorStore | None = None,
+        rotation: np.ndarray | None = None,
     ) -> None:
         self.plan = StorePlan(dim)
         self.dtype, self.lengths = dtype, sorted(int(n) for n in lengths)
+        self.ends = block_ends(self.lengths, dim)
+        self.rotation = base.rotation if base is not None else rotation
+        if self.rotation is not None and check_dtype(dtype) != DTYPES["int8"]:
+            raise StoreError(f"a rotation codes int8 rows, not {dtype}")
         self.vectors = NpyStream(folder / VECTORS, check_dtype(dtype), rows, (dim,))
         self.norms = NpyStream(folder / NORMS, np.dtype("<f4"), rows, (len(self.lengths),))
+        self.scales = None
+        if self.rotation is not None:
+            self.scales = NpyStream(folder / SCALES, np.dtype("<f4"), rows, (len(self.ends),))
         if base is not None:
             if base.dtype != dtype or base.dim != dim or base.lengths != self.lengths:
                 raise StoreError("the base store's dtype, dimension or prefixes differ")
             for start in range(0, base.rows, COPY_ROWS):
-                self.add_codes(np.asarray(base.codes[start : start + COPY_ROWS]))
+                chunk = slice(start, start + COPY_ROWS)
+                scales = None if base.scales is None else np.asarray(base.scales[chunk])
+                self.add_codes(np.asarray(base.codes[chunk]), scales)
 
     def add(self, unit_rows: np.ndarray) -> None:
-        self.add_codes(encode_rows(unit_rows, self.dtype))
+        if self.rotation is None:
+            self.add_codes(encode_rows(unit_rows, self.dtype))
+        else:
+            self.add_codes(*encode_rotated(unit_rows, self.rotation, self.ends))
 
-    def add_codes(self, codes: np.ndarray) -> None:
+    def add_codes(self, codes: np.ndarray, scales: np.ndarray | None = None) -> None:
         self.vectors.write(codes)
-        self.norms.write(head_norms(codes, self.lengths))
+        self.norms.write(head_norms(decode_heads(codes, scales, self.ends, self.plan.length),
+                                    self.lengths))  # fmt: skip
+        if self.scales is not None:
+            self.scales.write(scales)
 
     def close(self) -> dict[Path, str | None]:
-        return {self.vectors.path: self.vectors.close(), self.norms.path: self.norms.close()}
+        streams = [self.vectors, self.norms] + ([self.scales] if self.scales is not None else [])
+        return {stream.path: stream.close() for stream in streams}
 
 
-def store_record(dtype: str, lengths: Sequence[int], on_disk: bool = False) -> dict[str, Any]:
+def write_rotation(folder: Path, rotation: np.ndarray) -> dict[Path, str | None]:
+    """R as the new file store_rotation.npy of a version (a table of D rows, not of gallery
+    rows); its sha256."""
+    stream = NpyStream(folder / ROTATION, np.dtype("<f4"), len(rotation), rotation.shape[1:])
+    stream.write(rotation)
+    return {stream.path: stream.close()}
+
+
+def store_record(
+    dtype: str, lengths: Sequence[int], on_disk: bool = False, rotated: bool = False
+) -> dict[str, Any]:
     """The manifest's `store` record; `on_disk`: a replica reads it through mmap for reranks and
-    need not hold it in RAM (indexer/format/footprint.py; absent before: False)."""
-    return {
+    need not hold it in RAM (indexer/format/footprint.py; absent before: False); `rotated`: an
+    int8 store coded by rotated blocks, naming its scales and rotation (absent before)."""
+    record: dict[str, Any] = {
         "vectors": VECTORS,
         "norms": NORMS,
         "dtype": dtype,
         "lengths": sorted(int(n) for n in lengths),
         "on_disk": bool(on_disk),
     }
+    if rotated:
+        record |= {"scales": SCALES, "rotation": ROTATION}
+    return record
 
 
 def write_filtered_store(
@@ -321,8 +464,11 @@ def write_filtered_store(
 ) -> dict[Path, str | None]:
     """The store of a version keeping the rows where `keep` is True (a delete)."""
     keep = np.asarray(keep, dtype=bool)
-    writer = StoreWriter(folder, int(keep.sum()), base.dim, base.lengths, base.dtype)
+    writer = StoreWriter(
+        folder, int(keep.sum()), base.dim, base.lengths, base.dtype, rotation=base.rotation
+    )
     for start in range(0, base.rows, COPY_ROWS):
         chunk = slice(start, start + COPY_ROWS)
-        writer.add_codes(np.asarray(base.codes[chunk])[keep[chunk]])
+        scales = None if base.scales is None else np.asarray(base.scales[chunk])[keep[chunk]]
+        writer.add_codes(np.asarray(base.codes[chunk])[keep[chunk]], scales)
     return writer.close()

@@ -25,7 +25,7 @@ from indexer.format.manifest import MANIFEST, BundleManifest
 from indexer.format.postings import INDPTR, ROWS, Postings
 from indexer.format.postings_writer import PostingsWriter, filter_postings
 from indexer.format.store import VECTORS as STORE_VECTORS
-from indexer.format.store import StoreWriter, write_filtered_store
+from indexer.format.store import StoreWriter, write_filtered_store, write_rotation
 from indexer.format.tuning import RECALL_TARGET
 from indexer.update.index_edit import open_extended, write_filtered
 from indexer.update.row_changes import (
@@ -132,6 +132,8 @@ def write_added(
         writers.append(
             StoreWriter(staging, rows, shared.dim, shared.lengths, shared.dtype, base=shared)
         )
+        if shared.rotation is not None:
+            writer.record(write_rotation(staging, shared.rotation), None)
         actions[STORE_VECTORS] = "copied + extended: the stored rows, then the new ones"
     postings = PostingsWriter(
         staging, writer.work, base.coder.concepts, base=Postings(base.path), rows=rows
@@ -190,6 +192,8 @@ def write_deleted(
         actions[entry.file] = edited.action
     if base.store is not None:
         writer.record(write_filtered_store(base.store, keep, staging), rows)
+        if base.store.rotation is not None:
+            writer.record(write_rotation(staging, base.store.rotation), None)
         actions[STORE_VECTORS] = "copied: the kept stored rows"
     crash_point("after-prefix-index")
     base_postings = Postings(base.path)

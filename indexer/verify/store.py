@@ -1,10 +1,11 @@
 """Verifying a bundle's shared vector store (indexer/format/store.py), for indexer/verify/check.py.
 
-The store's two files are checksummed with every other file (verify.check_files); here, once
+The store's files are checksummed with every other file (verify.check_files); here, once
 they are intact: the manifest's `store` record names them and covers the contract's prefixes,
-the codes are [rows, D] of the recorded dtype, the norms [rows, P] float32, and for the
-consistency sample of rows the stored norms are the norms of the codes' heads (a tampered
-norm or code that the manifest was edited to match is caught where the two disagree).
+the codes are [rows, D] of the recorded dtype, the norms [rows, P] float32, a rotated int8
+store's scales [rows, B] float32 and its rotation an orthogonal [D, D], and for the consistency
+sample of rows the stored norms are the norms of the decoded heads (a tampered norm, code or
+scale that the manifest was edited to match is caught where they disagree).
 """
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ from pathlib import Path
 import numpy as np
 
 from indexer.format.manifest import BundleManifest
-from indexer.format.store import DTYPES, NORMS, VECTORS, StoreError, VectorStore, head_norms
+from indexer.format.store import (
+    DTYPES,
+    NORMS,
+    ROTATION,
+    SCALES,
+    VECTORS,
+    StoreError,
+    VectorStore,
+    decode_heads,
+    head_norms,
+)
 from indexer.verify.faults import Fault
 
 NORM_TOLERANCE = 1e-4  # relative: a stored norm against the norm recomputed from the codes
+ORTHOGONALITY = 1e-4  # |RRᵀ − I| a stored rotation may show
 
 
 def check_store(
@@ -39,16 +51,23 @@ def check_store(
     if sorted(record.get("lengths", [])) != sorted(manifest.contract.values()):
         faults.append(Fault("manifest", f"{NORMS}: norms do not cover the contract's prefixes"))
         return None
-    for name in FILES_OF_STORE:
+    rotated = "rotation" in record
+    if rotated and (record.get("scales") != SCALES or record.get("rotation") != ROTATION):
+        faults.append(
+            Fault("manifest", f"store record {record} does not name {SCALES}, {ROTATION}")
+        )
+        return None
+    names = FILES_OF_STORE + ((SCALES, ROTATION) if rotated else ())
+    for name in names:
         listed = manifest.files.get(name)
         if listed is None:
             faults.append(Fault("manifest", f"{name}: not listed in the manifest's files"))
             return None
-        if listed.rows != manifest.rows:
+        if name != ROTATION and listed.rows != manifest.rows:
             faults.append(
                 Fault("rows", f"{name}: manifest lists {listed.rows} rows, bundle {manifest.rows}")
             )
-    if not all(name in intact for name in FILES_OF_STORE):
+    if not all(name in intact for name in names):
         return None  # already reported
     try:
         store = VectorStore(path, record)
@@ -81,12 +100,20 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
         return [
             Fault("index", f"{NORMS}: {store.norms.dtype} {store.norms.shape}, expected {shape}")
         ]
+    scales = None
+    if store.rotation is not None:
+        found = rotation_faults(store, rows, dim)
+        if found:
+            return found
+        scales = np.asarray(store.scales[sample[sample < rows]])
     sample = sample[sample < rows]
     codes = np.asarray(store.codes[sample])
     if not np.isfinite(codes.astype(np.float32)).all():
         return [Fault("vectors", f"{VECTORS}: codes that are not finite")]
+    if scales is not None and not (np.isfinite(scales).all() and (scales >= 0).all()):
+        return [Fault("vectors", f"{SCALES}: scales that are negative or not finite")]
     stored = np.asarray(store.norms[sample])
-    recomputed = head_norms(codes, store.lengths)
+    recomputed = head_norms(decode_heads(codes, scales, store.ends, dim), store.lengths)
     bad = np.flatnonzero(
         (np.abs(stored - recomputed) > NORM_TOLERANCE * np.maximum(recomputed, 1e-6)).any(axis=1)
     )
@@ -98,4 +125,19 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
                 f"({len(bad)} of {len(sample)} checked rows)",
             )
         ]
+    return []
+
+
+def rotation_faults(store: VectorStore, rows: int, dim: int) -> list[str]:
+    """The shapes of a rotated store's scales and rotation, and the rotation's orthogonality."""
+    shape = (rows, len(store.ends))
+    if store.scales.dtype != np.dtype("<f4") or store.scales.shape != shape:
+        return [
+            Fault("index", f"{SCALES}: {store.scales.dtype} {store.scales.shape}, expected {shape}")
+        ]
+    rotation = np.asarray(store.rotation, dtype=np.float64)
+    if rotation.shape != (dim, dim):
+        return [Fault("index", f"{ROTATION}: shape {rotation.shape}, expected ({dim}, {dim})")]
+    if np.abs(rotation @ rotation.T - np.eye(dim)).max() > ORTHOGONALITY:
+        return [Fault("vectors", f"{ROTATION}: the rotation is not orthogonal")]
     return []

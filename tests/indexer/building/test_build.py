@@ -180,7 +180,8 @@ def test_the_build_verifies_with_the_digests_it_computed_while_writing(
     monkeypatch.setattr(full, "verify_bundle", spy)
     summary = inputs.build(tmp_path / "bundles")
     ((written, actual),) = seen
-    assert set(written) == {"store_vectors.npy", "store_norms.npy"} | {
+    store = {"store_vectors.npy", "store_norms.npy", "store_scales.npy", "store_rotation.npy"}
+    assert set(written) == store | {
         "postings_indptr.npy",
         "postings_rows.npy",
         "postings_chunks.npy",

@@ -25,13 +25,22 @@ from indexer.format.prefix_index import search_parameters
 from indexer.format.prefixes import exact_top_k
 from indexer.format.store import (
     NORMS,
+    ROTATION,
+    SCALES,
     TOLERANCE,
     VECTORS,
     StoreError,
+    VectorStore,
+    block_ends,
+    block_rotation,
+    decode_heads,
+    encode_rotated,
     encode_rows,
     head_norms,
     heads,
     merge_top_k,
+    store_record,
+    write_rotation,
 )
 from indexer.format.store_rerank import StoreRerank
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
@@ -51,6 +60,78 @@ def test_the_heads_of_the_codes_are_the_prefix_vectors_to_their_rounding(dtype: 
         np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
         assert np.abs(got - prefix_vectors(rows, length)).max() < TOLERANCE[dtype]
         np.testing.assert_allclose(got, heads(codes, length), atol=1e-6)  # norms or computed
+
+
+def decaying_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    """Unit rows whose coordinate j has variance ∝ 1 / (j + 1), as a learnt rotation orders
+    them: the late coordinates far smaller than the first."""
+    rows = np.random.default_rng(seed).normal(size=(n, dim)) / np.sqrt(np.arange(dim) + 1.0)
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_the_rotation_is_orthogonal_within_each_prefix_block():
+    ends = block_ends([8, 32], 64)
+    assert ends == (8, 32, 64)
+    rotation = block_rotation(ends, seed=3)
+    np.testing.assert_allclose(rotation @ rotation.T, np.eye(64), atol=1e-5)
+    assert not rotation[:8, 8:].any() and not rotation[8:32, 32:].any()  # block-diagonal
+    np.testing.assert_array_equal(rotation, block_rotation(ends, seed=3))
+
+
+def test_rotated_blocks_code_decaying_rows_closer_than_one_scale_per_row():
+    """The premise built in: late coordinates far smaller than the first. Their own grid per
+    block must then lose less than the largest coordinate's grid at every prefix, and less than
+    half past the first block, where the late coordinates come in."""
+    rows, lengths = decaying_rows(1000, 64, 4), [8, 32, 64]
+    ends = block_ends(lengths, 64)
+    rotation = block_rotation(ends)
+    codes, scales = encode_rotated(rows, rotation, ends)
+    assert codes.dtype == np.int8 and scales.shape == (1000, 3)
+    assert np.abs(codes).max(axis=0).max() == 127
+    per_row = encode_rows(rows, "int8")
+    for length in lengths:
+        exact = prefix_vectors(rows, length)
+        back = (
+            heads(decode_heads(codes, scales, ends, length), length) @ rotation[:length, :length].T
+        )
+        rotated_error = np.square(back - exact).sum(axis=1).mean()
+        per_row_error = np.square(heads(per_row, length) - exact).sum(axis=1).mean()
+        assert rotated_error < per_row_error / (2 if length > 8 else 1), (
+            length,
+            rotated_error,
+            per_row_error,
+        )
+        assert np.abs(back - exact).max() < TOLERANCE["int8"]
+
+
+def test_a_rotated_store_reads_rows_and_scores_as_the_rows_own_space(tmp_path: Path):
+    """Read back through VectorStore: p̂_L in the rows' space at every prefix, inside a block
+    too; scores equal to rows · query; the exact scan finds the rows themselves."""
+    rows, lengths = decaying_rows(300, 64, 5), [8, 32, 64]
+    from indexer.format.store import StoreWriter
+
+    rotation = block_rotation(block_ends(lengths, 64))
+    writer = StoreWriter(tmp_path, 300, 64, lengths, "int8", rotation=rotation)
+    writer.add(rows[:100])
+    writer.add(rows[100:])
+    writer.close()
+    write_rotation(tmp_path, rotation)
+    store = VectorStore(tmp_path, store_record("int8", lengths, rotated=True))
+    assert store.rotation is not None and {SCALES, ROTATION} <= {p.name for p in tmp_path.iterdir()}
+    picked = np.array([0, 7, 299])
+    for length in (8, 20, 32, 64):
+        got = store.prefix_rows(picked, length)
+        assert np.abs(got - prefix_vectors(rows[picked], length)).max() < TOLERANCE["int8"]
+        np.testing.assert_allclose(got, store.block(0, 300, length)[picked], atol=1e-6)
+        query = prefix_vectors(rows[[7]], length)[0]
+        np.testing.assert_allclose(
+            store.prefix_scores(picked, length, query), got @ query, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            store.block_scores(0, 300, length, query[None])[0, picked], got @ query, atol=1e-5
+        )
+    _, found = store.scan(prefix_vectors(rows[:20], 64), 64, 1)
+    np.testing.assert_array_equal(found[:, 0], np.arange(20))
 
 
 def test_an_unknown_store_dtype_is_refused_by_name():
