@@ -20,7 +20,7 @@ from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST, BundleError, read_current
 from indexer.format.postings import ROWS
-from indexer.format.store import NORMS, VECTORS, StoreError
+from indexer.format.store import NORMS, ROTATION, SCALES, VECTORS, StoreError
 from indexer.verify.check import check_servable
 from indexer.verify.faults import VersionRefusedError
 from training.core.files import sha256_file
@@ -100,11 +100,11 @@ def test_publish_refuses_a_damaged_version_and_current_stays(
 
 @pytest.fixture(scope="module")
 def with_store(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A version with a float16 store (store_vectors.npy, store_norms.npy) and, beside it, an
-    index file of the object prefix's own (codes reranked from the store)."""
+    """A version with the default int8 store (its codes, norms, block scales and rotation)
+    and, beside it, an index file of the object prefix's own (codes reranked from the store)."""
     out = tmp_path_factory.mktemp("refusal-store") / "bundles"
     codes = (f"object={SHORTLIST_RULE.kind}",)
-    return Path(inputs.build(out, store="float16", index_types=codes).path)
+    return Path(inputs.build(out, store="int8", index_types=codes).path)
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def store_copy(with_store: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(with_store, tmp_path / with_store.name))
 
 
-@pytest.mark.parametrize("name", [VECTORS, NORMS])
+@pytest.mark.parametrize("name", [VECTORS, NORMS, SCALES, ROTATION])
 def test_a_store_file_cut_by_one_byte_is_refused_at_load_by_its_size(store_copy: Path, name):
     path = store_copy / name
     size = path.stat().st_size
@@ -125,7 +125,7 @@ def test_a_store_file_cut_by_one_byte_is_refused_at_load_by_its_size(store_copy:
     assert f"`strata index verify {store_copy}`" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("name", [VECTORS, NORMS])
+@pytest.mark.parametrize("name", [VECTORS, NORMS, SCALES, ROTATION])
 def test_a_store_file_with_a_byte_flipped_is_refused_at_load_by_its_digest(store_copy: Path, name):
     path = store_copy / name
     recorded, size = sha256_file(path), path.stat().st_size
