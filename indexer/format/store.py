@@ -222,9 +222,14 @@ class VectorStore:
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read the vector store in {folder}: {exc}") from None
         self.ends = block_ends(self.lengths, self.dim)
+        self._mapped = [a for a in (self.codes, self.norms, self.scales) if a is not None]
         if self.on_disk:  # reranks read scattered rows: no read-ahead of their neighbours
-            for array in self.row_tables:
+            for array in self._mapped:
                 advise_random(array)
+        # plain views of the same pages: a rerank's gathers skip np.memmap's per-index wrapping
+        # (three gathers a query); the memmaps stay in `_mapped` for madvise
+        self.codes, self.norms = np.asarray(self.codes), np.asarray(self.norms)
+        self.scales = None if self.scales is None else np.asarray(self.scales)
 
     @property
     def rows(self) -> int:
@@ -234,16 +239,11 @@ class VectorStore:
     def dim(self) -> int:
         return int(self.codes.shape[1])
 
-    @property
-    def row_tables(self) -> list[np.ndarray]:
-        """The mapped files with a row per gallery row."""
-        return [a for a in (self.codes, self.norms, self.scales) if a is not None]
-
     def _decoded(self, at: np.ndarray | slice, length: int) -> np.ndarray:
         """The rows `at` (indices or a slice), their first `length` coordinates decoded
         (rotated space), float32."""
         scales = None if self.scales is None else self.scales[at]
-        return decode_heads(self.codes[at], scales, self.ends, length)
+        return decode_heads(self.codes[at, :length], scales, self.ends, length)
 
     def _norms(self, at: np.ndarray | slice, length: int, head: np.ndarray) -> np.ndarray:
         """‖head‖ of the rows `at`: stored where `length` is a contract prefix, else computed."""
@@ -304,7 +304,7 @@ class VectorStore:
         back in), so that a pass over a store on disk — tuning's exact truth and its ladders, a
         funnel's calibration, a filtered scan — leaves none of it resident."""
         stop = self.rows if stop is None else stop
-        for array in self.row_tables:
+        for array in self._mapped:
             release_rows(array, start, stop)
 
     def block_scores(self, start: int, stop: int, length: int, queries: np.ndarray) -> np.ndarray:
