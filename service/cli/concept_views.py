@@ -56,6 +56,11 @@ def concept_details(concept: ConceptInfo) -> str:
         lines.append(f"  precision    {precision:.3f} (held out)")
     if not concept.named:
         lines.append("  unnamed      no name reached the precision threshold; found by label only")
+    if concept.below_floor:
+        lines.append(
+            "  below floor  not shown in explanations or listings (its held-out precision is "
+            "below the catalog's floor); a filter on it warns"
+        )
     lines += [
         f"  scope        {concept.scope or 'not measured (strata eval cds --artifact)'}",
         f"  frequency    {100 * concept.frequency:.2f}% of training rows",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from training.cedar.data import SplitRows, load_split_rows
+from training.cedar.data import SplitRows, groups_of, load_split_rows
 from training.cedar.evaluate import SparseMethod
 from training.cedar.filter_quality import (
     filter_quality,
@@ -38,7 +38,6 @@ from training.cedar.naming import (
 )
 from training.cedar.readout import VocabularyReadout, text_directions
 from training.cedar.readout_quality import gallery_shift, readout_quality
-from training.cedar.readout_rows import groups_of
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import load_encoder
 from training.core.errors import InputError

@@ -181,6 +181,32 @@ def cosine_cut(
     return global_cut(np.asarray(features) @ np.asarray(directions).T, relevant, supported)
 
 
+def zero_shot_z(features: np.ndarray, directions: np.ndarray, cut: float) -> float:
+    """The zero-shot cut τ in standard units on these rows: the median over the words'
+    directions t̃_w of (τ − μ_w) / σ_w, μ_w and σ_w the mean and spread of ⟨x̃, t̃_w⟩ over the
+    rows. A gallery without labels puts a new word's cut at μ + z·σ of its own scores
+    (`standardised_cut`): where τ stood, relative to the spread, on the corpus it was fitted on."""
+    scores = np.asarray(features, dtype=np.float32) @ np.asarray(directions, np.float32).T
+    return cut_in_standard_units(scores, cut)
+
+
+def cut_in_standard_units(scores: np.ndarray, cut: float) -> float:
+    """The median over the columns (words) of (τ − μ_w) / σ_w, from their scores [N, W]."""
+    scores = np.asarray(scores, dtype=np.float64)
+    spread = scores.std(axis=0)
+    usable = spread > 0
+    if not usable.any():
+        return 0.0
+    z = (cut - scores.mean(axis=0)[usable]) / spread[usable]
+    return float(np.median(z))
+
+
+def standardised_cut(scores: np.ndarray, z: float) -> float:
+    """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
+    values = np.asarray(scores, dtype=np.float64)
+    return float(values.mean() + z * values.std())
+
+
 def with_zero_shot(
     readout: VocabularyReadout,
     words: Sequence[str],
