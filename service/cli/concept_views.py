@@ -46,8 +46,8 @@ def concept_details(concept: ConceptInfo) -> str:
         f"{concept.label}  {concept.name}",
         f"  score        {concept.score:.3f} (cosine of the axis with its name's text embedding)"
         if concept.label.startswith(("+", "-"))
-        else "  score        –     (a zero-shot word concept: no caption taught it; rows whose "
-        "cosine with its text embedding reaches the training corpus's cut)"
+        else "  score        –     (a zero-shot concept: no caption taught it; the rows whose "
+        "cosine with its text embedding reaches its cut)"
         if concept.zero_shot
         else f"  score        {concept.score:.3f} (a word concept, learnt from captions: its "
         "held-out precision)",

@@ -2,6 +2,7 @@
 
     catalog_page(bundle, "dog", 100, "", limits)   # a page of the concepts that hold, by id
     find_concepts(bundle, "+12", limits)           # every concept a reference stands for
+    zero_shot_info(bundle, concept)                # a phrase outside it (open_vocabulary.py)
     describe_index(bundle, metadata_fields, encoder)
     BundleCatalog(bundle)                          # ListConcepts / GetConcept, in process
 
@@ -16,6 +17,7 @@ from typing import Any
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import PrefixEntry
 from service.engine.filtering import resolve_ref
+from service.engine.open_vocabulary import ZeroShotConcept
 from service.errors import NotFoundError, QueryError, echo
 from service.limits import RequestLimits, check_chars
 from service.results import ConceptInfo, ConceptPage, ConceptRef, IndexInfo, PrefixInfo
@@ -43,6 +45,22 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         named=entry.named,
         zero_shot=entry.zero_shot,
         below_floor=not bundle.coder.holds(entry.concept),
+    )
+
+
+def zero_shot_info(bundle: Bundle, concept: ZeroShotConcept) -> ConceptInfo:
+    """A phrase the catalog lacks, as its zero-shot concept on this gallery
+    (service/engine/open_vocabulary.py): no id (−1), no held-out precision nor training
+    frequency, its active rows."""
+    rows = concept.rows.count
+    return ConceptInfo(
+        id=-1,
+        label=concept.phrase,
+        name=concept.phrase,
+        score=0.0,
+        active_rows=rows,
+        zero_shot=True,
+        below_floor=bundle.coder.floor is not None,
     )
 
 

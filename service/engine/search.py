@@ -39,16 +39,22 @@ import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.verify.check import check_servable
-from service.engine.catalog import catalog_page, describe_index, find_concepts
+from service.engine.catalog import catalog_page, describe_index, find_concepts, zero_shot_info
 from service.engine.descriptions import describe_codes, stack_codes
 from service.engine.explain import activations_of, prefix_similarities, shared_concepts, with_words
-from service.engine.filtering import filter_concepts
+from service.engine.filtering import filter_concepts, open_phrase
 from service.engine.local_scorer import LocalScorer
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.operating_points import check_min_recall, setting_for
 from service.engine.scoring import EngineConfig, PreparedQuery, Scorer
 from service.engine.thumbnails import recorded_image_root
-from service.errors import InternalError, QueryError, ServiceError, UnavailableError
+from service.errors import (
+    InternalError,
+    NotFoundError,
+    QueryError,
+    ServiceError,
+    UnavailableError,
+)
 from service.limits import check_near_captions
 from service.query.cache import QueryCache
 from service.query.checks import check_grouping, check_query, check_query_input, parse_granularity
@@ -345,8 +351,16 @@ class SearchEngine:
         )  # fmt: skip
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
-        """Every concept a reference stands for (`service.engine.catalog.find_concepts`)."""
-        return find_concepts(self.bundle, ref, self.config.limits)
+        """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a
+        word or phrase the catalog lacks, its zero-shot concept on this gallery (made now, or
+        kept: service/engine/open_vocabulary.py)."""
+        try:
+            return find_concepts(self.bundle, ref, self.config.limits)
+        except NotFoundError:
+            phrase = open_phrase(self.bundle, ConceptRef.parse(ref), "any", self.vocabulary)
+            if phrase is None or self.vocabulary is None:
+                raise
+            return [zero_shot_info(self.bundle, self.vocabulary.concept(phrase))]
 
     def info(self) -> IndexInfo:
         return describe_index(self.bundle, self.metadata.schema, self.encoder)

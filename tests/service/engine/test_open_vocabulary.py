@@ -16,7 +16,7 @@ from search_gallery import BEACON, OPEN_Z
 from indexer.format.bundle import Bundle
 from service.engine.open_vocabulary import phrase_of, phrase_scores, recovered_norms
 from service.engine.search import SearchEngine
-from service.errors import QueryError
+from service.errors import NotFoundError, QueryError
 from service.results import SearchQuery
 from training.cedar.data import load_split_rows
 from training.cedar.readout import cut_in_standard_units, standardised_cut
@@ -102,3 +102,13 @@ def test_exclude_a_phrase_and_a_learnt_word_keeps_its_row(open_engine: SearchEng
 def test_four_words_are_no_concept(open_engine: SearchEngine):
     with pytest.raises(QueryError, match="unknown concept"):
         open_engine.search(SearchQuery.of("a dog", k=5, require=["a big red fire hydrant"]))
+
+
+def test_a_phrase_is_looked_up_as_its_zero_shot_concept(open_engine: SearchEngine):
+    [found] = open_engine.get_concept("Teddy Bear")
+    made = open_engine.vocabulary.concept("teddy bear")
+    assert (found.id, found.name, found.precision) == (-1, "teddy bear", None)
+    assert found.zero_shot
+    assert found.active_rows == made.rows.count and found.below_floor
+    with pytest.raises(NotFoundError, match="no concept is named"):
+        open_engine.get_concept("a big red fire hydrant")
