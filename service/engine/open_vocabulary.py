@@ -23,7 +23,7 @@ a_i = ⟨p_i, Gm⟩, so
     ⟨x_i − b, t̃⟩ = ⟨m − b, t̃⟩ + n_i ⟨p_i, Gt̃⟩
     ‖x_i − b‖²   = ‖m − b‖² + 2 n_i ⟨p_i, G(m − b)⟩ + n_i²
 
-two passes over the rows once per bundle (n_i and ‖x_i − b‖), one per phrase (⟨p_i, Gt̃⟩: an
+one pass over the rows once per bundle (n_i and ‖x_i − b‖), one per phrase (⟨p_i, Gt̃⟩: an
 exact scan's cost). Its allowed rows are then kept (the last KEPT phrases): a later filter on
 the phrase costs one look-up, as a catalog concept's postings do.
 """
@@ -43,7 +43,8 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.exact_scan import stored_products
+from indexer.format.store import SCAN_FLOATS, StoreIndex
+from service.engine.exact_scan import stored_rows
 from service.errors import QueryError
 from training.cedar.readout import cut_in_standard_units, standardised_cut
 
@@ -89,6 +90,24 @@ def phrase_scores(
     return ((offset + n * np.asarray(products, dtype=np.float64)) / distance).astype(np.float32)
 
 
+def all_products(storage: Any, queries: np.ndarray) -> np.ndarray:
+    """float32 [N, Q]: every stored row's inner product with each query [Q, d], read block by
+    block (the shared store's decoded heads, `VectorStore.block_scores`; a FAISS storage's
+    rows, `stored_rows`)."""
+    n = int(storage.ntotal)
+    out = np.empty((n, len(queries)), dtype=np.float32)
+    if isinstance(storage, StoreIndex):
+        block = max(1024, SCAN_FLOATS // storage.length)
+        for start in range(0, n, block):
+            stop = min(start + block, n)
+            out[start:stop] = storage.store.block_scores(start, stop, storage.length, queries).T
+        return out
+    for start in range(0, n, CHUNK):
+        rows = np.arange(start, min(start + CHUNK, n), dtype=np.int64)
+        out[start : start + len(rows)] = stored_rows(storage, rows) @ queries.T
+    return out
+
+
 class OpenVocabulary:
     """Zero-shot concepts of phrases on one bundle, made on first use and kept (module doc).
     `embed`: texts → unit embeddings [N, D] (the engine's encoder). Thread-safe."""
@@ -129,13 +148,16 @@ class OpenVocabulary:
         t = np.asarray(embeddings, dtype=np.float64) - self.bundle.coder.artifact.mean
         return t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
 
-    def scores(self, direction: np.ndarray) -> np.ndarray:
-        """s_i of every gallery row for one t̃ (module doc)."""
+    def scores(self, directions: np.ndarray) -> np.ndarray:
+        """s_i of every gallery row for one t̃ [D] ([N]) or several [W, D] ([N, W])."""
         grasp = self.bundle.grasp
         n, distance = self.geometry
-        offset = float((grasp.mean - self.bundle.coder.artifact.mean) @ direction)
-        products = self.products(grasp.rotation @ direction)
-        return phrase_scores(products, offset, n, distance)
+        t = np.asarray(directions, dtype=np.float64)
+        offset = (np.asarray(grasp.mean, np.float64) - self.bundle.coder.artifact.mean) @ t.T
+        products = self.products(t @ np.asarray(grasp.rotation, np.float64).T)
+        if t.ndim == 1:
+            return phrase_scores(products, float(offset), n, distance)
+        return phrase_scores(products, offset[None, :], n[:, None], distance[:, None])
 
     @cached_property
     def storage(self) -> Any:  # a FAISS index, or the shared store's StoreIndex
@@ -147,14 +169,11 @@ class OpenVocabulary:
             )
         return storage
 
-    def products(self, query: np.ndarray) -> np.ndarray:
-        """⟨p_i, query⟩ of every row, in chunks."""
-        q = np.asarray(query, dtype=np.float32)
-        out = np.empty(self.bundle.rows, dtype=np.float32)
-        for start in range(0, self.bundle.rows, CHUNK):
-            rows = np.arange(start, min(start + CHUNK, self.bundle.rows), dtype=np.int64)
-            out[start : start + len(rows)] = stored_products(self.storage, rows, q)
-        return out
+    def products(self, queries: np.ndarray) -> np.ndarray:
+        """⟨p_i, q⟩ of every row for queries [Q, D] (or one [D]): float32 [N, Q] (or [N])."""
+        q = np.asarray(queries, dtype=np.float32)
+        found = all_products(self.storage, np.atleast_2d(q))
+        return found[:, 0] if q.ndim == 1 else found
 
     @cached_property
     def geometry(self) -> tuple[np.ndarray, np.ndarray]:
@@ -162,8 +181,7 @@ class OpenVocabulary:
         grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
         m = np.asarray(grasp.mean, dtype=np.float64)
         rotation = np.asarray(grasp.rotation, dtype=np.float64)
-        head = self.products(rotation @ m)
-        centre = self.products(rotation @ (m - b))
+        head, centre = self.products(np.stack([rotation @ m, rotation @ (m - b)])).T
         return recovered_norms(head, centre, float(m @ m), float((m - b) @ (m - b)))
 
     @cached_property
@@ -190,5 +208,4 @@ class OpenVocabulary:
             np.linspace(0, len(zero_shot) - 1, min(CALIBRATION_WORDS, len(zero_shot))).astype(int)
         ]
         cut = float(-readout.offset[picked[0]])  # a zero-shot word's offset is −τ
-        scores = np.stack([self.scores(readout.weight[w]) for w in picked], axis=1)
-        return cut_in_standard_units(scores, cut)
+        return cut_in_standard_units(self.scores(readout.weight[picked]), cut)
