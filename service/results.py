@@ -239,7 +239,8 @@ class ConceptActivation:
 @dataclass(frozen=True)
 class SharedConcept:
     """A concept active in both query and item; contribution = query × item activation, the
-    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py)."""
+    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py), summed over the
+    concepts of its name (the activations are those of the first, whose id it carries)."""
 
     id: int
     label: str

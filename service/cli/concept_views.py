@@ -123,7 +123,11 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
         )
     )
     shared = why.shared_concepts[:most] if most else why.shared_concepts
-    lines += ["", f"shared concepts ({len(why.shared_concepts)}; contribution = query × item)"]
+    lines += [
+        "",
+        f"shared concepts ({len(why.shared_concepts)}; contribution = query × item, summed "
+        "over the concepts of one name)",
+    ]
     if shared:
         lines.append(
             _table(
