@@ -46,7 +46,7 @@ from indexer.format.row_bitmaps import AllowedRows
 from indexer.format.store import SCAN_FLOATS, StoreIndex
 from service.engine.exact_scan import stored_rows
 from service.errors import QueryError
-from training.cedar.readout import cut_in_standard_units, standardised_cut
+from training.cedar.readout import calibration_words, cut_in_standard_units, standardised_cut
 
 MAX_WORDS = 3
 KEPT = 4096  # phrases whose allowed rows are kept
@@ -198,14 +198,10 @@ class OpenVocabulary:
         training = coder.artifact.extra.get("readout", {}).get("training", {})
         if training.get("zero_shot_z") is not None:
             return float(training["zero_shot_z"])
-        zero_shot = [w for w in range(len(readout.words)) if readout.is_zero_shot(w)]
-        if not zero_shot:
+        picked, cut = calibration_words(readout, CALIBRATION_WORDS)
+        if not len(picked):
             raise QueryError(
                 "a word or phrase outside the catalog needs a calibrated zero-shot cut, and "
                 "this bundle's readout has no zero-shot words to measure it from"
             )
-        picked = np.asarray(zero_shot)[
-            np.linspace(0, len(zero_shot) - 1, min(CALIBRATION_WORDS, len(zero_shot))).astype(int)
-        ]
-        cut = float(-readout.offset[picked[0]])  # a zero-shot word's offset is −τ
         return cut_in_standard_units(self.scores(readout.weight[picked]), cut)

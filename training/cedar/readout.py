@@ -201,6 +201,19 @@ def cut_in_standard_units(scores: np.ndarray, cut: float) -> float:
     return float(np.median(z))
 
 
+def calibration_words(readout: VocabularyReadout, most: int = 64) -> tuple[np.ndarray, float]:
+    """Up to `most` of the readout's zero-shot words, spread over them, and their cut τ: what a
+    gallery measures z from when the artifact records none (`cut_in_standard_units` of their
+    scores there). Empty without zero-shot words."""
+    zero_shot = [w for w in range(len(readout.words)) if readout.is_zero_shot(w)]
+    if not zero_shot:
+        return np.zeros(0, dtype=np.int64), 0.0
+    picked = np.asarray(zero_shot)[
+        np.unique(np.linspace(0, len(zero_shot) - 1, min(most, len(zero_shot))).astype(int))
+    ]
+    return picked, float(-readout.offset[picked[0]])  # a zero-shot word's offset is −τ
+
+
 def standardised_cut(scores: np.ndarray, z: float) -> float:
     """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
     values = np.asarray(scores, dtype=np.float64)

@@ -14,7 +14,12 @@ import pytest
 from search_gallery import BEACON, OPEN_Z
 
 from indexer.format.bundle import Bundle
-from service.engine.open_vocabulary import phrase_of, phrase_scores, recovered_norms
+from service.engine.open_vocabulary import (
+    OpenVocabulary,
+    phrase_of,
+    phrase_scores,
+    recovered_norms,
+)
 from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError
 from service.results import SearchQuery
@@ -112,3 +117,11 @@ def test_a_phrase_is_looked_up_as_its_zero_shot_concept(open_engine: SearchEngin
     assert found.active_rows == made.rows.count and found.below_floor
     with pytest.raises(NotFoundError, match="no concept is named"):
         open_engine.get_concept("a big red fire hydrant")
+
+
+def test_without_a_recorded_z_nor_zero_shot_words_a_phrase_is_refused(word_bundle: Path, minilm):
+    bundle = Bundle.open(word_bundle)  # its own coder: the record changed here only
+    bundle.coder.artifact.extra["readout"]["training"].pop("zero_shot_z")
+    vocabulary = OpenVocabulary(bundle, minilm.encode_text)
+    with pytest.raises(QueryError, match="no zero-shot words"):
+        vocabulary.concept("giraffe")
