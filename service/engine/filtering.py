@@ -8,6 +8,12 @@ is. A filter's scope (local, global; CDS, `training.cds`) narrows every referenc
 concepts of that scope, so "require dog, local" trusts only the dog concepts that look at the
 dog's own patches, not those that fire on dog-park scenes.
 
+A name the catalog lacks that is a word or phrase of up to three words is, where the engine
+has an encoder and the bundle a vocabulary readout, a zero-shot concept made on its first use
+(service/engine/open_vocabulary.py): its kept rows stand in for postings, required or excluded
+alike. `filter_concepts` says how each reference was made and warns of those below the
+catalog's precision floor.
+
 Planned by cardinality, as a vector database plans a filter. An allowed set (`AllowedRows`,
 indexer/format/row_bitmaps.py) is kept as sorted row ids when few (under 1/32 of the rows),
 else as a bitmap (N/8 bytes); a dense concept's bitmap is built from its postings on first use
