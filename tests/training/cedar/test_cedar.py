@@ -345,6 +345,16 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
         floor["curve"].values()
     )
     assert "zero_shot_z" in loaded.extra["readout"]["training"]  # the open vocabulary's z
+    again = strata(
+        "train", "floor", "--artifact", str(artifact), "--cache", str(compositional_cache),
+        "--zero-shot-z", "--dry-run",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"floor {floor['value']:.2f}" in again.stdout and "zero_shot_z " in again.stdout
+    missing = strata(
+        "train", "floor", "--artifact", str(tmp_path / "none"), "--cache", str(artifact)
+    )
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
     metadata = EmbeddingCache.open(compositional_cache).metadata().to_pydict()
     caption = dict(zip(metadata["id"], metadata["caption"], strict=True))
     split = dict(zip(metadata["id"], metadata["split"], strict=True))
