@@ -239,7 +239,8 @@ class ConceptActivation:
 @dataclass(frozen=True)
 class SharedConcept:
     """A concept active in both query and item; contribution = query × item activation, the
-    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py)."""
+    concept's term in ⟨U(q − b), U(x − b)⟩ (see service/engine/explain.py), summed over the
+    concepts of its name (the activations are those of the first, whose id it carries)."""
 
     id: int
     label: str
@@ -261,6 +262,17 @@ class Hit:
     group: str = ""  # group_by only: the hit's value of the group_by column, as text
 
 
+@dataclass(frozen=True)
+class FilterConcept:
+    """How one reference of a concept filter was made: "learnt" (a word concept's learnt
+    readout row), "zero-shot" (a word or phrase from its text embedding, no labels) or "axis"
+    (CEDAR axes so named or labelled)."""
+
+    reference: str
+    role: str  # require | exclude
+    made: str
+
+
 @dataclass
 class SearchResult:
     granularity: Granularity
@@ -271,6 +283,8 @@ class SearchResult:
     filtered_rows: int | None = None
     bundle_version: int = 0
     plan: PlanRun | None = None
+    warnings: list[str] = field(default_factory=list)  # e.g. a filter concept below the floor
+    filter_concepts: list[FilterConcept] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
@@ -349,6 +363,7 @@ class ConceptInfo:
     precision: float | None = None  # the name's held-out precision, where measured
     named: bool = True  # False: no name held up; `name` is the label
     zero_shot: bool = False  # a word concept without labels (its text direction's cosine)
+    below_floor: bool = False  # not shown in explanations and listings (precision < floor)
 
 
 @dataclass

@@ -53,6 +53,14 @@ train_app = typer.Typer(
             ),
         ),
         LazyCommand(
+            "floor",
+            "training.cedar.floor_cli:floor_command",
+            "Pick a CEDAR artifact's precision floor (which concepts are shown) on dev rows.",
+            examples(
+                "strata train floor --artifact runs/cedar --cache runs/flickr-minilm",
+            ),
+        ),
+        LazyCommand(
             "cosae",
             "training.cosae.cli:train_command",
             "Train CoSAE: a coupled sparse autoencoder over paired embeddings.",

@@ -17,12 +17,19 @@ filter no query has used before; the kept ones are back after each cold search, 
 arms stay warm. `recall@10`: each warm arm's mean
 recall@10 against an exact search of the same rows at the queries' prefix (every allowed row
 scored), the unfiltered arm's included for reference.
+`--phrases` (comma list) times words and phrases the catalog lacks, as zero-shot concepts
+(service/engine/open_vocabulary.py; the engine then loads the cache's encoder): the bundle's
+one-off geometry (two passes over the rows, at the first phrase), each phrase's first use
+(embedded, one pass over the rows, its cut and rows kept) and then, query by query, unfiltered
+against `require` the phrase, warm: the p50 ratio (with `--phrases` and no `--words`, the
+phrases alone).
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
 noise: indexer.benchmarks.synthetic.write_tiled_cache), so the postings keep their real density.
 
     python -m service.benchmarks.filter_latency
     python -m service.benchmarks.filter_latency --cache runs/flickr-minilm --cedar runs/cedar-flickr
     python -m service.benchmarks.filter_latency --rows 1000000 --queries 100
+    python -m service.benchmarks.filter_latency --phrases giraffe,"fire hydrant",sink
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from service.results import ConceptRef, SearchQuery, SearchResult
 from training.benchmarks import benchmark_parser, publish
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
+from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
 
@@ -124,6 +132,43 @@ def chosen_words(engine: SearchEngine) -> list[str]:
     return [readout.words[own[p]] for p in dict.fromkeys(picks)]
 
 
+def phrase_latency(
+    engine: SearchEngine, phrases: list[str], x: np.ndarray, rows: np.ndarray, granularity: str
+) -> dict:
+    """The zero-shot arms of `--phrases` (module doc), in ms."""
+    vocabulary = engine.vocabulary
+    if vocabulary is None:
+        raise InputError("no open vocabulary: the bundle's CEDAR artifact has no readout")
+    started = time.perf_counter()
+    _ = vocabulary.geometry, vocabulary.z
+    out: dict = {"geometry_and_z_ms": round((time.perf_counter() - started) * 1e3, 1)}
+    for phrase in phrases:
+        started = time.perf_counter()
+        made = vocabulary.concept(phrase)
+        first = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        vocabulary.embed([phrase])  # the encoder's share of the first use, timed again
+        embed = (time.perf_counter() - started) * 1e3
+        times: dict[str, list[float]] = {"unfiltered": [], "require": []}
+        for row in rows:
+            vector = x[row].astype(np.float32)
+            for arm in times:
+                extra = {"require": [phrase]} if arm == "require" else {}
+                query = SearchQuery.of(vector=vector, granularity=granularity, k=10, **extra)
+                started = time.perf_counter()
+                engine.search(query)
+                times[arm].append(time.perf_counter() - started)
+        p50 = {arm: float(np.median(t)) * 1e3 for arm, t in times.items()}
+        out[phrase] = {
+            "active_rows": made.rows.count,
+            "first_use_ms": round(first, 2),
+            "of_which_embedding_ms": round(embed, 2),
+            "p50_ms": {a: round(v, 3) for a, v in p50.items()},
+            "require_ratio": round(p50["require"] / p50["unfiltered"], 3),
+        }
+    return out
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, default=Path("runs/flickr-minilm"))
@@ -136,17 +181,24 @@ def main() -> None:
         "--index-type", action="append", default=[], help="PREFIX=FACTORY, as `strata index build`"
     )
     parser.add_argument("--granularity", default="full", help="the queries' granularity")
+    parser.add_argument("--phrases", default="", help="comma list of zero-shot words/phrases")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/filter_latency.json"))
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)
+    phrases = [p for p in args.phrases.split(",") if p]
+    encoder = (
+        load_encoder(str(EmbeddingCache.open(args.cache).manifest.encoder), device="cpu")
+        if phrases
+        else None
+    )
     engine = SearchEngine(
         Bundle.open(
             word_bundle(args.cache, args.cedar, args.work, args.rows, tuple(args.index_type))
         ),
-        None,
+        encoder,
     )
-    words = [w for w in args.words.split(",") if w] or chosen_words(engine)
+    words = [w for w in args.words.split(",") if w] or ([] if phrases else chosen_words(engine))
     x = EmbeddingCache.open(args.cache).embeddings("text")
     rows = np.random.default_rng(args.seed).choice(len(x), args.queries, replace=False)
     result: dict = {"rows": engine.bundle.rows, "queries": args.queries, "k": 10, "words": {}}
@@ -178,6 +230,8 @@ def main() -> None:
             **{f"{a}_ratio": round(p50[a] / p50["unfiltered"], 3) for a, _ in ARMS[1:]},
             **{f"{a}_recall@10": round(float(np.mean(r)), 4) for a, r in recall.items()},
         }
+    if phrases:
+        result["zero_shot"] = phrase_latency(engine, phrases, x, rows, args.granularity)
     publish(result, args.json)
 
 

@@ -46,8 +46,8 @@ def concept_details(concept: ConceptInfo) -> str:
         f"{concept.label}  {concept.name}",
         f"  score        {concept.score:.3f} (cosine of the axis with its name's text embedding)"
         if concept.label.startswith(("+", "-"))
-        else "  score        –     (a zero-shot word concept: no caption taught it; rows whose "
-        "cosine with its text embedding reaches the training corpus's cut)"
+        else "  score        –     (a zero-shot concept: no caption taught it; the rows whose "
+        "cosine with its text embedding reaches its cut)"
         if concept.zero_shot
         else f"  score        {concept.score:.3f} (a word concept, learnt from captions: its "
         "held-out precision)",
@@ -56,6 +56,11 @@ def concept_details(concept: ConceptInfo) -> str:
         lines.append(f"  precision    {precision:.3f} (held out)")
     if not concept.named:
         lines.append("  unnamed      no name reached the precision threshold; found by label only")
+    if concept.below_floor:
+        lines.append(
+            "  below floor  not shown in explanations or listings (its held-out precision is "
+            "below the catalog's floor); a filter on it warns"
+        )
     lines += [
         f"  scope        {concept.scope or 'not measured (strata eval cds --artifact)'}",
         f"  frequency    {100 * concept.frequency:.2f}% of training rows",
@@ -118,7 +123,11 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
         )
     )
     shared = why.shared_concepts[:most] if most else why.shared_concepts
-    lines += ["", f"shared concepts ({len(why.shared_concepts)}; contribution = query × item)"]
+    lines += [
+        "",
+        f"shared concepts ({len(why.shared_concepts)}; contribution = query × item, summed "
+        "over the concepts of one name)",
+    ]
     if shared:
         lines.append(
             _table(

@@ -50,7 +50,11 @@ class ConceptSource(Protocol):
     """What the concepts commands read: `StrataClient` and `BundleCatalog` both are one."""
 
     def list_concepts(
-        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+        self,
+        name_contains: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        include_below_floor: bool = False,
     ) -> ConceptPage: ...
 
     def get_concept(self, concept: ConceptRef | str | int) -> list[ConceptInfo]: ...
@@ -68,6 +72,14 @@ TargetOption = Annotated[
 ]
 TimeoutOption = Annotated[float, typer.Option(help="seconds to wait for the server")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print the concepts as JSON")]
+BelowFloorOption = Annotated[
+    bool,
+    typer.Option(
+        "--below-floor",
+        help="list the concepts below the catalog's precision floor too (explanations never "
+        "show them)",
+    ),
+]
 
 
 @contextmanager
@@ -89,12 +101,15 @@ def open_source(
         yield client, f"server {where}"
 
 
-def all_concepts(source: ConceptSource, name_contains: str = "") -> list[ConceptInfo]:
-    """Every concept of the catalog (whose name contains `name_contains`), in id order."""
+def all_concepts(
+    source: ConceptSource, name_contains: str = "", below_floor: bool = False
+) -> list[ConceptInfo]:
+    """Every concept of the catalog that holds (with `below_floor`, every one), whose name
+    contains `name_contains`, in id order."""
     found: list[ConceptInfo] = []
     token = ""
     while True:
-        page = source.list_concepts(name_contains, PAGE, token)
+        page = source.list_concepts(name_contains, PAGE, token, below_floor)
         found += page.concepts
         token = page.next_page_token
         if not token:
@@ -160,16 +175,21 @@ def list_command(
         str | None, typer.Option(help="only concepts of this CDS scope: local | global")
     ] = None,
     limit: Annotated[int, typer.Option(help="concepts to show at most (0: all)", min=0)] = 50,
+    below_floor: BelowFloorOption = False,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """List the catalog: label, name, score, scope, frequency, active rows, top example."""
+    """List the catalog: label, name, score, scope, frequency, active rows, top example.
+
+    Only the concepts that hold (held-out precision at or above the catalog's floor), as
+    explanations show them, unless --below-floor.
+    """
     if scope is not None and scope not in ("local", "global"):
         raise InputError(f"--scope must be local or global, got {scope!r}")
     if sort not in SORTS:
         raise InputError(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}")
     with open_source(bundles, target, timeout) as (source, where):
-        concepts = all_concepts(source)
+        concepts = all_concepts(source, below_floor=below_floor)
     if scope is not None:
         concepts = [c for c in concepts if c.scope == scope]
     concepts = sorted_concepts(concepts, sort)
@@ -197,10 +217,11 @@ def search_command(
     bundles: BundlesOption = None,
     target: TargetOption = None,
     limit: Annotated[int, typer.Option(help="concepts to show at most (0: all)", min=0)] = 20,
+    below_floor: BelowFloorOption = False,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """Find concepts by name, runner-up or near miss.
+    """Find concepts by name, runner-up or near miss (those that hold, unless --below-floor).
 
     Names containing TEXT come first, then concepts with a runner-up containing it, then near
     misses (a typo, a plural), each group best score first.
@@ -208,7 +229,7 @@ def search_command(
     if not text.strip():
         raise InputError("give a text to search concept names for")
     with open_source(bundles, target, timeout) as (source, where):
-        concepts = all_concepts(source)
+        concepts = all_concepts(source, below_floor=below_floor)
     found = matching_concepts(concepts, text, limit)
     if as_json:
         typer.echo(concepts_json([c for c, _ in found]))

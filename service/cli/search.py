@@ -145,7 +145,14 @@ def format_result(
     if result.plan is not None:
         lines.append(f"plan         {result.plan.describe(result.prefix_length)}")
     if result.filtered_rows is not None:
-        lines.append(f"filter       {result.filtered_rows} rows allowed")
+        made = ", ".join(
+            f"{'not ' if f.role == 'exclude' else ''}{f.reference}: {f.made}"
+            for f in result.filter_concepts
+        )
+        lines.append(
+            f"filter       {result.filtered_rows} rows allowed" + (f" ({made})" if made else "")
+        )
+    lines += [f"warning      {w}" for w in result.warnings]
     if explain and result.query_concepts:
         strongest = sorted(result.query_concepts, key=lambda c: -c.activation)
         names = [concept_text(c.name, c.label) for c in strongest]

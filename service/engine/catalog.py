@@ -1,7 +1,8 @@
 """The concept catalog and the index's description, read from a loaded bundle.
 
-    catalog_page(bundle, "dog", 100, "", limits)   # a page of concepts in id order
+    catalog_page(bundle, "dog", 100, "", limits)   # a page of the concepts that hold, by id
     find_concepts(bundle, "+12", limits)           # every concept a reference stands for
+    zero_shot_info(bundle, concept)                # a phrase outside it (open_vocabulary.py)
     describe_index(bundle, metadata_fields, encoder)
     BundleCatalog(bundle)                          # ListConcepts / GetConcept, in process
 
@@ -16,6 +17,7 @@ from typing import Any
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import PrefixEntry
 from service.engine.filtering import resolve_ref
+from service.engine.open_vocabulary import ZeroShotConcept
 from service.errors import NotFoundError, QueryError, echo
 from service.limits import RequestLimits, check_chars
 from service.results import ConceptInfo, ConceptPage, ConceptRef, IndexInfo, PrefixInfo
@@ -42,21 +44,49 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         precision=entry.precision,
         named=entry.named,
         zero_shot=entry.zero_shot,
+        below_floor=not bundle.coder.holds(entry.concept),
+    )
+
+
+def zero_shot_info(bundle: Bundle, concept: ZeroShotConcept) -> ConceptInfo:
+    """A phrase the catalog lacks, as its zero-shot concept on this gallery
+    (service/engine/open_vocabulary.py): no id (−1), no held-out precision nor training
+    frequency, its active rows."""
+    rows = concept.rows.count
+    return ConceptInfo(
+        id=-1,
+        label=concept.phrase,
+        name=concept.phrase,
+        score=0.0,
+        active_rows=rows,
+        zero_shot=True,
+        below_floor=bundle.coder.floor is not None,
     )
 
 
 def catalog_page(
-    bundle: Bundle, name_contains: str, page_size: int, page_token: str, limits: RequestLimits
+    bundle: Bundle,
+    name_contains: str,
+    page_size: int,
+    page_token: str,
+    limits: RequestLimits,
+    include_below_floor: bool = False,
 ) -> ConceptPage:
-    """A page of the catalog in id order; `page_token` is the previous page's
-    `next_page_token` (an offset), `page_size` 0 means 100."""
+    """A page of the catalog in id order, the concepts that hold only (`ConceptCoder.holds`)
+    unless `include_below_floor`; `page_token` is the previous page's `next_page_token` (an
+    offset), `page_size` 0 means 100."""
     size = page_size or DEFAULT_PAGE
     if not 1 <= size <= MAX_PAGE:
         raise QueryError(f"page_size must lie in [1, {MAX_PAGE}], got {page_size}")
     check_chars("name_contains", name_contains, limits.lookup_chars)
     check_chars("a page token", page_token, limits.lookup_chars)
     needle = name_contains.strip().lower()
-    matching = [e for e in bundle.coder.catalog if needle in e.name.lower()]
+    coder = bundle.coder
+    matching = [
+        e
+        for e in coder.catalog
+        if needle in e.name.lower() and (include_below_floor or coder.holds(e.concept))
+    ]
     start = page_offset(page_token, len(matching))
     page = matching[start : start + size]
     following = start + len(page)
@@ -92,9 +122,15 @@ class BundleCatalog:
         self.limits = limits or RequestLimits()
 
     def list_concepts(
-        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+        self,
+        name_contains: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        include_below_floor: bool = False,
     ) -> ConceptPage:
-        return catalog_page(self.bundle, name_contains, page_size, page_token, self.limits)
+        return catalog_page(
+            self.bundle, name_contains, page_size, page_token, self.limits, include_below_floor
+        )
 
     def get_concept(self, concept: ConceptRef | str | int) -> list[ConceptInfo]:
         return find_concepts(self.bundle, concept, self.limits)

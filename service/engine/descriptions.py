@@ -39,15 +39,16 @@ def caption_column(columns: Collection[str]) -> str | None:
 
 
 def code_names(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray) -> list[str]:
-    """The names of a code's named concepts, strongest first: an unnamed axis (its name is its
-    label) and padding (−1) are left out."""
+    """The names of a code's concepts that hold (`ConceptCoder.holds`), strongest first: an
+    unnamed axis (its name is its label), a concept below the floor and padding (−1) are left
+    out."""
     order = np.argsort(-np.asarray(activations, dtype=np.float64), kind="stable")
     names = []
     for concept in np.asarray(concepts)[order]:
         if concept < 0:
             continue
         entry = coder.catalog[int(concept)]
-        if entry.named and entry.name and entry.name != entry.label:
+        if coder.holds(int(concept)) and entry.name and entry.name != entry.label:
             names.append(entry.name)
     return names
 

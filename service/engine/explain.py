@@ -12,6 +12,14 @@ postings, the very entries "require w" reads) come first in every list, by decre
 then its k axis concepts; a shared word concept's contribution is the product of the two
 margins.
 
+What is shown. Every list here (a hit's concepts, the shared ones, the query's and the
+item's) holds only the concepts that hold: named, with a held-out precision at or above the
+artifact's floor (`ConceptCoder.holds`, the floor picked on dev by training/cedar/floor.py).
+One name appears once: a word concept and the axes of its name are merged into one entry,
+their activations (contributions) summed, under the word concept's id
+(`ConceptCoder.shown`). A filter may still name a concept below the floor; the search then
+warns (service/engine/filtering.py's `filter_concepts`).
+
 Contribution. For a concept c active in both query q and item x (same axis, same sign),
 
     contribution(c) = a_q(c) · a_x(c) = z̃_q,j · z̃_x,j  > 0,
@@ -87,25 +95,16 @@ def with_words(
     return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
 
 
-def _order(coder: ConceptCoder, concept: int, value: float) -> tuple[bool, float]:
-    """Word concepts (named by construction) first, each kind by decreasing value."""
-    return concept < coder.axis_concepts, -value
-
-
 def activations_of(
     coder: ConceptCoder, ids: np.ndarray, values: np.ndarray, limit: int | None = None
 ) -> list[ConceptActivation]:
-    """Named concepts of one coded vector, strongest first (ids −1 skipped)."""
+    """The concepts of one coded vector a reader is shown (`ConceptCoder.shown`: those that
+    hold, one per name, word concepts first), strongest first (ids −1 skipped)."""
     out = []
-    for concept, value in zip(ids, values, strict=True):
-        if concept < 0:
-            continue
-        entry = coder.catalog[int(concept)]
-        out.append(
-            ConceptActivation(int(concept), entry.label, entry.name, float(value), entry.scope)
-        )
-    out.sort(key=lambda c: _order(coder, c.id, c.activation))
-    return out[:limit] if limit is not None else out
+    for concept, value in coder.shown(ids, values, limit):
+        entry = coder.catalog[concept]
+        out.append(ConceptActivation(concept, entry.label, entry.name, value, entry.scope))
+    return out
 
 
 def shared_concepts(
@@ -115,16 +114,20 @@ def shared_concepts(
     item_ids: np.ndarray,
     item_values: np.ndarray,
 ) -> list[SharedConcept]:
-    """Concepts active in both, with contribution = query activation × item activation."""
+    """Concepts active in both that a reader is shown, with contribution = query activation ×
+    item activation; the concepts of one name merged (their contributions summed, the
+    activations those of the first: `ConceptCoder.shown`)."""
     item = {int(c): float(v) for c, v in zip(item_ids, item_values, strict=True) if c >= 0}
+    query = {int(c): float(v) for c, v in zip(query_ids, query_values, strict=True) if c >= 0}
+    both = [c for c in query if c in item]
+    contributions = np.array([query[c] * item[c] for c in both], dtype=np.float64)
     shared = []
-    for concept, value in zip(query_ids, query_values, strict=True):
-        concept = int(concept)
-        if concept in item:
-            entry = coder.catalog[concept]
-            q, x = float(value), item[concept]
-            shared.append(SharedConcept(concept, entry.label, entry.name, q, x, q * x, entry.scope))
-    shared.sort(key=lambda s: _order(coder, s.id, s.contribution))
+    for concept, contribution in coder.shown(np.array(both, dtype=np.int64), contributions):
+        entry = coder.catalog[concept]
+        q, x = query[concept], item[concept]
+        shared.append(
+            SharedConcept(concept, entry.label, entry.name, q, x, contribution, entry.scope)
+        )
     return shared
 
 

@@ -8,6 +8,12 @@ is. A filter's scope (local, global; CDS, `training.cds`) narrows every referenc
 concepts of that scope, so "require dog, local" trusts only the dog concepts that look at the
 dog's own patches, not those that fire on dog-park scenes.
 
+A name the catalog lacks that is a word or phrase of up to three words is, where the engine
+has an encoder and the bundle a vocabulary readout, a zero-shot concept made on its first use
+(service/engine/open_vocabulary.py): its kept rows stand in for postings, required or excluded
+alike. `filter_concepts` says how each reference was made and warns of those below the
+catalog's precision floor.
+
 Planned by cardinality, as a vector database plans a filter. An allowed set (`AllowedRows`,
 indexer/format/row_bitmaps.py) is kept as sorted row ids when few (under 1/32 of the rows),
 else as a bitmap (N/8 bytes); a dense concept's bitmap is built from its postings on first use
@@ -67,8 +73,9 @@ from indexer.format.store import StoreIndex
 from indexer.format.store_rerank import StoreRerank, rerank_top_k, split_k_factor
 from service.engine.exact_scan import exact_scores, stored_products, stored_rows
 from service.engine.filter_blocks import FilterBlocks
+from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded
-from service.results import ConceptRef
+from service.results import ConceptRef, FilterConcept
 from training.cedar.sparse_codes import parse_concept_label
 from training.core.errors import InputError
 
@@ -141,30 +148,70 @@ def concept_rows(bundle: Bundle, concepts: Collection[int]) -> AllowedRows:
     return AllowedRows.of_bits(bundle.rows, union)
 
 
+def open_phrase(
+    bundle: Bundle, ref: ConceptRef, scope: str, vocabulary: OpenVocabulary | None
+) -> str | None:
+    """The phrase a reference stands for when the open vocabulary makes it a zero-shot concept
+    (service/engine/open_vocabulary.py): a name of one to three words that names no concept,
+    in a filter of any scope; None otherwise (the catalog resolves it, or refuses it)."""
+    if vocabulary is None or ref.name is None or scope != "any":
+        return None
+    phrase = phrase_of(ref.name)
+    if phrase is None or bundle.coder.named(phrase) or bundle.coder.named(ref.name):
+        return None
+    return phrase
+
+
 def allowed_rows(
     bundle: Bundle,
     require: Sequence[ConceptRef],
     exclude: Sequence[ConceptRef],
     scope: str = "any",
     kept: FilterBlocks | None = None,
+    vocabulary: OpenVocabulary | None = None,
 ) -> AllowedRows:
     """The rows a filter allows (see the module docstring), keyed by the concepts it
     requires and excludes; with a `scope` other than "any", each reference stands for its
-    concepts of that scope only; `kept`: where a filter's rows are kept for its next use."""
-    required = frozenset(frozenset(resolve_ref(bundle, r, "require", scope)) for r in require)
-    excluded = frozenset(c for r in exclude for c in resolve_ref(bundle, r, "exclude", scope))
-    key = (required, excluded)
-    if kept is None:
-        return concept_filter_rows(bundle, required, excluded).keyed(key)
-    return kept.allowed(key, lambda: concept_filter_rows(bundle, required, excluded).keyed(key))
+    concepts of that scope only; `kept`: where a filter's rows are kept for its next use;
+    `vocabulary`: where a name the catalog lacks becomes a zero-shot concept (None: refused)."""
+    opened = {r: open_phrase(bundle, r, scope, vocabulary) for r in (*require, *exclude)}
+    required = frozenset(
+        frozenset(resolve_ref(bundle, r, "require", scope)) for r in require if not opened[r]
+    )
+    excluded = frozenset(
+        c for r in exclude if not opened[r] for c in resolve_ref(bundle, r, "exclude", scope)
+    )
+    open_required = frozenset(p for r in require if (p := opened[r]))
+    open_excluded = frozenset(p for r in exclude if (p := opened[r]))
+    key: tuple = (required, excluded)
+    if open_required or open_excluded:
+        key += (open_required, open_excluded)
+
+    def rows() -> AllowedRows:
+        assert vocabulary is not None or not (open_required or open_excluded)
+        made = vocabulary.concept if vocabulary is not None else None
+        return concept_filter_rows(
+            bundle, required, excluded,
+            [made(p).rows for p in sorted(open_required)] if made else [],
+            [made(p).rows for p in sorted(open_excluded)] if made else [],
+        ).keyed(key)  # fmt: skip
+
+    return rows() if kept is None else kept.allowed(key, rows)
 
 
 def concept_filter_rows(
-    bundle: Bundle, required: Collection[frozenset[int]], excluded: Collection[int]
+    bundle: Bundle,
+    required: Collection[frozenset[int]],
+    excluded: Collection[int],
+    open_required: Sequence[AllowedRows] = (),
+    open_excluded: Sequence[AllowedRows] = (),
 ) -> AllowedRows:
     """The rows where, for every required set, one of its concepts is active, and no
-    excluded concept is (the module docstring's plan)."""
-    sets = sorted((concept_rows(bundle, ref) for ref in required), key=lambda s: s.count)
+    excluded concept is (the module docstring's plan); `open_required` / `open_excluded`: the
+    rows of zero-shot phrases, required or excluded alike."""
+    sets = sorted(
+        [*(concept_rows(bundle, ref) for ref in required), *open_required], key=lambda s: s.count
+    )
     allowed = sets[0] if sets else AllowedRows.everything(bundle.rows)
     for rows in sets[1:]:
         if allowed.count == 0:
@@ -173,7 +220,60 @@ def concept_filter_rows(
     if excluded and allowed.count:
         banned = concept_rows(bundle, excluded)
         allowed = allowed - banned if sets else ~banned
+    for rows in open_excluded:
+        allowed = allowed - rows
     return allowed
+
+
+def filter_concepts(
+    bundle: Bundle,
+    require: Sequence[ConceptRef],
+    exclude: Sequence[ConceptRef],
+    scope: str = "any",
+    vocabulary: OpenVocabulary | None = None,
+) -> tuple[list[FilterConcept], list[str]]:
+    """How each reference of a filter was made — a learnt word concept, a zero-shot one (a
+    word of the readout without labels, or a phrase the open vocabulary made), or CEDAR axes —
+    and a warning for each one none of whose concepts holds (held-out precision below the
+    catalog's floor, or not measured: training.cedar.concepts): the filter runs, but what it
+    allows may not be what its name says. References resolve as the filter resolves them."""
+    coder = bundle.coder
+    made, warnings = [], []
+    for role, refs in (("require", require), ("exclude", exclude)):
+        for ref in refs:
+            if open_phrase(bundle, ref, scope, vocabulary):
+                made.append(FilterConcept(str(ref), role, "zero-shot"))
+                warnings.append(below_floor_warning(coder.floor, ref, role, "a zero-shot phrase"))
+                continue
+            concepts = resolve_ref(bundle, ref, role, scope)
+            words = [c for c in concepts if c >= coder.axis_concepts]
+            kind = "axis" if not words else "learnt"
+            if words and all(coder.catalog[c].zero_shot for c in words):
+                kind = "zero-shot"
+            made.append(FilterConcept(str(ref), role, kind))
+            if not any(coder.holds(c) for c in concepts):
+                entry = coder.catalog[concepts[0]]
+                measured = (
+                    "a zero-shot word, no held-out precision"
+                    if entry.zero_shot
+                    else "no held-out precision measured"
+                    if entry.precision is None
+                    else f"held-out precision {entry.precision:.3f}"
+                )
+                warnings.append(below_floor_warning(coder.floor, ref, role, measured))
+    return made, [w for w in warnings if w is not None]
+
+
+def below_floor_warning(
+    floor: float | None, ref: ConceptRef, role: str, measured: str
+) -> str | None:
+    """The warning of a filter reference below the precision floor (None: no floor)."""
+    if floor is None:
+        return None
+    return (
+        f"concept {ref} in {role} is below the precision floor {floor:.2f} ({measured}): "
+        "the rows it allows may not show it"
+    )
 
 
 def exact_budget(exact_max: int, length: int) -> int:

@@ -34,6 +34,7 @@ from service.engine.filtering import allowed_rows, filtered_search
 from service.engine.grouping import FETCH_MAX, grouped_search
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
+from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import Planner
 from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
 from service.errors import NotFoundError, QueryError, echo
@@ -45,8 +46,15 @@ from training.core.metrics import prefix_vectors
 class LocalScorer:
     """Scores a loaded bundle version's rows with its FAISS indexes (module docstring)."""
 
-    def __init__(self, bundle: Bundle, config: EngineConfig, image_root: Path | None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        config: EngineConfig,
+        image_root: Path | None,
+        vocabulary: OpenVocabulary | None = None,
+    ) -> None:
         self.bundle, self.config, self.image_root = bundle, config, image_root
+        self.vocabulary = vocabulary  # a name the catalog lacks, made a zero-shot concept
         self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
         self.coder, self.contract = bundle.coder, bundle.contract
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
@@ -63,8 +71,9 @@ class LocalScorer:
         self.metadata.check(query.where)
         if query.require or query.exclude:
             prepared.allowed = allowed_rows(
-                self.bundle, query.require, query.exclude, query.scope, self.blocks
-            )
+                self.bundle, query.require, query.exclude, query.scope, self.blocks,
+                self.vocabulary,
+            )  # fmt: skip
         if query.where:
             base = prepared.allowed or AllowedRows.everything(self.bundle.rows)
             prepared.allowed = base.within(self.metadata.rows(query.where))

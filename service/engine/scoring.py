@@ -13,7 +13,7 @@ row as a scorer reads it back; `EngineConfig` is what both the engine and its sc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from service.engine.plans import FunnelConfig
 from service.errors import ServiceError
 from service.limits import LIMITS, RequestLimits
 from service.query.routing import Route
-from service.results import Hit, PlanRun, SearchQuery, SearchResult
+from service.results import FilterConcept, Hit, PlanRun, SearchQuery, SearchResult
 from training.core.config import ConfigModel
 
 
@@ -65,6 +65,8 @@ class PreparedQuery:
     image: Any = None  # the decoded PIL image, between decoding and encoding
     groups: list[int] | None = None  # group_by: each hit's group code (MetadataFilter.group_keys)
     result: SearchResult | None = None
+    warnings: list[str] = field(default_factory=list)  # said with the answer (filtering.py)
+    filter_concepts: list[FilterConcept] = field(default_factory=list)  # how each was made
 
 
 def query_result(

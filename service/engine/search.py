@@ -15,7 +15,12 @@
    own FAISS files (service/engine/local_scorer.py: plans, funnel, concept and metadata
    filters, grouping) or a Milvus collection (service/engine/milvus.py) — finds each query's
    rows and describes its hits: ids, requested metadata, and with `explain` the query's active
-   concepts, each hit's strongest concepts and the concepts they share.
+   concepts, each hit's strongest concepts and the concepts they share;
+5. say how each filter reference was made (a learnt word concept, a zero-shot one — a word or
+   phrase the catalog lacks is made from its text embedding on first use:
+   service/engine/open_vocabulary.py — or CEDAR axes), and warn of every one whose concepts
+   fall below the catalog's precision floor (service/engine/filtering.py's `filter_concepts`):
+   the filter runs, the answer says so.
 
 Catalog look-ups and the index's description are service/engine/catalog.py's. Scores are s_L, the
 cosine of the first L rotated coordinates. Searches may run on several threads at once (the
@@ -34,14 +39,22 @@ import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.verify.check import check_servable
-from service.engine.catalog import catalog_page, describe_index, find_concepts
+from service.engine.catalog import catalog_page, describe_index, find_concepts, zero_shot_info
 from service.engine.descriptions import describe_codes, stack_codes
 from service.engine.explain import activations_of, prefix_similarities, shared_concepts, with_words
+from service.engine.filtering import filter_concepts, open_phrase
 from service.engine.local_scorer import LocalScorer
+from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.operating_points import check_min_recall, setting_for
 from service.engine.scoring import EngineConfig, PreparedQuery, Scorer
 from service.engine.thumbnails import recorded_image_root
-from service.errors import InternalError, QueryError, ServiceError, UnavailableError
+from service.errors import (
+    InternalError,
+    NotFoundError,
+    QueryError,
+    ServiceError,
+    UnavailableError,
+)
 from service.limits import check_near_captions
 from service.query.cache import QueryCache
 from service.query.checks import check_grouping, check_query, check_query_input, parse_granularity
@@ -91,7 +104,14 @@ class SearchEngine:
         self.coder = bundle.coder
         self.contract = bundle.contract
         self.image_root = self.config.image_root or recorded_image_root(bundle)
-        self.scorer: Scorer = scorer or LocalScorer(self.bundle, self.config, self.image_root)
+        self.vocabulary = (  # words and phrases the catalog lacks: open_vocabulary.py
+            OpenVocabulary(self.bundle, self._embed_phrases)
+            if encoder is not None and scorer is None and self.coder.readout is not None
+            else None
+        )
+        self.scorer: Scorer = scorer or LocalScorer(
+            self.bundle, self.config, self.image_root, self.vocabulary
+        )
         self.metadata = self.scorer.metadata
         self.metadata_fields = self.scorer.metadata_fields
 
@@ -170,6 +190,10 @@ class SearchEngine:
             except UnavailableError as exc:  # the scorer's store did not answer: the batch fails
                 log.warning("%s", exc)
                 return [UnavailableError(str(exc)) for _ in queries]
+        for p in prepared:
+            if p.result is not None:
+                p.result.warnings = list(p.warnings)
+                p.result.filter_concepts = list(p.filter_concepts)
         return [p.error if p.error is not None else p.result for p in prepared]  # type: ignore[misc]
 
     def _prepare(self, query: SearchQuery) -> PreparedQuery:
@@ -186,6 +210,10 @@ class SearchEngine:
             if query.group_by:
                 self.metadata.check_field(query.group_by, "group_by")
             self.scorer.restrict(prepared, length)
+            if query.require or query.exclude:
+                prepared.filter_concepts, prepared.warnings = filter_concepts(
+                    self.bundle, query.require, query.exclude, query.scope, self.vocabulary
+                )
         except ServiceError as exc:
             prepared.error = exc
         except Exception as exc:  # a bug fails its own query (INTERNAL), not its whole batch
@@ -219,6 +247,10 @@ class SearchEngine:
             rows = encode(self.encoder, "image", [p.image for p in decoded], observer)
             for p, row in zip(decoded, rows, strict=True):
                 p.embedding, p.image = row, None
+
+    def _embed_phrases(self, phrases: list[str]) -> np.ndarray:
+        assert self.encoder is not None
+        return np.stack(embed_texts(self.encoder, self.cache, phrases, None))
 
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
@@ -306,14 +338,29 @@ class SearchEngine:
     # --- the catalog ---
 
     def list_concepts(
-        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+        self,
+        name_contains: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        include_below_floor: bool = False,
     ) -> ConceptPage:
         """A page of the catalog (`service.engine.catalog.catalog_page`)."""
-        return catalog_page(self.bundle, name_contains, page_size, page_token, self.config.limits)
+        return catalog_page(
+            self.bundle, name_contains, page_size, page_token, self.config.limits,
+            include_below_floor,
+        )  # fmt: skip
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
-        """Every concept a reference stands for (`service.engine.catalog.find_concepts`)."""
-        return find_concepts(self.bundle, ref, self.config.limits)
+        """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a
+        word or phrase the catalog lacks, its zero-shot concept on this gallery (made now, or
+        kept: service/engine/open_vocabulary.py)."""
+        try:
+            return find_concepts(self.bundle, ref, self.config.limits)
+        except NotFoundError:
+            phrase = open_phrase(self.bundle, ConceptRef.parse(ref), "any", self.vocabulary)
+            if phrase is None or self.vocabulary is None:
+                raise
+            return [zero_shot_info(self.bundle, self.vocabulary.concept(phrase))]
 
     def info(self) -> IndexInfo:
         return describe_index(self.bundle, self.metadata.schema, self.encoder)

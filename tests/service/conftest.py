@@ -10,7 +10,7 @@ from pathlib import Path
 import faiss
 import pytest
 import redis
-from search_gallery import build_text_bundle
+from search_gallery import WORD_FLOOR, build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.format.bundle import Bundle
@@ -43,11 +43,13 @@ def prefix() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def word_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
     """BUNDLES folder: the text bundle's scenes, its CEDAR artifact with the one-word readout
-    of search_gallery.beacon_readout (word concept BEACON)."""
+    of search_gallery.beacon_readout (word concept BEACON) and precision floor WORD_FLOOR."""
     before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
-        return build_text_bundle(tmp_path_factory.mktemp("word-bundle"), minilm, words=True)
+        return build_text_bundle(
+            tmp_path_factory.mktemp("word-bundle"), minilm, words=True, floor=WORD_FLOOR
+        )
     finally:
         faiss.omp_set_num_threads(before)
 

@@ -75,6 +75,12 @@ UNNAMED_PRECISION = 0.125
 BEACON = "beacon"
 BEACON_ROWS = 24
 BEACON_PRECISION = 0.75
+# The word bundle's precision floor: BEACON and LANTERN hold, the unnamed concept and every
+# concept with no measured precision do not
+WORD_FLOOR = 0.5
+# The word bundle's zero-shot cut in standard units: a phrase outside its catalog allows the rows
+# whose centred cosine with the phrase lies OPEN_Z standard deviations above its mean
+OPEN_Z = 1.5
 
 
 def beacon_readout(x: np.ndarray, mean: np.ndarray) -> VocabularyReadout:
@@ -100,10 +106,16 @@ def beacon_readout(x: np.ndarray, mean: np.ndarray) -> VocabularyReadout:
 
 
 def build_text_bundle(
-    root: Path, encoder: Encoder, scenes: int = SCENES, seed: int = 3, words: bool = False
+    root: Path,
+    encoder: Encoder,
+    scenes: int = SCENES,
+    seed: int = 3,
+    words: bool = False,
+    floor: float | None = None,
 ) -> Path:
     """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions; with `words`, its
-    CEDAR artifact carries the one-word readout `beacon_readout`."""
+    CEDAR artifact carries the one-word readout `beacon_readout`. Its precision floor is
+    `floor` (None: no floor, every concept shown, as the mechanics of concepts are tested)."""
     cache = root / "cache"
     embed_corpus(
         CompositionalCorpus(scenes=scenes, seed=seed),
@@ -135,11 +147,12 @@ def build_text_bundle(
         [captions[i] for i in train],
     )
     catalog = write_test_concepts(catalog, vocabulary)
-    extra: dict = {"k": CEDAR_K, "catalog": catalog_json(catalog)}
+    extra: dict = {"k": CEDAR_K, "catalog": catalog_json(catalog), "floor": {"value": floor}}
     tensors = {}
     if words:
         readout = beacon_readout(x, result.mean)
         extra["readout"], tensors = readout_record(readout), readout_tensors(readout)
+        extra["readout"]["training"] = {"zero_shot_z": OPEN_Z}
     TransformArtifact(
         "cedar",
         result.rotation,

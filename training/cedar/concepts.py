@@ -23,6 +23,7 @@ concept where there is one, else to the axes so named; labels and ids resolve as
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +55,9 @@ from training.core.metrics import unit_rows
 
 RUNNER_UPS = 4
 EXAMPLES = 5
+# The held-out precision a concept needs to be shown (explanations, a hit's concepts, the
+# catalog's listing) when its artifact records no floor picked on dev (training/cedar/floor.py)
+DEFAULT_FLOOR = 0.3
 
 
 def vocabulary_from_texts(texts: Iterable[str], min_count: int = 5) -> list[tuple[str, str]]:
@@ -285,6 +289,8 @@ class ConceptCoder:
             self.catalog += [word_entry(first + w, r) for w, r in enumerate(record)]
             for w, word in enumerate(self.readout.words):  # a word's name is its word concept
                 self._by_name[word.lower()] = [first + w]
+        self.floor = display_floor(artifact.extra.get("floor"), self.catalog)
+        self._holds = np.array([holds(e, self.floor) for e in self.catalog], dtype=bool)
 
     @property
     def axis_concepts(self) -> int:
@@ -295,6 +301,31 @@ class ConceptCoder:
     def concepts(self) -> int:
         """Every concept id: the 2D signed axes, then one per readout word."""
         return len(self.catalog)
+
+    def at_floor(self, floor: float | None) -> ConceptCoder:
+        """The same coder showing the concepts that hold at another floor (None: every one)."""
+        other = copy.copy(self)
+        other.floor = floor
+        other._holds = np.array([holds(e, floor) for e in self.catalog], dtype=bool)
+        return other
+
+    def holds(self, concept: int) -> bool:
+        """Whether a concept is shown to a reader: named, and its held-out precision reaches
+        the floor (every concept when the catalog measures no precision: no floor)."""
+        return bool(self._holds[concept])
+
+    def shown(
+        self, ids: np.ndarray, values: np.ndarray, limit: int | None = None
+    ) -> list[tuple[int, float]]:
+        """What a reader is shown of one code (concept ids, values; −1 skipped): the concepts
+        that hold, one per name (`merged_by_name`), at most `limit` (None: all)."""
+        kept = [
+            (int(c), float(v))
+            for c, v in zip(ids, values, strict=True)
+            if c >= 0 and self._holds[int(c)]
+        ]
+        merged = merged_by_name(kept, [self.catalog[c].name for c, _ in kept], self.axis_concepts)
+        return merged[:limit] if limit is not None else merged
 
     def word_margins(self, embeddings: np.ndarray) -> np.ndarray:
         """float32 [N, V]: each word concept's margin (active where ≥ 0); [N, 0] without a
@@ -339,6 +370,10 @@ class ConceptCoder:
             for row_c, row_a in zip(concepts, activations, strict=True)
         ]
 
+    def named(self, name: str) -> list[int]:
+        """The concepts so named ([] when none is: no near misses looked for)."""
+        return list(self._by_name.get(name.strip().lower(), []))
+
     def resolve(self, concept: str | int) -> list[int]:
         """Concept ids for an id, a label ('+12', '-3') or a name (every concept so named)."""
         if isinstance(concept, int):
@@ -355,6 +390,50 @@ class ConceptCoder:
         if not found:
             raise InputError(f"no concept is named {concept!r}{suggestion(self.catalog, text)}")
         return found
+
+
+def display_floor(record: Any, catalog: Sequence[CatalogEntry]) -> float | None:
+    """The floor on held-out precision a shown concept reaches: the artifact's (`extra["floor"]
+    ["value"]`, picked on dev by training/cedar/floor.py; null: none, every concept shown),
+    else DEFAULT_FLOOR; None (every concept shown) for a catalog that measures no precision."""
+    if isinstance(record, dict) and "value" in record:
+        try:
+            return None if record["value"] is None else float(record["value"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"malformed floor in the CEDAR artifact: {record!r}") from exc
+    if all(e.precision is None for e in catalog):
+        return None
+    return DEFAULT_FLOOR
+
+
+def holds(entry: CatalogEntry, floor: float | None) -> bool:
+    """Shown at this floor: a named concept whose held-out precision reaches it (no floor:
+    every concept)."""
+    if floor is None:
+        return True
+    return entry.named and entry.precision is not None and entry.precision >= floor
+
+
+def merged_by_name(
+    concepts: Sequence[tuple[int, float]], names: Sequence[str], axis_concepts: int
+) -> list[tuple[int, float]]:
+    """One entry per name (case-insensitive): the values of the concepts so named summed, under
+    the id of the first in order: word concepts (ids ≥ `axis_concepts`) before axes, each kind
+    by decreasing value; the merged entries in that order too."""
+    order = sorted(
+        range(len(concepts)), key=lambda i: (concepts[i][0] < axis_concepts, -concepts[i][1])
+    )
+    total: dict[str, list[Any]] = {}
+    for i in order:
+        concept, value = concepts[i]
+        key = names[i].lower()
+        if key in total:
+            total[key][1] += value
+        else:
+            total[key] = [concept, value]
+    merged = [(int(c), float(v)) for c, v in total.values()]
+    merged.sort(key=lambda cv: (cv[0] < axis_concepts, -cv[1]))
+    return merged
 
 
 def word_entry(concept: int, record: dict[str, Any]) -> CatalogEntry:

@@ -53,3 +53,9 @@ def load_split_rows(cache_dir: Path, modality: str = "text", seed: int = 0) -> S
         draw = np.random.default_rng(seed).random(len(unique))[inverse]
         split = np.where(draw < 0.8, "train", np.where(draw < 0.9, "val", "test"))
     return SplitRows(embeddings, metadata, split, cache.manifest.encoder)
+
+
+def groups_of(data: SplitRows, rows: np.ndarray) -> list[str]:
+    """The group (image) of each row, or its id where the cache has no groups."""
+    column = "group" if "group" in data.metadata.column_names else "id"
+    return [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]

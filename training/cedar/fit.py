@@ -27,6 +27,7 @@ from training.cedar.evaluate import (
     SparseMethod,
     rotation_method,
 )
+from training.cedar.floor import dev_floor
 from training.cedar.gallery_quality import (
     caption_relevance,
     embed_words,
@@ -215,5 +216,8 @@ def fit_cedar(
             },
             tensors=tensors,
         )
+        if "caption" in data.metadata.column_names:  # which concepts are shown: floor.py
+            artifact.extra["floor"] = dev_floor(artifact, data, str(cache))
+            log.info("precision floor %.2f, picked on val", artifact.extra["floor"]["value"])
         artifact.save(out, overwrite=overwrite)
         return FittedCedar(artifact, result, catalog, vocab_info, naming, readout_info)

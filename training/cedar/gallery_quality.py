@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from training.cedar.data import SplitRows, load_split_rows
+from training.cedar.data import SplitRows, groups_of, load_split_rows
 from training.cedar.evaluate import SparseMethod
 from training.cedar.filter_quality import (
     filter_quality,
@@ -37,8 +37,7 @@ from training.cedar.naming import (
     word_relevance,
 )
 from training.cedar.readout import VocabularyReadout, text_directions
-from training.cedar.readout_quality import gallery_shift, readout_quality
-from training.cedar.readout_rows import groups_of
+from training.cedar.readout_quality import gallery_shift, readout_quality, served_quality
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
@@ -88,8 +87,10 @@ def gallery_quality(
     them, every word as a zero-shot concept (the cosine threshold a gallery without labels
     gets: the readout's training-corpus cut); the readout with one margin shift picked on the
     gallery's labelled val rows (training.cedar.readout_quality.gallery_shift: what the cosine
-    threshold reads of the gallery, and no more); and every naming's precision on the test
-    rows."""
+    threshold reads of the gallery, and no more); the filter as served with its open
+    vocabulary (training.cedar.readout_quality.served_quality: the readout's rows, every other
+    word zero-shot at μ + z·σ on the gallery), over all words and over learnt and zero-shot
+    words apart; and every naming's precision on the test rows."""
     g = load_split_rows(gallery)
     if "caption" not in g.metadata.column_names:
         raise InputError(f"{gallery}: filter quality needs the gallery's captions")
@@ -148,6 +149,10 @@ def gallery_quality(
         allowed = (unit_rows(np.asarray(x, np.float32) - cedar.mean) @ t.T >= cut).T
         label = f"zero-shot cosine ≥ {cut:.2f} (the training corpus's cut, no gallery labels)"
         scores[label] = filter_quality(allowed, everything, wanted, classes)
+    if readouts is not None:
+        cedar, trained_readout = readouts[0], next(iter(readouts[1].values()))
+        t = text_directions(np.array([embedded[w] for w in names]), cedar.mean)
+        scores.update(served_quality(trained_readout, cedar, x, names, classes, wanted, t))
     return {
         "gallery": str(gallery),
         "test_rows": len(test),

@@ -181,6 +181,45 @@ def cosine_cut(
     return global_cut(np.asarray(features) @ np.asarray(directions).T, relevant, supported)
 
 
+def zero_shot_z(features: np.ndarray, directions: np.ndarray, cut: float) -> float:
+    """The zero-shot cut τ in standard units on these rows: the median over the words'
+    directions t̃_w of (τ − μ_w) / σ_w, μ_w and σ_w the mean and spread of ⟨x̃, t̃_w⟩ over the
+    rows. A gallery without labels puts a new word's cut at μ + z·σ of its own scores
+    (`standardised_cut`): where τ stood, relative to the spread, on the corpus it was fitted on."""
+    scores = np.asarray(features, dtype=np.float32) @ np.asarray(directions, np.float32).T
+    return cut_in_standard_units(scores, cut)
+
+
+def cut_in_standard_units(scores: np.ndarray, cut: float) -> float:
+    """The median over the columns (words) of (τ − μ_w) / σ_w, from their scores [N, W]."""
+    scores = np.asarray(scores, dtype=np.float64)
+    spread = scores.std(axis=0)
+    usable = spread > 0
+    if not usable.any():
+        return 0.0
+    z = (cut - scores.mean(axis=0)[usable]) / spread[usable]
+    return float(np.median(z))
+
+
+def calibration_words(readout: VocabularyReadout, most: int = 64) -> tuple[np.ndarray, float]:
+    """Up to `most` of the readout's zero-shot words, spread over them, and their cut τ: what a
+    gallery measures z from when the artifact records none (`cut_in_standard_units` of their
+    scores there). Empty without zero-shot words."""
+    zero_shot = [w for w in range(len(readout.words)) if readout.is_zero_shot(w)]
+    if not zero_shot:
+        return np.zeros(0, dtype=np.int64), 0.0
+    picked = np.asarray(zero_shot)[
+        np.unique(np.linspace(0, len(zero_shot) - 1, min(most, len(zero_shot))).astype(int))
+    ]
+    return picked, float(-readout.offset[picked[0]])  # a zero-shot word's offset is −τ
+
+
+def standardised_cut(scores: np.ndarray, z: float) -> float:
+    """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
+    values = np.asarray(scores, dtype=np.float64)
+    return float(values.mean() + z * values.std())
+
+
 def with_zero_shot(
     readout: VocabularyReadout,
     words: Sequence[str],

@@ -27,12 +27,15 @@ from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.readout import (
     ReadoutConfig,
     VocabularyReadout,
+    calibration_words,
+    cut_in_standard_units,
     margins,
     named_margins,
     readout_input,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
+from training.core.metrics import unit_rows
 
 MARGIN_SHIFTS = tuple(round(t, 2) for t in np.arange(-4.0, 4.01, 0.1))  # δ, in logits
 
@@ -119,3 +122,51 @@ def gallery_shift(
     x, words, classes, wanted = test
     scores, covered = word_margins(readout, cedar, x, words)
     return shift, filter_quality(scores >= shift, covered, wanted, classes)
+
+
+def served_z(readout: VocabularyReadout, cedar: TransformArtifact, features: np.ndarray) -> float:
+    """z of the open vocabulary (service/engine/open_vocabulary.py): the artifact's
+    `zero_shot_z`, else measured on these rows x̃ from the readout's zero-shot words."""
+    recorded = cedar.extra.get("readout", {}).get("training", {}).get("zero_shot_z")
+    if recorded is not None:
+        return float(recorded)
+    picked, cut = calibration_words(readout)
+    if not len(picked):
+        return 0.0
+    return cut_in_standard_units(features @ readout.weight[picked].T, cut)
+
+
+def served_quality(
+    readout: VocabularyReadout,
+    cedar: TransformArtifact,
+    x: np.ndarray,
+    words: Sequence[str],
+    classes: Sequence[str],
+    wanted: np.ndarray,
+    directions: np.ndarray,
+) -> dict[str, dict[str, Any]]:
+    """The concept filter as the service runs it on rows x (no gallery labels): a word of the
+    readout reads its row (a learnt one its learnt row, a zero-shot one its cut τ), any other
+    word its text direction t̃ (`directions` [W, D]) at μ + z·σ of its own scores on these rows
+    (service/engine/open_vocabulary.py); every word, then the readout's learnt words and the
+    others apart. Beside it, every word at μ + z·σ, and z itself."""
+    scores, covered = word_margins(readout, cedar, x, words)
+    index = {w: i for i, w in enumerate(readout.words)}
+    learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in words])
+    features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
+    z = served_z(readout, cedar, features)
+    open_scores = features @ np.asarray(directions, dtype=np.float32).T  # [N, W]
+    standardised = (open_scores >= open_scores.mean(0) + z * open_scores.std(0)).T
+    allowed = np.where(covered[:, None], scores >= 0, standardised)
+    everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
+    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ (no gallery labels)"
+    out = {label: filter_quality(allowed, everything, wanted, classes)}
+    for part, mask in (("learnt words", learnt), ("other words (zero-shot)", ~learnt)):
+        if mask.any():
+            out[f"{label}: {part}"] = filter_quality(
+                allowed[mask], everything[mask], wanted[mask], labels[mask]
+            )
+    out[f"every word zero-shot at μ + {z:.2f}σ"] = filter_quality(
+        standardised, everything, wanted, classes
+    )
+    return out

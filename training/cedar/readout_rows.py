@@ -14,9 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from training.cedar.data import SplitRows
+from training.cedar.data import SplitRows, groups_of
 from training.cedar.naming import (
     OTHER_CAPTIONS,
     CaptionVocabulary,
@@ -35,17 +34,12 @@ from training.cedar.readout import (
     split_calibration,
     text_directions,
     with_zero_shot,
+    zero_shot_z,
 )
 from training.cedar.readout_training import fit_readout
 from training.core.errors import InputError
 from training.core.lexicon.nouns import SINGULAR
 from training.core.lexicon.words import ADJECTIVES, VERBS_BARE
-
-
-def groups_of(data: SplitRows, rows: np.ndarray) -> list[str]:
-    """The group (image) of each row, or its id where the cache has no groups."""
-    column = "group" if "group" in data.metadata.column_names else "id"
-    return [str(g) for g in data.metadata.column(column).take(pa.array(rows)).to_pylist()]
 
 
 def readout_rows(
@@ -114,7 +108,13 @@ def learn_readout(
         directions = text_directions(embed(words), mean)
         readout = with_zero_shot(readout, words, [c for _, c in extra], directions, cut)
         readout.frequency = active_share(readout, rows.train_x)
-    return readout, {**info, "zero_shot_words": len(extra), "zero_shot_cut": round(cut, 6)}
+    z = zero_shot_z(rows.val_x, text_directions(rows.word_embeddings, mean), cut)
+    return readout, {
+        **info,
+        "zero_shot_words": len(extra),
+        "zero_shot_cut": round(cut, 6),
+        "zero_shot_z": round(z, 6),  # τ in standard units: service/engine/open_vocabulary.py
+    }
 
 
 def lexicon_terms() -> CaptionVocabulary:

@@ -147,10 +147,17 @@ class StrataClient:
         return responses.explanation(self._call("Explain", request))
 
     def list_concepts(
-        self, name_contains: str = "", page_size: int = 0, page_token: str = ""
+        self,
+        name_contains: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        include_below_floor: bool = False,
     ) -> ConceptPage:
         request = pb.ListConceptsRequest(
-            name_contains=name_contains, page_size=page_size, page_token=page_token
+            name_contains=name_contains,
+            page_size=page_size,
+            page_token=page_token,
+            include_below_floor=include_below_floor,
         )
         return responses.concept_page(self._call("ListConcepts", request))
 

@@ -21,6 +21,7 @@ from service.results import (
     ConceptPage,
     Description,
     Explanation,
+    FilterConcept,
     Hit,
     IndexInfo,
     NearCaption,
@@ -40,6 +41,7 @@ _CONCEPT_FIELDS = (
     "active_rows",
     "named",
     "zero_shot",
+    "below_floor",
 )
 _INDEX_FIELDS = (
     "bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality",
@@ -101,6 +103,13 @@ def search_response(result: SearchResult) -> pb.SearchResponse:
         response.filtered_rows = result.filtered_rows
     if result.plan is not None:
         response.plan.CopyFrom(plan_run_to_proto(result.plan))
+    if result.warnings:
+        response.warnings.extend(result.warnings)
+    if result.filter_concepts:
+        response.filter_concepts.extend(
+            pb.FilterConcept(reference=f.reference, role=f.role, made=f.made)
+            for f in result.filter_concepts
+        )
     return response
 
 
@@ -125,6 +134,10 @@ def search_result(message: pb.SearchResponse) -> SearchResult:
         filtered_rows=message.filtered_rows if message.HasField("filtered_rows") else None,
         bundle_version=message.bundle_version,
         plan=plan_run(message.plan) if message.HasField("plan") else None,
+        warnings=list(message.warnings),
+        filter_concepts=[
+            FilterConcept(f.reference, f.role, f.made) for f in message.filter_concepts
+        ],
     )
 
 

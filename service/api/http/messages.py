@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
@@ -110,10 +111,21 @@ def parse_message(body: bytes, message_class: type[Message]) -> Message:
 
 
 def query_message(params: dict[str, str], message_class: type[Message]) -> Message:
-    """A request message from query parameters (field names, either spelling)."""
+    """A request message from query parameters (field names, either spelling; a bool field's
+    `true` / `false` as text)."""
     message = message_class()
+    flags = {
+        name
+        for field in message.DESCRIPTOR.fields
+        if field.type == FieldDescriptor.TYPE_BOOL
+        for name in (field.name, field.json_name)
+    }
+    values: dict[str, object] = {
+        key: {"true": True, "false": False}.get(value, value) if key in flags else value
+        for key, value in params.items()
+    }
     try:
-        json_format.ParseDict(params, message, max_recursion_depth=JSON_DEPTH)
+        json_format.ParseDict(values, message, max_recursion_depth=JSON_DEPTH)
     except (json_format.ParseError, ValueError, TypeError) as exc:
         name = message.DESCRIPTOR.full_name
         raise QueryError(bounded(f"the query parameters are no valid {name}: {exc}")) from None

@@ -208,9 +208,15 @@ function renderResults(response) {
     ` · plan ${pretty(plan.kind || "PLAN_KIND_DIRECT")}`,
   ];
   if (response.filteredRows !== undefined) {
+    const made = (response.filterConcepts || [])
+      .map((f) => `${f.role === "exclude" ? "not " : ""}${f.reference}: ${f.made}`).join(", ");
     routing.push(el("span", { "data-testid": "filtered-rows" }, ` · filter allows ${response.filteredRows} rows`));
+    if (made) routing.push(el("span", { "data-testid": "filter-made" }, ` (${made})`));
   }
   routing.push(` · ${response.hits.length} hits`);
+  for (const warning of response.warnings || []) {
+    routing.push(el("div", { class: "warning", "data-testid": "warning" }, `⚠ ${warning}`));
+  }
   $("routing").replaceChildren(...routing);
   $("results").replaceChildren(...response.hits.map((hit, rank) => card(hit, rank)));
 }

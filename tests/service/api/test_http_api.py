@@ -91,6 +91,9 @@ def test_batch_explain_concepts_and_info(http: BackgroundServer, engine: SearchE
     assert status == 200 and found["concepts"][0]["label"] == "+0"
     status, named = call(url, f"/v1/concepts?nameContains={name.upper()}")
     assert status == 200 and [c["name"] for c in named["concepts"]] == [LANTERN]
+    for flag in ("includeBelowFloor=true", "include_below_floor=false"):  # a bool as text
+        status, flagged = call(url, f"/v1/concepts?pageSize=5&{flag}")
+        assert status == 200 and flagged["totalSize"] == page["totalSize"]  # no floor here
     status, info = call(url, "/v1/index-info")
     assert status == 200 and int(info["rows"]) == engine.bundle.rows and info["dim"] == 384
 

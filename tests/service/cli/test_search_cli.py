@@ -15,7 +15,11 @@ from http_helpers import call
 from search_gallery import build_image_bundle
 
 from service.api.background import BackgroundServer
+from service.api.grpc import responses
 from service.api.grpc.client import StrataClient
+from service.cli.search import format_result
+from service.results import SearchResult
+from training.core.granularity import Granularity
 
 
 def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServer):
@@ -167,3 +171,11 @@ def test_serve_with_http_port_serves_the_page_and_the_api(tmp_path: Path, tiny_c
             process.kill()
     assert process.returncode == 0, err
     assert out.strip().endswith("stopped") and "Traceback" not in err
+
+
+def test_a_warning_travels_with_the_answer_and_prints_as_a_line():
+    warning = "concept '+3' in require is below the precision floor 0.30 (held-out precision 0.007)"
+    result = SearchResult(Granularity.OBJECT, 24, "requested", [], warnings=[warning])
+    back = responses.search_result(responses.search_response(result))
+    assert back.warnings == [warning]
+    assert f"warning      {warning}" in format_result(back, [], explain=False).splitlines()

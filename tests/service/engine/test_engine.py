@@ -129,25 +129,40 @@ def test_filters_by_name_and_label(engine):
 
 
 def test_explain_names_hit_concepts_and_shared_ones(engine):
-    # a gallery caption as the query: its own row is a hit and shares its concepts, any model
+    # a gallery caption as the query: its own row is a hit and shares its concepts, any model;
+    # the bundle has no floor (every concept shown), and one name is shown once, its concepts'
+    # contributions summed (service/engine/explain.py)
     caption = engine.bundle.metadata(np.array([0])).column("caption").to_pylist()[0]
     result = engine.search(SearchQuery.of(caption, k=5, explain=True))
-    assert len(result.query_concepts) == engine.bundle.manifest.k
-    query = {c.id: c.activation for c in result.query_concepts}
+    catalog = engine.coder.catalog
+    code = engine.coder.encode(engine.encoder.encode_text([caption]))
+    query = {int(c): float(a) for c, a in zip(code[0][0], code[1][0], strict=True)}
+    assert sorted(c.name for c in result.query_concepts) == sorted({catalog[c].name for c in query})
     shared_any = False
     for hit, active in zip(
         result.hits, active_sets(engine, [h.row for h in result.hits]), strict=True
     ):
         assert 1 <= len(hit.concepts) <= 5 and {c.id for c in hit.concepts} <= active
-        assert {s.id for s in hit.shared_concepts} == set(query) & active
+        both = set(query) & active
+        names = [s.name for s in hit.shared_concepts]
+        assert len(names) == len(set(names)) and set(names) == {catalog[c].name for c in both}
+        values = item_values(engine, hit.row)
         for s in hit.shared_concepts:
+            assert s.id in both and s.name == catalog[s.id].name
             assert s.query_activation == pytest.approx(query[s.id])
-            assert s.contribution == pytest.approx(s.query_activation * s.item_activation)
-            assert s.name == engine.coder.catalog[s.id].name
+            so_named = [c for c in both if catalog[c].name == s.name]
+            total = sum(query[c] * values[c] for c in so_named)
+            assert s.contribution == pytest.approx(total, rel=1e-5)
         contributions = [s.contribution for s in hit.shared_concepts]
         assert contributions == sorted(contributions, reverse=True)
         shared_any |= bool(hit.shared_concepts)
     assert shared_any
+
+
+def item_values(engine: SearchEngine, row: int) -> dict[int, float]:
+    """A row's active concepts and activations, read from the postings."""
+    ids, values = row_concepts(engine.bundle, [row])
+    return {int(c): float(v) for c, v in zip(ids[0], values[0], strict=True) if c >= 0}
 
 
 def test_explain_gives_the_cosine_at_every_prefix(engine, minilm):

@@ -1,5 +1,7 @@
 """Word concepts (a vocabulary readout in the CEDAR artifact) served as the axis concepts are:
-resolved by name, filtered through their postings, shown in the catalog and in Explain.
+resolved by name, filtered through their postings, shown in the catalog and in Explain; and
+only the concepts that hold (held-out precision at or above the artifact's floor, WORD_FLOOR)
+shown, a filter on one below it answered with a warning.
 
 The premise is built into the fixture (search_gallery.beacon_readout): the word BEACON is
 active on exactly the BEACON_ROWS rows nearest the first row, whatever CEDAR learned."""
@@ -10,7 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from search_gallery import BEACON, BEACON_PRECISION, BEACON_ROWS
+from search_gallery import (
+    BEACON,
+    BEACON_PRECISION,
+    BEACON_ROWS,
+    LANTERN,
+    UNNAMED_PRECISION,
+    WORD_FLOOR,
+    written_concepts,
+)
 
 from indexer.format.bundle import Bundle
 from indexer.verify.check import verify_bundle
@@ -78,3 +88,45 @@ def test_the_catalog_finds_the_word(words_engine: SearchEngine):
     assert (found.name, found.precision) == (BEACON, BEACON_PRECISION)
     page = words_engine.list_concepts(name_contains=BEACON)
     assert [c.name for c in page.concepts] == [BEACON]
+
+
+def test_only_concepts_that_hold_are_shown(words_engine: SearchEngine):
+    coder = words_engine.coder
+    rows = beacon_rows(words_engine)
+    result = words_engine.search(SearchQuery.of("a dog on the beach", k=8, explain=True))
+    explanation = words_engine.explain(SearchQuery.of("a dog on the beach"), row=int(rows[0]))
+    listed = [*result.query_concepts, *explanation.query_concepts, *explanation.item_concepts]
+    listed += [*explanation.shared_concepts]
+    for hit in result.hits:
+        listed += [*hit.concepts, *hit.shared_concepts]
+        names = [c.name for c in hit.concepts]
+        assert len(names) == len(set(names))
+    assert listed
+    for concept in listed:
+        assert coder.holds(concept.id)
+        assert coder.catalog[concept.id].precision >= WORD_FLOOR
+    assert explanation.item_concepts[0].name == BEACON  # it holds: still shown, first
+
+
+def test_the_catalog_lists_what_holds_and_marks_the_rest(words_engine: SearchEngine):
+    coder = words_engine.coder
+    held = words_engine.list_concepts(page_size=1000)
+    assert {c.name for c in held.concepts} == {BEACON, LANTERN}
+    assert not any(c.below_floor for c in held.concepts)
+    everything = words_engine.list_concepts(page_size=1000, include_below_floor=True)
+    assert everything.total_size == coder.concepts
+    _, unnamed = written_concepts(coder.catalog)
+    [found] = words_engine.get_concept(unnamed.label)
+    assert found.below_floor and found.precision == UNNAMED_PRECISION
+
+
+def test_a_filter_below_the_floor_runs_and_warns(words_engine: SearchEngine):
+    _, unnamed = written_concepts(words_engine.coder.catalog)
+    allowed = set(words_engine.bundle.postings(unnamed.concept)[0].tolist())
+    result = words_engine.search(SearchQuery.of("a dog", k=5, require=[unnamed.label]))
+    assert result.hits and all(h.row in allowed for h in result.hits)
+    [warning] = result.warnings
+    assert unnamed.label in warning and "below the precision floor 0.50" in warning
+    assert words_engine.search(SearchQuery.of("a dog", k=5, require=[BEACON])).warnings == []
+    excluded = words_engine.search(SearchQuery.of("a dog", k=5, exclude=[unnamed.label]))
+    assert len(excluded.warnings) == 1 and "in exclude" in excluded.warnings[0]

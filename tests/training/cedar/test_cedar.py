@@ -340,6 +340,21 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     loaded = TransformArtifact.load(artifact)
     assert loaded.method == "cedar" and len(loaded.extra["catalog"]) == 2 * loaded.dim
     assert loaded.config["seed"] == 5  # --seed overrides the config file's (default) seed
+    floor = loaded.extra["floor"]  # picked on the val rows, where the engine reads it
+    assert 0.0 <= floor["value"] <= 0.95 and floor["curve"][str(floor["value"])] == max(
+        floor["curve"].values()
+    )
+    assert "zero_shot_z" in loaded.extra["readout"]["training"]  # the open vocabulary's z
+    again = strata(
+        "train", "floor", "--artifact", str(artifact), "--cache", str(compositional_cache),
+        "--zero-shot-z", "--dry-run",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"floor {floor['value']:.2f}" in again.stdout and "zero_shot_z " in again.stdout
+    missing = strata(
+        "train", "floor", "--artifact", str(tmp_path / "none"), "--cache", str(artifact)
+    )
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
     metadata = EmbeddingCache.open(compositional_cache).metadata().to_pydict()
     caption = dict(zip(metadata["id"], metadata["caption"], strict=True))
     split = dict(zip(metadata["id"], metadata["split"], strict=True))
@@ -358,6 +373,7 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     assert {"cedar", "cedar (cosine names)", "topk-sae", "keyword (own caption)"} <= set(
         quality["methods"]
     )
+    assert any(m.startswith("as served: readout row") for m in quality["methods"])
     keyword = quality["methods"]["keyword (own caption)"]["all"]
     assert keyword["precision"] == 1.0 and keyword["recall"] == 1.0
     assert quality["naming"]["cedar (cosine names)"]["named"] == 2 * loaded.dim

@@ -16,6 +16,7 @@ from training.cedar.readout import (
     VocabularyReadout,
     best_cuts,
     calibrate,
+    calibration_words,
     margins,
     readout_of,
     readout_record,
@@ -24,7 +25,12 @@ from training.cedar.readout import (
     text_directions,
     with_zero_shot,
 )
-from training.cedar.readout_quality import gallery_shift, with_global_threshold, word_margins
+from training.cedar.readout_quality import (
+    gallery_shift,
+    served_quality,
+    with_global_threshold,
+    word_margins,
+)
 from training.cedar.readout_rows import zero_shot_terms
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
@@ -203,3 +209,25 @@ def test_a_gallery_shift_moves_every_threshold_to_where_the_gallery_labels_say()
     assert quality["noun"]["recall_covered"] > 0.98 and quality["noun"]["precision_covered"] > 0.98
     at_zero = (test_margins[:3] >= 0).sum() / test_wanted[:3].sum()
     assert at_zero < 0.9  # the thresholds as trained miss what the gallery calls relevant
+
+
+def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
+    """Premise built in: the learnt word's relevant rows are those its margin allows, the other
+    word's those at μ + z·σ of its own scores (z as the artifact records it): served, both
+    filters are exact."""
+    rng = np.random.default_rng(6)
+    cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=1)
+    learnt = readout(16, 1, rng)
+    cedar.extra["readout"] = {**readout_record(learnt), "training": {"zero_shot_z": 1.0}}
+    cedar.tensors = readout_tensors(learnt)
+    x = rng.normal(size=(400, 16)).astype(np.float32)
+    direction = unit_rows(rng.normal(size=(1, 16)))
+    features = unit_rows(x - cedar.mean)
+    other = (features @ direction.T)[:, 0]
+    wanted = np.stack([word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0,
+                       other >= other.mean() + other.std()])  # fmt: skip
+    found = served_quality(learnt, cedar, x, ["w0", "other"], ["noun", "noun"], wanted,
+                           np.concatenate([np.zeros((1, 16)), direction]))  # fmt: skip
+    served = next(iter(found.values()))  # every word, as served
+    assert served["all"]["precision"] == served["all"]["recall"] == 1.0
+    assert calibration_words(learnt)[0].size == 0  # no zero-shot words to measure z from

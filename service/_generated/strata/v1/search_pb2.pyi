@@ -171,7 +171,7 @@ class SearchRequest(_message.Message):
     def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., granularity: _Optional[_Union[Granularity, str]] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Union[ConceptFilter, _Mapping]] = ..., explain: _Optional[bool] = ..., metadata_fields: _Optional[_Iterable[str]] = ..., plan: _Optional[_Union[SearchPlan, _Mapping]] = ..., min_recall: _Optional[float] = ..., where: _Optional[_Iterable[_Union[MetadataCondition, _Mapping]]] = ..., group_by: _Optional[str] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version", "plan")
+    __slots__ = ("granularity", "prefix_length", "routing_reason", "hits", "query_concepts", "filtered_rows", "bundle_version", "plan", "warnings", "filter_concepts")
     GRANULARITY_FIELD_NUMBER: _ClassVar[int]
     PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
     ROUTING_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,8 @@ class SearchResponse(_message.Message):
     FILTERED_ROWS_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_VERSION_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_CONCEPTS_FIELD_NUMBER: _ClassVar[int]
     granularity: Granularity
     prefix_length: int
     routing_reason: str
@@ -188,7 +190,19 @@ class SearchResponse(_message.Message):
     filtered_rows: int
     bundle_version: int
     plan: PlanRun
-    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ..., plan: _Optional[_Union[PlanRun, _Mapping]] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    filter_concepts: _containers.RepeatedCompositeFieldContainer[FilterConcept]
+    def __init__(self, granularity: _Optional[_Union[Granularity, str]] = ..., prefix_length: _Optional[int] = ..., routing_reason: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., filtered_rows: _Optional[int] = ..., bundle_version: _Optional[int] = ..., plan: _Optional[_Union[PlanRun, _Mapping]] = ..., warnings: _Optional[_Iterable[str]] = ..., filter_concepts: _Optional[_Iterable[_Union[FilterConcept, _Mapping]]] = ...) -> None: ...
+
+class FilterConcept(_message.Message):
+    __slots__ = ("reference", "role", "made")
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MADE_FIELD_NUMBER: _ClassVar[int]
+    reference: str
+    role: str
+    made: str
+    def __init__(self, reference: _Optional[str] = ..., role: _Optional[str] = ..., made: _Optional[str] = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("id", "score", "row", "metadata", "concepts", "shared_concepts", "group")
@@ -326,14 +340,16 @@ class ExplainResponse(_message.Message):
     def __init__(self, item_id: _Optional[str] = ..., row: _Optional[int] = ..., similarities: _Optional[_Iterable[_Union[PrefixSimilarity, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., query_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., item_concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., bundle_version: _Optional[int] = ..., query_description: _Optional[_Union[Description, _Mapping]] = ..., item_description: _Optional[_Union[Description, _Mapping]] = ...) -> None: ...
 
 class ListConceptsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "name_contains")
+    __slots__ = ("page_size", "page_token", "name_contains", "include_below_floor")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_BELOW_FLOOR_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     name_contains: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ...) -> None: ...
+    include_below_floor: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ..., include_below_floor: _Optional[bool] = ...) -> None: ...
 
 class ListConceptsResponse(_message.Message):
     __slots__ = ("concepts", "next_page_token", "total_size")
@@ -376,7 +392,7 @@ class ConceptExample(_message.Message):
     def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Concept(_message.Message):
-    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot")
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot", "below_floor")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +405,7 @@ class Concept(_message.Message):
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     NAMED_FIELD_NUMBER: _ClassVar[int]
     ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
+    BELOW_FLOOR_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -401,7 +418,8 @@ class Concept(_message.Message):
     precision: float
     named: bool
     zero_shot: bool
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ...) -> None: ...
+    below_floor: bool
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ..., below_floor: _Optional[bool] = ...) -> None: ...
 
 class GetIndexInfoRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,127 @@
+"""Open vocabulary: a word or phrase the catalog lacks is filtered on as a zero-shot concept,
+made from its text embedding through the readout's map, its cut μ + z·σ of its own scores on
+the gallery (service/engine/open_vocabulary.py), made once and kept.
+
+The premise is computed here from the bundle's own cache: the rows whose centred cosine with
+the phrase reaches OPEN_Z standard deviations above its mean, whatever CEDAR learned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from search_gallery import BEACON, OPEN_Z
+
+from indexer.format.bundle import Bundle
+from service.engine.open_vocabulary import (
+    OpenVocabulary,
+    phrase_of,
+    phrase_scores,
+    recovered_norms,
+)
+from service.engine.search import SearchEngine
+from service.errors import NotFoundError, QueryError
+from service.results import SearchQuery
+from training.cedar.data import load_split_rows
+from training.cedar.readout import cut_in_standard_units, standardised_cut
+from training.core.metrics import unit_rows
+from training.core.rotations import random_rotation
+
+
+@pytest.fixture(scope="module")
+def open_engine(word_bundle: Path, minilm) -> SearchEngine:
+    return SearchEngine(Bundle.open(word_bundle), minilm)
+
+
+def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:
+    """The premise, from the cache's embeddings: s = ⟨x̃, t̃⟩ ≥ μ + OPEN_Z·σ."""
+    x = load_split_rows(word_bundle.parent / "cache").embeddings
+    b = engine.coder.artifact.mean
+    t = engine.encoder.encode_text([phrase])[0]
+    scores = unit_rows(x - b) @ unit_rows((t - b)[None, :])[0]
+    return set(np.flatnonzero(scores >= scores.mean() + OPEN_Z * scores.std()).tolist())
+
+
+def test_a_phrase_is_one_to_three_words():
+    assert phrase_of(" Fire  Hydrant ") == "fire hydrant"
+    assert phrase_of("teddy bear toy") == "teddy bear toy"
+    assert phrase_of("a teddy bear toy") is None
+    assert phrase_of("+12") is None and phrase_of("12") is None and phrase_of("") is None
+
+
+def test_the_rows_cosines_come_back_from_the_stored_prefix():
+    """p = G(x − m)/‖x − m‖ gives back ⟨x̃, t̃⟩ with x̃ = (x − b)/‖x − b‖, for unit rows x."""
+    rng = np.random.default_rng(5)
+    d = 12
+    x = unit_rows(rng.normal(size=(40, d)) + 0.5)
+    m, b = x.mean(axis=0), x.mean(axis=0) + rng.normal(scale=0.05, size=d)
+    g = random_rotation(d, 3).astype(np.float64)
+    p = unit_rows(x - m) @ g.T
+    direction = unit_rows(rng.normal(size=(1, d)))[0]
+    n, distance = recovered_norms(
+        p @ (g @ m), p @ (g @ (m - b)), float(m @ m), float((m - b) @ (m - b))
+    )
+    found = phrase_scores(p @ (g @ direction), float((m - b) @ direction), n, distance)
+    assert np.allclose(found, unit_rows(x - b) @ direction, atol=1e-5)
+
+
+def test_a_cut_in_standard_units_goes_back_to_the_same_z():
+    scores = np.random.default_rng(1).normal(0.2, 0.05, size=(500, 1))
+    assert cut_in_standard_units(scores, standardised_cut(scores[:, 0], 1.7)) == pytest.approx(1.7)
+
+
+def test_a_word_the_catalog_lacks_is_filtered_on_as_a_zero_shot_concept(
+    open_engine: SearchEngine, word_bundle: Path
+):
+    wanted = expected_rows(open_engine, word_bundle, "giraffe")
+    result = open_engine.search(SearchQuery.of("an animal", k=10, require=["giraffe"]))
+    [made] = result.filter_concepts
+    assert (made.reference, made.role, made.made) == ("'giraffe'", "require", "zero-shot")
+    assert result.hits and all(h.row in wanted for h in result.hits)
+    found = set(open_engine.vocabulary.concept("giraffe").rows.materialise().tolist())
+    assert len(found ^ wanted) <= max(2, len(wanted) // 50)  # stored vectors: float rounding
+    assert result.warnings and "zero-shot" in result.warnings[0]
+
+
+def test_a_phrase_is_made_once_then_looked_up(open_engine: SearchEngine):
+    vocabulary = open_engine.vocabulary
+    first = open_engine.search(SearchQuery.of("people", k=5, require=["fire hydrant"]))
+    made = vocabulary.concept("fire hydrant")
+    assert vocabulary.kept("fire hydrant")
+    again = open_engine.search(SearchQuery.of("people", k=5, require=["Fire Hydrant"]))
+    assert vocabulary.concept("fire hydrant") is made  # kept: no second scan
+    assert again.filtered_rows == first.filtered_rows == made.rows.count
+
+
+def test_exclude_a_phrase_and_a_learnt_word_keeps_its_row(open_engine: SearchEngine):
+    banned = set(open_engine.vocabulary.concept("teddy bear").rows.materialise().tolist())
+    result = open_engine.search(SearchQuery.of("a dog", k=10, exclude=["teddy bear"]))
+    assert result.hits and not any(h.row in banned for h in result.hits)
+    learnt = open_engine.search(SearchQuery.of("a dog", k=5, require=[BEACON]))
+    assert [f.made for f in learnt.filter_concepts] == ["learnt"]
+    beacon = open_engine.coder.resolve(BEACON)[0]
+    assert learnt.filtered_rows == len(open_engine.bundle.postings(beacon)[0])
+
+
+def test_four_words_are_no_concept(open_engine: SearchEngine):
+    with pytest.raises(QueryError, match="unknown concept"):
+        open_engine.search(SearchQuery.of("a dog", k=5, require=["a big red fire hydrant"]))
+
+
+def test_a_phrase_is_looked_up_as_its_zero_shot_concept(open_engine: SearchEngine):
+    [found] = open_engine.get_concept("Teddy Bear")
+    made = open_engine.vocabulary.concept("teddy bear")
+    assert (found.id, found.name, found.precision) == (-1, "teddy bear", None)
+    assert found.zero_shot
+    assert found.active_rows == made.rows.count and found.below_floor
+    with pytest.raises(NotFoundError, match="no concept is named"):
+        open_engine.get_concept("a big red fire hydrant")
+
+
+def test_without_a_recorded_z_nor_zero_shot_words_a_phrase_is_refused(word_bundle: Path, minilm):
+    bundle = Bundle.open(word_bundle)  # its own coder: the record changed here only
+    bundle.coder.artifact.extra["readout"]["training"].pop("zero_shot_z")
+    vocabulary = OpenVocabulary(bundle, minilm.encode_text)
+    with pytest.raises(QueryError, match="no zero-shot words"):
+        vocabulary.concept("giraffe")

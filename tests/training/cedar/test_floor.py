@@ -1,0 +1,149 @@
+"""The precision floor: which concepts a reader is shown, one entry per name, and the floor
+picked on dev rows by explanation utility (training/cedar/floor.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from indexer.benchmarks.synthetic import random_cedar_artifact
+from training.cedar.concepts import (
+    DEFAULT_FLOOR,
+    ConceptCoder,
+    catalog_entry,
+    display_floor,
+    holds,
+    merged_by_name,
+)
+from training.cedar.floor import (
+    FloorRows,
+    explanation_precision,
+    floor_curve,
+    pick_floor,
+    shown_names,
+    used_words,
+)
+from training.cedar.readout import VocabularyReadout, readout_record, readout_tensors
+from training.core.errors import InputError
+
+DIM, K = 16, 4
+
+
+def entry(concept: int, precision: float | None, named: bool = True):
+    return catalog_entry(
+        {"concept": concept, "label": f"+{concept}", "name": f"n{concept}", "score": 0.5,
+         "precision": precision, "named": named}
+    )  # fmt: skip
+
+
+def test_a_concept_holds_when_named_and_its_precision_reaches_the_floor():
+    assert holds(entry(0, 0.5), 0.5) and not holds(entry(0, 0.49), 0.5)
+    assert not holds(entry(0, None), 0.1)  # not measured: not shown
+    assert not holds(entry(0, 0.9, named=False), 0.5)  # its name is its label
+    assert holds(entry(0, None, named=False), None)  # no floor: everything, as before
+
+
+def test_the_floor_is_the_artifacts_else_the_default_where_precision_is_measured():
+    measured, unmeasured = [entry(0, 0.2)], [entry(0, None)]
+    assert display_floor({"value": 0.45}, measured) == 0.45
+    assert display_floor({"value": None}, measured) is None  # recorded: no floor
+    assert display_floor(None, measured) == DEFAULT_FLOOR
+    assert display_floor(None, unmeasured) is None
+    with pytest.raises(InputError, match="malformed floor"):
+        display_floor({"value": "high"}, measured)
+
+
+def test_one_name_once_its_values_summed_under_the_word_concept():
+    # axes 0..31, word concepts from 32: the word "dog" (40) and the axis named dog (3)
+    merged = merged_by_name([(3, 0.5), (5, 1.0), (40, 2.0)], ["dog", "snow", "Dog"], 32)
+    assert merged == [(40, 2.5), (5, 1.0)]
+
+
+def coder_with_words(floor: float | None) -> tuple[ConceptCoder, np.ndarray]:
+    """A coder over a random rotation whose axes have precisions spread over [0, 1), axis 0
+    named like word w0, and three words with precisions 0.9, 0.1 and none (zero-shot)."""
+    rng = np.random.default_rng(4)
+    sample = rng.normal(size=(60, DIM))
+    artifact = random_cedar_artifact(DIM, K, sample, seed=2)
+    for i, e in enumerate(artifact.extra["catalog"]):
+        e["precision"] = (i * 7 % 32) / 32
+    artifact.extra["catalog"][0]["name"] = "w0"
+    words = VocabularyReadout(
+        words=["w0", "w1", "w2"],
+        classes=["noun"] * 3,
+        weight=rng.normal(size=(3, DIM)).astype(np.float32),
+        offset=np.full(3, 0.5, dtype=np.float32),  # active on most rows
+        threshold=np.zeros(3, dtype=np.float32),
+        own_threshold=np.ones(3, dtype=bool),
+        precision=[0.9, 0.1, None],
+        recall=[None] * 3,
+        support=[3] * 3,
+        zero_shot=[False, False, True],
+    )
+    artifact.extra["readout"] = readout_record(words)
+    artifact.tensors = readout_tensors(words)
+    artifact.extra["floor"] = {"value": floor}
+    return ConceptCoder(artifact), sample.astype(np.float32)
+
+
+def codes(coder: ConceptCoder, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    axes, values = coder.encode(x)
+    return [
+        (np.concatenate([w[0], a]), np.concatenate([w[1], v]))
+        for w, a, v in zip(coder.active_words(x), axes, values, strict=True)
+    ]
+
+
+def test_a_coder_shows_only_what_holds_once_per_name():
+    coder, x = coder_with_words(0.5)
+    assert coder.floor == 0.5
+    shown_any = False
+    for ids, values in codes(coder, x):
+        shown = coder.shown(ids, values)
+        names = [coder.catalog[c].name.lower() for c, _ in shown]
+        assert len(names) == len(set(names))
+        for concept, _ in shown:
+            assert coder.catalog[concept].precision >= 0.5
+        shown_any |= bool(shown)
+        assert "w1" not in names and "w2" not in names  # 0.1, and not measured
+    assert shown_any
+    everything = coder.at_floor(None)
+    ids, values = codes(coder, x)[0]
+    assert len(everything.shown(ids, values)) >= len(coder.shown(ids, values))
+    assert coder.floor == 0.5  # at_floor leaves the coder as it was
+
+
+def test_explanation_precision_counts_the_shown_names_the_other_captions_use():
+    shown = [["dog", "snow"], ["dog"], []]
+    used = [frozenset({"dog"}), frozenset({"cat"}), frozenset({"dog"})]
+    figures = explanation_precision(shown, used)
+    assert figures["explanation_precision"] == pytest.approx((0.5 + 0.0) / 2)
+    assert figures["pooled_precision"] == pytest.approx(1 / 3)
+    assert figures["rows_shown"] == pytest.approx(2 / 3)
+    assert figures["utility"] == -1.0
+
+
+def test_used_words_are_those_of_the_images_other_captions():
+    texts = ["a dog runs", "a dog in snow", "a cat sleeps", "a red ball"]
+    used = used_words(texts, ["a", "a", "b", "b"], others=1)
+    assert "dog" in used[0] and "snow" in used[0] and "snow" not in used[1]
+    assert "ball" in used[2] and "cat" not in used[2]
+
+
+def test_the_floor_is_where_showing_a_concept_is_right_more_often_than_wrong():
+    """Every row shows one concept of precision 0.6 its image's captions use and one of
+    precision 0.2 they do not: the floor picked hides the second and keeps the first."""
+    coder, _ = coder_with_words(None)
+    good, bad = 2, 4  # two axes, their precisions rewritten
+    coder.catalog[good] = dataclasses.replace(coder.catalog[good], precision=0.6, name="good")
+    coder.catalog[bad] = dataclasses.replace(coder.catalog[bad], precision=0.2, name="bad")
+    pair = (np.array([good, bad]), np.array([1.0, 2.0], dtype=np.float32))
+    rows = FloorRows([pair] * 10, [frozenset({"good"})] * 10)
+    curve = floor_curve(coder, rows)
+    floor = pick_floor(curve)
+    assert 0.2 < floor <= 0.6
+    assert shown_names(coder.at_floor(floor), rows)[0] == ["good"]
+    assert curve[floor]["explanation_precision"] == 1.0
+    assert curve[0.0]["explanation_precision"] == 0.5
