@@ -18,6 +18,7 @@ disk, in one run.
 
     python -m service.benchmarks.scale --rows 10000000 --work runs/bench/scale
     python -m service.benchmarks.scale --rows 1000000 --work runs/bench/scale-1m
+    python -m service.benchmarks.scale --rows 10000000 --serve-only   # steps 3-4 again
 """
 
 from __future__ import annotations
@@ -232,6 +233,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("runs/bench/scale"))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--serve-only",
+        action="store_true",
+        help="serve and score the bundle an earlier run built in --work (its build figures kept)",
+    )
     parser.add_argument("--serve", type=Path, default=None, help=argparse_hidden())
     args = parser.parse_args(argv)
     if args.serve is not None:  # the child of step 3
@@ -243,9 +249,17 @@ def main(argv: list[str] | None = None) -> dict:
     result: dict = {"rows": args.rows, "dim": args.dim, "k": K}
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    write_inputs(args.work, args.rows, args.dim)
-    result["cache_seconds"] = round(time.perf_counter() - started, 1)
-    result["build"] = build(args.work)
+    if args.serve_only:
+        if not (args.work / "bundles").is_dir() or not json_path.is_file():
+            raise SystemExit(
+                f"scale: --serve-only needs a run's bundles in {args.work} and {json_path}"
+            )
+        earlier = json.loads(json_path.read_text())
+        result["cache_seconds"], result["build"] = earlier["cache_seconds"], earlier["build"]
+    else:
+        write_inputs(args.work, args.rows, args.dim)
+        result["cache_seconds"] = round(time.perf_counter() - started, 1)
+        result["build"] = build(args.work)
     publish(result, json_path)
     served = args.work / "served.json"
     subprocess.run(
