@@ -131,6 +131,27 @@ def decode_heads(
     return head
 
 
+def block_dots(
+    head: np.ndarray, scales: np.ndarray | None, queries: np.ndarray, ends: Sequence[int]
+) -> np.ndarray:
+    """Inner products [Q, n] of queries [Q, L] (in the rotated space) with code rows' heads
+    [n, L] as float32, each block times its row's scale, L a block's end: one product of the
+    heads with the queries laid out block by block ([L, Q·B'], zero outside each block), then
+    the B' partial sums weighted by the scales, so no scaled [n, L] copy is written."""
+    queries = np.asarray(queries, dtype=np.float32)
+    if scales is None:
+        return queries @ head.T
+    length = head.shape[1]
+    starts = [0, *[end for end in ends if end < length]]
+    blocks = len(starts)
+    laid = np.zeros((length, len(queries) * blocks), dtype=np.float32)
+    for block, start in enumerate(starts):
+        end = ends[block]
+        laid[start:end, block::blocks] = queries[:, start:end].T
+    partial = (head @ laid).reshape(len(head), len(queries), blocks)
+    return np.einsum("nqb,nb->qn", partial, np.asarray(scales[:, :blocks], dtype=np.float32))
+
+
 def encode_rows(unit_rows: np.ndarray, dtype: str) -> np.ndarray:
     """The codes of unit rows p_D [n, D] with no rotation: float16, or int8 scaled per row to
     ±127 (the int8 of a store written before the rotation)."""
@@ -245,12 +266,6 @@ class VectorStore:
         scales = None if self.scales is None else self.scales[at]
         return decode_heads(self.codes[at, :length], scales, self.ends, length)
 
-    def _norms(self, at: np.ndarray | slice, length: int, head: np.ndarray) -> np.ndarray:
-        """‖head‖ of the rows `at`: stored where `length` is a contract prefix, else computed."""
-        if length in self.lengths:
-            return np.asarray(self.norms[at, self.lengths.index(length)], dtype=np.float32)
-        return np.sqrt(np.einsum("ij,ij->i", head, head))
-
     def _turned(self, queries: np.ndarray, length: int) -> np.ndarray | None:
         """Queries [.., L] in the rotated space (qR_L) where a head of `length` can be scored
         there (no rotation, or L ends a block); None where it cannot."""
@@ -278,18 +293,12 @@ class VectorStore:
 
     def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
         """s_L of the given rows against one unit query [L], float32 [n]: each head's inner
-        product first (in the rotated space), then one division by its norm (stored where L is
-        a contract prefix), so only the first L columns are widened and no [n, L] quotient is
-        written; 0 for a zero head. Equal to `prefix_rows(rows, length) @ query` up to float
-        rounding."""
+        product first (in the rotated space, `block_dots`), then one division by its norm
+        (stored where L is a contract prefix), so only the first L columns are widened and no
+        [n, L] quotient is written; 0 for a zero head. Equal to `prefix_rows(rows, length) @
+        query` up to float rounding."""
         rows = np.asarray(rows, dtype=np.int64)
-        turned = self._turned(query, length)
-        if turned is None:
-            return self.prefix_rows(rows, length) @ np.asarray(query, dtype=np.float32)
-        head = self._decoded(rows, length)
-        dots = head @ turned
-        norms = self._norms(rows, length, head)
-        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+        return self._scores(rows, length, np.asarray(query, np.float32)[None])[0]
 
     def block(self, start: int, stop: int, length: int) -> np.ndarray:
         """p̂_L of rows [start, stop), float32 (a store on disk then lets their pages go)."""
@@ -311,12 +320,23 @@ class VectorStore:
         """s_L of rows [start, stop) against unit queries [Q, L], float32 [Q, stop − start]:
         the heads' inner products first, then one division by their norms (no [n, L] quotient
         written, as `prefix_scores`); 0 for a zero head."""
+        return self._scores(slice(start, stop), length, queries)
+
+    def _scores(self, at: np.ndarray | slice, length: int, queries: np.ndarray) -> np.ndarray:
+        """s_L of the rows `at` against unit queries [Q, L], float32 [Q, n]."""
         turned = self._turned(queries, length)
-        if turned is None:
-            return np.asarray(queries, np.float32) @ self._rows_at(slice(start, stop), length).T
-        head = self._decoded(slice(start, stop), length)
-        dots = turned @ head.T
-        norms = self._norms(slice(start, stop), length, head)
+        if turned is None:  # L inside a block: the rows decoded back to their own space
+            return np.asarray(queries, np.float32) @ self._rows_at(at, length).T
+        scales = None if self.scales is None else self.scales[at]
+        codes = self.codes[at, :length]
+        if length in self.lengths:
+            head = np.asarray(codes, dtype=np.float32)
+            dots = block_dots(head, scales, turned, self.ends)
+            norms = np.asarray(self.norms[at, self.lengths.index(length)], dtype=np.float32)
+        else:
+            head = decode_heads(codes, scales, self.ends, length)
+            dots = turned @ head.T
+            norms = np.sqrt(np.einsum("ij,ij->i", head, head))
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def scan(
