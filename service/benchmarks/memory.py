@@ -44,6 +44,7 @@ from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
 from indexer.format.footprint import footprint
+from indexer.format.store import VectorStore
 from indexer.format.store_rerank import StoreRerank
 from indexer.format.tuning import EF_LADDER, drop_self
 from service.engine.plans import Planner
@@ -116,6 +117,13 @@ def strata_search(bundle: Bundle, planner: Planner, length: int) -> tuple[Callab
     return (lambda q: planner.funnel(s, f, q[None, :], length, K + 1)[1][0]), plan
 
 
+def rerank_row_bytes(store: VectorStore, length: int) -> int:
+    """Bytes a rerank reads of one row: its head's codes, its norm at L, and the row of block
+    scales of a rotated int8 store."""
+    scales = 0 if store.scales is None else store.scales.shape[1] * store.scales.itemsize
+    return length * store.codes.itemsize + 4 + scales
+
+
 def reranks_per_query(bundle: Bundle, planner: Planner, length: int) -> int:
     """Rows one query reads from the store: the codes' k·F_S at the shortest prefix, the
     funnel's k·F elsewhere (none for a scan, which reads every row)."""
@@ -156,7 +164,7 @@ def granularities(bundle: Bundle, x, peer, queries: int, rounds: int) -> dict:
             "strata": plan,
             "recall_at_10": round(recall, 4),
             "reranks_per_query": reranks,
-            "rerank_bytes_per_query": reranks * (length * bundle.store.codes.itemsize + 4),
+            "rerank_bytes_per_query": reranks * rerank_row_bytes(bundle.store, length),
             "hnswlib_ef": ef,
             "hnswlib_recall_at_10": round(peer_recall, 4),
             "p50_ms": ms,
