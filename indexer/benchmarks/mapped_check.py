@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.format.manifest import FileRecord
-from indexer.format.store import FILES, NORMS, VECTORS, StoreWriter, VectorStore, store_record
+from indexer.format.store import FILES, NORMS, VECTORS, VectorStore
+from indexer.format.store.writer import StoreWriter, store_record
 from training.benchmarks import benchmark_parser, publish
 from training.core.files import sha256_file
 

@@ -3,7 +3,7 @@ bytes per row, recall@10 at every granularity and p50, each candidate reranked e
 same int8 store, in one run.
 
 N × D spectrum rows (ann_tuning.spectrum_rows), float16-rounded as a cache holds them; the int8
-store's codes and head norms (indexer/format/store.py). For each candidate FAISS factory over
+store's codes and head norms (indexer/format/store/). For each candidate FAISS factory over
 p_S (S = D/16), each of its search settings and each rerank factor F_S:
 
 - object (L = S): the codes' k·F_S best, reranked by the store's s_S;

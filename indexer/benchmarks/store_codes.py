@@ -3,7 +3,7 @@ against exact float32 search, and bytes per row, for each coding in one run.
 
 N × D spectrum rows (ann_tuning.spectrum_block: clustered, variance ∝ (j + 1)^−α, the order a
 GraSP-VL rotation gives), float16-rounded as a cache holds them, coded as the store codes them
-(indexer/format/store.py):
+(indexer/format/store/):
 
 - float16: each coordinate rounded;
 - int8, one scale per row: the largest coordinate of the row at ±127 (stores written before
@@ -27,13 +27,15 @@ import numpy as np
 
 from indexer.benchmarks.ann_tuning import SHARD, spectrum_block
 from indexer.format.store import (
+    encode_rows,
+    heads,
+    merge_top_k,
+)
+from indexer.format.store.block_codes import (
     block_ends,
     block_rotation,
     decode_heads,
     encode_rotated,
-    encode_rows,
-    heads,
-    merge_top_k,
 )
 from indexer.format.tuning import drop_self
 from training.benchmarks import benchmark_parser, publish

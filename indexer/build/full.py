@@ -67,14 +67,9 @@ from indexer.versions.publish import Publisher
 from indexer.versions.release import release_version
 from indexer.build.sampling import Reservoir
 from indexer.build.shard_step import ShardSource
-from indexer.format.store import (
-    VECTORS,
-    StoreWriter,
-    block_ends,
-    block_rotation,
-    store_record,
-    write_rotation,
-)
+from indexer.format.store.block_codes import block_ends, block_rotation
+from indexer.format.store import VECTORS
+from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.verify.check import verify_bundle
 from indexer.build.version_writer import VersionWriter
 from indexer.versions.bundle_store import BundleStore
@@ -158,7 +153,7 @@ def write_version(
         if p.length not in served
     ]
     lengths = [p.length for p in inputs.plans]
-    rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store.py)
+    rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store/)
     store = (
         None
         if config.store == "none"

@@ -55,7 +55,7 @@ class BuildConfig(ConfigModel):
     ray_address: str | None = None  # --engine ray: a cluster to join (default: RAY_ADDRESS/local)
     recall_target: float = Field(RECALL_TARGET, gt=0, le=1)  # recall@10 the tuning aims at
     tuning_queries: int = Field(TUNING_QUERIES, ge=1)  # held-out gallery rows it measures on
-    # the shared vector store's codes (indexer/format/store.py); "none": a file per prefix
+    # the shared vector store's codes (indexer/format/store/); "none": a file per prefix
     store: Literal["none", "float16", "int8"] = "int8"
     # the store is read through mmap for reranks only, not counted as resident (footprint.py)
     store_on_disk: bool = False

@@ -10,7 +10,7 @@ A bundle directory holds versions, and a pointer to the published one:
 
     v000007/
       manifest.json               below
-      store_vectors.npy           with a store (format 4, indexer/format/store.py): every row's unit
+      store_vectors.npy           with a store (format 4, indexer/format/store/): every row's unit
       store_norms.npy             rotated vector once (float16 or int8 [N, D]) and its head
                                   norms at each prefix (float32 [N, P]); Flat prefixes are
                                   served from it and have no file of their own

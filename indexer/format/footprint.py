@@ -1,6 +1,6 @@
 """What a bundle version costs per row, part by part: on disk, and resident in a replica.
 
-Parts: `store` (the shared vectors and their head norms, indexer/format/store.py), `prefix_L` (a
+Parts: `store` (the shared vectors and their head norms, indexer/format/store/), `prefix_L` (a
 prefix's own index file, with its .ivfdata), `postings`, `ids` and `artifacts`. On disk is
 the files' bytes (the manifest's records). Resident is what a serving replica keeps in RAM
 once its working set is paged in: every mapped file a search or a filter reads through, i.e.

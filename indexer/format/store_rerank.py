@@ -1,5 +1,5 @@
 """Shortlist codes: a compressed index at one prefix, its candidates reranked exactly from the
-shared store (indexer/format/store.py).
+shared store (indexer/format/store/).
 
 A bundle with a store keeps every row once, as codes of p_D; a prefix needs an index of its own
 only to avoid scanning every row. That index need not hold the rows exactly, because the store

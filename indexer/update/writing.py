@@ -25,7 +25,7 @@ from indexer.format.manifest import MANIFEST, BundleManifest
 from indexer.format.postings import INDPTR, ROWS, Postings
 from indexer.format.postings_writer import PostingsWriter, filter_postings
 from indexer.format.store import VECTORS as STORE_VECTORS
-from indexer.format.store import StoreWriter, write_filtered_store, write_rotation
+from indexer.format.store.writer import StoreWriter, write_filtered_store, write_rotation
 from indexer.format.tuning import RECALL_TARGET
 from indexer.update.index_edit import open_extended, write_filtered
 from indexer.update.row_changes import (

@@ -85,7 +85,7 @@ def check_sample(
         if storage is not None:
             stored = np.stack([storage.reconstruct(int(r)) for r in rows])
             error = np.abs(stored - expected).max(axis=1)
-            # a head of the shared store differs by its codes' rounding (indexer/format/store.py)
+            # a head of the shared store differs by its codes' rounding (indexer/format/store/)
             shared = entry.store or entry.rerank
             tolerance = TOLERANCE[manifest.store["dtype"]] if shared else VECTOR_TOLERANCE
             bad = error > tolerance

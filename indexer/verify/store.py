@@ -1,4 +1,4 @@
-"""Verifying a bundle's shared vector store (indexer/format/store.py), for indexer/verify/check.py.
+"""Verifying a bundle's shared vector store (indexer/format/store/), for indexer/verify/check.py.
 
 The store's files are checksummed with every other file (verify.check_files); here, once
 they are intact: the manifest's `store` record names them and covers the contract's prefixes,
@@ -23,9 +23,9 @@ from indexer.format.store import (
     VECTORS,
     StoreError,
     VectorStore,
-    decode_heads,
     head_norms,
 )
+from indexer.format.store.block_codes import decode_heads
 from indexer.verify.faults import Fault
 
 NORM_TOLERANCE = 1e-4  # relative: a stored norm against the norm recomputed from the codes

@@ -11,7 +11,7 @@ docs/benchmarks.md#the-funnel; `python -m service.benchmarks.funnel`).
 The rerank reads exact rows the bundle already holds: the stored p_M rows of the smallest
 prefix M ≥ L whose index keeps them exactly (Flat; HNSW's flat storage; a refine's Flat), as
 a numpy view of FAISS's own (memory-mapped) storage, no copy; or, in a bundle with a shared
-store (indexer/format/store.py), the heads of the store's rows, renormalised. Any prefix L ≤ M is
+store (indexer/format/store/), the heads of the store's rows, renormalised. Any prefix L ≤ M is
 served from them, because p_L(p_M(x)) = p_L(x): p_M(x) is z[:M] times a positive number, and
 p_L divides that number out again. An index with no exact rows (IVF-PQ with its lists on
 disk) cannot be reranked from; the funnel is then unavailable at that target.

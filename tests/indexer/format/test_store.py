@@ -1,4 +1,4 @@
-"""The shared vector store (indexer/format/store.py): one copy of every row serves every Flat
+"""The shared vector store (indexer/format/store/): one copy of every row serves every Flat
 prefix, and reranks the shortlist codes of the shortest (indexer/format/store_rerank.py).
 
 Against the layout before it (one float32 file per prefix) on the same rows: the same hits at
@@ -31,17 +31,18 @@ from indexer.format.store import (
     VECTORS,
     StoreError,
     VectorStore,
-    block_ends,
-    block_rotation,
-    decode_heads,
-    encode_rotated,
     encode_rows,
     head_norms,
     heads,
     merge_top_k,
-    store_record,
-    write_rotation,
 )
+from indexer.format.store.block_codes import (
+    block_ends,
+    block_rotation,
+    decode_heads,
+    encode_rotated,
+)
+from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.format.store_rerank import StoreRerank
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
 from indexer.verify.check import verify_bundle
@@ -108,8 +109,6 @@ def test_a_rotated_store_reads_rows_and_scores_as_the_rows_own_space(tmp_path: P
     """Read back through VectorStore: p̂_L in the rows' space at every prefix, inside a block
     too; scores equal to rows · query; the exact scan finds the rows themselves."""
     rows, lengths = decaying_rows(300, 64, 5), [8, 32, 64]
-    from indexer.format.store import StoreWriter
-
     rotation = block_rotation(block_ends(lengths, 64))
     writer = StoreWriter(tmp_path, 300, 64, lengths, "int8", rotation=rotation)
     writer.add(rows[:100])

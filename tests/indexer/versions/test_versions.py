@@ -14,7 +14,8 @@ from indexer.build.full import build_bundle
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BundleError, read_current
 from indexer.format.prefix_writers import write_index_file
-from indexer.format.store import NORMS, VECTORS, StoreWriter
+from indexer.format.store import NORMS, VECTORS
+from indexer.format.store.writer import StoreWriter
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.bundle_store import BundleStore
 from service.engine.search import SearchEngine

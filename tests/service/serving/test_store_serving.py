@@ -1,4 +1,4 @@
-"""An engine over a bundle with a shared vector store (indexer/format/store.py) serves as one over
+"""An engine over a bundle with a shared vector store (indexer/format/store/) serves as one over
 the layout before it: the same hits at every granularity (to float16 rounding), filtered and
 explained queries, and a hot swap from one layout to the other."""
 

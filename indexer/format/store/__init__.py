@@ -26,15 +26,17 @@ inner products are those of the rotated heads, (q R_L) · (c s)_L, with no decod
 the blocks of small variance (the late coordinates of a GraSP-VL rotation) get a grid of their
 own instead of the largest coordinate's. Against one scale per row (an int8 store written
 before, still read: its record names no rotation) this halves the quantization's misses at
-recall@10 (indexer/benchmarks/store_codes.py). The stored norms are those of the decoded heads,
-so p̂_L is unit.
+recall@10 (indexer/benchmarks/store_codes.py); the coding's arithmetic is in
+indexer/format/store/block_codes.py. The stored norms are those of the decoded heads, so p̂_L
+is unit.
 
 `StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
 bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
 tuning, verification, explanation and filtering treat it as the exact storage it is. Pure
-functions for the arithmetic; `StoreWriter` streams the files (hashed on the way, as the
-postings are, each created new: never over an existing file); `VectorStore` maps them
-read-only, a bundle's after checking them against the manifest (indexer/format/mapped.py).
+functions for the arithmetic; `StoreWriter` (indexer/format/store/writer.py) streams the files
+(hashed on the way, as the postings are, each created new: never over an existing file);
+`VectorStore` maps them read-only, a bundle's after checking them against the manifest
+(indexer/format/mapped.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,11 @@ from typing import Any
 import numpy as np
 
 from indexer.format.mapped import Recorded, advise_random, check_mapped_files, release_rows
-from indexer.format.npy_stream import NpyStream
+from indexer.format.store.block_codes import (
+    block_dots,
+    block_ends,
+    decode_heads,
+)
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
 
@@ -58,7 +64,6 @@ DTYPES = {"float16": np.dtype("<f2"), "int8": np.dtype("i1")}
 # |p̂_L − p_L| a stored head may differ from the exact one by, per coordinate (verify)
 TOLERANCE = {"float16": 2e-3, "int8": 6e-2}
 SCAN_FLOATS = 2**21  # floats decoded per block of a scan (8 MB: a block stays in cache)
-COPY_ROWS = 65_536
 
 
 class StoreError(InputError):
@@ -72,84 +77,6 @@ def check_dtype(dtype: str) -> np.dtype:
 
 
 # --- the arithmetic (pure) --------------------------------------------------------------------
-
-
-def block_ends(lengths: Sequence[int], dim: int) -> tuple[int, ...]:
-    """Where the rotation's blocks end: the contract's prefix lengths, then D."""
-    return tuple(sorted({int(n) for n in lengths} | {int(dim)}))
-
-
-def block_rotation(ends: Sequence[int], seed: int = 0) -> np.ndarray:
-    """R, block-diagonal [D, D]: block b a random orthogonal matrix (the Q of a seeded Gaussian's
-    QR, its signs fixed so that it is unique), float32."""
-    dim = int(ends[-1])
-    rotation = np.zeros((dim, dim), dtype=np.float32)
-    start = 0
-    for block, end in enumerate(ends):
-        width = end - start
-        gaussian = np.random.default_rng([seed, block, width]).normal(size=(width, width))
-        q, r = np.linalg.qr(gaussian)
-        rotation[start:end, start:end] = q * np.where(np.diag(r) < 0, -1.0, 1.0)
-        start = end
-    return rotation
-
-
-def encode_rotated(
-    unit_rows: np.ndarray, rotation: np.ndarray, ends: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(codes int8 [n, D], scales float32 [n, B]) of unit rows p_D: each block rotated by its
-    part of R, then rounded to ±127 of its own largest coordinate."""
-    rows = np.asarray(unit_rows, dtype=np.float32)
-    codes = np.empty(rows.shape, dtype="i1")
-    scales = np.zeros((len(rows), len(ends)), dtype=np.float32)
-    start = 0
-    for block, end in enumerate(ends):
-        turned = rows[:, start:end] @ rotation[start:end, start:end]
-        peak = np.abs(turned).max(axis=1)
-        scales[:, block] = peak / 127.0
-        inverse = np.divide(127.0, peak, out=np.zeros_like(peak), where=peak > 0)
-        codes[:, start:end] = np.clip(np.rint(turned * inverse[:, None]), -127, 127)
-        start = end
-    return codes, scales
-
-
-def decode_heads(
-    codes: np.ndarray, scales: np.ndarray | None, ends: Sequence[int], length: int
-) -> np.ndarray:
-    """The first `length` coordinates of code rows as float32, each block times its scale (in
-    the rotated space; the codes themselves when there are no scales)."""
-    head = np.asarray(codes[:, :length], dtype=np.float32)
-    if scales is None:
-        return head
-    scales = np.asarray(scales, dtype=np.float32)
-    start = 0
-    for block, end in enumerate(ends):
-        if start >= length:
-            break
-        head[:, start : min(end, length)] *= scales[:, block : block + 1]
-        start = end
-    return head
-
-
-def block_dots(
-    head: np.ndarray, scales: np.ndarray | None, queries: np.ndarray, ends: Sequence[int]
-) -> np.ndarray:
-    """Inner products [Q, n] of queries [Q, L] (in the rotated space) with code rows' heads
-    [n, L] as float32, each block times its row's scale, L a block's end: one product of the
-    heads with the queries laid out block by block ([L, Q·B'], zero outside each block), then
-    the B' partial sums weighted by the scales, so no scaled [n, L] copy is written."""
-    queries = np.asarray(queries, dtype=np.float32)
-    if scales is None:
-        return queries @ head.T
-    length = head.shape[1]
-    starts = [0, *[end for end in ends if end < length]]
-    blocks = len(starts)
-    laid = np.zeros((length, len(queries) * blocks), dtype=np.float32)
-    for block, start in enumerate(starts):
-        end = ends[block]
-        laid[start:end, block::blocks] = queries[:, start:end].T
-    partial = (head @ laid).reshape(len(head), len(queries), blocks)
-    return np.einsum("nqb,nb->qn", partial, np.asarray(scales[:, :blocks], dtype=np.float32))
 
 
 def encode_rows(unit_rows: np.ndarray, dtype: str) -> np.ndarray:
@@ -388,107 +315,3 @@ class StoreIndex:
 
     def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
         return self.store.prefix_rows(rows, self.length)
-
-
-# --- writing ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StorePlan:
-    """What `write_batches` needs of a writer's plan: it is fed p_D, the full unit rows."""
-
-    length: int
-
-
-class StoreWriter:
-    """Streams the store's row files (codes, norms, and an int8 store's block scales): fed p_D
-    rows of consecutive gallery rows (the rows of `base`, a previous version's store, first when
-    given: an incremental add, coded as the base is). `rotation`: R for a rotated int8 store
-    (block_rotation; written beside by `write_rotation`), None for one scale per row."""
-
-    def __init__(
-        self,
-        folder: Path,
-        rows: int,
-        dim: int,
-        lengths: Sequence[int],
-        dtype: str,
-        base: VectorStore | None = None,
-        rotation: np.ndarray | None = None,
-    ) -> None:
-        self.plan = StorePlan(dim)
-        self.dtype, self.lengths = dtype, sorted(int(n) for n in lengths)
-        self.ends = block_ends(self.lengths, dim)
-        self.rotation = base.rotation if base is not None else rotation
-        if self.rotation is not None and check_dtype(dtype) != DTYPES["int8"]:
-            raise StoreError(f"a rotation codes int8 rows, not {dtype}")
-        self.vectors = NpyStream(folder / VECTORS, check_dtype(dtype), rows, (dim,))
-        self.norms = NpyStream(folder / NORMS, np.dtype("<f4"), rows, (len(self.lengths),))
-        self.scales = None
-        if self.rotation is not None:
-            self.scales = NpyStream(folder / SCALES, np.dtype("<f4"), rows, (len(self.ends),))
-        if base is not None:
-            if base.dtype != dtype or base.dim != dim or base.lengths != self.lengths:
-                raise StoreError("the base store's dtype, dimension or prefixes differ")
-            for start in range(0, base.rows, COPY_ROWS):
-                chunk = slice(start, start + COPY_ROWS)
-                scales = None if base.scales is None else np.asarray(base.scales[chunk])
-                self.add_codes(np.asarray(base.codes[chunk]), scales)
-
-    def add(self, unit_rows: np.ndarray) -> None:
-        if self.rotation is None:
-            self.add_codes(encode_rows(unit_rows, self.dtype))
-        else:
-            self.add_codes(*encode_rotated(unit_rows, self.rotation, self.ends))
-
-    def add_codes(self, codes: np.ndarray, scales: np.ndarray | None = None) -> None:
-        self.vectors.write(codes)
-        self.norms.write(head_norms(decode_heads(codes, scales, self.ends, self.plan.length),
-                                    self.lengths))  # fmt: skip
-        if self.scales is not None:
-            self.scales.write(scales)
-
-    def close(self) -> dict[Path, str | None]:
-        streams = [self.vectors, self.norms] + ([self.scales] if self.scales is not None else [])
-        return {stream.path: stream.close() for stream in streams}
-
-
-def write_rotation(folder: Path, rotation: np.ndarray) -> dict[Path, str | None]:
-    """R as the new file store_rotation.npy of a version (a table of D rows, not of gallery
-    rows); its sha256."""
-    stream = NpyStream(folder / ROTATION, np.dtype("<f4"), len(rotation), rotation.shape[1:])
-    stream.write(rotation)
-    return {stream.path: stream.close()}
-
-
-def store_record(
-    dtype: str, lengths: Sequence[int], on_disk: bool = False, rotated: bool = False
-) -> dict[str, Any]:
-    """The manifest's `store` record; `on_disk`: a replica reads it through mmap for reranks and
-    need not hold it in RAM (indexer/format/footprint.py; absent before: False); `rotated`: an
-    int8 store coded by rotated blocks, naming its scales and rotation (absent before)."""
-    record: dict[str, Any] = {
-        "vectors": VECTORS,
-        "norms": NORMS,
-        "dtype": dtype,
-        "lengths": sorted(int(n) for n in lengths),
-        "on_disk": bool(on_disk),
-    }
-    if rotated:
-        record |= {"scales": SCALES, "rotation": ROTATION}
-    return record
-
-
-def write_filtered_store(
-    base: VectorStore, keep: np.ndarray, folder: Path
-) -> dict[Path, str | None]:
-    """The store of a version keeping the rows where `keep` is True (a delete)."""
-    keep = np.asarray(keep, dtype=bool)
-    writer = StoreWriter(
-        folder, int(keep.sum()), base.dim, base.lengths, base.dtype, rotation=base.rotation
-    )
-    for start in range(0, base.rows, COPY_ROWS):
-        chunk = slice(start, start + COPY_ROWS)
-        scales = None if base.scales is None else np.asarray(base.scales[chunk])[keep[chunk]]
-        writer.add_codes(np.asarray(base.codes[chunk])[keep[chunk]], scales)
-    return writer.close()
