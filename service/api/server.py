@@ -56,6 +56,7 @@ from service.serving.served_engine import PinnedQuery, ServedEngine, search_pinn
 from training.core.config import ConfigModel
 
 if TYPE_CHECKING:
+    from service.api.grpc.admin import PoolPeers
     from service.api.http.server import HttpEndpoint
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class ServerConfig(ConfigModel):
     http_port: int | None = None  # the HTTP/JSON API and the page: None off, 0 any free port
     http_host: str | None = None  # where the HTTP API listens; None: `host`
     image_root: Path | None = None  # relative image paths and thumbnails; None: the bundle's
+    # a worker of `strata serve --workers N` (service/serving/workers.py): its gRPC and HTTP ports
+    # are shared with the other workers (SO_REUSEPORT; the kernel spreads connections over them)
+    reuse_port: bool = False
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:
@@ -134,6 +138,7 @@ class StrataServer:
         self._server: grpc.aio.Server | None = None
         self.http: HttpEndpoint | None = None
         self.http_port: int | None = None
+        self.pool: PoolPeers | None = None  # a worker of a pool: how it reaches the others
         self.metrics.track_queue(lambda: self.batcher.waiting)
         self._publish_bundle()
 
@@ -189,7 +194,8 @@ class StrataServer:
         options = [
             ("grpc.max_receive_message_length", self.config.max_message_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),  # a busy port is an error, not a silently shared one
+            # a busy port is an error, not a silently shared one, unless the pool shares it
+            ("grpc.so_reuseport", 1 if self.config.reuse_port else 0),
         ]
         interceptors: list[grpc.aio.ServerInterceptor] = [
             MetricsInterceptor(self.metrics),  # outermost: it sees every status, aborts included
@@ -262,7 +268,7 @@ class StrataServer:
         host = self.config.http_host or self.config.host
         self.http = HttpEndpoint(
             api.app(), host, self.config.http_port, self.config.max_concurrent_rpcs,
-            self.config.grace_s,
+            self.config.grace_s, reuse_port=self.config.reuse_port,
         )  # fmt: skip
         self.http_port = await self.http.start()
 

@@ -127,11 +127,12 @@ def options(
     configure_logging("WARNING" if quiet else load_settings().log_level)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, process: str = "strata") -> None:
     """Strata's own loggers at `level` (STRATA_LOG_LEVEL; -q: WARNING); every other library's
-    at WARNING, so their INFO lines stay out of the output."""
+    at WARNING, so their INFO lines stay out of the output. `process` begins each line (a
+    worker of `strata serve --workers` names itself)."""
     logging.basicConfig(
-        level=logging.WARNING, format="strata: %(levelname)s: %(name)s: %(message)s"
+        level=logging.WARNING, format=f"{process}: %(levelname)s: %(name)s: %(message)s"
     )
     for name in STRATA_LOGGERS:
         logging.getLogger(name).setLevel(level)

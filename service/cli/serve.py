@@ -14,7 +14,13 @@ from typing import Annotated
 
 import typer
 
-from service.cli.serve_setup import ADMIN_TOKEN_ENV, exit_now, server_config
+from service.cli.serve_setup import (
+    ADMIN_TOKEN_ENV,
+    WORKER_LIMIT,
+    exit_now,
+    server_config,
+    worker_count,
+)
 from service.serving.batching import BatchingConfig
 from training.core.settings import load_settings
 
@@ -137,14 +143,17 @@ def serve_command(
     engine_timeout: Annotated[
         float, typer.Option(help="Milvus backend: the deadline of every engine call, seconds")
     ] = 2.0,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="server processes sharing the port and one copy of the bundle (default: one "
+            f"per core, up to {WORKER_LIMIT}; a Milvus Lite file: 1)",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
     """Serve a bundle over gRPC (strata.v1.SearchService), and HTTP with --http-port, until
     Ctrl-C."""
-    from service.api.server import serve
-    from service.cli.serve_setup import Announcement, open_engine
-    from service.query.cache import open_cache
-    from service.serving.metrics import ServerMetrics
-
     settings = load_settings()
     image_root = image_root or settings.image_root
     if redis_url is None:
@@ -156,6 +165,24 @@ def serve_command(
         http_host=http_host, image_root=image_root, admin_token_file=admin_token_file,
         tls_cert=tls_cert, tls_key=tls_key,
     )  # fmt: skip
+    workers = worker_count(workers, backend)
+    mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
+    if workers > 1:
+        from service.cli.serve_setup import serve_pool
+
+        serve_pool(
+            bundles=bundles, backend=backend, collection=collection, translator=translator,
+            image_root=image_root, device=device or settings.device,
+            batch_size=settings.batch_size,
+            redis_url=redis_url, redis_prefix=redis_prefix, engine_timeout=engine_timeout,
+            config=config, mode=mode, workers=workers,
+        )  # fmt: skip
+        typer.echo("stopped")
+        exit_now()
+    from service.api.server import serve
+    from service.cli.serve_setup import Announcement, open_engine
+    from service.query.cache import open_cache
+    from service.serving.metrics import ServerMetrics
     from training.core.encoders import resolve_device
 
     device = resolve_device(device or settings.device)
@@ -165,7 +192,6 @@ def serve_command(
         bundles, backend, collection, translator, image_root, device, settings.batch_size,
         cache, engine_timeout,
     )  # fmt: skip
-    mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
     announcement = Announcement(
         engine, config, cache, mode, translator, backend, collection, redis_url, redis_prefix
     )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from service.serving.hot_swap import HotSwapper
 
 ADMIN_TOKEN_ENV = "STRATA_ADMIN_TOKEN"
+WORKER_LIMIT = 8  # `--workers`' default: one per core, up to this many
 
 
 def read_admin_token(path: Path | None, settings: StrataSettings | None = None) -> str | None:
@@ -104,6 +105,57 @@ def server_config(
     return config
 
 
+def worker_count(workers: int | None, backend: str, cores: int | None = None) -> int:
+    """How many server processes `strata serve` runs: `--workers`, else one per core up to
+    `WORKER_LIMIT`. A Milvus Lite file is opened by one process only: one worker."""
+    lite = backend.endswith(".db")
+    if workers is None:
+        cores = cores or len(os.sched_getaffinity(0))
+        return 1 if lite else max(1, min(cores, WORKER_LIMIT))
+    if lite and workers > 1:
+        raise InputError(
+            f"--workers {workers}: a Milvus Lite file ({backend}) is opened by one process "
+            "only; use --workers 1, or a Milvus server (milvus://host:19530)"
+        )
+    return workers
+
+
+def serve_pool(
+    *,
+    bundles: Path,
+    backend: str,
+    collection: str,
+    translator: Path | None,
+    image_root: Path | None,
+    device: str,
+    batch_size: int,
+    redis_url: str | None,
+    redis_prefix: str,
+    engine_timeout: float,
+    config: ServerConfig,
+    mode: str,
+    workers: int,
+) -> None:
+    """`strata serve --workers N` (N > 1): the pool of service/serving/workers.py, until a
+    signal; a worker that cannot start is a ServiceError (its one-line reason)."""
+    import logging
+
+    from service.serving.pool_worker import WorkerSpec
+    from service.serving.workers import WorkerPool
+
+    cores = len(os.sched_getaffinity(0))
+    level = logging.getLogger("service").getEffectiveLevel()
+    spec = WorkerSpec(
+        bundles=bundles, backend=backend, collection=collection, translator=translator,
+        image_root=image_root.expanduser().resolve() if image_root else None, device=device,
+        batch_size=batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
+        engine_timeout=engine_timeout, config=config, mode=mode, workers=workers,
+        public_metrics_port=None, threads=max(1, cores // workers),
+        log_level=logging.getLevelName(level),
+    )  # fmt: skip
+    WorkerPool(spec, workers, say=typer.echo).run()
+
+
 def open_engine(
     bundles: Path,
     backend: str,
@@ -157,37 +209,54 @@ class Announcement:
     swappers: list[HotSwapper] = field(default_factory=list)
 
     def ready(self, server: StrataServer) -> None:
+        self.cache.report_state()  # strata_redis_up from the start
+        for line in self.lines(server):
+            typer.echo(line)
+        self.follow(server)
+
+    def lines(
+        self, server: StrataServer, workers: int = 1, metrics_port: int | None = None
+    ) -> list[str]:
+        """What `strata serve` prints once serving: `workers` processes share the port, and
+        `/metrics` is on `metrics_port` (the pool's, summed) when given, else the server's."""
         engine, config, translator = self.engine, self.config, self.translator
         bundle = engine.bundle
-        typer.echo(
+        pool = f"; {workers} workers" if workers > 1 else ""
+        lines = [
             f"serving {bundle.path} ({bundle.rows} rows, {bundle.manifest.encoder}, "
             f"{engine.encoder.device if engine.encoder else 'no encoder'}; {self.mode}) "
-            f"on {server.address}; Ctrl-C stops",
-        )
+            f"on {server.address}{pool}; Ctrl-C stops",
+        ]
         if translator is not None and engine.encoder is not None:
-            typer.echo(f"queries: {engine.encoder.id} (translated by {translator})")
+            lines.append(f"queries: {engine.encoder.id} (translated by {translator})")
         if config.tls_cert is not None:
-            typer.echo(f"TLS: certificate {config.tls_cert}")
-        if server.metrics_port is not None:
+            lines.append(f"TLS: certificate {config.tls_cert}")
+        metrics_port = metrics_port if metrics_port is not None else server.metrics_port
+        if metrics_port is not None:
             where = config.metrics_host or config.host
-            typer.echo(f"metrics: http://{where}:{server.metrics_port}/metrics")
+            lines.append(f"metrics: http://{where}:{metrics_port}/metrics")
         if server.http_address is not None:
-            typer.echo(f"http: http://{server.http_address}/ (the page; the API under /v1/)")
+            lines.append(f"http: http://{server.http_address}/ (the page; the API under /v1/)")
         if config.admin_token is not None:
-            typer.echo("admin: strata.v1.AdminService on (bearer token)")
-        self.cache.report_state()  # strata_redis_up from the start
-        typer.echo(self.cache.describe())
+            lines.append("admin: strata.v1.AdminService on (bearer token)")
+        lines.append(self.cache.describe())
+        if self.backend != "faiss":
+            lines.append(f"backend: {self.backend}, following alias {self.collection}")
+        elif self.redis_url:
+            lines.append(f"hot swap: following {self.redis_prefix}:bundle:versions")
+        return lines
+
+    def follow(self, server: StrataServer) -> None:
+        """Start following new versions: the Milvus alias, or the Redis version channel."""
         if self.backend != "faiss":
             from service.serving.alias_follower import AliasFollower
 
             self.followers.append(AliasFollower(server).start())
-            typer.echo(f"backend: {self.backend}, following alias {self.collection}")
         elif self.redis_url:
             from service.serving.hot_swap import HotSwapper
 
             self.swappers.append(HotSwapper(server, self.redis_url, self.redis_prefix))
             self.swappers[0].start()  # on the server's loop
-            typer.echo(f"hot swap: following {self.redis_prefix}:bundle:versions")
 
 
 def check_port_free(host: str, port: int, option: str) -> None:

@@ -18,11 +18,12 @@ keeps serving, then hands the new engine to `StrataServer.swap_engine`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -41,11 +42,23 @@ from training.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
+DRAIN_POLL_S = 0.002  # how often a pool worker's Reload looks whether the old version's calls ended
+
+
+class PoolPeers(Protocol):
+    """How a worker of a pool asks every worker (itself included) to act: service/serving/
+    pool_worker.py's `PoolLink`. `ask` answers each worker's payload, by worker index."""
+
+    index: int
+
+    async def ask(self, action: str, argument: str | None) -> list[dict[str, Any]]: ...
+
 
 class OperatedServer(EngineHost, Protocol):
     """What the operator's actions read and change on a running server."""
 
     batcher: MicroBatcher
+    pool: PoolPeers | None
     serving: bool
     draining: bool
     started_at: float
@@ -87,22 +100,26 @@ class Admin:
         self.server = server
         self._reloading = asyncio.Lock()
 
+    def version_name(self, version: str | None) -> str:
+        """The version a Reload of `version` loads: the name itself, checked, or CURRENT's."""
+        if version:
+            if parse_version_name(version) is None:
+                raise QueryError(f"{echo(version)} is not a bundle version name (like v000003)")
+            return version
+        root = self.server.bundles_dir
+        try:
+            current = read_current(root)
+        except InputError as exc:
+            raise ServiceError(str(exc)) from None
+        if current is None:
+            raise ServiceError(f"{root} has no published bundle (no CURRENT)")
+        return current
+
     def open_engine(self, version: str | None) -> SearchEngine:
         """A loaded engine over a version of the server's bundle directory (blocking: run it off
         the event loop), sharing the served engine's encoder, configuration and query cache."""
         root = self.server.bundles_dir
-        if version:
-            if parse_version_name(version) is None:
-                raise QueryError(f"{echo(version)} is not a bundle version name (like v000003)")
-            name = version
-        else:
-            try:
-                current = read_current(root)
-            except InputError as exc:
-                raise ServiceError(str(exc)) from None
-            if current is None:
-                raise ServiceError(f"{root} has no published bundle (no CURRENT)")
-            name = current
+        name = self.version_name(version)
         path = root / name
         if not (path / MANIFEST).is_file():
             raise ServiceError(f"no bundle version {name} in {root}")
@@ -126,7 +143,20 @@ class Admin:
             raise ServiceError(f"cannot serve {path}: {exc}") from None
 
     async def reload(self, version: str | None = None) -> ReloadOutcome:
-        """Swap in `version` (a name like "v000003"; None or "": CURRENT's). One at a time."""
+        """Swap in `version` (a name like "v000003"; None or "": CURRENT's). One at a time. In a
+        worker of a pool, every worker swaps to the same version (CURRENT is read once, here), and
+        the answer comes once the last of them serves it alone (service/serving/workers.py)."""
+        pool = self.server.pool
+        if pool is None:
+            return await self.reload_here(version)
+        name = self.version_name(version)
+        outcomes = [ReloadOutcome(**fields) for fields in await pool.ask("reload", name)]
+        mine = outcomes[pool.index] if pool.index < len(outcomes) else outcomes[0]
+        return dataclasses.replace(mine, load_seconds=max(o.load_seconds for o in outcomes))
+
+    async def reload_here(self, version: str | None, drained: bool = False) -> ReloadOutcome:
+        """Reload in this process alone; `drained`: return only once no call still answers from
+        the version swapped out (what a pool's Reload waits for in each worker)."""
         async with self._reloading:
             started = time.perf_counter()
             try:
@@ -138,6 +168,8 @@ class Admin:
                 raise
             seconds = time.perf_counter() - started
             previous = self.server.swap_engine(engine)
+            while drained and self.server.served.leases(previous):
+                await asyncio.sleep(DRAIN_POLL_S)  # calls that leased it are finishing
         return ReloadOutcome(
             previous_version=previous.bundle.version,
             bundle_version=engine.bundle.version,
@@ -147,8 +179,12 @@ class Admin:
         )
 
     async def drain(self) -> bool:
-        """Health NOT_SERVING from now on; whether the server still reports SERVING (False)."""
-        await self.server.drain()
+        """Health NOT_SERVING from now on (in every worker of a pool); whether the server still
+        reports SERVING (False)."""
+        if self.server.pool is not None:
+            await self.server.pool.ask("drain", None)
+        else:
+            await self.server.drain()
         return not self.server.draining
 
     def status(self) -> ServerStatus:

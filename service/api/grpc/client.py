@@ -63,6 +63,9 @@ class StrataClient:
         options = [
             ("grpc.max_receive_message_length", requests.MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", requests.MAX_MESSAGE_BYTES),
+            # a connection of its own (not one shared by every channel to the target in this
+            # process): clients spread over the workers of `strata serve --workers N`
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         if root_certificates is None:
             self.channel = grpc.insecure_channel(target, options=options)

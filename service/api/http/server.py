@@ -57,8 +57,10 @@ class HttpEndpoint:
         port: int,
         max_connections: int = 256,
         grace_s: float = 5.0,
+        reuse_port: bool = False,
     ) -> None:
         self.app, self.host, self.port = app, host, port
+        self.reuse_port = reuse_port  # a pool's workers share the port (SO_REUSEPORT)
         self.max_connections, self.grace_s = max_connections, grace_s
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -67,7 +69,7 @@ class HttpEndpoint:
     async def start(self) -> int:
         """Bind, start accepting, and return the bound port."""
         try:
-            sock = socket.create_server((self.host, self.port))
+            sock = socket.create_server((self.host, self.port), reuse_port=self.reuse_port)
         except OSError as exc:
             raise ServiceError(f"cannot serve HTTP on {self.host}:{self.port}: {exc}") from None
         config = uvicorn.Config(
