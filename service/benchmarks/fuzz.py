@@ -51,9 +51,9 @@ CALL_TIMEOUT_S = 60.0
 
 def _channel(target: str) -> grpc.Channel:
     limit = ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)
-    return grpc.insecure_channel(
-        target, options=[limit, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    )
+    options = [limit, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    # a connection of its own: the callers spread over the workers of `strata serve --workers`
+    return grpc.insecure_channel(target, options=[*options, ("grpc.use_local_subchannel_pool", 1)])
 
 
 def _good_hits(channel: grpc.Channel) -> tuple[list[str], int]:
@@ -106,10 +106,6 @@ def run_fuzz(
         t = describe_target(channel)
         before, version = _good_hits(channel)
         drawn = draw_requests(requests, seed, t)
-        calls = {
-            method: channel.unary_unary(SERVICE + method)  # bytes in, bytes out
-            for method in ("Search", "BatchSearch", "Explain", "ListConcepts", "GetConcept")
-        }
         counts: dict[str, Counter[str]] = defaultdict(Counter)
         examples: dict[str, str] = {}
         lock = threading.Lock()
@@ -118,6 +114,14 @@ def run_fuzz(
         cursor = iter(range(len(drawn)))
 
         def worker() -> int:
+            with _channel(target) as own:  # each caller its own connection
+                return calling(own)
+
+        def calling(own: grpc.Channel) -> int:
+            calls = {
+                method: own.unary_unary(SERVICE + method)  # bytes in, bytes out
+                for method in ("Search", "BatchSearch", "Explain", "ListConcepts", "GetConcept")
+            }
             sent = 0
             while time.perf_counter() < stop_at:
                 with lock:

@@ -86,6 +86,7 @@ class Worker:
     ready: bool = False
     metrics_port: int | None = None
     version: int | None = None
+    hung_up: bool = False  # its end of the pipe is closed: it is exiting
 
 
 @dataclass
@@ -191,7 +192,8 @@ class WorkerPool:
                 self._launch(index)
         live = list(self.workers.values())
         waitables: list[Any] = [self._wake_read]
-        waitables += [w.connection for w in live] + [w.process.sentinel for w in live]
+        waitables += [w.connection for w in live if not w.hung_up]
+        waitables += [w.process.sentinel for w in live]
         for ready in wait(waitables, timeout):
             if ready is self._wake_read:
                 self._wake_read.recv(512)
@@ -211,7 +213,11 @@ class WorkerPool:
         try:
             message = worker.connection.recv()
         except (EOFError, OSError):
-            return None  # it is exiting: its sentinel says so
+            worker.hung_up = True  # it is exiting: its sentinel says so
+            return None
+        return self._handle(worker, message)
+
+    def _handle(self, worker: Worker, message: tuple[Any, ...]) -> str | None:
         kind = message[0]
         if kind == "ready":
             details = message[1]
@@ -237,8 +243,8 @@ class WorkerPool:
         return None
 
     def _died(self, worker: Worker) -> str | None:
-        while worker.connection.poll():  # what it said before it went: a failure's reason first
-            failure = self._receive(worker)
+        while not worker.hung_up and worker.connection.poll():
+            failure = self._receive(worker)  # what it said before it went: a failure's reason
             if failure is not None:
                 return failure
         worker.process.join()
