@@ -10,7 +10,7 @@ from pathlib import Path
 import faiss
 import pytest
 import redis
-from search_gallery import WORD_FLOOR, build_text_bundle
+from search_gallery import MANY_WORDS, WORD_FLOOR, build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.format.bundle import Bundle
@@ -104,9 +104,6 @@ def strata_in_process(
         return code, out, err
 
     return run
-
-
-MANY_WORDS = 40  # the many-words bundle's words beyond BEACON: 8 axes + 41 words on row 0
 
 
 @pytest.fixture(scope="session")

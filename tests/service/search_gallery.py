@@ -81,6 +81,8 @@ WORD_FLOOR = 0.5
 # The word bundle's zero-shot cut in standard units: a phrase outside its catalog allows the rows
 # whose centred cosine with the phrase lies OPEN_Z standard deviations above its mean
 OPEN_Z = 1.5
+# The many-words bundle's words beyond BEACON: its first row holds CEDAR_K axes and 41 words
+MANY_WORDS = 40
 
 
 def beacon_readout(x: np.ndarray, mean: np.ndarray, extra: int = 0) -> VocabularyReadout:
