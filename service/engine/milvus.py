@@ -129,8 +129,10 @@ class MilvusScorer:
         filters = [where_expression(self.metadata, query.where)]
         if query.require or query.exclude:
             bundle, scope, vocabulary = self.bundle, query.scope, self.vocabulary
-            opened = {r: open_phrase(bundle, r, scope, vocabulary) for r in (*query.require,
-                                                                             *query.exclude)}
+            opened = {
+                r: open_phrase(bundle, r, scope, vocabulary)
+                for r in (*query.require, *query.exclude)
+            }
             required = [
                 resolve_ref(bundle, r, "require", scope) for r in query.require if not opened[r]
             ]
