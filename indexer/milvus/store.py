@@ -205,7 +205,9 @@ class MilvusStore:
             MilvusException, ConnectionError, grpc.RpcError,  # a deadline passed: grpc's own
         )  # fmt: skip
         try:
-            self.client = MilvusClient(uri=self.uri, timeout=timeout_s)
+            # its own connection: pymilvus shares one per URI otherwise, and a store would
+            # inherit a dead one left by an engine that stopped on the same address
+            self.client = MilvusClient(uri=self.uri, timeout=timeout_s, dedicated=True)
         except self._errors as exc:
             raise self.unavailable("connecting", exc) from None
 
