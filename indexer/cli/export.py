@@ -4,8 +4,9 @@ Milvus, published by switching an alias (indexer/milvus/store.py)."""
 from __future__ import annotations
 
 import importlib.util
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -56,6 +57,9 @@ def export_command(
         float, typer.Option(help="deadline of every engine call, seconds", min=0.001)
     ] = 60.0,
     batch_rows: Annotated[int, typer.Option(help="rows per insert call", min=1)] = INSERT_ROWS,
+    verbose: Annotated[
+        bool, typer.Option(help="let pymilvus log its own errors (with their tracebacks)")
+    ] = False,
 ) -> None:
     """Write a bundle version into Milvus (a collection per version, an alias on the current)."""
     require_pymilvus()
@@ -68,21 +72,22 @@ def export_command(
     if batch_rows < 1:
         raise BundleError(f"--batch-rows must be positive, got {batch_rows}")
     check_servable(bundle.path)  # what serving it locally would check, or refused
-    store = MilvusStore(to, timeout)
-    try:
-        with typer.progressbar(length=bundle.rows, label="inserting") as bar:
-            last = [0]
+    store = MilvusStore(to, timeout, verbose)
+    with ExitStack() as stack:
+        stack.callback(store.close)
+        bars: list[Any] = []  # the bar starts with the first rows, after the checks
 
-            def progress(done: int) -> None:
-                bar.update(done - last[0])
-                last[0] = done
+        def progress(done: int) -> None:
+            if not bars:
+                bars.append(stack.enter_context(
+                    typer.progressbar(length=bundle.rows, label="inserting")
+                ))  # fmt: skip
+            bars[0].update(done - bars[0].pos)
 
-            summary = export_bundle(
-                bundle, store, name, publish=publish, grace_s=grace, rows_per_batch=batch_rows,
-                progress=progress,
-            )  # fmt: skip
-    finally:
-        store.close()
+        summary = export_bundle(
+            bundle, store, name, publish=publish, grace_s=grace, rows_per_batch=batch_rows,
+            progress=progress,
+        )  # fmt: skip
     typer.echo(
         f"exported     {bundle.path} → {summary.collection} at {to} "
         f"({summary.rows} rows, {summary.seconds:.1f} s)"

@@ -16,6 +16,7 @@ from indexer.format.manifest import MANIFEST
 from indexer.format.prefix_index import exact_storage
 from indexer.milvus.store import (
     ACTIVATIONS,
+    ARRAY_CAPACITY_MAX,
     CONCEPTS,
     DEFAULT_GRACE_S,
     DEFAULT_NAME,
@@ -103,10 +104,15 @@ def index_params_for(factory: str) -> tuple[str, dict[str, Any]]:
     return "HNSW", {"M": 32, "efConstruction": 200}
 
 
-def row_batches(bundle: Bundle, rows_per_batch: int = INSERT_ROWS) -> Iterator[list[dict]]:
-    """The export's rows, in insert batches (see the module docstring for the fields)."""
+def row_batches(
+    bundle: Bundle,
+    rows_per_batch: int = INSERT_ROWS,
+    concepts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> Iterator[list[dict]]:
+    """The export's rows, in insert batches (see the module docstring for the fields);
+    `concepts`: `row_concepts_csr(bundle)` if already read."""
     sources = exact_sources(bundle)
-    indptr, concept_ids, activations = row_concepts_csr(bundle)
+    indptr, concept_ids, activations = concepts or row_concepts_csr(bundle)
     table = bundle._table
     kinds = metadata_columns(table.schema)
     for start in range(0, bundle.rows, rows_per_batch):
@@ -148,7 +154,22 @@ def _scalars(column: pa.ChunkedArray, kind: str) -> list[Any]:
     return values
 
 
-def collection_schema(store: MilvusStore, bundle: Bundle, record: ExportRecord) -> Any:
+def concept_capacity(indptr: np.ndarray, bundle: str) -> int:
+    """The `concepts` / `activations` arrays' capacity: the most concepts a row holds (its k
+    axes and its active word concepts: `indptr` of `row_concepts_csr`), at least 1;
+    ExportError past Milvus's cap."""
+    most = max(1, int(np.diff(indptr).max(initial=0)))
+    if most > ARRAY_CAPACITY_MAX:
+        raise ExportError(
+            f"bundle {bundle} has a row with {most} active concepts; a Milvus array holds "
+            f"at most {ARRAY_CAPACITY_MAX}"
+        )
+    return most
+
+
+def collection_schema(store: MilvusStore, bundle: Bundle, capacity: int) -> Any:
+    """The version's collection (indexer/milvus/store.py's layout); `capacity`: the concept
+    arrays' (`concept_capacity`)."""
     from pymilvus import DataType
 
     schema = store.client.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -161,7 +182,6 @@ def collection_schema(store: MilvusStore, bundle: Bundle, record: ExportRecord) 
     for name, kind in metadata_columns(bundle._table.schema).items():
         extra = {"max_length": VARCHAR_MAX} if kind == "varchar" else {}
         schema.add_field(name, kinds[kind], nullable=True, **extra)
-    capacity = max(1, bundle.manifest.k)
     schema.add_field(CONCEPTS, DataType.ARRAY, element_type=DataType.INT64, max_capacity=capacity)
     schema.add_field(
         ACTIVATIONS, DataType.ARRAY, element_type=DataType.FLOAT, max_capacity=capacity
@@ -208,7 +228,8 @@ def export_bundle(
         bundle.name, bundle.version, bundle.rows, tuple(bundle.prefix_lengths),
         sha256_file(bundle.path / MANIFEST), tuple(metadata_columns(bundle._table.schema)),
     )  # fmt: skip
-    schema = collection_schema(store, bundle, record)
+    concepts = row_concepts_csr(bundle)
+    schema = collection_schema(store, bundle, concept_capacity(concepts[0], bundle.name))
     index_params = client.prepare_index_params()
     for entry in bundle.manifest.prefixes:
         kind, params = index_params_for(entry.factory if index_kind is None else index_kind)
@@ -216,24 +237,28 @@ def export_bundle(
             vector_field(entry.length), index_type=kind, metric_type="IP", params=params
         )
     store.call("creating a collection", client.create_collection, collection, schema=schema)
-    store.call(
-        "recording the version", client.alter_collection_properties, collection,
-        properties={RECORD: record.to_json()},
-    )  # fmt: skip
-    done = 0
-    for batch in row_batches(bundle, rows_per_batch):
-        store.call("inserting rows", client.insert, collection, batch)
-        done += len(batch)
-        if progress is not None:
-            progress(done)
-    store.call("flushing", client.flush, collection)
-    store.call("building the indexes", client.create_index, collection, index_params)
-    store.call("loading", client.load_collection, collection)
-    counted = store.call(
-        "counting rows", client.query, collection, filter="", output_fields=["count(*)"]
-    )[0]["count(*)"]
-    if int(counted) != bundle.rows:
-        raise ExportError(f"{collection} holds {counted} rows, the bundle {bundle.rows}")
+    try:
+        store.call(
+            "recording the version", client.alter_collection_properties, collection,
+            properties={RECORD: record.to_json()},
+        )  # fmt: skip
+        done = 0
+        for batch in row_batches(bundle, rows_per_batch, concepts):
+            store.call("inserting rows", client.insert, collection, batch)
+            done += len(batch)
+            if progress is not None:
+                progress(done)
+        store.call("flushing", client.flush, collection)
+        store.call("building the indexes", client.create_index, collection, index_params)
+        store.call("loading", client.load_collection, collection)
+        counted = store.call(
+            "counting rows", client.query, collection, filter="", output_fields=["count(*)"]
+        )[0]["count(*)"]
+        if int(counted) != bundle.rows:
+            raise ExportError(f"{collection} holds {counted} rows, the bundle {bundle.rows}")
+    except BaseException:  # nothing half-written stays: the alias never saw it
+        store.drop_quietly(collection)
+        raise
     previous, dropped = None, []
     if publish:
         previous = store.publish(name, collection)

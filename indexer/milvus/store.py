@@ -68,6 +68,8 @@ RECORD = (
 ROW, ITEM_ID, CONCEPTS, ACTIVATIONS = "row", "item_id", "concepts", "activations"
 RESERVED = frozenset({ROW, ITEM_ID, CONCEPTS, ACTIVATIONS})
 VARCHAR_MAX = 65_535
+ENGINE_LOGGERS = ("pymilvus", "milvus_lite")
+ARRAY_CAPACITY_MAX = 4096  # Milvus's cap on an ARRAY field's max_capacity
 
 
 class EngineUnavailable(InputError):  # noqa: N818 (the service maps it to UNAVAILABLE)
@@ -151,22 +153,66 @@ class ExportRecord:
             raise ExportError(f"collection {collection} is not a Strata export ({exc})") from None
 
 
+def _rpc_details(exc: BaseException) -> str | None:
+    """A grpc error's code and details ("DEADLINE_EXCEEDED: Deadline Exceeded"), else None."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if not (callable(code) and callable(details)):
+        return None
+    return f"{getattr(code(), 'name', code())}: {details()}"
+
+
+class UnimplementedCalls(logging.Filter):
+    """Drops grpc's server-side ERROR record of a call Milvus Lite does not implement (pymilvus
+    asks for `AllocTimestamp` while waiting for an index and carries on without it); Milvus
+    Lite's gRPC server runs in this process when the target is a `.db` path."""
+
+    quiet = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (self.quiet and isinstance(error, NotImplementedError))
+
+
+_UNIMPLEMENTED = UnimplementedCalls()
+
+
+def quiet_engine_logs(quiet: bool = True) -> None:
+    """pymilvus and Milvus Lite log every failed call at ERROR with its traceback, before the
+    exception that `MilvusStore.call` turns into one line: silenced unless `quiet` is False
+    (`strata index export --verbose`, or STRATA_LOG_LEVEL=DEBUG)."""
+    loud = not quiet or log.isEnabledFor(logging.DEBUG)
+    _UNIMPLEMENTED.quiet = not loud
+    for name in ENGINE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if loud else logging.CRITICAL + 1)
+    server = logging.getLogger("grpc._server")
+    if _UNIMPLEMENTED not in server.filters:
+        server.addFilter(_UNIMPLEMENTED)
+
+
 class MilvusStore:
     """One connection to a Milvus engine, every call with a deadline (`EngineUnavailable`)."""
 
-    def __init__(self, target: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, target: str, timeout_s: float = DEFAULT_TIMEOUT_S, verbose: bool = False
+    ) -> None:
+        import grpc
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
+        quiet_engine_logs(not verbose)
         self.target, self.uri, self.timeout_s = target, client_uri(target), timeout_s
-        self._errors: tuple[type[BaseException], ...] = (MilvusException, ConnectionError)
+        self._errors: tuple[type[BaseException], ...] = (
+            MilvusException, ConnectionError, grpc.RpcError,  # a deadline passed: grpc's own
+        )  # fmt: skip
         try:
-            self.client = MilvusClient(uri=self.uri, timeout=timeout_s)
+            # its own connection: pymilvus shares one per URI otherwise, and a store would
+            # inherit a dead one left by an engine that stopped on the same address
+            self.client = MilvusClient(uri=self.uri, timeout=timeout_s, dedicated=True)
         except self._errors as exc:
             raise self.unavailable("connecting", exc) from None
 
     def unavailable(self, doing: str, exc: BaseException) -> EngineUnavailable:
-        message = getattr(exc, "message", None) or str(exc)
+        message = getattr(exc, "message", None) or _rpc_details(exc) or str(exc)
         return EngineUnavailable(
             f"vector engine {self.target} unavailable ({doing}): {message.splitlines()[0][:300]}"
         )
@@ -191,6 +237,14 @@ class MilvusStore:
 
     def close(self) -> None:
         self.client.close()
+
+    def drop_quietly(self, collection: str) -> None:
+        """Drop a collection an export failed to finish, if the engine answers (the failure
+        that stopped the export is the one reported)."""
+        try:
+            self.client.drop_collection(collection, timeout=self.timeout_s)
+        except Exception as exc:  # best effort: the export's own error follows
+            log.debug("dropping %s after a failed export: %s", collection, exc)
 
     # --- the alias and the versions ---
 

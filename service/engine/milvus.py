@@ -49,28 +49,30 @@ from indexer.milvus.store import (
     MilvusStore,
     vector_field,
 )
-from service.engine.explain import activations_of, shared_concepts
-from service.engine.filtering import resolve_ref
-from service.engine.funnel import pad_hits
+from service.engine.explain import activations_of, shared_concepts, with_words
+from service.engine.filtering import open_phrase, resolve_ref
+from service.engine.funnel import FunnelChoice, pad_hits
 from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.milvus_expressions import (
     concept_expression,
     engine_params,
+    rows_expression,
     string_literal,
     where_expression,
 )
+from service.engine.open_vocabulary import OpenVocabulary
+from service.engine.plans import auto_plan
 from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
 from service.errors import NotFoundError, QueryError, UnavailableError, echo
 from service.limits import check_chars
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
-from training.core.metrics import prefix_vectors
+from training.core.metrics import neighbour_recall, prefix_vectors
 
 log = logging.getLogger(__name__)
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search
-AUTO_REASON = "auto: the vector engine scans the target prefix directly"
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,15 @@ class MilvusScorer:
         self.metadata_fields = list(record.metadata_fields)
         # conditions are checked and typed, and groups coded, by the version's own table
         self.metadata = MetadataFilter(bundle.metadata_table())
+        # a phrase the catalog lacks, made a zero-shot concept beside the engine (SearchEngine
+        # sets it: the engine's encoder embeds the phrase)
+        self.vocabulary: OpenVocabulary | None = None
+        self.choices: dict[int, FunnelChoice] = {}
+        self.direct_reasons: dict[int, str] = {}
+        try:
+            self._calibrate()
+        except EngineUnavailable as exc:
+            raise UnavailableError(str(exc)) from None
 
     def restrict(self, prepared: PreparedQuery, length: int) -> None:
         """The filter as one Milvus expression (metadata conditions and concepts, run inside
@@ -117,10 +128,26 @@ class MilvusScorer:
         query = prepared.query
         filters = [where_expression(self.metadata, query.where)]
         if query.require or query.exclude:
-            bundle, scope = self.bundle, query.scope
-            required = [resolve_ref(bundle, r, "require", scope) for r in query.require]
-            excluded = [c for r in query.exclude for c in resolve_ref(bundle, r, "exclude", scope)]
+            bundle, scope, vocabulary = self.bundle, query.scope, self.vocabulary
+            opened = {
+                r: open_phrase(bundle, r, scope, vocabulary)
+                for r in (*query.require, *query.exclude)
+            }
+            required = [
+                resolve_ref(bundle, r, "require", scope) for r in query.require if not opened[r]
+            ]
+            excluded = [
+                c for r in query.exclude if not opened[r]
+                for c in resolve_ref(bundle, r, "exclude", scope)
+            ]  # fmt: skip
             filters.append(concept_expression(required, excluded))
+            if vocabulary is not None:  # zero-shot phrases: their rows, made beside the engine
+                for r in query.require:
+                    if phrase := opened[r]:
+                        filters.append(rows_expression(self._phrase_rows(phrase)))
+                for r in query.exclude:
+                    if phrase := opened[r]:
+                        filters.append(rows_expression(self._phrase_rows(phrase), negate=True))
         expression = " and ".join(f"({f})" for f in filters if f)
         count = None
         if expression:
@@ -130,6 +157,12 @@ class MilvusScorer:
                 raise UnavailableError(str(exc)) from None
         prepared.allowed = MilvusFilter(expression, count)
         prepared.plan = self._plan(query, length, count)
+
+    def _phrase_rows(self, phrase: str) -> np.ndarray:
+        """A zero-shot phrase's rows (service/engine/open_vocabulary.py), made beside the engine
+        from the version's stored full-length vectors and kept; sent to Milvus as a row list."""
+        assert self.vocabulary is not None
+        return self.vocabulary.concept(phrase).rows.materialise()
 
     def count(self, expression: str) -> int:
         found = self.store.call(
@@ -142,22 +175,97 @@ class MilvusScorer:
         asked = query.plan
         if asked.kind == "direct":
             return PlanRun("direct", "requested")
+        rows = self.bundle.rows if allowed is None else allowed
         if asked.kind != "funnel" and not asked.shortlist_prefix and not asked.factor:
-            return PlanRun("direct", AUTO_REASON)
+            run = auto_plan(
+                self.choices, self.direct_reasons, query, length, self.bundle.rows, allowed,
+                self.config.exact_max,
+            )  # fmt: skip
+            if run.shortlist_rows:
+                run.shortlist_rows = min(run.shortlist_rows, TOPK_MAX)
+            return run
         below = sorted(n for n in self.bundle.prefix_lengths if n < length)
         if not below:
             raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
-        shortlist = asked.shortlist_prefix or below[0]
+        choice = self.choices.get(length)
+        shortlist = asked.shortlist_prefix or (choice.shortlist_prefix if choice else below[0])
         if shortlist not in below:
             raise QueryError(
                 f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
                 f"{length}; choose from {', '.join(map(str, below))}"
             )
-        factor = asked.factor or self.config.funnel.default_factor
-        rows = self.bundle.rows if allowed is None else allowed
+        factor = asked.factor or (
+            choice.factor
+            if choice and choice.shortlist_prefix == shortlist
+            else self.config.funnel.default_factor
+        )
         return PlanRun(
             "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)
         )
+
+    # --- AUTO's funnel, calibrated as the local engine calibrates (service/engine/plans.py) ---
+
+    def _calibrate(self) -> None:
+        """The local engine's rule, measured on the engine: for each target prefix L (caption
+        and full) of a bundle of at least `min_rows` rows, the cheapest (S, F) whose recall@10
+        against the engine's search at L, on `queries` gallery rows searched leave-one-out,
+        reaches `recall` at ≤ `max_cost_share` of a direct scan's floats (N·S + k·F·L against
+        N·L: every field a scan, as FLAT is)."""
+        config, rows = self.config.funnel, self.bundle.rows
+        for length in sorted({self.contract[g] for g in config.targets}):
+            if not config.enabled:
+                self.direct_reasons[length] = "auto: the funnel is off"
+            elif rows < config.min_rows:
+                self.direct_reasons[length] = (
+                    f"auto: {rows} rows < {config.min_rows}, a direct scan is cheap"
+                )
+            else:
+                choice = self._calibrated(length)
+                if choice is None:
+                    self.direct_reasons[length] = (
+                        f"auto: no funnel reached recall@10 {config.recall} at ≤ "
+                        f"{config.max_cost_share:.0%} of a direct scan"
+                    )
+                else:
+                    self.choices[length] = choice
+
+    def _calibrated(self, length: int, k: int = 10, seed: int = 0) -> FunnelChoice | None:
+        config, total = self.config.funnel, self.bundle.rows
+        picked = np.sort(
+            np.random.default_rng(seed).choice(total, min(config.queries, total), replace=False)
+        )
+        full = vector_field(max(self.bundle.prefix_lengths))
+        found = self.store.call(
+            "reading calibration rows", self.store.client.query, self.collection,
+            filter=rows_expression(picked), output_fields=[ROW, full], limit=len(picked),
+        )  # fmt: skip
+        by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
+        rotated = np.stack([by_row[int(r)] for r in picked])
+        truth = _without_self(self._ranked_rows(rotated, length, k + 1), picked, k)
+        costs = sorted(
+            ((total * s + k * f * length) / (total * length), s, f)
+            for s in self.bundle.prefix_lengths
+            if s < length
+            for f in config.factors
+        )
+        for share, s, f in costs:
+            if share > config.max_cost_share:
+                break
+            shortlists = self._engine_search(
+                rotated, s, min((k + 1) * f, TOPK_MAX), "", "", [ROW, vector_field(length)]
+            )
+            reranked = [_reranked(h, q, length, k + 1) for h, q in zip(shortlists, rotated,
+                                                                       strict=True)]  # fmt: skip
+            rows = np.array([[int(h[ROW]) for h in r] + [-1] * (k + 1 - len(r))
+                             for r in reranked])  # fmt: skip
+            reached = neighbour_recall(_without_self(rows, picked, k), truth)
+            if reached >= config.recall:
+                return FunnelChoice(s, f, reached, len(picked), share)
+        return None
+
+    def _ranked_rows(self, rotated: np.ndarray, length: int, k: int) -> np.ndarray:
+        answers = self._engine_search(rotated, length, k, "", "", [ROW])
+        return np.array([[int(h[ROW]) for h in a] + [-1] * (k - len(a)) for a in answers])
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         try:
@@ -195,8 +303,10 @@ class MilvusScorer:
         explained = [i for i, p in enumerate(live) if p.query.explain]
         codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if explained:
-            ids, values = self.coder.encode(np.stack([live[i].embedding for i in explained]))
-            codes = {i: (ids[j], values[j]) for j, i in enumerate(explained)}
+            embedded = np.stack([live[i].embedding for i in explained])
+            ids, values = self.coder.encode(embedded)
+            words = self.coder.active_words(embedded)
+            codes = {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
 
@@ -289,7 +399,7 @@ class MilvusScorer:
         if query_code is not None:
             q_ids, q_values = query_code
             for hit, h in zip(hits, found, strict=True):
-                ids, values = _concepts_of(h)
+                ids, values = with_words(*self._code_of(h))
                 hit.concepts = activations_of(self.coder, ids, values, self.config.hit_concepts)
                 hit.shared_concepts = shared_concepts(self.coder, q_ids, q_values, ids, values)
             result.query_concepts = activations_of(self.coder, q_ids, q_values)
@@ -297,17 +407,28 @@ class MilvusScorer:
 
     # --- Explain ---
 
+    def _code_of(
+        self, entity: dict[str, Any]
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """A row's (word concepts, axis concepts) from its `concepts` and `activations`, each
+        strongest first, as the local engine reads them from the postings."""
+        ids = np.asarray(entity.get(CONCEPTS) or [], dtype=np.int64)
+        values = np.asarray(entity.get(ACTIVATIONS) or [], dtype=np.float32)
+        word = ids >= self.coder.axis_concepts
+        return (ids[word], values[word]), (ids[~word], values[~word])
+
     def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
         """The row, its concepts and its p_L at every prefix, read back from the engine."""
         try:
             entity = self._entity(item_id, row)
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
+        words, axes = self._code_of(entity)
         return StoredRow(
             row=int(entity[ROW]),
             item_id=str(entity[ITEM_ID]),
-            axes=_concepts_of(entity),
-            words=None,  # the collection keeps no word concepts
+            axes=axes,
+            words=words if self.coder.readout is not None else None,
             prefixes={
                 length: np.asarray(entity[vector_field(length)], dtype=np.float32)
                 for length in self.contract.values()
@@ -356,11 +477,9 @@ class MilvusScorer:
         return dict(found[0])
 
 
-def _concepts_of(entity: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    return (
-        np.asarray(entity.get(CONCEPTS) or [], dtype=np.int64),
-        np.asarray(entity.get(ACTIVATIONS) or [], dtype=np.float32),
-    )
+def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Each row's first k entries other than the query's own row."""
+    return np.stack([r[r != q][:k] for r, q in zip(rows, queries, strict=True)])
 
 
 def _reranked(

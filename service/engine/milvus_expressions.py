@@ -12,7 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from indexer.milvus.store import CONCEPTS
+import numpy as np
+
+from indexer.milvus.store import CONCEPTS, ROW
 from service.engine.metadata_filter import MetadataFilter
 from service.results import MetadataCondition
 
@@ -26,6 +28,15 @@ def concept_expression(
     if excluded:
         parts.append(f"not array_contains_any({field}, {sorted(set(map(int, excluded)))})")
     return " and ".join(f"({p})" for p in parts)
+
+
+def rows_expression(rows: Sequence[int] | np.ndarray, negate: bool = False) -> str:
+    """The Milvus filter allowing exactly `rows` (with `negate`, every row but them): a zero-shot
+    phrase's rows, made beside the engine (service/engine/open_vocabulary.py)."""
+    if len(rows) == 0:  # `row in []` is no expression Milvus takes
+        return "" if negate else f"{ROW} < 0"
+    listed = ", ".join(str(int(r)) for r in rows)
+    return f"{'not ' if negate else ''}{ROW} in [{listed}]"
 
 
 def literal(value: Any) -> str:

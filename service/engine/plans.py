@@ -147,23 +147,10 @@ class Planner:
             return PlanRun("direct", "requested")
         if asked.kind == "funnel" or asked.shortlist_prefix or asked.factor:
             return self._requested_funnel(query, length, allowed)
-        choice = self.choices.get(length)
-        if choice is None:
-            reason = self.direct_reasons.get(length, "auto: the funnel is used at caption and full")
-            return PlanRun("direct", reason)
-        if allowed is not None and allowed.count <= exact_max:
-            return PlanRun("direct", f"auto: the filter allows ≤ {exact_max} rows, scored exactly")
-        if query.min_recall is not None and query.min_recall > choice.recall:
-            return PlanRun(
-                "direct",
-                f"auto: min_recall {query.min_recall:g} is above the funnel's calibrated "
-                f"recall@10 {choice.recall:.3f}",
-            )
-        reason = (
-            f"auto: recall@10 {choice.recall:.3f} on {choice.queries} gallery rows, "
-            f"{choice.cost_share:.0%} of a direct scan's floats"
+        count = None if allowed is None else allowed.count
+        return auto_plan(
+            self.choices, self.direct_reasons, query, length, self.rows, count, exact_max
         )
-        return self._funnel(choice.shortlist_prefix, choice.factor, query.k, allowed, reason)
 
     def _requested_funnel(
         self, query: SearchQuery, length: int, allowed: AllowedRows | None
@@ -240,3 +227,36 @@ class Planner:
             self.shortlist_search(length, s), blocks,
         )  # fmt: skip
         return rerank(exact, rotated[0], candidates[0], length, k)
+
+
+def auto_plan(
+    choices: dict[int, FunnelChoice],
+    direct_reasons: dict[int, str],
+    query: SearchQuery,
+    length: int,
+    rows: int,
+    allowed: int | None,
+    exact_max: int,
+) -> PlanRun:
+    """What "auto" runs at target prefix L (module docstring), from a bundle's calibrated
+    funnels (`choices`) and the reasons it searches directly elsewhere: the local engine's
+    `Planner`, and the Milvus scorer from the same calibration recorded at export
+    (indexer/milvus/export.py). `allowed`: the rows a filter allows (None: no filter)."""
+    choice = choices.get(length)
+    if choice is None:
+        reason = direct_reasons.get(length, "auto: the funnel is used at caption and full")
+        return PlanRun("direct", reason)
+    if allowed is not None and allowed <= exact_max:
+        return PlanRun("direct", f"auto: the filter allows ≤ {exact_max} rows, scored exactly")
+    if query.min_recall is not None and query.min_recall > choice.recall:
+        return PlanRun(
+            "direct",
+            f"auto: min_recall {query.min_recall:g} is above the funnel's calibrated "
+            f"recall@10 {choice.recall:.3f}",
+        )
+    reason = (
+        f"auto: recall@10 {choice.recall:.3f} on {choice.queries} gallery rows, "
+        f"{choice.cost_share:.0%} of a direct scan's floats"
+    )
+    shortlisted = min(query.k * choice.factor, rows if allowed is None else allowed)
+    return PlanRun("funnel", reason, choice.shortlist_prefix, choice.factor, shortlisted)

@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field
 from service.engine.filter_blocks import BLOCK_BUDGET
 from service.engine.filtering import EXACT_MAX
 from service.engine.metadata_filter import MetadataFilter
+from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import FunnelConfig
 from service.errors import ServiceError
 from service.limits import LIMITS, RequestLimits
@@ -108,6 +109,7 @@ class Scorer(Protocol):
 
     metadata: MetadataFilter  # the version's metadata table: conditions checked, groups coded
     metadata_fields: list[str]  # the fields a query may ask hits to carry
+    vocabulary: OpenVocabulary | None  # a phrase the catalog lacks, made a zero-shot concept
 
     def restrict(self, prepared: PreparedQuery, length: int) -> None:
         """Set the rows a checked query may return (`prepared.allowed`) and its plan at

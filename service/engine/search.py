@@ -106,12 +106,13 @@ class SearchEngine:
         self.image_root = self.config.image_root or recorded_image_root(bundle)
         self.vocabulary = (  # words and phrases the catalog lacks: open_vocabulary.py
             OpenVocabulary(self.bundle, self._embed_phrases)
-            if encoder is not None and scorer is None and self.coder.readout is not None
+            if encoder is not None and self.coder.readout is not None
             else None
         )
         self.scorer: Scorer = scorer or LocalScorer(
             self.bundle, self.config, self.image_root, self.vocabulary
         )
+        self.scorer.vocabulary = self.vocabulary
         self.metadata = self.scorer.metadata
         self.metadata_fields = self.scorer.metadata_fields
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import faiss
 import pytest
 import redis
-from search_gallery import WORD_FLOOR, build_text_bundle
+from search_gallery import MANY_WORDS, WORD_FLOOR, build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.format.bundle import Bundle
@@ -104,3 +104,19 @@ def strata_in_process(
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def many_words_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
+    """BUNDLES folder: the word bundle's scenes with 1 + MANY_WORDS readout words active on
+    the first row's neighbours (search_gallery.beacon_readout), so a row holds more concepts
+    than CEDAR's k (and than 32)."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return build_text_bundle(
+            tmp_path_factory.mktemp("many-words-bundle"), minilm, words=True, floor=WORD_FLOOR,
+            extra_words=MANY_WORDS,
+        )  # fmt: skip
+    finally:
+        faiss.omp_set_num_threads(before)

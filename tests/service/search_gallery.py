@@ -81,28 +81,39 @@ WORD_FLOOR = 0.5
 # The word bundle's zero-shot cut in standard units: a phrase outside its catalog allows the rows
 # whose centred cosine with the phrase lies OPEN_Z standard deviations above its mean
 OPEN_Z = 1.5
+# The many-words bundle's words beyond BEACON: its first row holds CEDAR_K axes and 41 words
+MANY_WORDS = 40
 
 
-def beacon_readout(x: np.ndarray, mean: np.ndarray) -> VocabularyReadout:
+def beacon_readout(x: np.ndarray, mean: np.ndarray, extra: int = 0) -> VocabularyReadout:
     """A one-word readout: margin = cos(x − b, x₀ − b) − t, t midway between the BEACON_ROWS-th
     and the next cosine, so that exactly those rows are active (the premise of the word-concept
-    tests)."""
+    tests). With `extra`, EXTRA_WORDS[j] (the same direction) is active on the BEACON_ROWS + 2j + 2
+    nearest rows: the first row then carries 1 + extra word concepts beside its k axes."""
     features = readout_input(x, "dense", np.eye(x.shape[1]), mean, x.shape[1])
     direction = features[0]
     cosines = np.sort(features @ direction)[::-1]
-    cut = float(cosines[BEACON_ROWS - 1] + cosines[BEACON_ROWS]) / 2
+    active = [BEACON_ROWS + 2 * j for j in range(extra + 1)]
+    cuts = np.array([(cosines[n - 1] + cosines[n]) / 2 for n in active], dtype=np.float32)
+    words = [BEACON, *beacon_words(extra)]
     return VocabularyReadout(
-        words=[BEACON],
-        classes=["noun"],
-        weight=direction[None, :].astype(np.float32),
-        offset=np.array([-cut], dtype=np.float32),
-        threshold=np.array([cut], dtype=np.float32),
-        own_threshold=np.array([True]),
-        precision=[BEACON_PRECISION],
-        recall=[0.5],
-        support=[BEACON_ROWS],
-        frequency=[BEACON_ROWS / len(x)],
+        words=words,
+        classes=["noun"] * len(words),
+        weight=np.repeat(direction[None, :], len(words), axis=0).astype(np.float32),
+        offset=-cuts,
+        threshold=cuts,
+        own_threshold=np.ones(len(words), dtype=bool),
+        precision=[BEACON_PRECISION] * len(words),
+        recall=[0.5] * len(words),
+        support=active,
+        frequency=[n / len(x) for n in active],
     )
+
+
+def beacon_words(count: int) -> list[str]:
+    """Words in no caption ("beaconaa", "beaconab", …): the many-words bundle's extra readout."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [f"{BEACON}{letters[j // 26]}{letters[j % 26]}" for j in range(count)]
 
 
 def build_text_bundle(
@@ -112,10 +123,12 @@ def build_text_bundle(
     seed: int = 3,
     words: bool = False,
     floor: float | None = None,
+    extra_words: int = 0,
 ) -> Path:
     """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions; with `words`, its
-    CEDAR artifact carries the one-word readout `beacon_readout`. Its precision floor is
-    `floor` (None: no floor, every concept shown, as the mechanics of concepts are tested)."""
+    CEDAR artifact carries the one-word readout `beacon_readout` (and `extra_words` more words
+    on the same rows). Its precision floor is `floor` (None: no floor, every concept shown, as
+    the mechanics of concepts are tested)."""
     cache = root / "cache"
     embed_corpus(
         CompositionalCorpus(scenes=scenes, seed=seed),
@@ -150,7 +163,7 @@ def build_text_bundle(
     extra: dict = {"k": CEDAR_K, "catalog": catalog_json(catalog), "floor": {"value": floor}}
     tensors = {}
     if words:
-        readout = beacon_readout(x, result.mean)
+        readout = beacon_readout(x, result.mean, extra_words)
         extra["readout"], tensors = readout_record(readout), readout_tensors(readout)
         extra["readout"]["training"] = {"zero_shot_z": OPEN_Z}
     TransformArtifact(

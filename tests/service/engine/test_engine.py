@@ -1,5 +1,6 @@
 """The search engine over a real MiniLM bundle, without a network: granularity search, AUTO
-routing, concept filters, explanations, batching of encoder calls, typed errors."""
+routing, concept filters, explanations, batching of encoder calls, typed errors; each request
+on both engines (local FAISS, Milvus: conftest.ENGINES)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from search_gallery import LANTERN, written_concepts
+from two_engines import ENGINES, configured, either
 
 from indexer.format.bundle import Bundle
 from service.engine.explain import row_concepts
@@ -15,6 +17,11 @@ from service.engine.search import EngineConfig, SearchEngine
 from service.errors import NotFoundError, QueryError
 from service.results import SearchQuery
 from training.core.granularity import Granularity
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request: pytest.FixtureRequest, engine: SearchEngine) -> SearchEngine:
+    return either(request, engine, "milvus_text_engine")
 
 
 def fields(engine: SearchEngine, rows: list[int], name: str) -> list[str]:
@@ -84,7 +91,7 @@ def active_sets(engine: SearchEngine, rows: list[int]) -> list[set[int]]:
 
 @pytest.mark.parametrize("exact_max", [0, 4096], ids=["selector", "exact"])
 def test_required_and_excluded_concepts_filter_inside_the_search(engine, exact_max: int):
-    engine = SearchEngine(engine.bundle, engine.encoder, EngineConfig(exact_max=exact_max))
+    engine = configured(engine, EngineConfig(exact_max=exact_max))
     sizes = concept_sizes(engine)
     required = max(sizes, key=lambda c: (sizes[c], -c))  # the busiest concept, whatever it is
     plain = engine.search(SearchQuery.of("a dog", k=10))

@@ -10,22 +10,23 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
-from milvus_lite.adapter.grpc.server import start_server_in_thread
+from search_gallery import BEACON, MANY_WORDS, beacon_words
 from serving_helpers import Searching
+from two_engines import LiteServer
 from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST, read_current, version_name
-from indexer.milvus.export import export_bundle
-from indexer.milvus.store import MilvusStore, collection_name
+from indexer.milvus.export import export_bundle, row_concepts_csr
+from indexer.milvus.store import ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
@@ -46,32 +47,6 @@ from service.serving.batching import BatchingConfig
 
 TEXTS = ("a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat")
 GRANULARITIES = ("object", "attribute", "relation", "caption", "full")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiteServer:
-    """A Milvus Lite gRPC server on a fixed port, stopped and started again at will."""
-
-    def __init__(self, data: Path) -> None:
-        self.data, self.port = data, free_port()
-        self.server = self.db = None
-        self.start()
-
-    @property
-    def uri(self) -> str:
-        return f"milvus://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.server, self.db, _ = start_server_in_thread(str(self.data), port=self.port)
-
-    def stop(self) -> None:
-        self.server.stop(grace=0)
-        self.db.close()
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +324,10 @@ def test_export_and_serve_from_the_command_line(
     bad = strata("index", "export", "--bundles", str(bundles), "--to", "nowhere")
     assert bad.returncode == 2 and bad.stderr.startswith("strata: error: not a Milvus target")
     assert "Traceback" not in bad.stderr
+    # an engine error (every call's deadline passed) is one line: no pymilvus log, no traceback
+    late = strata("index", "export", "--bundles", str(bundles), "--to", target, "--timeout", "1e-3")
+    assert late.returncode == 2 and late.stdout == "", late.stdout
+    assert late.stderr.startswith("strata: error: vector engine") and late.stderr.count("\n") == 1
     done = strata(
         "index", "export", "--bundles", str(bundles), "--to", target, "--name", "cli", check=True
     )
@@ -384,3 +363,57 @@ def test_export_and_serve_from_the_command_line(
             process.kill()
     assert process.returncode == 0, err
     assert f"backend: {target}, following alias cli\n" in started + out.splitlines(True)
+
+
+def test_a_row_with_more_concepts_than_k_exports_and_serves(
+    lite: LiteServer, many_words_bundle: Path, minilm
+) -> None:
+    """Once refused (ARRAY field 'concepts' has 49 elements, exceeds max_capacity=8): the
+    arrays are sized from the bundle's fullest row, its k axes and its word concepts."""
+    bundle = Bundle.open(many_words_bundle)
+    indptr, _, _ = row_concepts_csr(bundle)
+    most = int(np.diff(indptr).max())
+    assert most == bundle.manifest.k + 1 + MANY_WORDS  # row 0: every word and its k axes
+    store = MilvusStore(lite.uri, timeout_s=30)
+    summary = export_bundle(bundle, store, "many", rows_per_batch=128)
+    fields = store.client.describe_collection(summary.collection)["fields"]
+    assert {f["name"]: f["params"].get("max_capacity") for f in fields}["concepts"] == most
+    store.close()
+    local = SearchEngine(Bundle.open(many_words_bundle), minilm)
+    remote = open_milvus(lite.uri, many_words_bundle, "many", encoder=minilm, timeout_s=5)
+    last = beacon_words(MANY_WORDS)[-1]
+    for query in (
+        SearchQuery.of("a dog on the beach", k=10, require=[BEACON, last]),
+        SearchQuery.of("a dog on the beach", k=10, exclude=[last], explain=True),
+        SearchQuery.of("a cat", k=5, require=[last], exclude=[BEACON]),
+    ):
+        ours, theirs = remote.search(query), local.search(query)
+        assert ours.filtered_rows == theirs.filtered_rows and ours.ids == theirs.ids, query
+        for a, b in zip(ours.hits, theirs.hits, strict=True):
+            assert [c.id for c in a.concepts] == [c.id for c in b.concepts]
+            assert [c.id for c in a.shared_concepts] == [c.id for c in b.shared_concepts]
+    ours, theirs = (e.explain(SearchQuery.of("a cat"), row=0) for e in (remote, local))
+    words = [c for c in ours.item_concepts if c.id >= remote.coder.axis_concepts]
+    assert len(words) == 1 + MANY_WORDS and ours.item_concepts[: len(words)] == words  # first
+    assert [(c.id, round(c.activation, 3)) for c in ours.item_concepts] == [
+        (c.id, round(c.activation, 3)) for c in theirs.item_concepts
+    ]
+
+
+def test_an_interrupted_export_leaves_nothing_and_moves_no_alias(
+    lite: LiteServer, bundles: Path, exported: str
+) -> None:
+    store = MilvusStore(lite.uri, timeout_s=10)
+    before = store.versions("gallery")
+
+    def interrupted(done: int) -> None:
+        raise KeyboardInterrupt  # Ctrl-C after the first insert
+
+    version2 = Bundle.open_version(bundles / version_name(2))
+    with pytest.raises(KeyboardInterrupt):
+        export_bundle(version2, store, "gallery", rows_per_batch=100, progress=interrupted)
+    assert store.current("gallery") == exported
+    assert store.versions("gallery") == before  # the partial collection was dropped
+    with pytest.raises(ExportError, match="already published as gallery"):
+        export_bundle(Bundle.open_version(bundles / read_current(bundles)), store, "gallery")
+    store.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from search_gallery import BEACON, OPEN_Z
+from two_engines import ENGINES, either
 
 from indexer.format.bundle import Bundle
 from service.engine.open_vocabulary import (
@@ -29,9 +30,9 @@ from training.core.metrics import unit_rows
 from training.core.rotations import random_rotation
 
 
-@pytest.fixture(scope="module")
-def open_engine(word_bundle: Path, minilm) -> SearchEngine:
-    return SearchEngine(Bundle.open(word_bundle), minilm)
+@pytest.fixture(scope="module", params=ENGINES)
+def open_engine(request: pytest.FixtureRequest, word_bundle: Path, minilm) -> SearchEngine:
+    return either(request, SearchEngine(Bundle.open(word_bundle), minilm), "milvus_word_engine")
 
 
 def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:

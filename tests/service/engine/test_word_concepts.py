@@ -21,6 +21,7 @@ from search_gallery import (
     WORD_FLOOR,
     written_concepts,
 )
+from two_engines import ENGINES, either
 
 from indexer.format.bundle import Bundle
 from indexer.verify.check import verify_bundle
@@ -29,9 +30,9 @@ from service.results import SearchQuery
 from training.core.errors import InputError
 
 
-@pytest.fixture(scope="module")
-def words_engine(word_bundle: Path, minilm) -> SearchEngine:
-    return SearchEngine(Bundle.open(word_bundle), minilm)
+@pytest.fixture(scope="module", params=ENGINES)
+def words_engine(request: pytest.FixtureRequest, word_bundle: Path, minilm) -> SearchEngine:
+    return either(request, SearchEngine(Bundle.open(word_bundle), minilm), "milvus_word_engine")
 
 
 def beacon_rows(engine: SearchEngine) -> np.ndarray:
