@@ -85,7 +85,7 @@ class ServerConfig(ConfigModel):
     http_port: int | None = None  # the HTTP/JSON API and the page: None off, 0 any free port
     http_host: str | None = None  # where the HTTP API listens; None: `host`
     image_root: Path | None = None  # relative image paths and thumbnails; None: the bundle's
-    # a worker of `strata serve --workers N` (service/serving/workers.py): its gRPC and HTTP ports
+    # a worker of `strata serve --workers N` (service/cli/pool/parent.py): its gRPC and HTTP ports
     # are shared with the other workers (SO_REUSEPORT; the kernel spreads connections over them)
     reuse_port: bool = False
 

@@ -262,7 +262,7 @@ def grpc_part(
             for c in levels:
                 for name in plans:
                     n = max(queries, 4 * c)
-                    latencies, elapsed, others = load.submit(
+                    latencies, elapsed, others, _ = load.submit(
                         drive_load, server.target, c, n, 20.0, requests[name]
                     ).result()
                     if others:

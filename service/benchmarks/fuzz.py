@@ -198,7 +198,7 @@ def start_server(
     target: str | None = None
     for line in process.stdout:
         lines.append(line)
-        found = re.search(r" on (\S+:\d+); Ctrl-C stops", line)
+        found = re.search(r" on (\S+:\d+);.*Ctrl-C stops", line)  # "; N workers" between
         target = found.group(1) if found else target
         found_http = re.search(r"^http: http://(\S+:\d+)/", line)
         if target is not None and (not http or found_http):

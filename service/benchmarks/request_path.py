@@ -274,7 +274,7 @@ def qps_part(
             for c in levels:
                 for kind, requests in (("vector", vector_bytes), ("text", text_bytes)):
                     count = max(queries, 8 * c)
-                    latencies, elapsed, others = load.submit(
+                    latencies, elapsed, others, _ = load.submit(
                         drive_load, target, c, count, 20.0, requests
                     ).result()
                     runs.setdefault(f"{kind} {c}", []).append(

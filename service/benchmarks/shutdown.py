@@ -5,9 +5,11 @@ is serving, a client sends the most expensive request the limits allow (a BatchS
 searches at every limit, with explain: service/benchmarks/heavy.py) and, `--after` seconds
 later, the server gets SIGTERM. Measured: seconds from the signal to the process's exit, and
 how the call ended. The goal: exit within grace + 1 s (the batch is cancelled at the grace,
-between two of its chunks). The server runs with OMP_NUM_THREADS=1 (see load.set_threads).
+between two of its chunks). The server runs with OMP_NUM_THREADS=1 (see load.set_threads), as
+one process and as a pool of two workers (`--workers`: SIGTERM reaches the parent, which stops
+every worker at once; the grace is theirs together).
 
-    python -m service.benchmarks.shutdown                  # grace 1 s and 4 s
+    python -m service.benchmarks.shutdown                  # grace 1 s and 4 s, 1 and 2 workers
     python -m service.benchmarks.shutdown --grace 2 --rows 20000
 """
 
@@ -32,11 +34,21 @@ from service.limits import LIMITS
 from training.benchmarks import publish
 
 
-def serve(bundles: Path, grace: float) -> tuple[subprocess.Popen[str], str]:
+def serve(bundles: Path, grace: float, workers: int = 1) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "STRATA_LOG_LEVEL": "INFO", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "service", "serve", "--bundles", str(bundles)]
     process = subprocess.Popen(
-        [*command, "--port", "0", "--grace", str(grace), "--device", "cpu"],
+        [
+            *command,
+            "--port",
+            "0",
+            "--grace",
+            str(grace),
+            "--device",
+            "cpu",
+            "--workers",
+            str(workers),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -50,8 +62,10 @@ def serve(bundles: Path, grace: float) -> tuple[subprocess.Popen[str], str]:
     return process, line.split(" on ")[-1].split(";")[0].strip()
 
 
-def one_run(bundles: Path, grace: float, after: float, excluded: list[int]) -> dict:
-    process, target = serve(bundles, grace)
+def one_run(
+    bundles: Path, grace: float, after: float, excluded: list[int], workers: int = 1
+) -> dict:
+    process, target = serve(bundles, grace, workers)
     outcome: dict[str, object] = {}
     request = heavy_request("batch-explain", excluded, 0)
 
@@ -76,6 +90,7 @@ def one_run(bundles: Path, grace: float, after: float, excluded: list[int]) -> d
     exit_s = time.perf_counter() - signalled
     thread.join(600)
     return {
+        "workers": workers,
         "grace_s": grace,
         "signal_after_s": after,
         "exit_after_signal_s": exit_s,
@@ -93,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--grace", default="1,4", help="comma list of --grace values")
     parser.add_argument("--after", type=float, default=1.0, help="seconds before SIGTERM")
+    parser.add_argument("--workers", default="1,2", help="comma list of --workers values")
     parser.add_argument("--json", type=Path, default=Path("runs/bench/shutdown.json"))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="strata-shutdown-") as folder:
@@ -100,7 +116,11 @@ def main(argv: list[str] | None = None) -> dict:
         bundle = Bundle.open(bundles)
         sizes = {c: len(bundle.postings(c)[0]) for c in range(2 * bundle.dim)}
         excluded = sorted(sizes, key=lambda c: -sizes[c])[: LIMITS.concept_refs]
-        runs = [one_run(bundles, float(g), args.after, excluded) for g in args.grace.split(",")]
+        runs = [
+            one_run(bundles, float(g), args.after, excluded, int(w))
+            for w in args.workers.split(",")
+            for g in args.grace.split(",")
+        ]
     result = {
         "benchmark": "shutdown",
         "rows": args.rows,

@@ -120,42 +120,6 @@ def worker_count(workers: int | None, backend: str, cores: int | None = None) ->
     return workers
 
 
-def serve_pool(
-    *,
-    bundles: Path,
-    backend: str,
-    collection: str,
-    translator: Path | None,
-    image_root: Path | None,
-    device: str,
-    batch_size: int,
-    redis_url: str | None,
-    redis_prefix: str,
-    engine_timeout: float,
-    config: ServerConfig,
-    mode: str,
-    workers: int,
-) -> None:
-    """`strata serve --workers N` (N > 1): the pool of service/serving/workers.py, until a
-    signal; a worker that cannot start is a ServiceError (its one-line reason)."""
-    import logging
-
-    from service.serving.pool_worker import WorkerSpec
-    from service.serving.workers import WorkerPool
-
-    cores = len(os.sched_getaffinity(0))
-    level = logging.getLogger("service").getEffectiveLevel()
-    spec = WorkerSpec(
-        bundles=bundles, backend=backend, collection=collection, translator=translator,
-        image_root=image_root.expanduser().resolve() if image_root else None, device=device,
-        batch_size=batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
-        engine_timeout=engine_timeout, config=config, mode=mode, workers=workers,
-        public_metrics_port=None, threads=max(1, cores // workers),
-        log_level=logging.getLevelName(level),
-    )  # fmt: skip
-    WorkerPool(spec, workers, say=typer.echo).run()
-
-
 def open_engine(
     bundles: Path,
     backend: str,

@@ -3,7 +3,7 @@
     text = summed_exposition([worker_0_text, worker_1_text], extra=[workers_gauge])
 
 Every worker keeps its own `ServerMetrics` (service/serving/metrics.py) on a private port; the
-parent of `strata serve --workers N` (service/serving/workers.py) scrapes them all at each
+parent of `strata serve --workers N` (service/cli/pool/parent.py) scrapes them all at each
 scrape of its own `/metrics` and answers with their sum, so that dashboards and alert rules
 written against one process read N processes unchanged:
 

@@ -145,7 +145,7 @@ class Admin:
     async def reload(self, version: str | None = None) -> ReloadOutcome:
         """Swap in `version` (a name like "v000003"; None or "": CURRENT's). One at a time. In a
         worker of a pool, every worker swaps to the same version (CURRENT is read once, here), and
-        the answer comes once the last of them serves it alone (service/serving/workers.py)."""
+        the answer comes once the last of them serves it alone (service/cli/pool/parent.py)."""
         pool = self.server.pool
         if pool is None:
             return await self.reload_here(version)

@@ -1,5 +1,5 @@
 """What every worker of `strata serve --workers N` shares: imported once, in the process the
-workers are forked from (multiprocessing's forkserver; service/serving/workers.py).
+workers are forked from (multiprocessing's forkserver; service/cli/pool/parent.py).
 
 Importing this module imports the server's heavy libraries and then freezes the garbage
 collector's view of every object alive so far (`gc.freeze`): a worker's collections then never
@@ -18,7 +18,7 @@ SHARED = (
     "faiss",
     "grpc",
     "torch",
-    "service.serving.pool_worker",
+    "service.cli.pool.worker",
     "service.api.server",
     "service.cli.serve_setup",
     "service.engine.search",

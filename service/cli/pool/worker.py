@@ -1,5 +1,5 @@
 """One worker of `strata serve --workers N`: the whole server of a single process, on a port it
-shares with the other workers, and its link to the parent (service/serving/workers.py).
+shares with the other workers, and its link to the parent (service/cli/pool/parent.py).
 
     run_worker(spec, index, connection)      # the body of a worker process; never returns
 

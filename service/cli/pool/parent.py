@@ -4,7 +4,7 @@
     pool.run()                   # until SIGINT or SIGTERM; ServiceError if a worker cannot start
 
 One process serves on one core: every request's Python work runs under one interpreter lock.
-A pool runs N whole servers (service/serving/pool_worker.py) that share what is large:
+A pool runs N whole servers (service/cli/pool/worker.py) that share what is large:
 
 - **One port.** The parent binds the gRPC port (and the HTTP one) with SO_REUSEPORT, never
   listening on it, which holds the port for the pool; each worker listens on it with
@@ -34,6 +34,7 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -43,13 +44,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import typer
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
 
+from service.api.server import ServerConfig
+from service.cli.pool.worker import WorkerSpec, run_worker
 from service.errors import ServiceError
 from service.serving.metrics_sum import summed_exposition
-from service.serving.pool_worker import WorkerSpec, run_worker
+
+if TYPE_CHECKING:
+    from service.api.server import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,7 @@ YOUNG_S = 60.0  # a worker that dies sooner than this after its start is restart
 MAX_BACKOFF_S = 30.0
 SCRAPE_TIMEOUT_S = 2.0
 # imported in the forkserver the workers are forked from, and frozen there (its docstring)
-PRELOAD = ["service.serving.preloaded"]
+PRELOAD = ["service.cli.pool.preload"]
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -402,3 +409,34 @@ class WorkerPool:
         )
         restarts.add_metric([], self.restarts)
         return summed_exposition(texts, extra=[workers, restarts])
+
+
+def serve_pool(
+    *,
+    bundles: Path,
+    backend: str,
+    collection: str,
+    translator: Path | None,
+    image_root: Path | None,
+    device: str,
+    batch_size: int,
+    redis_url: str | None,
+    redis_prefix: str,
+    engine_timeout: float,
+    config: ServerConfig,
+    mode: str,
+    workers: int,
+) -> None:
+    """`strata serve --workers N` (N > 1): the pool of service/cli/pool/parent.py, until a
+    signal; a worker that cannot start is a ServiceError (its one-line reason)."""
+    cores = len(os.sched_getaffinity(0))
+    level = logging.getLogger("service").getEffectiveLevel()
+    spec = WorkerSpec(
+        bundles=bundles, backend=backend, collection=collection, translator=translator,
+        image_root=image_root.expanduser().resolve() if image_root else None, device=device,
+        batch_size=batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
+        engine_timeout=engine_timeout, config=config, mode=mode, workers=workers,
+        public_metrics_port=None, threads=max(1, cores // workers),
+        log_level=logging.getLevelName(level),
+    )  # fmt: skip
+    WorkerPool(spec, workers, say=typer.echo).run()
