@@ -106,11 +106,12 @@ def server_config(
 
 
 def worker_count(workers: int | None, backend: str, cores: int | None = None) -> int:
-    """How many server processes `strata serve` runs: `--workers`, else one per core up to
-    `WORKER_LIMIT`. A Milvus Lite file is opened by one process only: one worker."""
+    """How many server processes `strata serve` runs: `--workers`, else one per core it may use
+    (`usable_cores`) up to `WORKER_LIMIT`. A Milvus Lite file is opened by one process only: one
+    worker."""
     lite = backend.endswith(".db")
     if workers is None:
-        cores = cores or len(os.sched_getaffinity(0))
+        cores = cores or usable_cores()
         return 1 if lite else max(1, min(cores, WORKER_LIMIT))
     if lite and workers > 1:
         raise InputError(
@@ -118,6 +119,19 @@ def worker_count(workers: int | None, backend: str, cores: int | None = None) ->
             "only; use --workers 1, or a Milvus server (milvus://host:19530)"
         )
     return workers
+
+
+def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on (its affinity), or fewer when its cgroup's CPU quota
+    allows fewer (a container's CPU limit: "200000 100000" is 2 cores; "max": no limit)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    if quota == "max":
+        return cores
+    return max(1, min(cores, -(-int(quota) // int(period))))
 
 
 def open_engine(

@@ -34,7 +34,6 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
-import os
 import signal
 import socket
 import threading
@@ -429,7 +428,9 @@ def serve_pool(
 ) -> None:
     """`strata serve --workers N` (N > 1): the pool of service/cli/pool/parent.py, until a
     signal; a worker that cannot start is a ServiceError (its one-line reason)."""
-    cores = len(os.sched_getaffinity(0))
+    from service.cli.serve_setup import usable_cores
+
+    cores = usable_cores()
     level = logging.getLogger("service").getEffectiveLevel()
     spec = WorkerSpec(
         bundles=bundles, backend=backend, collection=collection, translator=translator,

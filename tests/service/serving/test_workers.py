@@ -34,9 +34,9 @@ from service._generated.strata.v1 import admin_pb2_grpc
 from service.api.grpc.client import StrataClient
 from service.benchmarks.fuzz import run_fuzz
 from service.benchmarks.redis_server import RedisServer
+from service.cli.serve_setup import WORKER_LIMIT, usable_cores, worker_count
 from service.serving.metrics_sum import summed_exposition
-
-pytestmark = pytest.mark.slow
+from training.core.errors import InputError
 
 TOKEN = "pool-admin-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -141,6 +141,7 @@ def pool(text_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield running
 
 
+@pytest.mark.slow
 def test_two_workers_answer_on_one_port_and_their_metrics_add_up(pool: Pool):
     assert len(pool.workers()) == 2
     before = pool.series("grpc_server_handled_total", grpc_method="Search", grpc_code="OK")
@@ -154,12 +155,14 @@ def test_two_workers_answer_on_one_port_and_their_metrics_add_up(pool: Pool):
     assert pool.series("strata_serving") == 1
 
 
+@pytest.mark.slow
 def test_a_small_fuzz_finds_the_pool_sound(pool: Pool):
     report = run_fuzz(pool.target, requests=200, seed=3, max_seconds=90, concurrency=4)
     assert report["sent"] == 200 and report["unexpected"] == {}, report["unexpected"]
     assert report["ok"] and report["after"]["health"] == "SERVING"
 
 
+@pytest.mark.slow
 def test_five_published_versions_reach_every_worker_under_load_with_no_failed_call(pool: Pool):
     swaps = pool.series("strata_hot_swaps_total", result="ok")
     with Searching(pool.target, threads=4) as load:
@@ -182,6 +185,7 @@ def test_five_published_versions_reach_every_worker_under_load_with_no_failed_ca
     assert pool.series("strata_hot_swaps_total", result="ok") - swaps == 10  # 5 × 2 workers
 
 
+@pytest.mark.slow
 def test_a_reload_reaching_one_worker_is_done_by_every_worker(pool: Pool):
     served = int(pool.series("strata_bundle_version"))
     row_id = Bundle.open(pool.bundles).ids([10])[0]
@@ -196,6 +200,7 @@ def test_a_reload_reaching_one_worker_is_done_by_every_worker(pool: Pool):
     assert pool.series("strata_bundle_version") == served + 1
 
 
+@pytest.mark.slow
 def test_searches_go_on_while_the_pools_redis_is_down(pool: Pool):
     pool.redis.kill()
     try:
@@ -208,6 +213,7 @@ def test_searches_go_on_while_the_pools_redis_is_down(pool: Pool):
     wait_for(lambda: pool.series("strata_redis_up") == 1, WAIT_S, "Redis seen back")
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_started_again(pool: Pool):
     first, second = pool.workers()
     restarts = pool.series("strata_worker_restarts_total")
@@ -222,6 +228,7 @@ def test_a_killed_worker_is_started_again(pool: Pool):
             assert len(client.search("a red car", k=2).hits) == 2
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_worker_and_the_pool_exits(text_bundle: Path, tmp_path: Path):
     with running_pool(tmp_path, text_bundle) as pool:
         workers = pool.workers()
@@ -258,3 +265,19 @@ def test_the_summed_exposition_adds_counters_and_keeps_gauges_by_meaning():
     assert summed["strata_serving"] == 0  # not every worker serves
     assert summed["strata_queue_depth"] == 5
     assert summed["strata_redis_up"] != summed["strata_redis_up"]  # NaN: no Redis anywhere
+
+
+def test_the_default_is_one_worker_per_usable_core_up_to_the_limit(tmp_path: Path):
+    assert worker_count(None, "faiss", cores=3) == 3
+    assert worker_count(None, "faiss", cores=64) == WORKER_LIMIT
+    assert worker_count(None, "./rows.db", cores=4) == 1  # Milvus Lite: one process
+    assert worker_count(5, "faiss", cores=2) == 5  # asked for: as asked
+    with pytest.raises(InputError, match="Milvus Lite"):
+        worker_count(2, "./rows.db")
+    quota = tmp_path / "cpu.max"
+    affinity = len(os.sched_getaffinity(0))
+    quota.write_text("100000 100000\n")  # a container limited to one core
+    assert usable_cores(quota) == 1
+    quota.write_text("max 100000\n")
+    assert usable_cores(quota) == affinity
+    assert usable_cores(tmp_path / "absent") == affinity
