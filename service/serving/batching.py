@@ -9,7 +9,9 @@ many threads; the encoder, FAISS and the engine are safe to call from several th
 one lane is held by a long request, the next batch runs in another. While every lane is busy,
 new arrivals queue up for the next free one.
 The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
-load), and under load batches still form from the queries that arrive while one runs — on two
+load: a lone query that finds nothing queued and a lane free is put in that lane by its own
+call, without the hand-off to the worker task), and under load batches still form from the
+queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
 32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
 little more than one query, as on a GPU.
@@ -110,6 +112,7 @@ class MicroBatcher(Generic[T, R]):
         self._busy: set[Flow[T, R]] = set()  # requests with a chunk being processed
         self._lanes: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
+        self._gate: asyncio.Semaphore | None = None  # the lanes: a batch holds one while it runs
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
         self._alone_requests = 0  # batching off: requests running or waiting for the executor
@@ -191,9 +194,12 @@ class MicroBatcher(Generic[T, R]):
         now = flow.arrived = self.clock()
         flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
-        self._flows.append(flow)
-        assert self._arrived is not None
-        self._arrived.set()
+        if flow.single and self._lane_free():
+            await self._serve_now(flow, loop)  # nothing queued to wait for or batch with
+        else:
+            self._flows.append(flow)
+            assert self._arrived is not None
+            self._arrived.set()
         try:
             if len(futures) == 1:  # one item: its own future, without asyncio.wait's waiter
                 future = futures[0]
@@ -212,6 +218,26 @@ class MicroBatcher(Generic[T, R]):
             return [future.result() for future in futures]
         finally:  # done, failed, or the caller gave up: what still waits leaves the queue
             self._drop(flow)
+
+    def _lane_free(self) -> bool:
+        """Whether a query could run now without the worker's hand-off: no wait for company,
+        nothing queued, a lane free."""
+        gate = self._gate
+        assert gate is not None  # `_start` made it
+        return not self.config.max_wait_ms and not self._flows and not gate.locked()
+
+    async def _serve_now(self, flow: Flow[T, R], loop: asyncio.AbstractEventLoop) -> None:
+        """Run a lone query in a free lane at once, as the worker would have a moment later
+        (the same `_serve`, so stats, results and `close` treat it alike)."""
+        gate = self._gate
+        assert gate is not None
+        await gate.acquire()  # free (checked just before, on this loop): returns at once
+        batch = list(flow.items)
+        flow.items.clear()
+        self._in_flight.append(batch)
+        task = loop.create_task(self._serve(batch, None, gate, loop))
+        self._lanes.add(task)
+        task.add_done_callback(self._lanes.discard)
 
     def _full(self) -> OverloadedError:
         return OverloadedError(
@@ -259,13 +285,14 @@ class MicroBatcher(Generic[T, R]):
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._worker is None or self._worker.done():
             self._arrived = asyncio.Event()
+            self._gate = asyncio.Semaphore(self.config.lanes)
             self._worker = loop.create_task(self._run(), name="strata-batcher")
 
     async def _run(self) -> None:
         """Take batches in turn and process each in a free lane (`config.lanes` at once)."""
         loop = asyncio.get_running_loop()
-        assert self._arrived is not None
-        lanes = asyncio.Semaphore(self.config.lanes)
+        assert self._arrived is not None and self._gate is not None
+        lanes = self._gate
         try:
             while True:
                 await lanes.acquire()
@@ -361,7 +388,8 @@ class MicroBatcher(Generic[T, R]):
                 self._busy.discard(source)
             lanes.release()
             assert self._arrived is not None
-            self._arrived.set()  # a lane is free, and the request may have items left
+            if self._flows:  # a lane is free, and a request may have items left
+                self._arrived.set()
 
     def _expired(self, waiting: Waiting[T, R], now: float) -> bool:
         if waiting.deadline is None or waiting.deadline > now:
