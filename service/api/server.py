@@ -126,7 +126,7 @@ class StrataServer:
             max_workers=self.config.batching.lanes, thread_name_prefix="strata-engine"
         )
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(
-            self._search_batch, self.config.batching, self.executor, clock
+            self._search_batch, self.config.batching, self.executor, clock, cheap=_raw_vector
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -318,6 +318,12 @@ class StrataServer:
         self.metrics.close()
         self._server = None
         log.info("stopped serving on %s", self.address)
+
+
+def _raw_vector(item: PinnedQuery) -> bool:
+    """A query with no encoder call to make: cheap enough to run on the event loop when the
+    micro-batcher finds nothing else to do (`BatchingConfig.inline_ms`)."""
+    return item.query.vector is not None
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

@@ -10,7 +10,9 @@ one lane is held by a long request, the next batch runs in another. While every 
 new arrivals queue up for the next free one.
 The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
 load: a lone query that finds nothing queued and a lane free is put in that lane by its own
-call, without the hand-off to the worker task), and under load batches still form from the
+call, without the hand-off to the worker task; one the server calls cheap — a raw vector, no
+encoder — runs on the event loop itself while such queries cost at most `inline_ms`, sparing
+the two thread hand-offs of a lane), and under load batches still form from the
 queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
 32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
@@ -58,6 +60,8 @@ from service.serving.batching_config import BatchingConfig  # re-exported: its h
 
 log = logging.getLogger(__name__)
 
+CHEAP_WEIGHT = 0.2  # the moving average's weight of the latest lone cheap item
+
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
@@ -101,8 +105,11 @@ class MicroBatcher(Generic[T, R]):
         config: BatchingConfig | None = None,
         executor: Executor | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cheap: Callable[[T], bool] | None = None,
     ) -> None:
         self.process = process
+        self.cheap = cheap  # items that may run on the event loop (`BatchingConfig.inline_ms`)
+        self.cheap_s = 0.0  # a moving average of what lone cheap items cost
         self.config = config or BatchingConfig()
         self.executor = executor
         self.clock = clock
@@ -194,8 +201,11 @@ class MicroBatcher(Generic[T, R]):
         now = flow.arrived = self.clock()
         flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
-        if flow.single and self._lane_free():
-            await self._serve_now(flow, loop)  # nothing queued to wait for or batch with
+        if flow.single and self._lane_free():  # nothing queued to wait for or batch with
+            if self._inline(items[0]):
+                self._serve_inline(flow)
+            else:
+                await self._serve_now(flow, loop)
         else:
             self._flows.append(flow)
             assert self._arrived is not None
@@ -225,6 +235,33 @@ class MicroBatcher(Generic[T, R]):
         gate = self._gate
         assert gate is not None  # `_start` made it
         return not self.config.max_wait_ms and not self._flows and not gate.locked()
+
+    def _inline(self, item: T) -> bool:
+        """Whether a lone `item` runs on the event loop: the server calls it cheap, and lone
+        cheap items have cost at most `inline_ms` of late."""
+        budget = self.config.inline_ms / 1000
+        return budget > 0 and self.cheap is not None and self.cheap(item) and self.cheap_s <= budget
+
+    def _cost(self, item: T, seconds: float) -> None:
+        """Fold a lone item's cost into the moving average of cheap items' (wherever it ran)."""
+        if self.cheap is not None and self.cheap(item):
+            self.cheap_s += CHEAP_WEIGHT * (seconds - self.cheap_s)
+
+    def _serve_inline(self, flow: Flow[T, R]) -> None:
+        """Process a lone cheap item here, on the event loop: no lane, no thread hand-off."""
+        waiting = flow.items.popleft()
+        began = time.perf_counter()
+        try:
+            (result,) = self._call([waiting.item])
+        except Exception as exc:
+            log.exception("query failed")
+            result = exc
+        self._cost(waiting.item, time.perf_counter() - began)
+        self.stats.add(1)
+        if isinstance(result, BaseException):
+            waiting.future.set_exception(result)
+        else:
+            waiting.future.set_result(result)
 
     async def _serve_now(self, flow: Flow[T, R], loop: asyncio.AbstractEventLoop) -> None:
         """Run a lone query in a free lane at once, as the worker would have a moment later
@@ -364,9 +401,12 @@ class MicroBatcher(Generic[T, R]):
                     results = await loop.run_in_executor(self.executor, _called, source.call)
                 else:
                     finish = source.finish if source is not None else None
+                    began_s = time.perf_counter()
                     results = await loop.run_in_executor(
                         self.executor, self._call, [w.item for w in batch], finish
                     )
+                    if len(batch) == 1:
+                        self._cost(batch[0].item, time.perf_counter() - began_s)
                     self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))

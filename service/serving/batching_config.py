@@ -11,7 +11,8 @@ from training.core.config import ConfigModel
 class BatchingConfig(ConfigModel):
     """`max_batch` items per call, `max_wait_ms` at most of waiting for company, `max_queue`
     requests waiting at most, `chunk_ms` the time a chunk of a multi-item request aims at,
-    `lanes` batches processed at once (each request in one lane at most);
+    `lanes` batches processed at once (each request in one lane at most), `inline_ms` the
+    cost below which a lone cheap query runs on the event loop;
     `enabled=False` processes every item alone."""
 
     model_config = ConfigDict(frozen=True)
@@ -26,6 +27,11 @@ class BatchingConfig(ConfigModel):
     # BatchSearch of Explains from 6.2x to 2.7x: python -m service.benchmarks.heavy --rows
     # 20000 --small 100 --threads 1)
     lanes: int = 2
+    # a lone query the server marks cheap (a raw vector: no encoder) that finds nothing queued
+    # runs on the event loop itself, without the two thread hand-offs of a lane, while such
+    # queries have cost at most this (a moving average); 0: never. On two cores the hand-offs
+    # were 0.2-0.3 ms of a served object query's 1.5-2 ms (service.benchmarks.request_path)
+    inline_ms: float = 1.0
 
     @field_validator("max_batch", "max_queue", "lanes")
     @classmethod
@@ -40,6 +46,13 @@ class BatchingConfig(ConfigModel):
     def _max_wait(cls, value: float) -> float:
         if not 0 <= value <= 10_000:
             raise ValueError(f"max wait must lie in [0, 10000] ms, got {value}")
+        return value
+
+    @field_validator("inline_ms")
+    @classmethod
+    def _inline(cls, value: float) -> float:
+        if not 0 <= value <= 1_000:
+            raise ValueError(f"inline time must lie in [0, 1000] ms, got {value}")
         return value
 
     @field_validator("chunk_ms")

@@ -430,3 +430,33 @@ def test_a_call_runs_alone_in_its_turn_between_the_chunks_of_a_large_request():
         list(range(105, 109)),
         [109],
     ]
+
+
+def test_a_lone_cheap_query_runs_on_the_event_loop_and_others_in_a_lane():
+    """Items the server calls cheap (here: even numbers) run on the event loop when nothing is
+    queued; others, and cheap ones once such items have cost more than `inline_ms`, in a lane
+    of the executor. Either way the caller gets the same answer, and the stats count it."""
+    threads: list[str] = []
+
+    def process(items: list[int]) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return [i * 10 for i in items]
+
+    async def scenario() -> list[int]:
+        with ThreadPoolExecutor(2, thread_name_prefix="lane") as pool:
+            config = BatchingConfig(inline_ms=1.0)
+            batcher = MicroBatcher(process, config, pool, cheap=lambda i: i % 2 == 0)
+            answers = [await batcher.submit(2), await batcher.submit(3)]
+            batcher.cheap_s = 0.5  # cheap items have lately cost 500 ms: no longer inlined
+            answers.append(await batcher.submit(4))
+            off = MicroBatcher(process, BatchingConfig(inline_ms=0), pool, cheap=lambda i: True)
+            answers.append(await off.submit(6))
+            await batcher.close()
+            await off.close()
+            assert batcher.stats.items == 3
+            return answers
+
+    loop_thread = threading.current_thread().name
+    assert run(scenario()) == [20, 30, 40, 60]
+    assert threads[0] == loop_thread  # the cheap one, inline
+    assert all(name.startswith("lane") for name in threads[1:])
