@@ -18,7 +18,8 @@ a parent, its forkserver and two workers), and kept; they idle while the other i
 3. **Hot swaps** with 2 workers under load (`--swaps`, default 5): a Redis of the benchmark's own,
    client threads searching, each a connection of its own, while the indexer makes and
    announces versions (`delete_rows`). Per swap: seconds from the announcement to the parent's
-   `all 2 workers serve version V`; failed calls; answers from an older version after it.
+   `all 2 workers serve version V`; failed calls; calls that began after that line and were
+   answered from an older version (a call begun before it may still be on its way back).
 
     python -m service.benchmarks.workers                                  # 100,000 rows
     python -m service.benchmarks.workers --rows 20000 --repeats 1 --json /tmp/workers.json
@@ -183,6 +184,7 @@ def swap_part(bundles: Path, swaps: int) -> dict[str, Any]:
         prefix = "strata-bench-workers"
         pool = Served(bundles, 2, "--redis-url", redis.url, "--redis-prefix", prefix)
         answers: list[list[int]] = [[] for _ in range(4)]
+        began_at: list[list[float]] = [[] for _ in range(4)]  # when each answered call began
         failures: list[str] = []
         stop = threading.Event()
 
@@ -190,8 +192,11 @@ def swap_part(bundles: Path, swaps: int) -> dict[str, Any]:
             with StrataClient(pool.target, timeout=30) as client:
                 i = 0
                 while not stop.is_set():
+                    began = time.perf_counter()
                     try:
-                        answers[index].append(client.search(QUERIES[i % 5], k=10).bundle_version)
+                        version = client.search(QUERIES[i % 5], k=10).bundle_version
+                        began_at[index].append(began)
+                        answers[index].append(version)
                     except StrataClientError as exc:
                         failures.append(str(exc))
                     i += 1
@@ -219,8 +224,11 @@ def swap_part(bundles: Path, swaps: int) -> dict[str, Any]:
                 seen = [len(a) for a in answers]
                 while not all(len(a) > n + 2 for a, n in zip(answers, seen, strict=True)):
                     time.sleep(0.01)
-                older = sum(
-                    1 for a, n in zip(answers, seen, strict=True) for v in a[n:] if v < version
+                older = sum(  # calls that began once the pool said so, answered from before
+                    1
+                    for a, b in zip(answers, began_at, strict=True)
+                    for v, t in zip(list(a), list(b), strict=False)  # one may be a step ahead
+                    if t >= swapped and v < version
                 )
                 events.append(
                     {

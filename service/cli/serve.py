@@ -168,7 +168,7 @@ def serve_command(
     workers = worker_count(workers, backend)
     mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
     if workers > 1:
-        from service.cli.pool.parent import serve_pool
+        from service.cli.pool.command import serve_pool
 
         serve_pool(
             bundles=bundles, backend=backend, collection=collection, translator=translator,

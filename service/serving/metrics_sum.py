@@ -21,7 +21,11 @@ numbers, and stays NaN when every worker says NaN.
 from __future__ import annotations
 
 import math
+import threading
+import urllib.request
 from collections.abc import Callable, Iterable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -29,6 +33,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 Rule = Callable[[Sequence[float]], float]
+SCRAPE_TIMEOUT_S = 2.0
 
 
 def _least(values: Sequence[float]) -> float:
@@ -90,3 +95,61 @@ def summed_exposition(texts: Iterable[str], extra: Sequence[Metric] = ()) -> byt
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families([*summed_families(texts), *extra]))  # type: ignore[arg-type]
     return generate_latest(registry)
+
+
+class SummedMetrics:
+    """`/metrics` over HTTP answering with the sum of the expositions at `ports()` (each
+    127.0.0.1:port/metrics, scraped at every request; one that does not answer is left out)
+    and the families `own(scraped)` adds, given how many answered.
+
+        endpoint = SummedMetrics(lambda: [9101, 9102], lambda n: [])
+        port = endpoint.start("0.0.0.0", 9100)
+        endpoint.stop()
+    """
+
+    def __init__(
+        self, ports: Callable[[], list[int]], own: Callable[[int], Sequence[Metric]]
+    ) -> None:
+        self.ports, self.own = ports, own
+        self._server: ThreadingHTTPServer | None = None
+
+    def exposition(self) -> bytes:
+        texts = []
+        for port in self.ports():
+            url = f"http://127.0.0.1:{port}/metrics"
+            try:
+                with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
+                    texts.append(answer.read().decode())
+            except OSError:
+                continue  # a worker going away; the next scrape counts its successor
+        return summed_exposition(texts, extra=self.own(len(texts)))
+
+    def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: any free port); the bound port. OSError: cannot listen."""
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = endpoint.exposition()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes are not news
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return int(self._server.server_address[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

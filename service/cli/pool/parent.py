@@ -36,26 +36,20 @@ import logging
 import multiprocessing
 import signal
 import socket
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from service.api.server import ServerConfig
 from service.cli.pool.worker import WorkerSpec, run_worker
 from service.errors import ServiceError
-from service.serving.metrics_sum import summed_exposition
+from service.serving.metrics_sum import SummedMetrics
 
 if TYPE_CHECKING:
-    from service.api.server import ServerConfig
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +114,7 @@ class WorkerPool:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOAD)
         self._holders: list[socket.socket] = []
-        self._metrics: ThreadingHTTPServer | None = None
+        self._metrics: SummedMetrics | None = None
         self._requests = itertools.count()
         self._asks: dict[int, Ask] = {}
         self._deaths: dict[int, list[float]] = {}  # worker index -> when it died young
@@ -354,90 +348,30 @@ class WorkerPool:
                 worker.process.join()
         self.workers.clear()
         if self._metrics is not None:
-            self._metrics.shutdown()
-            self._metrics.server_close()
+            self._metrics.stop()
         for holder in self._holders:
             holder.close()
 
     # --- the summed /metrics ---
 
     def _serve_metrics(self, host: str) -> int:
-        pool = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                body = pool.exposition()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # scrapes are not news
-
         port = self.spec.config.metrics_port
         assert port is not None
+        self._metrics = SummedMetrics(self._worker_ports, self._own_families)
         try:
-            self._metrics = ThreadingHTTPServer((host, port), Handler)
+            return self._metrics.start(host, port)
         except OSError as exc:
             raise ServiceError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
-        self._metrics.daemon_threads = True
-        threading.Thread(target=self._metrics.serve_forever, daemon=True).start()
-        return int(self._metrics.server_address[1])
 
-    def exposition(self) -> bytes:
-        """The workers' series summed, and the pool's own."""
-        texts = []
-        for worker in list(self.workers.values()):
-            if not worker.ready or worker.metrics_port is None:
-                continue
-            url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
-            try:
-                with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
-                    texts.append(answer.read().decode())
-            except OSError:
-                continue  # a worker going away; the next scrape counts its successor
+    def _worker_ports(self) -> list[int]:
+        workers = list(self.workers.values())
+        return [w.metrics_port for w in workers if w.ready and w.metrics_port is not None]
+
+    def _own_families(self, scraped: int) -> list[Metric]:
         workers = GaugeMetricFamily("strata_workers", "Worker processes serving.")
-        workers.add_metric([], len(texts))
+        workers.add_metric([], scraped)
         restarts = CounterMetricFamily(
             "strata_worker_restarts", "Worker processes started again after they died."
         )
         restarts.add_metric([], self.restarts)
-        return summed_exposition(texts, extra=[workers, restarts])
-
-
-def serve_pool(
-    *,
-    bundles: Path,
-    backend: str,
-    collection: str,
-    translator: Path | None,
-    image_root: Path | None,
-    device: str,
-    batch_size: int,
-    redis_url: str | None,
-    redis_prefix: str,
-    engine_timeout: float,
-    config: ServerConfig,
-    mode: str,
-    workers: int,
-) -> None:
-    """`strata serve --workers N` (N > 1): the pool of service/cli/pool/parent.py, until a
-    signal; a worker that cannot start is a ServiceError (its one-line reason)."""
-    from service.cli.serve_setup import usable_cores
-
-    cores = usable_cores()
-    level = logging.getLogger("service").getEffectiveLevel()
-    spec = WorkerSpec(
-        bundles=bundles, backend=backend, collection=collection, translator=translator,
-        image_root=image_root.expanduser().resolve() if image_root else None, device=device,
-        batch_size=batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
-        engine_timeout=engine_timeout, config=config, mode=mode, workers=workers,
-        public_metrics_port=None, threads=max(1, cores // workers),
-        log_level=logging.getLevelName(level),
-    )  # fmt: skip
-    WorkerPool(spec, workers, say=typer.echo).run()
+        return [workers, restarts]
