@@ -126,7 +126,7 @@ class StrataServer:
             max_workers=self.config.batching.lanes, thread_name_prefix="strata-engine"
         )
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(
-            self._search_batch, self.config.batching, self.executor, clock, cheap=_raw_vector
+            self._search_batch, self.config.batching, self.executor, clock, cheap=_no_encoder_call
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -320,10 +320,17 @@ class StrataServer:
         log.info("stopped serving on %s", self.address)
 
 
-def _raw_vector(item: PinnedQuery) -> bool:
-    """A query with no encoder call to make: cheap enough to run on the event loop when the
-    micro-batcher finds nothing else to do (`BatchingConfig.inline_ms`)."""
-    return item.query.vector is not None
+def _no_encoder_call(item: PinnedQuery) -> bool:
+    """A query with no encoder call to make (a raw vector, or a text the local query cache
+    holds): cheap enough to run on the event loop when the micro-batcher finds nothing else
+    to do (`BatchingConfig.inline_ms`)."""
+    query = item.query
+    if query.vector is not None:
+        return True
+    cache, encoder = item.engine.cache, item.engine.encoder
+    if query.text is None or cache is None or encoder is None:
+        return False
+    return cache.has_local(encoder.id, query.text)
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

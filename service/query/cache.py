@@ -93,6 +93,11 @@ class LocalLRU:
             self._rows.move_to_end(key)
         return row.copy()
 
+    def __contains__(self, key: object) -> bool:
+        """Whether `key` is held (its place in the LRU order unchanged)."""
+        with self._lock:
+            return key in self._rows
+
     def put(self, key: str, row: np.ndarray) -> None:
         stored = np.array(row, dtype=np.float32, copy=True)
         with self._lock:
@@ -230,6 +235,11 @@ class QueryCache:
                     self.local.put(keys[i], row)
         self.report_state()
         return found
+
+    def has_local(self, encoder_id: str, text: str) -> bool:
+        """Whether the local tier holds `text`'s row (no count, no Redis): a query that will not
+        need the encoder."""
+        return cache_key(encoder_id, text) in self.local
 
     def store(self, encoder_id: str, texts: Sequence[str], rows: np.ndarray) -> None:
         """Remember what the encoder computed for `texts` (rows in the same order)."""

@@ -10,10 +10,10 @@ one lane is held by a long request, the next batch runs in another. While every 
 new arrivals queue up for the next free one.
 The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
 load: a lone query that finds nothing queued and a lane free is put in that lane by its own
-call, without the hand-off to the worker task; one the server calls cheap — a raw vector, no
-encoder — runs on the event loop itself while such queries cost at most `inline_ms`, sparing
-the two thread hand-offs of a lane), and under load batches still form from the
-queries that arrive while one runs — on two
+call, without the hand-off to the worker task; one the server calls cheap — no encoder call:
+a raw vector, or a text the query cache holds — runs on the event loop itself while such
+queries cost at most `inline_ms`, sparing the two thread hand-offs of a lane), and under load
+batches still form from the queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
 32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
 little more than one query, as on a GPU.

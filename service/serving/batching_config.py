@@ -27,10 +27,11 @@ class BatchingConfig(ConfigModel):
     # BatchSearch of Explains from 6.2x to 2.7x: python -m service.benchmarks.heavy --rows
     # 20000 --small 100 --threads 1)
     lanes: int = 2
-    # a lone query the server marks cheap (a raw vector: no encoder) that finds nothing queued
-    # runs on the event loop itself, without the two thread hand-offs of a lane, while such
-    # queries have cost at most this (a moving average); 0: never. On two cores the hand-offs
-    # were 0.2-0.3 ms of a served object query's 1.5-2 ms (service.benchmarks.request_path)
+    # a lone query the server marks cheap (no encoder call: a raw vector, a cached text) that
+    # finds nothing queued runs on the event loop itself, without the two thread hand-offs of
+    # a lane, while such queries have cost at most this (a moving average); 0: never. On two
+    # cores the hand-offs were 0.2-0.3 ms of a served object query's 1.5-2 ms
+    # (service.benchmarks.request_path)
     inline_ms: float = 1.0
 
     @field_validator("max_batch", "max_queue", "lanes")

@@ -207,3 +207,12 @@ def test_bad_cache_settings_are_one_line_errors(monkeypatch, capsys, tmp_path: P
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("strata: error: bad Redis URL 'nowhere'") and err.count("\n") == 1
+
+
+def test_has_local_says_whether_a_text_needs_the_encoder_without_counting():
+    cache = QueryCache(size=8)
+    cache.store("enc", ["A  Red Dog"], np.ones((1, 4), dtype=np.float32))
+    assert cache.has_local("enc", "a red dog")  # the same normalised text
+    assert not cache.has_local("enc", "a blue dog")
+    assert not cache.has_local("other-encoder", "a red dog")
+    assert cache.local_counts.hits == 0 and cache.local_counts.misses == 0  # a peek, not a look-up
