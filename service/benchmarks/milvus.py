@@ -40,7 +40,7 @@ from indexer.format.bundle import Bundle
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
 from service.benchmarks.funnel import spectrum_bundle
-from service.engine.milvus_backend import milvus_engine
+from service.engine.milvus.backend import milvus_engine
 from service.engine.plans import FunnelConfig
 from service.engine.search import EngineConfig, SearchEngine
 from service.query.cache import QueryCache

@@ -258,41 +258,67 @@ def start_canned(
     return process, f"127.0.0.1:{ports.get(timeout=120)}"
 
 
+def qps_requests(vectors: np.ndarray) -> dict[str, list[bytes]]:
+    """The QPS part's requests, serialised: vector queries at object, AUTO text queries."""
+    object_code = granularity_to_proto("object")
+    return {
+        "vector": [vector_request(v, object_code).SerializeToString() for v in vectors],
+        "text": [
+            pb.SearchRequest(query=pb.Query(text=t), top_k=K).SerializeToString() for t in QUERIES
+        ],
+    }
+
+
+def qps_arm(
+    load: ProcessPoolExecutor,
+    target: str,
+    concurrency: int,
+    queries: int,
+    requests: list[bytes],
+    connections: int = 1,
+) -> dict[str, float]:
+    """One arm of the load process (service/benchmarks/load.py): QPS, p50, failed calls, and
+    the cores the load process itself took."""
+    count = max(queries, 8 * concurrency)
+    latencies, elapsed, others, cpu = load.submit(
+        drive_load, target, concurrency, count, 20.0, requests, connections
+    ).result()
+    return {
+        "qps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "failed": sum(len(v) for v in others.values()),
+        "generator_cores": cpu / elapsed,
+    }
+
+
+def qps_medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Each arm's rounds: medians, QPS per round, failed calls in all."""
+    return {
+        key: {
+            "qps": round(statistics.median(r["qps"] for r in rs), 1),
+            "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 3),
+            "qps_per_round": [round(r["qps"], 1) for r in rs],
+            "failed": sum(int(r["failed"]) for r in rs),
+            "generator_cores": round(statistics.median(r["generator_cores"] for r in rs), 2),
+        }
+        for key, rs in runs.items()
+    }
+
+
 def qps_part(
     target: str, vectors: np.ndarray, levels: list[int], queries: int, repeats: int
 ) -> dict[str, Any]:
     """Part 2: median QPS of vector (object) and text (AUTO) queries at each concurrency."""
-    object_code = granularity_to_proto("object")
-    vector_bytes = [vector_request(v, object_code).SerializeToString() for v in vectors]
-    text_bytes = [
-        pb.SearchRequest(query=pb.Query(text=t), top_k=K).SerializeToString() for t in QUERIES
-    ]
+    kinds = qps_requests(vectors)
     runs: dict[str, list[dict[str, float]]] = {}
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
         for _ in range(repeats):
             for c in levels:
-                for kind, requests in (("vector", vector_bytes), ("text", text_bytes)):
-                    count = max(queries, 8 * c)
-                    latencies, elapsed, others, _ = load.submit(
-                        drive_load, target, c, count, 20.0, requests
-                    ).result()
-                    runs.setdefault(f"{kind} {c}", []).append(
-                        {
-                            "qps": len(latencies) / elapsed,
-                            "p50_ms": 1000 * statistics.median(latencies),
-                            "failed": sum(len(v) for v in others.values()),
-                        }
-                    )
-    return {
-        key: {
-            "qps": statistics.median(r["qps"] for r in rs),
-            "p50_ms": statistics.median(r["p50_ms"] for r in rs),
-            "qps_per_round": [round(r["qps"], 1) for r in rs],
-            "failed": sum(r["failed"] for r in rs),
-        }
-        for key, rs in runs.items()
-    }
+                for kind, requests in kinds.items():
+                    arm = qps_arm(load, target, c, queries, requests)
+                    runs.setdefault(f"{kind} {c}", []).append(arm)
+    return qps_medians(runs)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

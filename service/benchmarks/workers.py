@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -46,12 +45,16 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
-from service._generated.strata.v1 import search_pb2 as pb
 from service.api.grpc.client import StrataClient, StrataClientError
-from service.api.grpc.requests import granularity_to_proto
-from service.benchmarks.load import QUERIES, drive_load
+from service.benchmarks.load import QUERIES
 from service.benchmarks.redis_server import RedisServer
-from service.benchmarks.request_path import K, gallery, query_vectors, vector_request
+from service.benchmarks.request_path import (
+    gallery,
+    qps_arm,
+    qps_medians,
+    qps_requests,
+    query_vectors,
+)
 from training.benchmarks import benchmark_parser, publish
 
 START_S = 600.0
@@ -134,42 +137,17 @@ def encoder_mb(spec: str) -> float:
 def qps_part(
     servers: list[Served], vectors: np.ndarray, levels: list[int], queries: int, repeats: int
 ) -> dict[str, Any]:
-    object_code = granularity_to_proto("object")
-    kinds = {
-        "vector": [vector_request(v, object_code).SerializeToString() for v in vectors],
-        "text": [
-            pb.SearchRequest(query=pb.Query(text=t), top_k=K).SerializeToString() for t in QUERIES
-        ],
-    }
+    kinds = qps_requests(vectors)
     runs: dict[str, list[dict[str, float]]] = {}
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
         for _ in range(repeats):
             for c in levels:
                 for kind, requests in kinds.items():
-                    for served in servers:
-                        count = max(queries, 8 * c)
-                        latencies, elapsed, others, cpu = load.submit(
-                            drive_load, served.target, c, count, 20.0, requests, c
-                        ).result()
-                        runs.setdefault(f"{kind} c={c} workers={served.workers}", []).append(
-                            {
-                                "qps": len(latencies) / elapsed,
-                                "p50_ms": 1000 * statistics.median(latencies),
-                                "failed": sum(len(v) for v in others.values()),
-                                "generator_cores": cpu / elapsed,
-                            }
-                        )
-    summary = {
-        key: {
-            "qps": round(statistics.median(r["qps"] for r in rs), 1),
-            "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 3),
-            "qps_per_round": [round(r["qps"], 1) for r in rs],
-            "failed": sum(int(r["failed"]) for r in rs),
-            "generator_cores": round(statistics.median(r["generator_cores"] for r in rs), 2),
-        }
-        for key, rs in runs.items()
-    }
+                    for served in servers:  # C callers, each a connection of its own
+                        arm = qps_arm(load, served.target, c, queries, requests, c)
+                        runs.setdefault(f"{kind} c={c} workers={served.workers}", []).append(arm)
+    summary = qps_medians(runs)
     ratios = {}
     for c in levels:
         for kind in kinds:

@@ -168,15 +168,16 @@ def serve_command(
     workers = worker_count(workers, backend)
     mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
     if workers > 1:
-        from service.cli.pool.command import serve_pool
+        from service.cli.pool.parent import WorkerPool
+        from service.cli.pool.worker import WorkerSpec
 
-        serve_pool(
+        spec = WorkerSpec(
             bundles=bundles, backend=backend, collection=collection, translator=translator,
             image_root=image_root, device=device or settings.device,
-            batch_size=settings.batch_size,
-            redis_url=redis_url, redis_prefix=redis_prefix, engine_timeout=engine_timeout,
-            config=config, mode=mode, workers=workers,
+            batch_size=settings.batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
+            engine_timeout=engine_timeout, config=config, mode=mode,
         )  # fmt: skip
+        WorkerPool(spec, workers, say=typer.echo).run()  # until a signal
         typer.echo("stopped")
         exit_now()
     from service.api.server import serve

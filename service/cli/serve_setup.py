@@ -154,7 +154,7 @@ def open_engine(
     )
     if backend != "faiss":
         from indexer.cli.export import require_pymilvus
-        from service.engine.milvus_backend import open_milvus
+        from service.engine.milvus.backend import open_milvus
 
         require_pymilvus()
         if translator is not None:

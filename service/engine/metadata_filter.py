@@ -89,7 +89,7 @@ class MetadataFilter:
 
     def values(self, condition: MetadataCondition) -> list[Any]:
         """The condition's values in the column's Python type (None: a range's open end), for
-        an engine that evaluates the condition itself (service/engine/milvus.py)."""
+        an engine that evaluates the condition itself (service/engine/milvus/scorer.py)."""
         return [None if s is None else s.as_py() for s in self._scalars(condition)]
 
     def check(self, conditions: Sequence[MetadataCondition]) -> None:

@@ -108,13 +108,9 @@ class Planner:
 
     def _calibrate(self, length: int) -> None:
         config = self.config
-        if not config.enabled:
-            self.direct_reasons[length] = "auto: the funnel is off"
-            return
-        if self.rows < config.min_rows:
-            self.direct_reasons[length] = (
-                f"auto: {self.rows} rows < {config.min_rows}, a direct scan is cheap"
-            )
+        skipped = calibration_skipped(config, self.rows)
+        if skipped is not None:
+            self.direct_reasons[length] = skipped
             return
         exact = self.exact(length)
         if exact is None:
@@ -130,10 +126,7 @@ class Planner:
             choice or "none", time.perf_counter() - started,
         )  # fmt: skip
         if choice is None:
-            self.direct_reasons[length] = (
-                f"auto: no funnel reached recall@10 {config.recall} at ≤ "
-                f"{config.max_cost_share:.0%} of a direct scan"
-            )
+            self.direct_reasons[length] = no_funnel_reason(config)
         else:
             self.choices[length] = choice
 
@@ -227,6 +220,24 @@ class Planner:
             self.shortlist_search(length, s), blocks,
         )  # fmt: skip
         return rerank(exact, rotated[0], candidates[0], length, k)
+
+
+def calibration_skipped(config: FunnelConfig, rows: int) -> str | None:
+    """Why "auto" searches a bundle of `rows` rows directly without calibrating a funnel (the
+    funnel off, or too few rows for one to pay); None when it calibrates. Both engines' rule."""
+    if not config.enabled:
+        return "auto: the funnel is off"
+    if rows < config.min_rows:
+        return f"auto: {rows} rows < {config.min_rows}, a direct scan is cheap"
+    return None
+
+
+def no_funnel_reason(config: FunnelConfig) -> str:
+    """Why "auto" searches directly where calibration found no funnel that pays."""
+    return (
+        f"auto: no funnel reached recall@10 {config.recall} at ≤ "
+        f"{config.max_cost_share:.0%} of a direct scan"
+    )
 
 
 def auto_plan(

@@ -4,7 +4,7 @@
 queries; its `Scorer` restricts each query to the rows it may return and plans it, scores the
 rows and shapes the hits, and reads one row back for Explain. Two scorers exist: the bundle's
 own FAISS files (service/engine/local_scorer.py) and a Milvus collection the version was
-exported to (service/engine/milvus.py).
+exported to (service/engine/milvus/scorer.py).
 
 `PreparedQuery` is a query's state on its way through the batch; `StoredRow` is one gallery
 row as a scorer reads it back; `EngineConfig` is what both the engine and its scorer obey.

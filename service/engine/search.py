@@ -13,7 +13,7 @@
    image and vector queries go to the full vector);
 4. restrict, plan and search: the engine's scorer (service/engine/scoring.py) — the bundle's
    own FAISS files (service/engine/local_scorer.py: plans, funnel, concept and metadata
-   filters, grouping) or a Milvus collection (service/engine/milvus.py) — finds each query's
+   filters, grouping) or a Milvus collection (service/engine/milvus/scorer.py) — finds each query's
    rows and describes its hits: ids, requested metadata, and with `explain` the query's active
    concepts, each hit's strongest concepts and the concepts they share;
 5. say how each filter reference was made (a learnt word concept, a zero-shot one — a word or

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from service.engine.milvus import MilvusScorer
-from service.engine.milvus_backend import following
+from service.engine.milvus.backend import following
+from service.engine.milvus.scorer import MilvusScorer
 from service.errors import ServiceError
 from service.serving.served_engine import EngineHost
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from service.cli.pool.worker import WorkerSpec, run_worker
+from service.cli.serve_setup import usable_cores
 from service.errors import ServiceError
 from service.serving.metrics_sum import SummedMetrics
 
@@ -151,9 +152,11 @@ class WorkerPool:
         if config.metrics_port is not None:
             public_metrics = self._serve_metrics(config.metrics_host or config.host)
             update.update(metrics_port=0, metrics_host="127.0.0.1")
+        level = logging.getLogger("service").getEffectiveLevel()  # the command's, -q included
         self.spec = replace(
             self.spec, config=config.model_copy(update=update), workers=self.count,
-            public_metrics_port=public_metrics,
+            public_metrics_port=public_metrics, threads=max(1, usable_cores() // self.count),
+            log_level=logging.getLevelName(level),
         )  # fmt: skip
         for index in range(self.count):
             self._launch(index)

@@ -50,8 +50,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything a worker needs to open its engine and serve (picklable: it crosses into the
-    worker process). `config` listens on the pool's port with `reuse_port`; `threads`: the
-    FAISS and torch threads of each worker (the cores divided among the workers)."""
+    worker process): what the command was given, and what the pool sets before it starts its
+    workers (service/cli/pool/parent.py) — `config` on the pool's port with `reuse_port`, how
+    many workers, the summed /metrics' port, `threads` (the cores divided among the workers:
+    FAISS's and torch's threads in each) and the log level."""
 
     bundles: Path
     backend: str
@@ -65,10 +67,10 @@ class WorkerSpec:
     engine_timeout: float
     config: ServerConfig
     mode: str  # how queries are batched, in words (the announcement)
-    workers: int
-    public_metrics_port: int | None  # the parent's summed /metrics, for the announcement
-    threads: int
-    log_level: str
+    workers: int = 1
+    public_metrics_port: int | None = None  # the parent's summed /metrics, for the announcement
+    threads: int = 1
+    log_level: str = "WARNING"
 
 
 class PoolLink:

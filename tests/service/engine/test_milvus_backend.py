@@ -30,9 +30,9 @@ from indexer.milvus.store import ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
-from service.engine.milvus_backend import milvus_engine as engine_over
-from service.engine.milvus_backend import open_milvus
-from service.engine.milvus_expressions import concept_expression, where_expression
+from service.engine.milvus.backend import milvus_engine as engine_over
+from service.engine.milvus.backend import open_milvus
+from service.engine.milvus.expressions import concept_expression, where_expression
 from service.engine.search import SearchEngine
 from service.errors import QueryError, UnavailableError
 from service.results import (

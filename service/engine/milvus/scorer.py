@@ -4,7 +4,7 @@
 Milvus collection (indexer/milvus/store.py) instead of local FAISS files: validation,
 embedding, the GraSP rotation, routing, Explain, the concept catalog and the answer's shape
 are the engine's own; what changes is where rows are scored. The engine over it is opened by
-service/engine/milvus_backend.py.
+service/engine/milvus/backend.py.
 
 - direct plan: one Milvus search of the field p{L} (inner product, the stored p_L), every
   unfiltered query of one prefix and setting in one call (nq > 1), as FAISS batches them;
@@ -12,7 +12,7 @@ service/engine/milvus_backend.py.
   p{L}, reranked exactly here (`service.engine.funnel.rerank`'s rule: s_L, ties by row); "auto"
   searches directly, since the engine does the scan (the funnel's calibration measures FAISS);
 - filters: concept references and metadata conditions become one Milvus expression
-  (service/engine/milvus_expressions.py), so the filter runs inside the engine's search; the
+  (service/engine/milvus/expressions.py), so the filter runs inside the engine's search; the
   allowed rows are counted with `count(*)` over the same expression;
 - Explain: the row's concepts and activations and its p_L at every prefix are read back from
   the engine; an item id is found by a query on `item_id`; the descriptions' near captions
@@ -51,10 +51,10 @@ from indexer.milvus.store import (
 )
 from service.engine.explain import activations_of, shared_concepts, with_words
 from service.engine.filtering import open_phrase, resolve_ref
-from service.engine.funnel import FunnelChoice, pad_hits
 from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
-from service.engine.milvus_expressions import (
+from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels, reranked
+from service.engine.milvus.expressions import (
     concept_expression,
     engine_params,
     rows_expression,
@@ -68,11 +68,9 @@ from service.errors import NotFoundError, QueryError, UnavailableError, echo
 from service.limits import check_chars
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
-from training.core.metrics import neighbour_recall, prefix_vectors
+from training.core.metrics import prefix_vectors
 
 log = logging.getLogger(__name__)
-
-TOPK_MAX = 16_384  # Milvus's limit on hits per search
 
 
 @dataclass(frozen=True)
@@ -115,10 +113,8 @@ class MilvusScorer:
         # a phrase the catalog lacks, made a zero-shot concept beside the engine (SearchEngine
         # sets it: the engine's encoder embeds the phrase)
         self.vocabulary: OpenVocabulary | None = None
-        self.choices: dict[int, FunnelChoice] = {}
-        self.direct_reasons: dict[int, str] = {}
-        try:
-            self._calibrate()
+        try:  # AUTO's funnel, calibrated as the local engine calibrates its own
+            self.choices, self.direct_reasons = calibrated_funnels(self)
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
 
@@ -203,70 +199,6 @@ class MilvusScorer:
             "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)
         )
 
-    # --- AUTO's funnel, calibrated as the local engine calibrates (service/engine/plans.py) ---
-
-    def _calibrate(self) -> None:
-        """The local engine's rule, measured on the engine: for each target prefix L (caption
-        and full) of a bundle of at least `min_rows` rows, the cheapest (S, F) whose recall@10
-        against the engine's search at L, on `queries` gallery rows searched leave-one-out,
-        reaches `recall` at ≤ `max_cost_share` of a direct scan's floats (N·S + k·F·L against
-        N·L: every field a scan, as FLAT is)."""
-        config, rows = self.config.funnel, self.bundle.rows
-        for length in sorted({self.contract[g] for g in config.targets}):
-            if not config.enabled:
-                self.direct_reasons[length] = "auto: the funnel is off"
-            elif rows < config.min_rows:
-                self.direct_reasons[length] = (
-                    f"auto: {rows} rows < {config.min_rows}, a direct scan is cheap"
-                )
-            else:
-                choice = self._calibrated(length)
-                if choice is None:
-                    self.direct_reasons[length] = (
-                        f"auto: no funnel reached recall@10 {config.recall} at ≤ "
-                        f"{config.max_cost_share:.0%} of a direct scan"
-                    )
-                else:
-                    self.choices[length] = choice
-
-    def _calibrated(self, length: int, k: int = 10, seed: int = 0) -> FunnelChoice | None:
-        config, total = self.config.funnel, self.bundle.rows
-        picked = np.sort(
-            np.random.default_rng(seed).choice(total, min(config.queries, total), replace=False)
-        )
-        full = vector_field(max(self.bundle.prefix_lengths))
-        found = self.store.call(
-            "reading calibration rows", self.store.client.query, self.collection,
-            filter=rows_expression(picked), output_fields=[ROW, full], limit=len(picked),
-        )  # fmt: skip
-        by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
-        rotated = np.stack([by_row[int(r)] for r in picked])
-        truth = _without_self(self._ranked_rows(rotated, length, k + 1), picked, k)
-        costs = sorted(
-            ((total * s + k * f * length) / (total * length), s, f)
-            for s in self.bundle.prefix_lengths
-            if s < length
-            for f in config.factors
-        )
-        for share, s, f in costs:
-            if share > config.max_cost_share:
-                break
-            shortlists = self._engine_search(
-                rotated, s, min((k + 1) * f, TOPK_MAX), "", "", [ROW, vector_field(length)]
-            )
-            reranked = [_reranked(h, q, length, k + 1) for h, q in zip(shortlists, rotated,
-                                                                       strict=True)]  # fmt: skip
-            rows = np.array([[int(h[ROW]) for h in r] + [-1] * (k + 1 - len(r))
-                             for r in reranked])  # fmt: skip
-            reached = neighbour_recall(_without_self(rows, picked, k), truth)
-            if reached >= config.recall:
-                return FunnelChoice(s, f, reached, len(picked), share)
-        return None
-
-    def _ranked_rows(self, rotated: np.ndarray, length: int, k: int) -> np.ndarray:
-        answers = self._engine_search(rotated, length, k, "", "", [ROW])
-        return np.array([[int(h[ROW]) for h in a] + [-1] * (k - len(a)) for a in answers])
-
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         try:
             self._search(live, rotated)
@@ -289,14 +221,14 @@ class MilvusScorer:
             k = max(live[i].query.k for i in members)
             if factor:
                 rows = max(live[i].plan.shortlist_rows for i in members)  # type: ignore[union-attr]
-                answers = self._engine_search(
+                answers = self.engine_search(
                     rotated[members], shortlist, rows, expression, setting,
                     [*fields, vector_field(length)],
                 )  # fmt: skip
                 for j, i in enumerate(members):
-                    found[i] = _reranked(answers[j], rotated[i], length, live[i].query.k)
+                    found[i] = reranked(answers[j], rotated[i], length, live[i].query.k)
             else:
-                answers = self._engine_search(rotated[members], length, k, expression, setting,
+                answers = self.engine_search(rotated[members], length, k, expression, setting,
                                               fields)  # fmt: skip
                 for j, i in enumerate(members):
                     found[i] = answers[j][: live[i].query.k]
@@ -322,13 +254,13 @@ class MilvusScorer:
         def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
             if p.plan is not None and p.plan.factor:
                 shortlist = min(k * p.plan.factor, TOPK_MAX)
-                answer = self._engine_search(
+                answer = self.engine_search(
                     rotated, p.plan.shortlist_prefix, shortlist, where, p.setting,
                     [*fields, vector_field(length)],
                 )[0]  # fmt: skip
-                answer = _reranked(answer, rotated[0], length, k)
+                answer = reranked(answer, rotated[0], length, k)
             else:
-                answer = self._engine_search(rotated, length, k, where, p.setting, fields)[0]
+                answer = self.engine_search(rotated, length, k, where, p.setting, fields)[0]
             by_row.update((int(h[ROW]), h) for h in answer)
             rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
             scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
@@ -349,7 +281,7 @@ class MilvusScorer:
                 fields.update((CONCEPTS, ACTIVATIONS))
         return sorted(fields)
 
-    def _engine_search(
+    def engine_search(
         self,
         rotated: np.ndarray,
         length: int,
@@ -440,7 +372,7 @@ class MilvusScorer:
     ) -> tuple[np.ndarray, np.ndarray]:
         """The descriptions' search, in the engine: (scores, rows) padded with row −1."""
         try:
-            answers = self._engine_search(rotated, length, k, "", "", [ROW])
+            answers = self.engine_search(rotated, length, k, "", "", [ROW])
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
         scores = np.zeros((len(answers), k), dtype=np.float32)
@@ -475,27 +407,3 @@ class MilvusScorer:
             what = f"item {echo(item_id)}" if item_id is not None else f"row {row}"
             raise NotFoundError(f"no {what} in bundle {self.bundle.name}")
         return dict(found[0])
-
-
-def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Each row's first k entries other than the query's own row."""
-    return np.stack([r[r != q][:k] for r, q in zip(rows, queries, strict=True)])
-
-
-def _reranked(
-    shortlist: list[dict[str, Any]], rotated: np.ndarray, length: int, k: int
-) -> list[dict[str, Any]]:
-    """A funnel's shortlist (with each row's p_L) reranked exactly by s_L, ties by row."""
-    if not shortlist:
-        return []
-    rows = np.array([h[ROW] for h in shortlist], dtype=np.int64)
-    vectors = np.asarray([h[vector_field(length)] for h in shortlist], dtype=np.float32)
-    scores = vectors @ prefix_vectors(rotated[None, :], length)[0]
-    order = np.lexsort((rows, -scores))[:k]
-    _, top = pad_hits(scores[order].astype(np.float32), rows[order], k)
-    by_row = {h[ROW]: h for h in shortlist}
-    return [
-        {**by_row[int(r)], "distance": float(scores[o])}
-        for r, o in zip(top[0], order, strict=False)
-        if r >= 0
-    ]

@@ -3,7 +3,7 @@
 A concept filter becomes `array_contains_any(concepts, [...])` (AND over required references,
 `not …` for excluded ones); metadata conditions become comparisons typed by the version's own
 metadata table; a FAISS ParameterSpace setting becomes Milvus search parameters. Pure
-functions: service/engine/milvus.py runs them.
+functions: service/engine/milvus/scorer.py runs them.
 """
 
 from __future__ import annotations

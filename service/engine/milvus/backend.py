@@ -1,7 +1,7 @@
 """The search engine over Milvus: `open_milvus` opens the version an alias names (`strata serve
 --backend …`), `milvus_engine` builds the engine over one exported collection, `following` the
 engine over the collection the alias names next (service/serving/alias_follower.py swaps it in).
-Each is a `SearchEngine` whose scorer is a `MilvusScorer` (service/engine/milvus.py).
+Each is a `SearchEngine` whose scorer is a `MilvusScorer` (service/engine/milvus/scorer.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from indexer.format.bundle import Bundle
 from indexer.milvus.store import DEFAULT_NAME, ExportError, MilvusStore
-from service.engine.milvus import MilvusScorer
+from service.engine.milvus.scorer import MilvusScorer
 from service.engine.scoring import EngineConfig
 from service.engine.search import SearchEngine
 from service.errors import ServiceError

@@ -1,0 +1,127 @@
+"""AUTO's funnel on a Milvus collection, calibrated by the local engine's rule
+(service/engine/plans.py) but measured on the engine itself, and the exact rerank of a funnel's
+shortlist that both the calibration and the scorer's searches use.
+
+    choices, direct_reasons = calibrated_funnels(scorer)   # when a replica opens a version
+
+For each target prefix L (caption and full) of a bundle of at least `min_rows` rows: the
+cheapest (S, F) whose recall@10 against the engine's own search at L, on `queries` gallery rows
+searched leave-one-out, reaches `recall` at ≤ `max_cost_share` of a direct scan's floats
+(N·S + k·F·L against N·L: every field a scan, as FLAT is).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from indexer.format.bundle import Bundle
+from indexer.milvus.store import ROW, MilvusStore, vector_field
+from service.engine.funnel import FunnelChoice, pad_hits
+from service.engine.milvus.expressions import rows_expression
+from service.engine.plans import calibration_skipped, no_funnel_reason
+from service.engine.scoring import EngineConfig
+from training.core.metrics import neighbour_recall, prefix_vectors
+
+TOPK_MAX = 16_384  # Milvus's limit on hits per search
+
+
+class CalibratedEngine(Protocol):
+    """What the calibration reads of a scorer over a collection (`MilvusScorer` is one)."""
+
+    config: EngineConfig
+    bundle: Bundle
+    contract: Any
+    store: MilvusStore
+    collection: str
+
+    def engine_search(
+        self,
+        rotated: np.ndarray,
+        length: int,
+        k: int,
+        expression: str,
+        setting: str,
+        fields: list[str],
+    ) -> list[list[dict[str, Any]]]: ...
+
+
+def calibrated_funnels(scorer: CalibratedEngine) -> tuple[dict[int, FunnelChoice], dict[int, str]]:
+    """The funnel chosen per target prefix, and why AUTO searches the others directly."""
+    config, rows = scorer.config.funnel, scorer.bundle.rows
+    skipped = calibration_skipped(config, rows)
+    choices: dict[int, FunnelChoice] = {}
+    direct: dict[int, str] = {}
+    for length in sorted({scorer.contract[g] for g in config.targets}):
+        choice = None if skipped else _calibrated(scorer, length)
+        if choice is None:
+            direct[length] = skipped or no_funnel_reason(config)
+        else:
+            choices[length] = choice
+    return choices, direct
+
+
+def _calibrated(
+    scorer: CalibratedEngine, length: int, k: int = 10, seed: int = 0
+) -> FunnelChoice | None:
+    config, total = scorer.config.funnel, scorer.bundle.rows
+    picked = np.sort(
+        np.random.default_rng(seed).choice(total, min(config.queries, total), replace=False)
+    )
+    full = vector_field(max(scorer.bundle.prefix_lengths))
+    store = scorer.store
+    found = store.call(
+        "reading calibration rows", store.client.query, scorer.collection,
+        filter=rows_expression(picked), output_fields=[ROW, full], limit=len(picked),
+    )  # fmt: skip
+    by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
+    rotated = np.stack([by_row[int(r)] for r in picked])
+    truth = _without_self(_ranked_rows(scorer, rotated, length, k + 1), picked, k)
+    costs = sorted(
+        ((total * s + k * f * length) / (total * length), s, f)
+        for s in scorer.bundle.prefix_lengths
+        if s < length
+        for f in config.factors
+    )
+    for share, s, f in costs:
+        if share > config.max_cost_share:
+            break
+        shortlists = scorer.engine_search(
+            rotated, s, min((k + 1) * f, TOPK_MAX), "", "", [ROW, vector_field(length)]
+        )
+        ranked = [reranked(h, q, length, k + 1) for h, q in zip(shortlists, rotated, strict=True)]
+        rows = np.array([[int(h[ROW]) for h in r] + [-1] * (k + 1 - len(r)) for r in ranked])
+        reached = neighbour_recall(_without_self(rows, picked, k), truth)
+        if reached >= config.recall:
+            return FunnelChoice(s, f, reached, len(picked), share)
+    return None
+
+
+def _ranked_rows(scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: int) -> np.ndarray:
+    answers = scorer.engine_search(rotated, length, k, "", "", [ROW])
+    return np.array([[int(h[ROW]) for h in a] + [-1] * (k - len(a)) for a in answers])
+
+
+def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Each row's first k entries other than the query's own row."""
+    return np.stack([r[r != q][:k] for r, q in zip(rows, queries, strict=True)])
+
+
+def reranked(
+    shortlist: list[dict[str, Any]], rotated: np.ndarray, length: int, k: int
+) -> list[dict[str, Any]]:
+    """A funnel's shortlist (with each row's p_L) reranked exactly by s_L, ties by row."""
+    if not shortlist:
+        return []
+    rows = np.array([h[ROW] for h in shortlist], dtype=np.int64)
+    vectors = np.asarray([h[vector_field(length)] for h in shortlist], dtype=np.float32)
+    scores = vectors @ prefix_vectors(rotated[None, :], length)[0]
+    order = np.lexsort((rows, -scores))[:k]
+    _, top = pad_hits(scores[order].astype(np.float32), rows[order], k)
+    by_row = {h[ROW]: h for h in shortlist}
+    return [
+        {**by_row[int(r)], "distance": float(scores[o])}
+        for r, o in zip(top[0], order, strict=False)
+        if r >= 0
+    ]
