@@ -13,8 +13,8 @@ from milvus_lite.adapter.grpc.server import start_server_in_thread
 from indexer.format.bundle import Bundle
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
-from service.engine.milvus.scorer import MilvusScorer
 from service.engine.milvus.backend import milvus_engine, open_milvus
+from service.engine.milvus.scorer import MilvusScorer
 from service.engine.search import EngineConfig, SearchEngine
 
 ENGINES = ("local", "milvus")
