@@ -9,11 +9,17 @@ readout's own map (training.cedar.readout), made on its first use:
     s_i = ⟨x̃_i, t̃⟩                          x̃_i = (x_i − b) / ‖x_i − b‖, every gallery row
     active where s_i ≥ μ_s + z · σ_s          μ_s, σ_s: the phrase's own scores on this gallery
 
-so the cut is calibrated without labels: z is one number, the readout's zero-shot cut τ in
-standard units on the corpus it was fitted on (`zero_shot_z`, recorded at training), or —
-for an artifact without it — the median over the readout's own zero-shot words of where τ
-stands in their score distribution on this gallery, measured once. A word the readout learnt
-never comes here: it resolves to its learnt row (service/engine/filtering.py).
+so the cut is calibrated without labels: z is one number per gallery, taught by the readout's
+learnt words, once per bundle. Their filters on this gallery (the bundle's postings) are the
+teachers, and z is the one standardised cut at which the filters of their *text* directions
+agree best with them (training.cedar.readout.agreeing_z; teachers: the up to 64 learnt words
+of highest held-out precision that allow between 10 rows and half the gallery,
+`teacher_words`). So z follows the gallery's own score distribution: on a gallery of another
+corpus the training corpus's z (`zero_shot_z`) cut nothing or everything; measured on dev
+splits by training/benchmarks/label_free_cuts.py. Without teachers z falls back to the
+artifact's `zero_shot_z`, and without that to the median over the readout's own zero-shot
+words of where τ stands in their score distribution on this gallery. A word the readout
+learnt never comes here: it resolves to its learnt row (service/engine/filtering.py).
 
 The rows are read back from the bundle's full-length prefix (its stored vectors, exact or the
 shared store's): the stored p_i = G(x_i − m)/‖x_i − m‖ (G, m the GraSP rotation and mean)
@@ -46,7 +52,14 @@ from indexer.format.row_bitmaps import AllowedRows
 from indexer.format.store import SCAN_FLOATS, StoreIndex
 from service.engine.exact_scan import stored_rows
 from service.errors import QueryError
-from training.cedar.readout import calibration_words, cut_in_standard_units, standardised_cut
+from training.cedar.readout import (
+    VocabularyReadout,
+    agreeing_z,
+    calibration_words,
+    cut_in_standard_units,
+    standardised_cut,
+    teacher_words,
+)
 
 MAX_WORDS = 3
 KEPT = 4096  # phrases whose allowed rows are kept
@@ -186,8 +199,9 @@ class OpenVocabulary:
 
     @cached_property
     def z(self) -> float:
-        """The cut in standard units: the artifact's, else measured on this gallery from the
-        readout's zero-shot words (module doc)."""
+        """The cut in standard units: taught on this gallery by the learnt words, else the
+        artifact's, else measured on this gallery from the readout's zero-shot words (module
+        doc)."""
         coder = self.bundle.coder
         readout = coder.readout
         if readout is None:
@@ -195,6 +209,9 @@ class OpenVocabulary:
                 "a word or phrase outside the catalog needs a vocabulary readout in the bundle's "
                 "CEDAR artifact"
             )
+        taught = self.taught_z(readout)
+        if taught is not None:
+            return taught
         training = coder.artifact.extra.get("readout", {}).get("training", {})
         if training.get("zero_shot_z") is not None:
             return float(training["zero_shot_z"])
@@ -205,3 +222,20 @@ class OpenVocabulary:
                 "this bundle's readout has no zero-shot words to measure it from"
             )
         return cut_in_standard_units(self.scores(readout.weight[picked]), cut)
+
+    def taught_z(self, readout: VocabularyReadout) -> float | None:
+        """z taught by the learnt words' filters on this gallery (module doc); None without
+        teachers."""
+        first = self.bundle.coder.axis_concepts
+        bitmaps = self.bundle.concept_bitmaps
+        counts = np.array([len(bitmaps.rows_of(first + w)) for w in range(len(readout.words))])
+        teachers = teacher_words(readout, counts, self.bundle.rows)
+        if not len(teachers):
+            return None
+        directions = self.directions(self.embed([readout.words[w] for w in teachers]))
+        scores = self.scores(directions)  # [N, W]
+        teacher = np.empty(scores.shape, dtype=bool)
+        for column, w in enumerate(teachers):
+            rows, bits = bitmaps.get(first + int(w))
+            teacher[:, column] = AllowedRows(self.bundle.rows, rows, bits).mask()
+        return agreeing_z(scores, teacher)

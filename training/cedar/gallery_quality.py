@@ -152,7 +152,12 @@ def gallery_quality(
     if readouts is not None:
         cedar, trained_readout = readouts[0], next(iter(readouts[1].values()))
         t = text_directions(np.array([embedded[w] for w in names]), cedar.mean)
-        scores.update(served_quality(trained_readout, cedar, x, names, classes, wanted, t))
+        scores.update(
+            served_quality(
+                trained_readout, cedar, x, names, classes, wanted, t,
+                lambda words: embed_words(words, encoder),
+            )
+        )  # fmt: skip
     return {
         "gallery": str(gallery),
         "test_rows": len(test),

@@ -214,6 +214,50 @@ def calibration_words(readout: VocabularyReadout, most: int = 64) -> tuple[np.nd
     return picked, float(-readout.offset[picked[0]])  # a zero-shot word's offset is −τ
 
 
+TEACHERS = 64  # learnt words that teach a gallery its zero-shot cut
+MIN_TEACHER_ROWS = 10  # rows a teacher allows on the gallery, at least
+Z_GRID = tuple(round(float(z), 2) for z in np.arange(0.0, 8.01, 0.05))
+
+
+def teacher_words(
+    readout: VocabularyReadout, allowed: np.ndarray, rows: int, most: int = TEACHERS
+) -> np.ndarray:
+    """The learnt words that teach a gallery of `rows` rows its zero-shot cut (`agreeing_z`):
+    those whose filter allows (`allowed` [V], rows per word on that gallery) at least
+    MIN_TEACHER_ROWS and at most half of the rows, the `most` of highest held-out precision."""
+    counts = np.asarray(allowed)
+    usable = [
+        w
+        for w in range(len(readout.words))
+        if not readout.is_zero_shot(w)
+        and readout.precision[w] is not None
+        and MIN_TEACHER_ROWS <= counts[w] <= rows // 2
+    ]
+    usable.sort(key=lambda w: (-float(readout.precision[w] or 0.0), w))
+    return np.asarray(usable[:most], dtype=np.int64)
+
+
+def agreeing_z(scores: np.ndarray, teacher: np.ndarray) -> float | None:
+    """The one cut in standard units whose filters — each column of `scores` [N, W] (the
+    teachers' text directions on a gallery) cut at μ + z·σ — best agree, macro F1, with the
+    teachers' own learnt filters there (`teacher` [N, W] bool): the readout teaches the gallery
+    where a zero-shot concept's cut stands, and no label is read. None without teachers."""
+    s = np.asarray(scores, dtype=np.float32)
+    wanted = np.asarray(teacher, dtype=bool)
+    if s.ndim != 2 or s.shape[1] == 0:
+        return None
+    mu, sigma = s.mean(axis=0), s.std(axis=0)
+    relevant = wanted.sum(axis=0)
+    best, best_f1 = Z_GRID[0], -1.0
+    for z in Z_GRID:
+        allowed = s >= mu + np.float32(z) * sigma
+        hits = (allowed & wanted).sum(axis=0)
+        f1 = float((2 * hits / np.maximum(allowed.sum(axis=0) + relevant, 1)).mean())
+        if f1 > best_f1:
+            best, best_f1 = z, f1
+    return float(best)
+
+
 def standardised_cut(scores: np.ndarray, z: float) -> float:
     """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
     values = np.asarray(scores, dtype=np.float64)

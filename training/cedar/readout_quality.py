@@ -27,11 +27,14 @@ from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.readout import (
     ReadoutConfig,
     VocabularyReadout,
+    agreeing_z,
     calibration_words,
     cut_in_standard_units,
     margins,
     named_margins,
     readout_input,
+    teacher_words,
+    text_directions,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
@@ -124,9 +127,29 @@ def gallery_shift(
     return shift, filter_quality(scores >= shift, covered, wanted, classes)
 
 
-def served_z(readout: VocabularyReadout, cedar: TransformArtifact, features: np.ndarray) -> float:
-    """z of the open vocabulary (service/engine/open_vocabulary.py): the artifact's
-    `zero_shot_z`, else measured on these rows x̃ from the readout's zero-shot words."""
+def served_z(
+    readout: VocabularyReadout,
+    cedar: TransformArtifact,
+    x: np.ndarray,
+    embed: Callable[[list[str]], np.ndarray],
+) -> float:
+    """z of the open vocabulary on rows x as the service picks it
+    (service/engine/open_vocabulary.py): taught by the learnt words' filters on these rows
+    (training.cedar.readout.agreeing_z), else the artifact's `zero_shot_z`, else measured on
+    these rows from the readout's zero-shot words."""
+    features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
+    learnt = np.array([w for w in range(len(readout.words)) if not readout.is_zero_shot(w)])
+    if len(learnt):
+        active = word_active(readout, cedar, x, learnt)
+        counts = np.zeros(len(readout.words), dtype=np.int64)
+        counts[learnt] = active.sum(axis=0)
+        teachers = teacher_words(readout, counts, len(x))
+        if len(teachers):
+            column = {w: i for i, w in enumerate(learnt)}
+            directions = text_directions(embed([readout.words[w] for w in teachers]), cedar.mean)
+            taught = agreeing_z(features @ directions.T, active[:, [column[w] for w in teachers]])
+            if taught is not None:
+                return taught
     recorded = cedar.extra.get("readout", {}).get("training", {}).get("zero_shot_z")
     if recorded is not None:
         return float(recorded)
@@ -134,6 +157,16 @@ def served_z(readout: VocabularyReadout, cedar: TransformArtifact, features: np.
     if not len(picked):
         return 0.0
     return cut_in_standard_units(features @ readout.weight[picked].T, cut)
+
+
+def word_active(
+    readout: VocabularyReadout, cedar: TransformArtifact, x: np.ndarray, words: np.ndarray
+) -> np.ndarray:
+    """bool [N, W]: where each of the readout's `words` is active on rows x (margin ≥ 0)."""
+    features = readout_input(
+        x, readout.source, cedar.rotation, cedar.mean, int(cedar.extra.get("k", 32))
+    )
+    return margins(features, readout.weight[words], readout.offset[words]) >= 0
 
 
 def served_quality(
@@ -144,6 +177,7 @@ def served_quality(
     classes: Sequence[str],
     wanted: np.ndarray,
     directions: np.ndarray,
+    embed: Callable[[list[str]], np.ndarray],
 ) -> dict[str, dict[str, Any]]:
     """The concept filter as the service runs it on rows x (no gallery labels): a word of the
     readout reads its row (a learnt one its learnt row, a zero-shot one its cut τ), any other
@@ -154,7 +188,7 @@ def served_quality(
     index = {w: i for i, w in enumerate(readout.words)}
     learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in words])
     features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
-    z = served_z(readout, cedar, features)
+    z = served_z(readout, cedar, x, embed)
     open_scores = features @ np.asarray(directions, dtype=np.float32).T  # [N, W]
     standardised = (open_scores >= open_scores.mean(0) + z * open_scores.std(0)).T
     allowed = np.where(covered[:, None], scores >= 0, standardised)

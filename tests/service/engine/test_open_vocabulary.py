@@ -3,7 +3,9 @@ made from its text embedding through the readout's map, its cut μ + z·σ of it
 the gallery (service/engine/open_vocabulary.py), made once and kept.
 
 The premise is computed here from the bundle's own cache: the rows whose centred cosine with
-the phrase reaches OPEN_Z standard deviations above its mean, whatever CEDAR learned."""
+the phrase reaches z standard deviations above its mean, z the cut at which the text direction
+of the bundle's one learnt word (BEACON) agrees best with that word's own rows, whatever CEDAR
+learned."""
 
 from __future__ import annotations
 
@@ -35,13 +37,34 @@ def open_engine(request: pytest.FixtureRequest, word_bundle: Path, minilm) -> Se
     return either(request, SearchEngine(Bundle.open(word_bundle), minilm), "milvus_word_engine")
 
 
-def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:
-    """The premise, from the cache's embeddings: s = ⟨x̃, t̃⟩ ≥ μ + OPEN_Z·σ."""
+def cache_scores(engine: SearchEngine, word_bundle: Path, phrase: str) -> np.ndarray:
+    """s = ⟨x̃, t̃⟩ of every row, from the cache's embeddings."""
     x = load_split_rows(word_bundle.parent / "cache").embeddings
     b = engine.coder.artifact.mean
     t = engine.encoder.encode_text([phrase])[0]
-    scores = unit_rows(x - b) @ unit_rows((t - b)[None, :])[0]
-    return set(np.flatnonzero(scores >= scores.mean() + OPEN_Z * scores.std()).tolist())
+    return unit_rows(x - b) @ unit_rows((t - b)[None, :])[0]
+
+
+def taught_premise(engine: SearchEngine, word_bundle: Path) -> float:
+    """The z on a 0.05 grid whose cut of BEACON's text direction best agrees (F1) with
+    BEACON's own rows (its postings): brute force, ties to the lower z."""
+    scores = cache_scores(engine, word_bundle, BEACON)
+    beacon = np.zeros(len(scores), dtype=bool)
+    beacon[engine.bundle.postings(engine.coder.resolve(BEACON)[0])[0]] = True
+    best, best_f1 = 0.0, -1.0
+    for z in np.arange(0.0, 8.01, 0.05):
+        allowed = scores >= scores.mean() + z * scores.std()
+        f1 = 2 * (allowed & beacon).sum() / max(allowed.sum() + beacon.sum(), 1)
+        if f1 > best_f1 + 1e-12:
+            best, best_f1 = float(z), float(f1)
+    return best
+
+
+def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:
+    """The premise: s ≥ μ + z·σ at the z BEACON teaches."""
+    scores = cache_scores(engine, word_bundle, phrase)
+    z = taught_premise(engine, word_bundle)
+    return set(np.flatnonzero(scores >= scores.mean() + z * scores.std()).tolist())
 
 
 def test_a_phrase_is_one_to_three_words():
@@ -76,6 +99,8 @@ def test_a_word_the_catalog_lacks_is_filtered_on_as_a_zero_shot_concept(
     open_engine: SearchEngine, word_bundle: Path
 ):
     wanted = expected_rows(open_engine, word_bundle, "giraffe")
+    assert open_engine.vocabulary.z == pytest.approx(taught_premise(open_engine, word_bundle))
+    assert open_engine.vocabulary.z != OPEN_Z  # the artifact's z is not what is used
     result = open_engine.search(SearchQuery.of("an animal", k=10, require=["giraffe"]))
     [made] = result.filter_concepts
     assert (made.reference, made.role, made.made) == ("'giraffe'", "require", "zero-shot")
@@ -120,8 +145,19 @@ def test_a_phrase_is_looked_up_as_its_zero_shot_concept(open_engine: SearchEngin
         open_engine.get_concept("a big red fire hydrant")
 
 
-def test_without_a_recorded_z_nor_zero_shot_words_a_phrase_is_refused(word_bundle: Path, minilm):
+def test_without_teachers_the_artifacts_z_is_used(word_bundle: Path, minilm):
+    bundle = Bundle.open(word_bundle)  # its own coder: the readout changed here only
+    assert bundle.coder.readout is not None
+    bundle.coder.readout.precision = [None] * len(bundle.coder.readout.words)  # no teacher
+    assert OpenVocabulary(bundle, minilm.encode_text).z == OPEN_Z
+
+
+def test_without_teachers_a_recorded_z_nor_zero_shot_words_a_phrase_is_refused(
+    word_bundle: Path, minilm
+):
     bundle = Bundle.open(word_bundle)  # its own coder: the record changed here only
+    assert bundle.coder.readout is not None
+    bundle.coder.readout.precision = [None] * len(bundle.coder.readout.words)
     bundle.coder.artifact.extra["readout"]["training"].pop("zero_shot_z")
     vocabulary = OpenVocabulary(bundle, minilm.encode_text)
     with pytest.raises(QueryError, match="no zero-shot words"):

@@ -14,6 +14,7 @@ from training.cedar.concepts import ConceptCoder
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
     VocabularyReadout,
+    agreeing_z,
     best_cuts,
     calibrate,
     calibration_words,
@@ -22,12 +23,14 @@ from training.cedar.readout import (
     readout_record,
     readout_tensors,
     split_calibration,
+    teacher_words,
     text_directions,
     with_zero_shot,
 )
 from training.cedar.readout_quality import (
     gallery_shift,
     served_quality,
+    served_z,
     with_global_threshold,
     word_margins,
 )
@@ -86,6 +89,25 @@ def test_calibration_gives_unsupported_words_the_global_threshold():
     assert found["precision"][3] < 0.1
     assert 0 < found["precision"][0] <= 1 and 0 < found["recall"][0] <= 1
     assert 0 < found["precision"][1] <= 1 and 0 < found["recall"][1] <= 1
+
+
+def no_encoder(words: list[str]) -> np.ndarray:
+    raise AssertionError(f"no text should be embedded here, asked for {words}")
+
+
+def taught_readout(
+    cedar: TransformArtifact, x: np.ndarray, z: float, rng: np.random.Generator
+) -> tuple[VocabularyReadout, dict[str, np.ndarray]]:
+    """Premise: three learnt words whose filters on rows x are their own text directions cut
+    at μ + z·σ (weight t̃, offset −(μ + z·σ)), and the text embeddings (b + t̃) that give those
+    directions back."""
+    directions = unit_rows(rng.normal(size=(3, x.shape[1])))
+    scores = unit_rows(x - cedar.mean) @ directions.T
+    taught = readout(x.shape[1], 3, rng)
+    taught.weight = directions.astype(np.float32)
+    taught.offset = -(scores.mean(0) + z * scores.std(0)).astype(np.float32)
+    taught.precision = [0.9, 0.8, 0.7]
+    return taught, {w: cedar.mean + d for w, d in zip(taught.words, directions, strict=True)}
 
 
 def readout(dim: int, words: int, rng: np.random.Generator) -> VocabularyReadout:
@@ -213,11 +235,12 @@ def test_a_gallery_shift_moves_every_threshold_to_where_the_gallery_labels_say()
 
 def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     """Premise built in: the learnt word's relevant rows are those its margin allows, the other
-    word's those at μ + z·σ of its own scores (z as the artifact records it): served, both
-    filters are exact."""
+    word's those at μ + z·σ of its own scores (z as the artifact records it, the learnt word
+    teaching nothing: no held-out precision): served, both filters are exact."""
     rng = np.random.default_rng(6)
     cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=1)
     learnt = readout(16, 1, rng)
+    learnt.precision = [None]
     cedar.extra["readout"] = {**readout_record(learnt), "training": {"zero_shot_z": 1.0}}
     cedar.tensors = readout_tensors(learnt)
     x = rng.normal(size=(400, 16)).astype(np.float32)
@@ -227,7 +250,43 @@ def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     wanted = np.stack([word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0,
                        other >= other.mean() + other.std()])  # fmt: skip
     found = served_quality(learnt, cedar, x, ["w0", "other"], ["noun", "noun"], wanted,
-                           np.concatenate([np.zeros((1, 16)), direction]))  # fmt: skip
+                           np.concatenate([np.zeros((1, 16)), direction]), no_encoder)  # fmt: skip
     served = next(iter(found.values()))  # every word, as served
     assert served["all"]["precision"] == served["all"]["recall"] == 1.0
     assert calibration_words(learnt)[0].size == 0  # no zero-shot words to measure z from
+
+
+def test_the_learnt_words_teach_a_gallery_its_zero_shot_cut():
+    """Premise built in: on this gallery the learnt words' filters are their text directions
+    cut at z = 2.5 (whatever z the artifact recorded): the taught z is 2.5, and a zero-shot
+    word whose relevant rows stand there is served exactly."""
+    rng = np.random.default_rng(11)
+    cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=2)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+    taught, texts = taught_readout(cedar, x, 2.5, rng)
+    cedar.extra["readout"] = {**readout_record(taught), "training": {"zero_shot_z": 0.5}}
+    cedar.tensors = readout_tensors(taught)
+    asked: list[list[str]] = []
+
+    def embed(words: list[str]) -> np.ndarray:
+        asked.append(list(words))
+        return np.stack([texts[w] for w in words])
+
+    assert served_z(taught, cedar, x, embed) == pytest.approx(2.5, abs=0.05)
+    assert asked == [["w0", "w1", "w2"]]  # by held-out precision
+    direction = unit_rows(rng.normal(size=(1, 16)))
+    other = (unit_rows(x - cedar.mean) @ direction.T)[:, 0]
+    wanted = (other >= other.mean() + 2.5 * other.std())[None, :]
+    found = served_quality(taught, cedar, x, ["other"], ["noun"], wanted, direction, embed)
+    served = next(iter(found.values()))
+    assert served["all"]["f1"] > 0.95
+
+
+def test_teachers_are_learnt_words_with_a_usable_share_of_the_rows():
+    rng = np.random.default_rng(3)
+    words = readout(8, 5, rng)
+    words.precision = [0.9, None, 0.5, 0.7, 0.8]
+    counts = np.array([50, 50, 9, 500, 40])  # w2 too rare, w3 on more than half of 800 rows
+    assert teacher_words(words, counts, 800).tolist() == [0, 4]
+    assert teacher_words(words, counts, 800, most=1).tolist() == [0]
+    assert agreeing_z(np.zeros((10, 0)), np.zeros((10, 0), dtype=bool)) is None
