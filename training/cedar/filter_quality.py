@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from scipy import sparse
 
 WORD_CLASSES = ("noun", "adjective", "verb")
+NEUTRAL_QUERY = "a photo"  # the filtered search whose top ten P@10 reads
+TOP = 10
 COSINE_THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.0, 0.8, 0.02))
 
 
@@ -50,6 +52,17 @@ def filter_scores(allowed: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray
     return precision, recall
 
 
+def precision_at_top(allowed: np.ndarray, relevant: np.ndarray, ranking: np.ndarray) -> np.ndarray:
+    """Per word: the share of relevant rows among the first TOP allowed rows in `ranking` (the
+    rows ordered by a neutral query's score: a filtered search's top ten), over TOP however
+    many are allowed, so a filter that allows fewer than ten rows loses the rest."""
+    order = np.asarray(ranking)
+    ranked_allowed = np.asarray(allowed, dtype=bool)[:, order]
+    ranked_relevant = np.asarray(relevant, dtype=bool)[:, order]
+    taken = np.cumsum(ranked_allowed, axis=1) <= TOP
+    return (ranked_allowed & taken & ranked_relevant).sum(axis=1) / TOP
+
+
 def f1_of(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
     total = precision + recall
     return np.where(total > 0, 2 * precision * recall / np.maximum(total, 1e-12), 0.0)
@@ -60,11 +73,18 @@ def filter_quality(
     covered: np.ndarray,
     relevant: np.ndarray,
     classes: Sequence[str],
+    ranking: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Macro precision and recall per word class (module doc). `allowed` [W, N] bool, `covered`
-    [W] bool (the method has a filter for the word), `relevant` [W, N] bool, `classes` [W]."""
+    [W] bool (the method has a filter for the word), `relevant` [W, N] bool, `classes` [W];
+    with `ranking` (the rows in a neutral query's order), P@10 of the filtered search too."""
     covered = np.asarray(covered, dtype=bool)
     precision, recall = filter_scores(allowed, relevant)
+    at_top = (
+        np.where(covered, precision_at_top(allowed, relevant, ranking), 0.0)
+        if ranking is not None
+        else None
+    )
     precision, recall = np.where(covered, precision, 0.0), np.where(covered, recall, 0.0)
     f1 = f1_of(precision, recall)
     out: dict[str, Any] = {}
@@ -83,6 +103,8 @@ def filter_quality(
             "precision_covered": float(precision[on].mean()) if on.any() else None,
             "recall_covered": float(recall[on].mean()) if on.any() else None,
         }
+        if at_top is not None:
+            out[name]["p_at_10"] = float(at_top[mask].mean())
     return out
 
 
@@ -110,7 +132,7 @@ def quality_table(results: dict[str, dict[str, Any]], words: dict[str, int]) -> 
     """Markdown: per method, precision / recall per word class (and coverage)."""
     classes = [c for c in (*WORD_CLASSES, "all") if c in words]
     head = " | ".join(f"{c} ({words[c]} words) P / R / covered" for c in classes)
-    lines = [f"| method | {head} |", "|---|" + "---|" * len(classes)]
+    lines = [f"| method | {head} | all: F1 | all: P@10 |", "|---|" + "---|" * (len(classes) + 2)]
     for method, result in results.items():
         cells = []
         for c in classes:
@@ -118,6 +140,9 @@ def quality_table(results: dict[str, dict[str, Any]], words: dict[str, int]) -> 
             cells.append(
                 "–" if r is None else f"{r['precision']:.3f} / {r['recall']:.3f} / {r['covered']}"
             )
+        every = result.get("all", {})
+        cells.append(f"{every['f1']:.3f}" if "f1" in every else "–")
+        cells.append(f"{every['p_at_10']:.3f}" if "p_at_10" in every else "–")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

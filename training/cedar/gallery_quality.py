@@ -21,6 +21,7 @@ from scipy import sparse
 from training.cedar.data import SplitRows, groups_of, load_split_rows
 from training.cedar.evaluate import SparseMethod
 from training.cedar.filter_quality import (
+    NEUTRAL_QUERY,
     filter_quality,
     frequent_words,
     named_filters,
@@ -83,7 +84,8 @@ def gallery_quality(
     method under each of its namings ("clean": the catalog's, "cosine": best cosine word over the
     raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
     and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
-    val rows); `readouts`' word-concept filters (training.cedar.readout_quality) and, beside
+    val rows), each with P@10 of a filtered search for NEUTRAL_QUERY; `readouts`' word-concept
+    filters (training.cedar.readout_quality) and, beside
     them, every word as a zero-shot concept (the cosine threshold a gallery without labels
     gets: the readout's training-corpus cut); the readout with one margin shift picked on the
     gallery's labelled val rows (training.cedar.readout_quality.gallery_shift: what the cosine
@@ -101,6 +103,8 @@ def gallery_quality(
     classes = [vocab.classes[w] for w in words]
     wanted = relevant[:, words].T.toarray().astype(bool)
     x = g.embeddings[test]
+    neutral = unit_rows(embed_words([NEUTRAL_QUERY], encoder))[0]
+    ranking = np.argsort(-(unit_rows(x) @ neutral), kind="stable")  # the filtered search's order
     scores: dict[str, Any] = {}
     naming: dict[str, Any] = {}
     for method in methods:
@@ -111,14 +115,14 @@ def gallery_quality(
         for variant, concept_names in namings[method.name].items():
             label = method.name if variant == "clean" else f"{method.name} (cosine names)"
             allowed, covered = named_filters(fires, concept_names, names)
-            scores[label] = filter_quality(allowed, covered, wanted, classes)
+            scores[label] = filter_quality(allowed, covered, wanted, classes, ranking)
             naming[label] = naming_precision(concept_names, test_cooccurrence, vocab.words)
     if readouts is not None:
         scores.update(readout_quality(readouts[1], readouts[0], x, names, classes, wanted))
     mentions = [vocab.mentions(t) for t in g.texts(test)]
     own = np.array([[w in m for m in mentions] for w in words])
     everything = np.ones(len(words), dtype=bool)
-    scores["keyword (own caption)"] = filter_quality(own, everything, wanted, classes)
+    scores["keyword (own caption)"] = filter_quality(own, everything, wanted, classes, ranking)
     centre = g.embeddings[g.rows("train")].mean(axis=0)
     val_vocab, val_relevant, val_words = judged["val"]
     val_names = [val_vocab.words[w] for w in val_words]
@@ -133,7 +137,9 @@ def gallery_quality(
         cosines(val, val_names), val_relevant[:, val_words].T.toarray().astype(bool)
     )
     allowed = cosines(test, names) >= threshold
-    scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(allowed, everything, wanted, classes)
+    scores[f"cosine ≥ {threshold:.2f}"] = filter_quality(
+        allowed, everything, wanted, classes, ranking
+    )
     if readouts is not None:
         trained_readout = next(iter(readouts[1].values()))  # the artifact's, as trained
         val_wanted = val_relevant[:, val_words].T.toarray().astype(bool)
@@ -155,7 +161,7 @@ def gallery_quality(
         scores.update(
             served_quality(
                 trained_readout, cedar, x, names, classes, wanted, t,
-                lambda words: embed_words(words, encoder),
+                lambda words: embed_words(words, encoder), ranking,
             )
         )  # fmt: skip
     return {

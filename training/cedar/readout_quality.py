@@ -178,12 +178,14 @@ def served_quality(
     wanted: np.ndarray,
     directions: np.ndarray,
     embed: Callable[[list[str]], np.ndarray],
+    ranking: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The concept filter as the service runs it on rows x (no gallery labels): a word of the
     readout reads its row (a learnt one its learnt row, a zero-shot one its cut τ), any other
     word its text direction t̃ (`directions` [W, D]) at μ + z·σ of its own scores on these rows
     (service/engine/open_vocabulary.py); every word, then the readout's learnt words and the
-    others apart. Beside it, every word at μ + z·σ, and z itself."""
+    others apart, with P@10 where `ranking` (the rows in a neutral query's order) is given.
+    Beside it, every word at μ + z·σ, and z itself."""
     scores, covered = word_margins(readout, cedar, x, words)
     index = {w: i for i, w in enumerate(readout.words)}
     learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in words])
@@ -194,11 +196,11 @@ def served_quality(
     allowed = np.where(covered[:, None], scores >= 0, standardised)
     everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
     label = f"as served: readout row, else zero-shot μ + {z:.2f}σ (no gallery labels)"
-    out = {label: filter_quality(allowed, everything, wanted, classes)}
+    out = {label: filter_quality(allowed, everything, wanted, classes, ranking)}
     for part, mask in (("learnt words", learnt), ("other words (zero-shot)", ~learnt)):
         if mask.any():
             out[f"{label}: {part}"] = filter_quality(
-                allowed[mask], everything[mask], wanted[mask], labels[mask]
+                allowed[mask], everything[mask], wanted[mask], labels[mask], ranking
             )
     out[f"every word zero-shot at μ + {z:.2f}σ"] = filter_quality(
         standardised, everything, wanted, classes

@@ -16,7 +16,12 @@ from training.cedar.concepts import (
     name_by_data,
     signed_directions,
 )
-from training.cedar.filter_quality import filter_quality, frequent_words, named_filters
+from training.cedar.filter_quality import (
+    filter_quality,
+    frequent_words,
+    named_filters,
+    precision_at_top,
+)
 from training.cedar.naming import (
     Cooccurrence,
     DataName,
@@ -142,6 +147,22 @@ def test_filter_quality_on_a_tiny_case():
     assert result["verb"]["precision"] == 0.0 and result["verb"]["covered"] == 0
     assert result["all"]["words"] == 3 and result["all"]["covered"] == 2
     assert result["all"]["precision_covered"] == pytest.approx(0.75)
+
+
+def test_precision_at_ten_reads_the_first_ten_allowed_rows_of_the_neutral_order():
+    rows = 30
+    ranking = np.arange(rows)[::-1]  # the neutral query ranks the last row first
+    relevant = np.zeros((3, rows), dtype=bool)
+    relevant[0, 20:] = True  # word 0: relevant on the ten rows ranked first
+    relevant[1, :] = True
+    allowed = np.ones((3, rows), dtype=bool)
+    allowed[1, 5:] = False  # word 1: five rows allowed, all relevant: 5 of 10
+    allowed[2] = False  # word 2: nothing allowed
+    top = precision_at_top(allowed, relevant, ranking)
+    assert top.tolist() == [1.0, 0.5, 0.0]
+    result = filter_quality(allowed, np.ones(3, dtype=bool), relevant, ["noun"] * 3, ranking)
+    assert result["all"]["p_at_10"] == pytest.approx(0.5)
+    assert "p_at_10" not in filter_quality(allowed, np.ones(3, bool), relevant, ["noun"] * 3)["all"]
 
 
 def test_named_filters_and_naming_precision():
