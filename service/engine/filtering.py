@@ -153,11 +153,17 @@ def open_phrase(
 ) -> str | None:
     """The phrase a reference stands for when the open vocabulary makes it a zero-shot concept
     (service/engine/open_vocabulary.py): a name of one to three words that names no concept,
-    in a filter of any scope; None otherwise (the catalog resolves it, or refuses it)."""
+    or only zero-shot word concepts of the readout (whose training corpus's cosine cut τ does
+    not carry to another gallery: the open vocabulary's cut is taught on this one), in a
+    filter of any scope; None otherwise (the catalog resolves it, or refuses it)."""
     if vocabulary is None or ref.name is None or scope != "any":
         return None
     phrase = phrase_of(ref.name)
-    if phrase is None or bundle.coder.named(phrase) or bundle.coder.named(ref.name):
+    if phrase is None:
+        return None
+    coder = bundle.coder
+    named = {*coder.named(phrase), *coder.named(ref.name)}
+    if any(not coder.catalog[c].zero_shot for c in named):
         return None
     return phrase
 

@@ -50,7 +50,6 @@ from service.engine.scoring import EngineConfig, PreparedQuery, Scorer
 from service.engine.thumbnails import recorded_image_root
 from service.errors import (
     InternalError,
-    NotFoundError,
     QueryError,
     ServiceError,
     UnavailableError,
@@ -353,15 +352,12 @@ class SearchEngine:
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
         """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a
-        word or phrase the catalog lacks, its zero-shot concept on this gallery (made now, or
-        kept: service/engine/open_vocabulary.py)."""
-        try:
-            return find_concepts(self.bundle, ref, self.config.limits)
-        except NotFoundError:
-            phrase = open_phrase(self.bundle, ConceptRef.parse(ref), "any", self.vocabulary)
-            if phrase is None or self.vocabulary is None:
-                raise
+        word or phrase the catalog lacks (or holds as zero-shot words only), its zero-shot
+        concept on this gallery (made now, or kept: service/engine/open_vocabulary.py)."""
+        phrase = open_phrase(self.bundle, ConceptRef.parse(ref), "any", self.vocabulary)
+        if phrase is not None and self.vocabulary is not None:
             return [zero_shot_info(self.bundle, self.vocabulary.concept(phrase))]
+        return find_concepts(self.bundle, ref, self.config.limits)
 
     def info(self) -> IndexInfo:
         return describe_index(self.bundle, self.metadata.schema, self.encoder)

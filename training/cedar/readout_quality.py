@@ -180,20 +180,20 @@ def served_quality(
     embed: Callable[[list[str]], np.ndarray],
     ranking: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The concept filter as the service runs it on rows x (no gallery labels): a word of the
-    readout reads its row (a learnt one its learnt row, a zero-shot one its cut τ), any other
-    word its text direction t̃ (`directions` [W, D]) at μ + z·σ of its own scores on these rows
-    (service/engine/open_vocabulary.py); every word, then the readout's learnt words and the
-    others apart, with P@10 where `ranking` (the rows in a neutral query's order) is given.
-    Beside it, every word at μ + z·σ, and z itself."""
-    scores, covered = word_margins(readout, cedar, x, words)
+    """The concept filter as the service runs it on rows x (no gallery labels): a word the
+    readout learnt reads its learnt row, any other word (the readout's zero-shot words too) its
+    text direction t̃ (`directions` [W, D]) at μ + z·σ of its own scores on these rows, z
+    taught there by the learnt words (service/engine/open_vocabulary.py); every word, then the
+    readout's learnt words and the others apart, with P@10 where `ranking` (the rows in a
+    neutral query's order) is given. Beside it, every word at μ + z·σ, and z itself."""
+    scores, _ = word_margins(readout, cedar, x, words)
     index = {w: i for i, w in enumerate(readout.words)}
     learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in words])
     features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
     z = served_z(readout, cedar, x, embed)
     open_scores = features @ np.asarray(directions, dtype=np.float32).T  # [N, W]
     standardised = (open_scores >= open_scores.mean(0) + z * open_scores.std(0)).T
-    allowed = np.where(covered[:, None], scores >= 0, standardised)
+    allowed = np.where(learnt[:, None], scores >= 0, standardised)
     everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
     label = f"as served: readout row, else zero-shot μ + {z:.2f}σ (no gallery labels)"
     out = {label: filter_quality(allowed, everything, wanted, classes, ranking)}

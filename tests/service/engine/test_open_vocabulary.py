@@ -9,6 +9,7 @@ learned."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from search_gallery import BEACON, OPEN_Z
 from two_engines import ENGINES, either
 
 from indexer.format.bundle import Bundle
+from service.engine.filtering import open_phrase
 from service.engine.open_vocabulary import (
     OpenVocabulary,
     phrase_of,
@@ -25,7 +27,7 @@ from service.engine.open_vocabulary import (
 )
 from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError
-from service.results import SearchQuery
+from service.results import ConceptRef, SearchQuery
 from training.cedar.data import load_split_rows
 from training.cedar.readout import cut_in_standard_units, standardised_cut
 from training.core.metrics import unit_rows
@@ -162,3 +164,17 @@ def test_without_teachers_a_recorded_z_nor_zero_shot_words_a_phrase_is_refused(
     vocabulary = OpenVocabulary(bundle, minilm.encode_text)
     with pytest.raises(QueryError, match="no zero-shot words"):
         vocabulary.concept("giraffe")
+
+
+def test_a_readout_zero_shot_word_is_cut_on_the_gallery_like_any_phrase(word_bundle: Path, minilm):
+    """A word the readout holds without labels (its training corpus's cosine cut τ) is made by
+    the open vocabulary, its cut taught on this gallery; a learnt word keeps its row."""
+    bundle = Bundle.open(word_bundle)  # its own coder: the catalog changed here only
+    vocabulary = OpenVocabulary(bundle, minilm.encode_text)
+    coder = bundle.coder
+    [beacon] = coder.named(BEACON)
+    assert open_phrase(bundle, ConceptRef(name=BEACON), "any", vocabulary) is None  # learnt
+    coder.catalog[beacon] = dataclasses.replace(coder.catalog[beacon], zero_shot=True)
+    assert open_phrase(bundle, ConceptRef(name=BEACON), "any", vocabulary) == BEACON
+    assert open_phrase(bundle, ConceptRef(name=BEACON), "local", vocabulary) is None
+    assert open_phrase(bundle, ConceptRef(name=BEACON), "any", None) is None
