@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.core.settings import load_settings
+
 
 def publish(result: dict[str, Any], path: Path) -> dict[str, Any]:
     """Print a benchmark's result and write it as JSON (the file docs/benchmarks.md cites)."""
@@ -38,7 +40,7 @@ def text_throughput_parser(
     times: --corpus, --path, --encoder, --limit, --batch-size, --repeats, --device, --json."""
     parser = benchmark_parser(doc)
     parser.add_argument("--corpus", default="flickr8k")
-    parser.add_argument("--path", default="../shared/data/flickr8k")
+    parser.add_argument("--path", type=Path, default=load_settings().data_dir / "flickr8k")
     parser.add_argument("--encoder", default=encoder)
     parser.add_argument("--limit", type=int, default=limit, help="first N records only")
     parser.add_argument("--batch-size", type=int, default=128)

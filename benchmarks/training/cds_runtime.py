@@ -20,7 +20,7 @@ photographs, in the plain variant (local channels depend on their own pixels onl
 one (a positional embedding in every channel, context channels mixed up to 90% with a
 content-following map).
 
-    python -m benchmarks.training.cds_runtime --images ../shared/data/coco-mini
+    python -m benchmarks.training.cds_runtime     (--images: the data folder's coco-mini/)
 """
 
 from __future__ import annotations

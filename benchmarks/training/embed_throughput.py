@@ -5,8 +5,8 @@ Both arms embed the same texts with the same encoder object in the same process,
 the same windows of texts the job does and does nothing else; the job arm is `embed_corpus`
 into a fresh folder (corpus parsing, metadata, float16 cast, checksums, atomic writes, manifest).
 
-    python -m benchmarks.training.embed_throughput --corpus flickr8k \\
-        --path ../shared/data/flickr8k --encoder minilm --limit 8000 --repeats 3
+    python -m benchmarks.training.embed_throughput --corpus flickr8k --encoder minilm \\
+        --limit 8000 --repeats 3        (--path: the data folder's flickr8k/)
 """
 
 from __future__ import annotations
