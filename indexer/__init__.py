@@ -22,5 +22,7 @@ update/      row_changes (what an add or a delete may change), index_edit (prefi
 milvus/      store (a version as a Milvus collection, the export)
 cli/         index (the `strata index` group), export (`strata index export`), upgrade
              (`strata upgrade`)
-benchmarks/  `python -m indexer.benchmarks.X` scripts
+
+Its benchmarks are not part of the package: `python -m benchmarks.indexer.X` from the
+repository's root (benchmarks/indexer/).
 """

@@ -1,4 +1,5 @@
-"""Shared fixtures: small encoders and data made on the spot (the suite never reads ../shared)."""
+"""Shared fixtures: small encoders and data made on the spot (the suite never reads the data
+folder, docs/reference/settings.md#the-data-folder)."""
 
 from __future__ import annotations
 

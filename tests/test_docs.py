@@ -20,7 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-CODE_FOLDERS = ("service", "indexer", "training", "tests", "deploy", "proto")
+CODE_FOLDERS = ("service", "indexer", "training", "benchmarks", "tests", "deploy", "proto")
 CODE_FILES = ("pyproject.toml",)
 CODE_SUFFIXES = {".py", ".proto", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt", ""}
 SKIPPED = ("service/_generated/", "tests/test_docs.py")  # this file names the patterns
@@ -30,7 +30,7 @@ CITATION = re.compile(r"(?<![\w./-])docs/([\w./-]+\.md)(?:#([\w-]+))?")
 README_CITATION = re.compile(r"README(?!\.md)")
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
 REPOSITORY_PATH = re.compile(
-    r"(?<![\w./-])((?:service|indexer|training|tests|deploy|proto)/[\w./{}-]*[\w/])"
+    r"(?<![\w./-])((?:service|indexer|training|benchmarks|tests|deploy|proto)/[\w./{}-]*[\w/])"
 )
 
 

@@ -1,13 +1,15 @@
 """The package's shape: no circular imports, no arrow running back up the data flow.
 
-    training.core  ←  training.*  ←  indexer  ←  service
+    training.core  ←  training.*  ←  indexer  ←  service  ←  benchmarks
 
 `training.core` holds what every stage shares and imports nothing else of Strata; a stage may
-import the stages before it, never one after it. Inside service, the subpackages are ordered
-the same way:
+import the stages before it, never one after it. `benchmarks` (the top-level package beside the
+product, not in its wheel) may import every stage, and nothing imports it. Inside training and
+indexer, the subpackages are ordered (TRAINING_ORDER, INDEXER_ORDER); inside service, the same
+way:
 
     service (errors, results, limits, where)  ←  query  ←  engine  ←  serving
-        ←  api.grpc  ←  api.http  ←  api (the server running both)  ←  cli  ←  benchmarks
+        ←  api.grpc  ←  api.http  ←  api (the server running both)  ←  cli
 
 (`python -m service`, service/__main__.py, is the command line's entry: cli's layer.) Imports
 inside functions count: a lazy import is still an arrow. Run as a script for the report
@@ -18,19 +20,27 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
+import setuptools
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("training", "indexer", "service")
+PRODUCT = ("training", "indexer", "service")
+BENCHMARKS = "benchmarks"
+PACKAGES = (*PRODUCT, BENCHMARKS)
 SKIPPED = ("service/_generated",)
+# where the benchmarks lived inside the packages, and the ablation script inside training.grasp
+OLD_LOCATIONS = (*(f"{stage}.{BENCHMARKS}" for stage in PRODUCT), "training.grasp.ablation")
 
 
 def layer(module: str) -> int:
-    """0 for training.core, 1 for the rest of training, 2 for indexer, 3 for service."""
+    """0 for training.core, 1 for the rest of training, 2 for indexer, 3 for service, 4 for
+    benchmarks."""
     if module == "training.core" or module.startswith("training.core."):
         return 0
-    return {"training": 1, "indexer": 2, "service": 3}[module.split(".")[0]]
+    return {"training": 1, "indexer": 2, "service": 3, BENCHMARKS: 4}[module.split(".")[0]]
 
 
 SERVICE_LAYERS = (
@@ -42,7 +52,6 @@ SERVICE_LAYERS = (
     "service.api.http",
     "service.api",
     "service.cli",
-    "service.benchmarks",
 )
 SERVICE_ENTRY = {"service.__main__": "service.cli"}
 
@@ -63,9 +72,9 @@ def service_layer(module: str) -> int:
     raise KeyError(module)
 
 
-def modules() -> dict[str, Path]:
+def modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
             if relative.startswith(SKIPPED):
@@ -75,24 +84,30 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every dotted name a module's imports mention: `a.b` and `a.b.c` for `from a.b import c`
+    (any depth in the file, relative ones resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+    return found
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the Strata modules it imports (any depth in the file, relative ones resolved)."""
     known = modules()
     edges: dict[str, set[str]] = defaultdict(set)
     for name, path in known.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            edges[name].update(t for t in targets if t in known and t != name)
+        edges[name].update(t for t in imported_names(name, path) if t in known and t != name)
         edges.setdefault(name, set())
     return dict(edges)
 
@@ -164,6 +179,59 @@ def test_no_arrow_runs_back_up_the_data_flow() -> None:
     assert upward_arrows(import_graph()) == []
 
 
+def test_benchmarks_import_every_stage_and_nothing_imports_them() -> None:
+    edges = import_graph()
+    reached = {
+        target.split(".")[0]
+        for source, targets in edges.items()
+        if source.split(".")[0] == BENCHMARKS
+        for target in targets
+    }
+    assert reached == set(PACKAGES)
+    product_imports = sorted(
+        (source, target)
+        for source, targets in edges.items()
+        if source.split(".")[0] in PRODUCT
+        for target in targets
+        if target.split(".")[0] == BENCHMARKS
+    )
+    assert product_imports == []
+
+
+def test_a_planted_import_of_benchmarks_is_an_upward_arrow() -> None:
+    edges = {
+        "service.cli.main": {"benchmarks.harness"},
+        "benchmarks.service.load": {"service.cli.main", "training.core.errors"},
+        "benchmarks.harness": set(),
+        "training.core.errors": set(),
+    }
+    assert upward_arrows(edges) == [("service.cli.main", "benchmarks.harness")]
+
+
+def test_the_benchmarks_left_the_packages() -> None:
+    for old in OLD_LOCATIONS:
+        path = ROOT / old.replace(".", "/")
+        assert not path.is_dir() and not path.with_suffix(".py").exists(), old
+    everywhere = modules((*PACKAGES, "tests"))
+    stale = sorted(
+        (name, imported)
+        for name, path in everywhere.items()
+        for imported in imported_names(name, path)
+        if any(imported == old or imported.startswith(f"{old}.") for old in OLD_LOCATIONS)
+    )
+    assert stale == []
+
+
+def test_the_wheel_leaves_benchmarks_and_tests_out() -> None:
+    """The packages pyproject.toml's discovery finds, as setuptools finds them for the wheel."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = setuptools.find_packages(
+        str(ROOT), include=find["find"]["include"], exclude=find["find"].get("exclude", ())
+    )
+    assert {name.split(".")[0] for name in found} == set(PRODUCT)
+    assert "training.core" in found and "service.cli" in found
+
+
 def test_every_service_module_has_a_layer() -> None:
     placed = {name: service_layer(name) for name in import_graph() if layer(name) == 3}
     assert placed["service.errors"] == 0
@@ -201,48 +269,67 @@ def test_an_upward_arrow_inside_service_is_found() -> None:
     ]
 
 
-# --- inside indexer: its subpackages, each importing only those before it ---------------------
+# --- inside training and indexer: subpackages, each importing only those before it ------------
 
-INDEXER_ORDER = ("format", "verify", "versions", "build", "update", "milvus", "cli", "benchmarks")
+# training's subpackages and top-level modules (loop.py, probes.py, cli.py), in data-flow order
+TRAINING_ORDER = (
+    "core",
+    "corpora",
+    "views",
+    "embedding",
+    "loop",
+    "probes",
+    "sae",
+    "grasp",
+    "cedar",
+    "cosae",
+    "cds",
+    "cli",
+)
+INDEXER_ORDER = ("format", "verify", "versions", "build", "update", "milvus", "cli")
+STAGE_ORDERS = {"training": TRAINING_ORDER, "indexer": INDEXER_ORDER}
 INDEXER_FOLDER_LIMIT = 20  # modules in one folder
 
 
-def indexer_subpackage(module: str) -> str | None:
-    """`build` for indexer.build.full; None outside indexer and for the package itself."""
+def subpackage(module: str, stage: str) -> str | None:
+    """`build` for indexer.build.full (stage indexer), `loop` for training.loop; None outside
+    the stage and for the stage's package itself."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "indexer" and len(parts) > 1 else None
+    return parts[1] if parts[0] == stage and len(parts) > 1 else None
 
 
-def indexer_upward_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """Imports, inside indexer, of a subpackage later in INDEXER_ORDER."""
-    rank = {name: position for position, name in enumerate(INDEXER_ORDER)}
+def stage_upward_arrows(edges: dict[str, set[str]], stage: str) -> list[tuple[str, str]]:
+    """Imports, inside a stage, of a subpackage later in its order (STAGE_ORDERS)."""
+    rank = {name: position for position, name in enumerate(STAGE_ORDERS[stage])}
     return sorted(
         (source, target)
         for source, targets in edges.items()
         for target in targets
-        if (a := indexer_subpackage(source)) in rank
-        and (b := indexer_subpackage(target)) in rank
+        if (a := subpackage(source, stage)) in rank
+        and (b := subpackage(target, stage)) in rank
         and rank[b] > rank[a]
     )
 
 
-def indexer_subpackage_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The import graph with indexer's modules collapsed into their subpackages."""
+def subpackage_graph(edges: dict[str, set[str]], stage: str) -> dict[str, set[str]]:
+    """The import graph with a stage's modules collapsed into its subpackages."""
     graph: dict[str, set[str]] = defaultdict(set)
     for source, targets in edges.items():
-        a = indexer_subpackage(source)
+        a = subpackage(source, stage)
         if a is None:
             continue
-        graph[a].update(b for t in targets if (b := indexer_subpackage(t)) not in (None, a))
+        graph[a].update(b for t in targets if (b := subpackage(t, stage)) not in (None, a))
     for targets in list(graph.values()):
         for target in targets:
             graph.setdefault(target, set())
     return dict(graph)
 
 
-def test_every_indexer_module_lives_in_a_named_subpackage() -> None:
-    found = {indexer_subpackage(name) for name in import_graph()} - {None}
-    assert found == set(INDEXER_ORDER)
+def test_every_training_and_indexer_module_lives_in_a_named_place() -> None:
+    graph = import_graph()
+    for stage, order in STAGE_ORDERS.items():
+        found = {subpackage(name, stage) for name in graph} - {None}
+        assert found == set(order), stage
     loose = [p.name for p in (ROOT / "indexer").glob("*.py") if p.name != "__init__.py"]
     assert loose == []
 
@@ -253,12 +340,16 @@ def test_no_indexer_folder_holds_more_than_the_limit() -> None:
         assert count <= INDEXER_FOLDER_LIMIT, f"{folder.relative_to(ROOT)}: {count} modules"
 
 
-def test_indexer_subpackages_import_only_those_before_them() -> None:
-    assert indexer_upward_arrows(import_graph()) == []
+def test_subpackages_import_only_those_before_them() -> None:
+    graph = import_graph()
+    for stage in STAGE_ORDERS:
+        assert stage_upward_arrows(graph, stage) == [], stage
 
 
-def test_indexer_subpackages_import_in_no_circle() -> None:
-    assert cycles(indexer_subpackage_graph(import_graph())) == []
+def test_subpackages_import_in_no_circle() -> None:
+    graph = import_graph()
+    for stage in STAGE_ORDERS:
+        assert cycles(subpackage_graph(graph, stage)) == [], stage
 
 
 def test_a_planted_upward_arrow_inside_indexer_is_found() -> None:
@@ -268,20 +359,34 @@ def test_a_planted_upward_arrow_inside_indexer_is_found() -> None:
         "indexer.cli.index": {"indexer.build.full", "training.core.errors"},
         "indexer.build.full": set(),
     }
-    assert indexer_upward_arrows(edges) == [("indexer.format.bundle", "indexer.versions.publish")]
-    assert cycles(indexer_subpackage_graph(edges)) == [["format", "versions"]]
+    assert stage_upward_arrows(edges, "indexer") == [
+        ("indexer.format.bundle", "indexer.versions.publish")
+    ]
+    assert cycles(subpackage_graph(edges, "indexer")) == [["format", "versions"]]
 
 
-def indexer_report(graph: dict[str, set[str]]) -> None:
-    """The subpackages of indexer, their modules, and any arrow or circle between them."""
-    subpackages = indexer_subpackage_graph(graph)
-    for name in INDEXER_ORDER:
-        count = sum(1 for module in graph if indexer_subpackage(module) == name)
-        print(f"  indexer.{name}: {count} modules, imports {sorted(subpackages.get(name, ()))}")
+def test_a_planted_upward_arrow_inside_training_is_found() -> None:
+    edges = {
+        "training.sae.train": {"training.cedar.train", "training.loop"},
+        "training.cedar.train": {"training.sae.base"},
+        "training.sae.base": set(),
+        "training.loop": set(),
+    }
+    assert stage_upward_arrows(edges, "training") == [
+        ("training.sae.train", "training.cedar.train")
+    ]
+
+
+def stage_report(graph: dict[str, set[str]], stage: str) -> None:
+    """A stage's subpackages, their modules, and any arrow or circle between them."""
+    subpackages = subpackage_graph(graph, stage)
+    for name in STAGE_ORDERS[stage]:
+        count = sum(1 for module in graph if subpackage(module, stage) == name)
+        print(f"  {stage}.{name}: {count} modules, imports {sorted(subpackages.get(name, ()))}")
     for component in cycles(subpackages):
-        print("indexer cycle:", " <-> ".join(component))
-    for source, target in indexer_upward_arrows(graph):
-        print(f"indexer upward: {source} -> {target}")
+        print(f"{stage} cycle:", " <-> ".join(component))
+    for source, target in stage_upward_arrows(graph, stage):
+        print(f"{stage} upward: {source} -> {target}")
 
 
 if __name__ == "__main__":
@@ -297,8 +402,17 @@ if __name__ == "__main__":
     for index, package in enumerate(SERVICE_LAYERS):
         count = sum(1 for name in graph if layer(name) == 3 and service_layer(name) == index)
         print(f"    {package}{' (root)' if index == 0 else ''}: {count} modules")
+    into_benchmarks = sum(
+        1
+        for source, targets in graph.items()
+        if layer(source) < 4
+        for target in targets
+        if layer(target) == 4
+    )
+    print(f"  imports of benchmarks from the product: {into_benchmarks}")
     for component in cycles(graph):
         print("cycle:", " <-> ".join(component))
     for source, target in upward_arrows(graph):
         print(f"upward: {source} -> {target}")
-    indexer_report(graph)
+    for stage in STAGE_ORDERS:
+        stage_report(graph, stage)

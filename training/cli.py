@@ -116,7 +116,13 @@ CorpusKind = Annotated[
     str, typer.Option("--corpus", "-c", help=f"one of {', '.join(CORPUS_KINDS)}")
 ]
 CorpusPath = Annotated[
-    Path | None, typer.Option("--path", "-p", help="dataset folder or file (not for compositional)")
+    Path | None,
+    typer.Option(
+        "--path",
+        "-p",
+        help="dataset folder or file (not for compositional; flickr8k: the data folder's "
+        "flickr8k/ by default, STRATA_DATA_DIR)",
+    ),
 ]
 Split = Annotated[
     str, typer.Option(help="flickr8k: train|dev|test|all; compositional: train|val|test|all")
@@ -126,6 +132,14 @@ Seed = Annotated[int, typer.Option(help="compositional: generator seed")]
 Strict = Annotated[
     bool, typer.Option("--strict", help="fail on the first malformed entry instead of skipping it")
 ]
+
+
+def corpus_location(kind: str, path: Path | None) -> Path | None:
+    """Where a corpus is read from: `path` as given; for flickr8k without one, the data
+    folder's flickr8k/ (docs/reference/settings.md#the-data-folder)."""
+    if path is None and kind == "flickr8k":
+        return load_settings().data_dir / "flickr8k"
+    return path
 
 
 @embed_app.command(
@@ -172,8 +186,8 @@ def run(
 
     settings = load_settings()
     source = open_corpus(
-        corpus, path, split=split, images=images, scenes=scenes, seed=seed,
-        on_malformed="error" if strict else "skip",
+        corpus, corpus_location(corpus, path), split=split, images=images, scenes=scenes,
+        seed=seed, on_malformed="error" if strict else "skip",
     )  # fmt: skip
     flags = {
         "shard_rows": shard_rows or settings.shard_rows,
@@ -274,8 +288,8 @@ def peek(
 ) -> None:
     """Read a corpus without embedding it: a few records, the count, and what was skipped."""
     source = open_corpus(
-        corpus, path, split=split, images=images, scenes=scenes, seed=seed,
-        on_malformed="error" if strict else "skip",
+        corpus, corpus_location(corpus, path), split=split, images=images, scenes=scenes,
+        seed=seed, on_malformed="error" if strict else "skip",
     )  # fmt: skip
     count = 0
     for record in source:

@@ -1,8 +1,8 @@
 """Linear probes: how much of a labelled task a representation still carries.
 
-LP (design.md): a multinomial logistic regression is fitted on the original embeddings of a
-training split; its cross-entropy on held-out originals is the reference, and its
-cross-entropy on the held-out reconstructions says what the reconstruction lost.
+LP (docs/reference/metrics.md#reconstruction): a multinomial logistic regression is fitted on the
+original embeddings of a training split; its cross-entropy on held-out originals is the reference,
+and its cross-entropy on the held-out reconstructions says what the reconstruction lost.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """`--engine ray`: the per-shard work of a build (or an add) as Ray tasks.
 
-Past one machine the shard work runs on Ray, an existing distributed engine; the default
-engine stays `local` (one process). Each shard's pure step — read the shard, rotate it with the
-GraSP artifact, CEDAR-encode it, make its postings run (`indexer.build.shard_step.process_shard`) — is one
-Ray task. The driver consumes the results IN SHARD ORDER and feeds them to the same writers as
-the local engine, so both engines write the same bytes into every index, postings and ids file
-(tests/indexer/building/test_distributed.py compares the checksums).
+Past one machine the shard work runs on Ray, an existing distributed engine; the default engine
+stays `local` (one process). Each shard's pure step — read the shard, rotate it with the GraSP
+artifact, CEDAR-encode it, make its postings run (`indexer.build.shard_step.process_shard`) — is one
+Ray task. The driver consumes the results IN SHARD ORDER and feeds them to the same writers as the
+local engine, so both engines write the same bytes into every index, postings and ids file
+(tests/indexer/build/test_distributed.py compares the checksums).
 
 Where things run:
 

@@ -12,25 +12,26 @@ whatever the chosen index types hold in RAM — see indexer/format/index_plan.py
     (c, a)      = the k active concepts of each row (CEDAR)     → concept postings
     metadata    the shard's rows, in order                      → ids.parquet
 
-Row r of the bundle is the r-th row of the cache (shards in manifest order); that position is
-the FAISS id and the postings' row id. Indexes that need training (IVF, PQ) are trained first
-on a reservoir sample of the first shards' rotated rows. The per-shard step (rotation, CEDAR
-codes and the shard's postings run: indexer/build/shard_step.py) is a pure function of a shard, so
-the engine that runs it is a choice (indexer/build/engines.py): `--engine local` (the default) maps
-it over the shards in this process, one shard ahead of the writers (its rotation and its CEDAR
-codes on two background threads); `--engine ray` runs it as Ray tasks (indexer/build/distributed.py).
-Either way the results are consumed in shard order by the same writers (the prefix indexes of
-a shard on WRITE_THREADS threads: indexer/build/version_writer.py), so both engines write the same
-files. Numpy, BLAS, hashing and file writes release the GIL, so these threads use the cores;
-memory stays bounded by the few shards in flight.
+Row r of the bundle is the r-th row of the cache (shards in manifest order); that position is the
+FAISS id and the postings' row id. Indexes that need training (IVF, PQ) are trained first on a
+reservoir sample of the first shards' rotated rows. The per-shard step (rotation, CEDAR codes and
+the shard's postings run: indexer/build/shard_step.py) is a pure function of a shard, so the engine
+that runs it is a choice (indexer/build/engines.py): `--engine local` (the default) maps it over the
+shards in this process, one shard ahead of the writers (its rotation and its CEDAR codes on two
+background threads); `--engine ray` runs it as Ray tasks (indexer/build/distributed.py). Either way
+the results are consumed in shard order by the same writers (the prefix indexes of a shard on
+WRITE_THREADS threads: indexer/build/version_writer.py), so both engines write the same files.
+Numpy, BLAS, hashing and file writes release the GIL, so these threads use the cores; memory stays
+bounded by the few shards in flight.
 `strata index add` (indexer/update/rows.py) maps it over the shards of the added cache.
 
-Then each approximate index's search parameters are tuned to the recall target on the files
-written (indexer/format/tuning.py; the manifest keeps the operating points measured); then: fsync,
-verify, rename, switch CURRENT (and announce in Redis with a publisher), retention
-(indexer/versions/release.py, indexer/versions/publish.py, indexer/versions/bundle_store.py). The Flat indexes and the
-postings are hashed as they are written; verification takes those digests instead of reading
-the files back, and checks everything else in full (`strata index verify` reads every file).
+Then each approximate index's search parameters are tuned to the recall target on the files written
+(indexer/format/tuning.py; the manifest keeps the operating points measured); then: fsync, verify,
+rename, switch CURRENT (and announce in Redis with a publisher), retention
+(indexer/versions/release.py, indexer/versions/publish.py, indexer/versions/bundle_store.py). The
+Flat indexes and the postings are hashed as they are written; verification takes those digests
+instead of reading the files back, and checks everything else in full (`strata index verify` reads
+every file).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from indexer.build.engines import ShardEngine, local_batches, running_engine
 from indexer.build.inputs import (
     BuildConfig,
     BuildError,
@@ -54,25 +56,24 @@ from indexer.build.inputs import (
     open_inputs,
     source_record,
 )
-from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
-from indexer.versions.crashpoints import check_crash_setting
-from indexer.build.engines import ShardEngine, local_batches, running_engine
+from indexer.build.sampling import Reservoir
+from indexer.build.shard_step import ShardSource
+from indexer.build.version_writer import VersionWriter
 from indexer.format.ids import IDS, IdsWriter, unified_schema
 from indexer.format.index_plan import PrefixPlan
+from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.format.postings_writer import PostingsWriter
 from indexer.format.prefix_index import default_search_parameters
 from indexer.format.prefix_writers import gpu_available, open_writer, train_index
 from indexer.format.prefixes import rotate_rows
-from indexer.versions.publish import Publisher
-from indexer.versions.release import release_version
-from indexer.build.sampling import Reservoir
-from indexer.build.shard_step import ShardSource
-from indexer.format.store.block_codes import block_ends, block_rotation
 from indexer.format.store import VECTORS
+from indexer.format.store.block_codes import block_ends, block_rotation
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.verify.check import verify_bundle
-from indexer.build.version_writer import VersionWriter
 from indexer.versions.bundle_store import BundleStore
+from indexer.versions.crashpoints import check_crash_setting
+from indexer.versions.publish import Publisher
+from indexer.versions.release import release_version
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
 from training.core.metrics import prefix_vectors

@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from indexer.format.manifest import ARTIFACT_COPIES, ArtifactSource
 from indexer.build.engines import ENGINES
 from indexer.format.index_plan import RULES, IndexRule, PrefixPlan, parse_index_types, plan_indexes
+from indexer.format.manifest import ARTIFACT_COPIES, ArtifactSource
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST

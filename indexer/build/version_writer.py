@@ -144,10 +144,10 @@ class VersionWriter:
         seed: int = 0,
         store: dict | None = None,
     ) -> tuple[list[PrefixEntry], float]:
-        """The entries with every approximate index's search parameters tuned to `target` on
-        the written files (indexer/format/tuning.py), and the seconds it took. A prefix that cannot be
-        tuned keeps its setting (its record says why). `store`: the manifest's store record,
-        whose exact rows the prefixes it serves are read from."""
+        """The entries with every approximate index's search parameters tuned to `target` on the
+        written files (indexer/format/tuning.py), and the seconds it took. A prefix that cannot be
+        tuned keeps its setting (its record says why). `store`: the manifest's store record, whose
+        exact rows the prefixes it serves are read from."""
         started = time.perf_counter()
         shared = None if store is None else VectorStore(self.staging, store)
         indexes = {p.length: open_prefix(self.staging, p, shared) for p in prefixes}

@@ -1,4 +1,5 @@
-"""The index bundle: the one module that owns this format (design.md, format 3), and its reader.
+"""The index bundle: the one module that owns this format, and its reader
+(docs/reference/formats.md#index-bundles).
 
 A bundle directory holds versions, and a pointer to the published one:
 

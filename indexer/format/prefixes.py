@@ -10,9 +10,9 @@ and the vector stored for prefix length L is its first L coordinates, renormalis
 
 `training.core.metrics.prefix_vectors`, the one p_L of every stage (its recall too).
 
-Every prefix index uses the inner product, so a score is s_L(q, x) = ⟨p_L(q), p_L(x)⟩, the
-cosine of the first L rotated coordinates (design.md's s_ℓ). Queries go through the same two
-steps. The build computes both ROW_BLOCK rows at a time (`rotate_blocks`, and
+Every prefix index uses the inner product, so a score is s_L(q, x) = ⟨p_L(q), p_L(x)⟩, the cosine of
+the first L rotated coordinates (docs/reference/metrics.md#prefix-similarity). Queries go through
+the same two steps. The build computes both ROW_BLOCK rows at a time (`rotate_blocks`, and
 `prefix_vectors` of row blocks): every row's numbers are the same, the temporaries smaller.
 """
 

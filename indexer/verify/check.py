@@ -31,7 +31,8 @@ Checks, each fault one line that names the file:
   concepts), and for a sample of rows (`consistency`, 256 by default, plus the first and
   last) the stored vectors
   of every exactly stored prefix are unit length and equal the renormalised head of the
-  longest exactly stored prefix (p_L = normalise(p_M[:L]), design.md). What this cannot see:
+  longest exactly stored prefix (p_L = normalise(p_M[:L]),
+  docs/reference/metrics.md#prefix-similarity). What this cannot see:
   a tampered file re-listed in the manifest whose damage is self-consistent — vectors changed
   in rows the sample misses and in every prefix alike, a changed id (unique, not null), a
   changed activation (finite, ≥ 0) or metadata column. The source-cache sample catches the

@@ -28,10 +28,11 @@ the concept's term in ⟨U(q − b), U(x − b)⟩ = ⟨q − b, x − b⟩ (U i
 the two centred embeddings' agreement that concept carries. Shared concepts are listed by
 decreasing contribution.
 
-Prefix similarities. s_L(q, x) = ⟨p_L(q), p_L(x)⟩ at every prefix length L of the contract,
-p_L the renormalised first L rotated coordinates (design.md's s_ℓ). The item's p_L is read back
-from the prefix index when it stores vectors exactly (Flat, HNSW, a refine), or derived from a
-longer prefix that does (p_L = normalise(p_M[:L]) for M ≥ L); a prefix with neither is left out.
+Prefix similarities. s_L(q, x) = ⟨p_L(q), p_L(x)⟩ at every prefix length L of the contract, p_L the
+renormalised first L rotated coordinates (docs/reference/metrics.md#prefix-similarity). The item's
+p_L is read back from the prefix index when it stores vectors exactly (Flat, HNSW, a refine), or
+derived from a longer prefix that does (p_L = normalise(p_M[:L]) for M ≥ L); a prefix with neither
+is left out.
 """
 
 from __future__ import annotations

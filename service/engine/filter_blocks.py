@@ -2,7 +2,7 @@
 
 An exact scan of a filter's allowed rows reads each row where the prefix index stores it: at a
 million rows those reads are scattered, each waiting on the memory, so a word on 37,077 of 1M
-rows took 5.6 ms a search at 24 dimensions (`service.benchmarks.filter_latency --rows 1000000`),
+rows took 5.6 ms a search at 24 dimensions (`benchmarks.service.filter_latency --rows 1000000`),
 where the unfiltered HNSW search takes 0.5 ms. A graph traversal that skips the other rows does
 not find such a filter's top k (FAISS's selector keeps the graph's links, which lead mostly to
 rows the filter excludes), and an IVF one needs nearly every list.

@@ -16,7 +16,7 @@ agree best with them (training.cedar.readout.agreeing_z; teachers: the up to 64 
 of highest held-out precision that allow between 10 rows and half the gallery,
 `teacher_words`). So z follows the gallery's own score distribution: on a gallery of another
 corpus the training corpus's z (`zero_shot_z`) cut nothing or everything; measured on dev
-splits by training/benchmarks/label_free_cuts.py. Without teachers z falls back to the
+splits by benchmarks/training/label_free_cuts.py. Without teachers z falls back to the
 artifact's `zero_shot_z`, and without that to the median over the readout's own zero-shot
 words of where τ stands in their score distribution on this gallery. A word the readout
 learnt never comes here: it resolves to its learnt row (service/engine/filtering.py).

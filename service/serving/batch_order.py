@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 # load at concurrency 8 with two lanes, p99/p50 per 300-call round was 5.1-5.5x, at 1 3.6-4.5x
 # and 3.7x pooled over three rounds; below 1, an old request keeps the lane and a newcomer in
 # one lane waits for all of it (0.5: 3.3-3.7x, p50 higher).
-# python -m service.benchmarks.mixed_load --baseline TREE --repeats 3
+# python -m benchmarks.service.mixed_load --baseline TREE --repeats 3
 SERVED_WEIGHT = 1.0
 
 T = TypeVar("T")

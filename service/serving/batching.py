@@ -15,7 +15,7 @@ a raw vector, or a text the query cache holds — runs on the event loop itself 
 queries cost at most `inline_ms`, sparing the two thread hand-offs of a lane), and under load
 batches still form from the queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
-32 (`python -m service.benchmarks.load --max-wait-ms 2`). A wait pays where a batch costs
+32 (`python -m benchmarks.service.load --max-wait-ms 2`). A wait pays where a batch costs
 little more than one query, as on a GPU.
 
 Requests, not items, share the queue fairly. `submit(item)` is a request of one item;

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from indexer.benchmarks.synthetic import (
+from benchmarks.indexer.synthetic import (
     cluster_centres,
     clustered_rows,
     random_cedar_artifact,

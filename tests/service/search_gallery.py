@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.benchmarks.synthetic import random_cedar_artifact
+from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from training.cedar.concepts import (

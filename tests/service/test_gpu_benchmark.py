@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from indexer.benchmarks.synthetic import spectrum_rows
-from service.benchmarks.gpu import (
+from benchmarks.indexer.synthetic import spectrum_rows
+from benchmarks.service.gpu import (
     DeviceFlat,
     check_device,
     flat_section,

@@ -6,7 +6,7 @@ TopK SAE trained here on the patch tokens (`--sae-latents N`), or, with `--const
 channels of the constructed model whose scopes are known (the summary then has the ROC AUC).
 Bad input is an `InputError`: one line, exit 2.
 
-    strata eval cds --images ../shared/data/coco-mini --encoder open_clip:ViT-B-16 \\
+    strata eval cds --images data/coco-mini --encoder open_clip:ViT-B-16 \\
         --artifact runs/cedar-clip --out runs/cds
     strata eval cds --constructed --out runs/cds-constructed
 """

@@ -15,7 +15,7 @@ Labels come free with a captioned corpus: the words of an image's *other* captio
 targets are soft — the mean over n = 1, 2, 3 of "at least n other captions use w"
 (training.cedar.naming.word_relevance) — under binary cross-entropy, with an optional L2
 pull of W towards its start (weight `anchor`; 0 by default: every pull measured lowered both
-dev splits, training/benchmarks/readout_capacity.py --anchor, so a word's text direction
+dev splits, benchmarks/training/readout_capacity.py --anchor, so a word's text direction
 counts only as the start and early stopping keeps it near). Adam, minibatches, model
 selection on the val rows' loss (training/loop.py;
 the trainer is in training/cedar/readout_training.py, so that reading a readout loads no

@@ -19,7 +19,6 @@ the default k. Seeded and deterministic on the CPU; resumable from per-epoch che
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from training.core.rotations import (
 )
 from training.core.seeding import seeded
 from training.loop import Checkpointing, Schedule, Selection, SkewParameterTrainer, run_loop
+from training.sae.base import draw_k
 
 
 class CedarConfig(ConfigModel):
@@ -82,12 +82,6 @@ def k_bounds(progress: float, dim: int, k_min: int, k_max: int) -> tuple[int, in
     low = round(dim ** (1 - t) * min(k_min, dim) ** t)
     high = round(dim ** (1 - t) * min(k_max, dim) ** t)
     return max(1, low), max(low, high)
-
-
-def draw_k(low: int, high: int, generator: torch.Generator) -> int:
-    """k log-uniform in [low, high] (integers), so small k is drawn as often as large."""
-    u = torch.rand((), generator=generator).item()
-    return int(min(high, max(low, round(math.exp(math.log(low) + u * math.log(high / low))))))
 
 
 def code_l1_norm(x: torch.Tensor, rotation: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:

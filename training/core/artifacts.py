@@ -1,6 +1,6 @@
 """The transform artifact: the one module that writes, reads and validates this format.
 
-A directory (design.md, format 2):
+A directory (docs/reference/formats.md#transform-artifacts):
 
     manifest.json          format, method, encoder, dim, granularity contract, training config,
                            data fingerprint, evaluation metrics, extra (CEDAR: k and the concept

@@ -1,4 +1,5 @@
-"""The project's metric definitions (design.md), one implementation for every method.
+"""The project's metric definitions, one implementation for every method
+(docs/reference/metrics.md).
 
 All inputs are rotated embeddings (rows), already passed through an artifact; s_ℓ(x, y) is the
 cosine of the first ℓ coordinates. Pure functions on arrays.
@@ -13,11 +14,12 @@ import numpy as np
 
 from training.core.granularity import Contract, Granularity, previous_prefix
 
-# The prefix each hard-negative type must be separated at (design.md). The first four are the
-# compositional corpus's types and keep their names: object = replace object, attribute = replace
-# attribute, relation = replace relation, order = swap objects; the other three come from real
-# captions (training.views.negatives.make_negatives). A type goes to the coarsest level whose
-# view tells it from the caption:
+# The prefix each hard-negative type must be separated at
+# (docs/reference/metrics.md#hard-negatives). The first four are the compositional corpus's types
+# and keep their names: object = replace object, attribute = replace attribute, relation =
+# replace relation, order = swap objects; the other three come from real captions
+# (training.views.negatives.make_negatives). A type goes to the coarsest level whose view tells
+# it from the caption:
 #   object, add_object -> object: a different or an extra thing is there ("a dog and a cat run");
 #     the object view ("a dog") already differs.
 #   attribute, add_attribute -> attribute: the same things, one described otherwise ("a black
@@ -58,7 +60,8 @@ def prefix_vectors(
     """p_L(z) = z[:L] / ‖z[:L]‖ for every row, C-contiguous [N, L] (float32 unless `dtype` says
     otherwise); zero rows stay zero.
 
-    The vector every prefix index stores and searches with (design.md's s_ℓ is ⟨p_L(q), p_L(x)⟩)."""
+    The vector every prefix index stores and searches with: s_ℓ is ⟨p_L(q), p_L(x)⟩
+    (docs/reference/metrics.md#prefix-similarity)."""
     z = np.asarray(rotated)
     if z.ndim != 2 or not 1 <= length <= z.shape[1]:
         raise ValueError(f"cannot take a prefix of length {length} of an array of shape {z.shape}")

@@ -12,7 +12,7 @@ generators seeded here catch whatever draws from them (module initialisers, skle
 `random_state`).
 
 Thread counts are pinned inside the block (and put back after): torch's to `TRAINING_THREADS`,
-numpy's BLAS to `BLAS_THREADS`. Measured with `training.benchmarks.reproducibility` before the
+numpy's BLAS to `BLAS_THREADS`. Measured with `benchmarks.training.reproducibility` before the
 pins, 1 thread against 2 changed the bytes of GraSP-VL (both recipes) and CEDAR (the reductions
 split their sums by thread), though not those of CoSAE or the SAEs. What a fixed count cannot
 remove is the CPU's instruction set (docs/training/reproducibility.md).

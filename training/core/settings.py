@@ -14,11 +14,26 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Where the datasets are looked for when STRATA_DATA_DIR is unset, relative to the working
+# directory (the repository's root, for a checkout): its own `data/` first, then
+# `../shared/data`, an optional folder beside the checkout that several checkouts can share
+# (docs/reference/settings.md#the-data-folder).
+DATA_DIRS = (Path("data"), Path("../shared/data"))
+
+
+def default_data_dir() -> Path:
+    """The first of DATA_DIRS that is a folder; `data` when none is (then whatever reads a
+    dataset from it says what is missing, and the demo uses its generated corpus)."""
+    return next((folder for folder in DATA_DIRS if folder.is_dir()), DATA_DIRS[0])
+
 
 class StrataSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(Path("../shared/data"), description="where the shared datasets live")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="where the datasets live (flickr8k/, coco-mini/): data/, else ../shared/data",
+    )
     runs_dir: Path = Field(Path("runs"), description="where the demo writes its outputs")
     device: str = Field("auto", description="torch device for encoders: auto, cpu, cuda, cuda:1")
     batch_size: int = Field(128, gt=0, description="encoder batch size")

@@ -1,1 +1,2 @@
-"""GraSP-VL: a rotation whose prefix lengths carry semantic granularity (design.md)."""
+"""GraSP-VL: a rotation whose prefix lengths carry semantic granularity
+(docs/concepts/granularity.md#the-method)."""

@@ -1,4 +1,5 @@
-"""`strata eval grasp`: every GraSP metric of design.md for any transform on any labelled set.
+"""`strata eval grasp`: every GraSP metric for any transform on any labelled set
+(docs/reference/metrics.md).
 
 A transform is any function from embeddings [N, D] to rotated embeddings (an artifact's
 `apply`, or a baseline adapter). Outputs: a JSON-able report, a Markdown table, and a PNG of HN

@@ -1,4 +1,5 @@
-"""Granularity retrieval on a held-out gallery (design.md): does a prefix find what its query asks?
+"""Granularity retrieval on a held-out gallery: does a prefix find what its query asks?
+(docs/reference/metrics.md#retrieval-by-granularity)
 
 Rows are captions of images with several captions each (Flickr8k: five). Queries are mined from
 the gallery's own captions, one kind per granularity:

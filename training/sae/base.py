@@ -33,6 +33,12 @@ def per_sample_top_k(acts: torch.Tensor, k: int) -> torch.Tensor:
     return torch.zeros_like(acts).scatter(1, indices, values)
 
 
+def draw_k(low: int, high: int, generator: torch.Generator) -> int:
+    """k log-uniform in [low, high] (integers), so small k is drawn as often as large."""
+    u = torch.rand((), generator=generator).item()
+    return int(min(high, max(low, round(math.exp(math.log(low) + u * math.log(high / low))))))
+
+
 def batch_top_k(acts: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k·B largest entries of the whole [B, M] batch (BatchTopK, Bussmann et al. 2024)."""
     flat = acts.flatten()

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.cedar.train import draw_k
 from training.core.metrics import fraction_of_variance_unexplained
 from training.core.seeding import seeded
 from training.loop import Schedule, Selection, run_loop
@@ -25,6 +24,7 @@ from training.sae.base import (
     checked_k,
     checked_rows,
     constrained_step,
+    draw_k,
     prepare_scale,
 )
 from training.sae.config import SaeConfig

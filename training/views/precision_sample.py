@@ -1,11 +1,11 @@
 """Print a random sample of Flickr8k captions with their extracted views or their typed hard
 negatives, as a Markdown table, and how many captions yield each negative kind.
 
-    python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt \
+    python -m training.views.precision_sample data/flickr8k/Flickr8k.token.txt \
         --seed 0 -n 50
-    python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt \
+    python -m training.views.precision_sample data/flickr8k/Flickr8k.token.txt \
         --negatives --seed 0 -n 17
-    python -m training.views.precision_sample ../shared/data/flickr8k/Flickr8k.token.txt --yields
+    python -m training.views.precision_sample data/flickr8k/Flickr8k.token.txt --yields
 
 For judging the extractor's precision by hand; the script makes no judgement itself.
 """

@@ -26,7 +26,7 @@ inner products are those of the rotated heads, (q R_L) · (c s)_L, with no decod
 the blocks of small variance (the late coordinates of a GraSP-VL rotation) get a grid of their
 own instead of the largest coordinate's. Against one scale per row (an int8 store written
 before, still read: its record names no rotation) this halves the quantization's misses at
-recall@10 (indexer/benchmarks/store_codes.py); the coding's arithmetic is in
+recall@10 (benchmarks/indexer/store_codes.py); the coding's arithmetic is in
 indexer/format/store/block_codes.py. The stored norms are those of the decoded heads, so p̂_L
 is unit.
 

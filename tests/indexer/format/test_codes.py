@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.benchmarks.synthetic import random_cedar_artifact
+from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import check_codable, code_run, concept_dtype, top_k_mask
 from indexer.format.postings import PostingRun, shard_postings
 from training.cedar.concepts import ConceptCoder

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.benchmarks.synthetic import random_grasp_artifact
+from benchmarks.indexer.synthetic import random_grasp_artifact
 from indexer.format.prefixes import exact_top_k, rotate_blocks, rotate_rows
 from training.core.metrics import prefix_vectors
 

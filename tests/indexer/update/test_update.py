@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
-from indexer.benchmarks.tamper import damages
+from benchmarks.indexer.tamper import damages
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST, read_current
 from indexer.format.prefixes import exact_top_k

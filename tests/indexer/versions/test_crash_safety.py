@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error, run_strata_batch, write_cache
 
-from indexer.benchmarks.synthetic import cluster_centres, clustered_rows
+from benchmarks.indexer.synthetic import cluster_centres, clustered_rows
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import read_current
 from indexer.update.row_changes import UpdateError

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
-from indexer.benchmarks.tamper import damages, flip_byte
+from benchmarks.indexer.tamper import damages, flip_byte
 from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST, BundleError, read_current

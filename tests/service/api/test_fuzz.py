@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.service import fuzz
+from benchmarks.service.fuzz import run_fuzz
+from benchmarks.service.fuzz_requests import KINDS, Target, draw_requests
 from service.api.background import BackgroundServer
 from service.api.server import ServerConfig
-from service.benchmarks import fuzz
-from service.benchmarks.fuzz import run_fuzz
-from service.benchmarks.fuzz_requests import KINDS, Target, draw_requests
 from service.engine.search import SearchEngine
 
 TARGET = Target(dim=384, concepts=768, metadata_fields=("caption",), rows=300)

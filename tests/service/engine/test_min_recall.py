@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from indexer.benchmarks.synthetic import (
+from benchmarks.indexer.synthetic import (
     random_cedar_artifact,
     random_grasp_artifact,
     write_synthetic_cache,

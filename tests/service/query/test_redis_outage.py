@@ -12,12 +12,12 @@ import pytest
 from serving_helpers import CountingEncoder, Searching
 from waiting import wait_for
 
+from benchmarks.service.redis_server import RedisServer
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
 from service.api.background import BackgroundServer
 from service.api.server import ServerConfig
-from service.benchmarks.redis_server import RedisServer
 from service.engine.search import SearchEngine
 from service.query.cache import CONNECTED, DISCONNECTED, QueryCache
 from service.serving.batching import BatchingConfig

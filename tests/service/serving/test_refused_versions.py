@@ -11,7 +11,7 @@ import pytest
 from serving_helpers import REDIS_URL as URL
 from waiting import WAIT_S, wait_for
 
-from indexer.benchmarks.tamper import damages
+from benchmarks.indexer.tamper import damages
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle

@@ -26,14 +26,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
+from benchmarks.service.fuzz import run_fuzz
+from benchmarks.service.redis_server import RedisServer
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.api.grpc.client import StrataClient
-from service.benchmarks.fuzz import run_fuzz
-from service.benchmarks.redis_server import RedisServer
 from service.cli.serve_setup import WORKER_LIMIT, usable_cores, worker_count
 from service.serving.metrics_sum import summed_exposition
 from training.core.errors import InputError

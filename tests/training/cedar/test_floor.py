@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from indexer.benchmarks.synthetic import random_cedar_artifact
+from benchmarks.indexer.synthetic import random_cedar_artifact
 from training.cedar.concepts import (
     DEFAULT_FLOOR,
     ConceptCoder,

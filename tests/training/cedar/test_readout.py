@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.benchmarks.synthetic import random_cedar_artifact
+from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import code_run
 from indexer.format.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder

@@ -1,4 +1,4 @@
-"""The metric definitions of design.md, on cases whose answer is known."""
+"""The metric definitions (docs/reference/metrics.md), on cases whose answer is known."""
 
 from __future__ import annotations
 

@@ -1,0 +1,199 @@
+"""Label-free cuts of word-concept filters on a gallery of another corpus: which rule transfers.
+
+A CEDAR artifact's word filters were cut on its own corpus: a learnt word at its margin 0
+(θ_w picked on the training corpus's val rows), any other word or phrase at μ + z·σ of its
+own cosine scores on the gallery, z measured on the training corpus. On a gallery of another
+source the words' base rates and the scores' scale move, and neither cut knows. This script
+scores, on one split of a captioned gallery (the dev split, `--split val`, to pick a rule; the
+test split to report it), the rules a service could apply without the gallery's labels:
+
+learnt words (margin m_w = logit_w − θ_w on each row)
+- `trained`: m_w ≥ 0 (as trained);
+- `prior shift`: m_w ≥ −Δ_w, Δ_w = logit(π̂_G) − logit(π̂_S): the word's prior on the gallery
+  estimated by EM on the readout's own posteriors σ(logit_w) (Saerens et al. 2002) against
+  its prior on the training rows, so a word rarer on the gallery is cut higher;
+- `standardised`: the cut kept in standard units of the word's logits (z_w on the training
+  rows, μ + z_w·σ on the gallery);
+
+zero-shot words (cosine s = ⟨x̃, t̃⟩)
+- `z trained`: μ + z·σ, z recorded at training;
+- `z from learnt`: z picked on the gallery itself, as the one standardised cut whose filters of
+  the learnt words' text directions best agree (macro F1) with those words' own learnt filters
+  on the gallery (training.cedar.readout.agreeing_z, its teachers `teacher_words`): the
+  readout teaches the cut, no label is read;
+- `τ`: the training corpus's absolute cosine cut.
+
+Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
+judged words, learnt and zero-shot apart, beside the keyword on the row's own caption and the
+cosine cut picked on the gallery's labelled val rows. Prints a table and writes JSON.
+
+    python -m benchmarks.training.label_free_cuts --artifact runs/cedar-flickr \
+        --cache runs/flickr-minilm --gallery runs/comp20k-minilm --split val
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.cedar.concepts import ConceptCoder
+from training.cedar.data import load_split_rows
+from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
+from training.cedar.gallery_quality import embed_words, judged_words
+from training.cedar.readout import (
+    agreeing_z,
+    margins,
+    readout_input,
+    teacher_words,
+    text_directions,
+)
+from training.core.artifacts import TransformArtifact
+from training.core.metrics import unit_rows
+
+
+def log_odds(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def em_prior(logits: np.ndarray, source_prior: np.ndarray, steps: int = 50) -> np.ndarray:
+    """Per column: the prior on these rows that the posteriors σ(logit), moved from
+    `source_prior` to it, average to (Saerens, Latinne & Decaestecker 2002)."""
+    prior = source_prior.copy()
+    base = log_odds(source_prior)
+    for _ in range(steps):
+        moved = 1 / (1 + np.exp(-(logits + (log_odds(prior) - base))))
+        prior = moved.mean(axis=0)
+    return prior
+
+
+def scored(allowed: np.ndarray, wanted: np.ndarray, classes: list[str]) -> dict[str, float]:
+    q = filter_quality(allowed, np.ones(len(allowed), dtype=bool), wanted, classes)["all"]
+    return {k: round(q[k], 4) for k in ("precision", "recall", "f1")}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifact", type=Path, required=True, help="CEDAR artifact")
+    parser.add_argument("--cache", type=Path, required=True, help="its training cache")
+    parser.add_argument("--gallery", type=Path, required=True, help="captioned gallery cache")
+    parser.add_argument("--split", default="val", choices=("val", "test"))
+    parser.add_argument(
+        "--centre", default="training", choices=("training", "gallery"),
+        help="b: the CEDAR training mean, or the gallery rows' own mean (label-free)",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("runs/bench/label-free-cuts.json"))
+    args = parser.parse_args(argv)
+
+    cedar = TransformArtifact.load(args.artifact)
+    g = load_split_rows(args.gallery)
+    rows = g.rows(args.split)
+    if args.centre == "gallery":
+        cedar.mean = g.embeddings[rows].mean(axis=0).astype(np.float32)
+    coder = ConceptCoder(cedar)
+    readout = coder.readout
+    assert readout is not None, "the artifact has no vocabulary readout"
+    k = int(cedar.extra.get("k", 32))
+    source = load_split_rows(args.cache)
+    vocab, relevant, words = judged_words(g, rows)
+    names = [vocab.words[w] for w in words]
+    classes = [vocab.classes[w] for w in words]
+    wanted = relevant[:, words].T.toarray().astype(bool)
+    x = g.embeddings[rows]
+    index = {w: i for i, w in enumerate(readout.words)}
+    learnt_cols = [index[w] for w in names if w in index and not readout.is_zero_shot(index[w])]
+    learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in names])
+    training = cedar.extra["readout"].get("training", {})
+
+    # learnt words: logits on the gallery and on the training rows
+    def logits_on(rows_x: np.ndarray) -> np.ndarray:
+        features = readout_input(rows_x, readout.source, cedar.rotation, cedar.mean, k)
+        return margins(features, readout.weight[learnt_cols], readout.offset[learnt_cols])
+
+    theta = readout.threshold[learnt_cols].astype(np.float64)
+    g_margin = logits_on(x)  # m = logit − θ
+    s_rows = source.rows("val")
+    s_margin = logits_on(source.embeddings[s_rows])
+    g_logit, s_logit = g_margin + theta, s_margin + theta
+    source_prior = (1 / (1 + np.exp(-s_logit))).mean(axis=0)
+    prior = em_prior(g_logit, source_prior)
+    shift = log_odds(prior) - log_odds(source_prior)
+    z_word = (theta - s_logit.mean(0)) / np.maximum(s_logit.std(0), 1e-9)
+    learnt_rules = {
+        "trained": (g_margin >= 0).T,
+        "prior shift": (g_margin + shift >= 0).T,
+        "standardised": (g_logit >= g_logit.mean(0) + z_word * g_logit.std(0)).T,
+    }
+
+    # every judged word's cosine with its text direction
+    t = text_directions(embed_words(names, g.encoder), cedar.mean)
+    features = unit_rows(np.asarray(x, np.float32) - cedar.mean)
+    s = features @ t.T  # [N, W]
+    mu, sigma = s.mean(0), s.std(0)
+    z_trained = float(training.get("zero_shot_z", 0.0))
+    tau = float(training.get("zero_shot_cut", 0.0))
+    every_learnt = np.array([w for w in range(len(readout.words)) if not readout.is_zero_shot(w)])
+    features_in = readout_input(x, readout.source, cedar.rotation, cedar.mean, k)
+    all_active = (
+        margins(features_in, readout.weight[every_learnt], readout.offset[every_learnt]) >= 0
+    )
+    counts = np.zeros(len(readout.words), dtype=np.int64)
+    counts[every_learnt] = all_active.sum(axis=0)
+    teachers = teacher_words(readout, counts, len(x))
+    position = {w: i for i, w in enumerate(every_learnt)}
+    teacher_t = text_directions(
+        embed_words([readout.words[w] for w in teachers], g.encoder), cedar.mean
+    )
+    z_learnt = agreeing_z(features @ teacher_t.T, all_active[:, [position[w] for w in teachers]])
+    z_learnt = z_trained if z_learnt is None else z_learnt
+    zero_rules = {
+        f"z trained ({z_trained:.2f})": (s >= mu + z_trained * sigma).T,
+        f"z from learnt ({z_learnt:.2f})": (s >= mu + z_learnt * sigma).T,
+        f"τ ({tau:.2f})": (s >= tau).T,
+    }
+    result: dict[str, Any] = {
+        "gallery": str(args.gallery), "split": args.split, "words": len(names),
+        "learnt": int(learnt.sum()), "zero_shot": int((~learnt).sum()), "rules": {},
+    }  # fmt: skip
+    wl, wz = wanted[learnt], wanted[~learnt]
+    cl = [c for c, m in zip(classes, learnt, strict=True) if m]
+    cz = [c for c, m in zip(classes, learnt, strict=True) if not m]
+    for lname, lallowed in learnt_rules.items():
+        for zname, zallowed in zero_rules.items():
+            allowed = np.zeros_like(wanted)
+            allowed[learnt] = lallowed
+            allowed[~learnt] = zallowed[~learnt]
+            result["rules"][f"{lname} | {zname}"] = {
+                "all": scored(allowed, wanted, classes),
+                "learnt": scored(lallowed, wl, cl) if learnt.any() else None,
+                "zero_shot": scored(zallowed[~learnt], wz, cz) if (~learnt).any() else None,
+            }
+    mentions = [vocab.mentions(text) for text in g.texts(rows)]
+    own = np.array([[w in m for m in mentions] for w in words])
+    result["rules"]["keyword (own caption)"] = {"all": scored(own, wanted, classes)}
+    val = g.rows("val")
+    val_vocab, val_relevant, val_words = judged_words(g, val)
+    val_names = [val_vocab.words[w] for w in val_words]
+    val_t = text_directions(embed_words(val_names, g.encoder), cedar.mean)
+    val_s = unit_rows(np.asarray(g.embeddings[val], np.float32) - cedar.mean) @ val_t.T
+    cut, _ = pick_cosine_threshold(val_s.T, val_relevant[:, val_words].T.toarray().astype(bool))
+    result["rules"][f"cosine ≥ {cut:.2f} (gallery's labelled val)"] = {
+        "all": scored((s >= cut).T, wanted, classes)
+    }
+    for name, r in result["rules"].items():
+        parts = "  ".join(
+            f"{part} {v['precision']:.3f}/{v['recall']:.3f}/{v['f1']:.3f}"
+            for part, v in r.items() if v is not None
+        )  # fmt: skip
+        print(f"{name:60s} {parts}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
