@@ -9,7 +9,6 @@ test rows, with one metric code; `filter_quality_markdown` renders it for `strat
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import Counter
 from pathlib import Path
@@ -40,7 +39,7 @@ from training.cedar.naming import (
 from training.cedar.readout import VocabularyReadout, text_directions
 from training.cedar.readout_quality import gallery_shift, readout_quality, served_quality
 from training.core.artifacts import TransformArtifact
-from training.core.encoders import load_encoder
+from training.core.encoders import shared_encoder
 from training.core.errors import InputError
 from training.core.metrics import unit_rows
 from training.core.settings import load_settings
@@ -53,12 +52,7 @@ def embed_words(words: list[str], spec: str | None) -> np.ndarray:
     if spec is None:
         raise InputError("the cache records no encoder: pass --encoder")
     log.info("embedding %d words with %s", len(words), spec)
-    return _encoder(spec).encode_text(words)
-
-
-@functools.cache
-def _encoder(spec: str) -> Any:
-    return load_encoder(spec, device=load_settings().device)
+    return shared_encoder(spec, load_settings().device).encode_text(words)
 
 
 def caption_relevance(

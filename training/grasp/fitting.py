@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from training.core.cache import EmbeddingCache
-from training.core.encoders import Encoder, load_encoder
+from training.core.encoders import Encoder, shared_encoder
 from training.core.errors import InputError
 from training.core.files import atomic_write_bytes
 from training.core.granularity import Granularity
@@ -68,12 +67,7 @@ def gallery_rows(cache_dir: Path, split: str = "all") -> np.ndarray:
 
 def _model(encoder: Encoder | str) -> Encoder:
     """The encoder, loaded once when given by its spec (only when something must be embedded)."""
-    return _loaded(encoder) if isinstance(encoder, str) else encoder
-
-
-@functools.cache
-def _loaded(spec: str) -> Encoder:
-    return load_encoder(spec, device=load_settings().device)
+    return shared_encoder(encoder, load_settings().device) if isinstance(encoder, str) else encoder
 
 
 def _cached_path(cache: EmbeddingCache, spec: str, what: str) -> Path:
@@ -111,9 +105,7 @@ def retrieval_task_of(
             f"{cache_dir}: granularity retrieval needs captions grouped by image "
             "(metadata columns caption and group) or the compositional corpus's scene columns"
         )
-    model = (
-        load_encoder(spec, device=load_settings().device) if isinstance(encoder, str) else encoder
-    )
+    model = _model(encoder)
     task = retrieval_task(
         cache.embeddings("text")[rows],
         mentions,

@@ -90,6 +90,21 @@ class TestMiniLM:
         one_by_one = np.concatenate([minilm.encode_text([t]) for t in texts])
         np.testing.assert_allclose(together, one_by_one, atol=1e-5)
 
+    def test_repeated_texts_embedded_once(self, minilm, monkeypatch):
+        calls: list[int] = []
+        encode_batch = minilm._text_batch
+
+        def counting(batch):
+            calls.append(len(batch))
+            return encode_batch(batch)
+
+        monkeypatch.setattr(minilm, "_text_batch", counting)
+        texts = ["a dog", "a red car", "a dog", "a dog", "a red car"]
+        repeated = minilm.encode_text(texts)
+        assert sum(calls) == 2
+        np.testing.assert_array_equal(repeated[0], repeated[2])
+        np.testing.assert_allclose(repeated, minilm.encode_text(texts[:2])[[0, 1, 0, 0, 1]])
+
     def test_sense(self, minilm):
         brown_dog, dog, red_car = minilm.encode_text(["a brown dog", "a dog", "a red car"])
         assert cosine(brown_dog, dog) > cosine(brown_dog, red_car) + 0.2

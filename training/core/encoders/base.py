@@ -153,16 +153,21 @@ class Encoder(abc.ABC):
         return False
 
     def encode_text(self, texts: Sequence[str]) -> np.ndarray:
-        """Texts are batched in order of length (less padding), rows returned in input order."""
+        """Each distinct text is embedded once (views and mined queries repeat: "a dog"), in
+        batches in order of length (less padding); rows are returned in input order."""
         texts = list(texts)
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
             raise InputError(f"encode_text takes strings; item {bad[0]} is {type(texts[bad[0]])}")
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        by_length = self._batched([texts[i] for i in order], self._text_batch)
+        distinct = list(dict.fromkeys(texts))
+        order = np.argsort([len(t) for t in distinct], kind="stable")
+        by_length = self._batched([distinct[i] for i in order], self._text_batch)
         rows = np.empty_like(by_length)
         rows[order] = by_length
-        return rows
+        if len(distinct) == len(texts):
+            return rows
+        position = {text: i for i, text in enumerate(distinct)}
+        return rows[[position[t] for t in texts]]
 
     def encode_image(self, images: Sequence[Any]) -> np.ndarray:
         """Embed PIL images or image file paths."""
