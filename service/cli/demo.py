@@ -33,14 +33,15 @@ from indexer.format.manifest import BundleError
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
-from service.cli.demo_config import DemoConfig
+from service.cli.demo_config import STAGE_SECONDS_PER_1K_ROWS, DemoConfig
 from service.engine.search import SearchEngine
 from service.results import Explanation, SearchResult
 from training.cedar.fit import fit_cedar
 from training.cedar.readout import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
-from training.core.encoders import load_encoder
+from training.core.cache import EmbeddingCache
+from training.core.encoders import shared_encoder
 from training.core.errors import InputError
 from training.core.settings import StrataSettings
 from training.corpora import Corpus, open_corpus
@@ -113,14 +114,57 @@ def demo_corpus(settings: StrataSettings, scenes: int, seed: int = 0) -> tuple[s
     return "compositional", open_corpus("compositional", scenes=scenes, seed=seed)
 
 
-def grasp_config(corpus: str, epochs: int, seed: int = 0) -> GraspConfig:
+def grasp_config(corpus: str, epochs: int, seed: int = 0, rows: int | None = None) -> GraspConfig:
     """The gallery recipe (fitted to the cache the demo indexes;
-    docs/training/grasp.md#fitting-the-gallery), validated on Flickr8k's dev images or the
-    compositional val split."""
+    docs/training/grasp.md#fitting-the-gallery) on a sample of `rows`, validated on Flickr8k's
+    dev images or the compositional val split."""
     validation = "dev" if corpus == "flickr8k" else "val"
     return GALLERY_RECIPE.model_copy(
-        update={"epochs": epochs, "validation_split": validation, "seed": seed}
+        update={"epochs": epochs, "validation_split": validation, "seed": seed, "max_rows": rows}
     )
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What the demo will do, known before any model loads: the corpus, where each stage's
+    output goes, and for each stage "reused" or its estimated seconds."""
+
+    corpus: str
+    rows: int
+    root: Path
+    stages: dict[str, float | None]  # stage -> estimated seconds; None: reused
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for s in self.stages.values() if s is not None)
+
+
+def plan_demo(settings: StrataSettings, config: DemoConfig, out: Path | None = None) -> DemoPlan:
+    """The stages ahead (reused where their output is complete) and their estimated time,
+    scaled by the corpus's rows from what the demo took on two cores (STAGE_SECONDS_PER_1K_ROWS)."""
+    name, corpus = demo_corpus(settings, config.scenes, config.seed)
+    root = out or settings.runs_dir / "demo"
+    rows = corpus.size_hint() or config.scenes
+    done = {
+        "embed": _cache_ready(root / f"cache-{name}-minilm"),
+        "grasp-vl": _artifact_ready(root / f"grasp-{name}"),
+        "cedar": _artifact_ready(root / f"cedar-{name}"),
+        "index": _published(root / f"bundles-{name}") is not None,
+        "search": False,
+    }
+    stages = {
+        stage: None if done[stage] else rate * rows / 1000
+        for stage, rate in STAGE_SECONDS_PER_1K_ROWS.items()
+    }
+    return DemoPlan(corpus=name, rows=rows, root=root, stages=stages)
+
+
+def _cache_ready(path: Path) -> bool:
+    try:
+        EmbeddingCache.open(path)
+    except InputError:
+        return False
+    return True
 
 
 def _artifact_ready(path: Path) -> bool:
@@ -145,7 +189,7 @@ def run_demo(
     config = config or DemoConfig()
     name, corpus = demo_corpus(settings, config.scenes, config.seed)
     root = out or settings.runs_dir / "demo"
-    encoder = load_encoder("minilm", device=settings.device, batch_size=settings.batch_size)
+    encoder = shared_encoder("minilm", settings.device, settings.batch_size)
     stages: dict[str, str] = {}
 
     cache_dir = root / f"cache-{name}-minilm"
@@ -162,7 +206,8 @@ def run_demo(
     if not reuse:
         log.info("training GraSP-VL (%d epochs)", config.grasp_epochs)
         fit_grasp(
-            cache_dir, grasp_dir, grasp_config(name, config.grasp_epochs, config.seed),
+            cache_dir, grasp_dir,
+            grasp_config(name, config.grasp_epochs, config.seed, config.grasp_rows),
             views=root / f"views-{name}.npz", device=settings.device, overwrite=True,
             progress=config.progress, gallery=cache_dir,
         )  # fmt: skip
@@ -196,6 +241,7 @@ def run_demo(
         )
     stages["index"] = _took(started, published is not None)
 
+    started = time.perf_counter()
     engine = SearchEngine(Bundle.open(bundles), encoder)
     with BackgroundServer(engine, ServerConfig(port=0)) as server:
         with StrataClient(server.target, timeout=120) as client:
@@ -205,6 +251,7 @@ def run_demo(
             if caption.result.hits:
                 explanation = client.explain(caption.search.text, row=caption.result.hits[0].row)
         target = server.target
+    stages["search"] = _took(started, False).replace("built", "served")
     return DemoResult(
         corpus=name, summary=summary, grasp=grasp_dir, cedar=cedar_dir, bundle=engine.bundle.path,
         target=target, searches=searches, explanation=explanation,

@@ -14,7 +14,7 @@ from training.cli import format_summary
 from training.core.settings import load_settings
 
 if TYPE_CHECKING:
-    from service.cli.demo import DemoResult
+    from service.cli.demo import DemoPlan, DemoResult
 
 DEMO = DemoConfig()
 
@@ -27,6 +27,9 @@ def demo(
         int, typer.Option(help="compositional scenes, when Flickr8k is absent", min=100)
     ] = DEMO.scenes,
     grasp_epochs: Annotated[int, typer.Option(help="GraSP-VL epochs", min=1)] = DEMO.grasp_epochs,
+    grasp_rows: Annotated[
+        int, typer.Option(help="rows of the sample GraSP-VL trains on", min=100)
+    ] = DEMO.grasp_rows,
     cedar_epochs: Annotated[int, typer.Option(help="CEDAR epochs", min=1)] = DEMO.cedar_epochs,
     k: Annotated[
         int, typer.Option("--top-k", "-k", help="hits per example search", min=1)
@@ -40,15 +43,34 @@ def demo(
     and CEDAR, build the index bundle, serve it, and search at every granularity."""
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from service.cli.demo import run_demo
+    from service.cli.demo import plan_demo, run_demo
 
     config = DemoConfig(
-        scenes=scenes, grasp_epochs=grasp_epochs, cedar_epochs=cedar_epochs, k=k, seed=seed,
-        progress=progress,
+        scenes=scenes, grasp_epochs=grasp_epochs, grasp_rows=grasp_rows,
+        cedar_epochs=cedar_epochs, k=k, seed=seed, progress=progress,
     )  # fmt: skip
+    settings = load_settings()
+    typer.echo(format_plan(plan_demo(settings, config, out)), err=True)
     with logging_redirect_tqdm():
-        result = run_demo(load_settings(), config, out=out)
+        result = run_demo(settings, config, out=out)
     typer.echo(format_demo(result))
+
+
+def format_plan(plan: DemoPlan) -> str:
+    """The first screen: each stage ahead and about how long it takes (reused ones say so)."""
+    lines = [
+        f"strata demo: {plan.corpus} ({plan.rows:,} rows) into {plan.root}; estimated on two"
+        " CPU cores (fewer with more cores or a GPU):"
+    ]
+    for stage, seconds in plan.stages.items():
+        lines.append(f"  {stage:<9} {'reused' if seconds is None else _duration(seconds)}")
+    lines.append(f"  {'total':<9} {_duration(plan.seconds)}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"~{minutes} min {rest:02d} s" if minutes else f"~{rest} s"
 
 
 def format_demo(result: DemoResult) -> str:

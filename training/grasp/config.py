@@ -42,6 +42,9 @@ class GraspConfig(ConfigModel):
     # alignment in both directions (anchor -> view and view -> anchor); see alignment_loss
     symmetric_alignment: bool = False
     contract: dict[str, int] | None = None
+    max_rows: int | None = Field(
+        None, gt=0, description="train on a sample of this many rows (drawn from the seed)"
+    )
     # gallery fitting: where R starts (R = Cayley(A)·R₀) and the batches of the two terms
     init: Literal["identity", "gallery-pca"] = "gallery-pca"
     # of both gallery terms; 0.05 against 0.1 on Flickr8k dev (the gallery ablation's validation)

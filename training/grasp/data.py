@@ -112,9 +112,12 @@ class GraspSet:
             )
 
 
-def build_from_cache(cache: EmbeddingCache, encoder: Encoder, seed: int = 0) -> GraspSet:
+def build_from_cache(
+    cache: EmbeddingCache, encoder: Encoder, seed: int = 0, max_rows: int | None = None
+) -> GraspSet:
     """Embed the views and negatives named in the cache's metadata (see module docstring);
-    views extracted from captions draw their negatives from `seed`."""
+    views extracted from captions draw their negatives from `seed`, and with `max_rows` a
+    sample of that many of the usable rows, drawn from `seed`, is all that is embedded."""
     if encoder.dim != cache.dim:
         raise InputError(f"encoder {encoder.id} is {encoder.dim}-d but the cache is {cache.dim}-d")
     metadata = cache.metadata()
@@ -140,7 +143,7 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder, seed: int = 0) -> 
     if not keep.any():
         raise InputError(f"{cache.root}: no row has an anchor and every view")
     log.info("%d of %d rows have an anchor and every view", keep.sum(), len(keep))
-    rows = np.flatnonzero(keep)
+    rows = sampled_rows(np.flatnonzero(keep), max_rows, seed)
 
     def pick(column: str) -> list[str | None]:
         return [texts[column][i] for i in rows]
@@ -163,6 +166,13 @@ def build_from_cache(cache: EmbeddingCache, encoder: Encoder, seed: int = 0) -> 
         views=views,
         negatives=negatives,
     )
+
+
+def sampled_rows(rows: np.ndarray, max_rows: int | None, seed: int) -> np.ndarray:
+    """`rows`, or `max_rows` of them drawn from `seed` (kept in order) when there are more."""
+    if max_rows is None or len(rows) <= max_rows:
+        return rows
+    return np.sort(np.random.default_rng(seed).choice(rows, size=max_rows, replace=False))
 
 
 def extracted_view_texts(captions: list[str], seed: int = 0) -> dict[str, list[str | None]]:

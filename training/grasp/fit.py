@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from training.core.cache import EmbeddingCache
-from training.core.encoders import load_encoder
+from training.core.encoders import shared_encoder
 from training.core.errors import InputError
 from training.core.seeding import seeded
 from training.core.settings import load_settings
@@ -22,10 +22,15 @@ log = logging.getLogger(__name__)
 
 
 def grasp_set(
-    cache_dir: Path, encoder_spec: str | None, views: Path | None, seed: int = 0
+    cache_dir: Path,
+    encoder_spec: str | None,
+    views: Path | None,
+    seed: int = 0,
+    max_rows: int | None = None,
 ) -> tuple[GraspSet, str]:
     """The cache's GraspSet, embedded once and kept in `views` (default under the runs folder);
-    `seed` draws the negatives mined from captions (caches without view columns)."""
+    `seed` draws the negatives mined from captions (caches without view columns) and, with
+    `max_rows`, the sample of rows embedded."""
     cache = EmbeddingCache.open(cache_dir)
     spec = encoder_spec or cache.manifest.encoder
     if spec is None:
@@ -35,12 +40,15 @@ def grasp_set(
     fingerprint = f"{cache.manifest.to_json()}{spec}v{GRASP_SET_VERSION}"
     if seed:  # seed 0 keeps the key of the views files written before there was a seed
         fingerprint += f"seed{seed}"
+    if max_rows is not None:
+        fingerprint += f"rows{max_rows}"
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     path = views or load_settings().runs_dir / "grasp-views" / f"{cache_dir.name}-{key}.npz"
     if path.is_file():
         log.info("using the embedded views in %s", path)
         return GraspSet.load(path), spec
-    data = build_from_cache(cache, load_encoder(spec, device=load_settings().device), seed)
+    encoder = shared_encoder(spec, load_settings().device)
+    data = build_from_cache(cache, encoder, seed, max_rows)
     data.save(path)
     return data, spec
 
@@ -65,7 +73,7 @@ def fit_grasp(
     from training.grasp.fitting import gallery_fit
 
     with seeded(config.seed):  # the gallery fit's numpy sums too, not only the training
-        data, spec = grasp_set(cache, encoder, views, config.seed)
+        data, spec = grasp_set(cache, encoder, views, config.seed, config.max_rows)
         fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
         result = train_grasp(
             data, config, work_folder(out, work), encoder=spec,

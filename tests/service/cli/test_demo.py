@@ -9,8 +9,8 @@ import pytest
 
 from indexer.format.bundle import Bundle
 from indexer.verify.check import verify_bundle
-from service.cli.demo import DEMO_SEARCHES, DemoConfig, demo_corpus, run_demo
-from service.cli.demo_command import format_demo
+from service.cli.demo import DEMO_SEARCHES, DemoConfig, demo_corpus, plan_demo, run_demo
+from service.cli.demo_command import format_demo, format_plan
 from training.core.settings import StrataSettings
 
 SMALL = DemoConfig(scenes=300, grasp_epochs=2, cedar_epochs=2, k=5, progress=False)
@@ -26,8 +26,9 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory):
 def test_demo_falls_back_to_the_compositional_set_and_builds_every_stage(demo_run):
     settings, result = demo_run
     assert result.corpus == "compositional" and result.summary.rows == 300
-    assert list(result.stages) == ["embed", "grasp-vl", "cedar", "index"]
-    assert all(what.startswith("built in") for what in result.stages.values())
+    assert list(result.stages) == ["embed", "grasp-vl", "cedar", "index", "search"]
+    assert all(result.stages[s].startswith("built in") for s in ["embed", "grasp-vl", "cedar"])
+    assert result.stages["search"].startswith("served in")
     bundle = Bundle.open(settings.runs_dir / "demo" / "bundles-compositional")
     assert bundle.path == result.bundle and bundle.rows == 300
     assert bundle.manifest.encoder == "minilm"
@@ -80,7 +81,8 @@ def test_demo_rerun_reuses_every_stage(demo_run):
     settings, first = demo_run
     again = run_demo(settings, SMALL)
     assert again.summary.already_complete
-    assert {stage: what for stage, what in again.stages.items() if stage != "embed"} == {
+    reused = {s: what for s, what in again.stages.items() if s not in ("embed", "search")}
+    assert reused == {
         "grasp-vl": "reused",
         "cedar": "reused",
         "index": "reused",
@@ -98,3 +100,19 @@ def test_demo_prefers_flickr8k_when_its_captions_are_there(tmp_path: Path):
     settings = StrataSettings(data_dir=tmp_path / "data", runs_dir=tmp_path / "runs")
     assert demo_corpus(settings, 100)[0] == "flickr8k"
     assert demo_corpus(StrataSettings(data_dir=tmp_path / "none"), 100)[0] == "compositional"
+
+
+def test_demo_first_screen_estimates_each_stage_and_names_the_reused_ones(demo_run, tmp_path: Path):
+    settings, _ = demo_run
+    fresh = StrataSettings(data_dir=tmp_path / "no-data", runs_dir=tmp_path / "runs")
+    ahead = plan_demo(fresh, SMALL)
+    assert ahead.corpus == "compositional" and ahead.rows == SMALL.scenes
+    assert list(ahead.stages) == ["embed", "grasp-vl", "cedar", "index", "search"]
+    assert all(seconds is not None and seconds > 0 for seconds in ahead.stages.values())
+    assert ahead.seconds == pytest.approx(sum(ahead.stages.values()))
+    done = plan_demo(settings, SMALL)
+    assert [s for s, seconds in done.stages.items() if seconds is None] == [
+        "embed", "grasp-vl", "cedar", "index"
+    ]  # fmt: skip
+    screen = format_plan(done)
+    assert screen.count("reused") == 4 and "search" in screen and "total" in screen

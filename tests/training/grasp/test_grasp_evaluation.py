@@ -135,6 +135,24 @@ def test_real_captions_get_extracted_views_and_leave_one_out_anchors(tiny_clip, 
     assert set(data.negatives) == set(NEGATIVE_LEVELS)
     assert present_rows(data.negatives["order"]).tolist() == [True, False]
     assert present_rows(data.negatives["object"]).tolist() == [True, True]
+    # a sample of the usable rows is all that is embedded, drawn from the seed
+    sample = build_from_cache(cache, tiny_clip, seed=3, max_rows=1)
+    assert len(sample.ids) == 1 and sample.ids[0] in {"a.jpg#0", "b.jpg#0"}
+    again = build_from_cache(cache, tiny_clip, seed=3, max_rows=1)
+    assert list(again.ids) == list(sample.ids)
+    np.testing.assert_array_equal(again.anchors, sample.anchors)
+
+
+def test_a_sample_of_rows_is_drawn_from_the_seed_and_kept_in_order():
+    from training.grasp.data import sampled_rows
+
+    rows = np.arange(10, 60)
+    assert sampled_rows(rows, None, 0) is rows and sampled_rows(rows, 50, 0) is rows
+    drawn = sampled_rows(rows, 7, seed=1)
+    assert len(drawn) == 7 and len(set(drawn)) == 7 and set(drawn) <= set(rows)
+    assert list(drawn) == sorted(drawn)
+    np.testing.assert_array_equal(drawn, sampled_rows(rows, 7, seed=1))
+    assert any(not np.array_equal(drawn, sampled_rows(rows, 7, seed=s)) for s in range(2, 6))
 
 
 def test_agreement_with_expert_judgments(tmp_path: Path):
