@@ -228,7 +228,10 @@ class OpenVocabulary:
         teachers."""
         first = self.bundle.coder.axis_concepts
         bitmaps = self.bundle.concept_bitmaps
-        counts = np.array([len(bitmaps.rows_of(first + w)) for w in range(len(readout.words))])
+        counts = np.zeros(len(readout.words), dtype=np.int64)  # only learnt words can teach
+        for w in range(len(readout.words)):
+            if not readout.is_zero_shot(w) and readout.precision[w] is not None:
+                counts[w] = len(bitmaps.rows_of(first + w))
         teachers = teacher_words(readout, counts, self.bundle.rows)
         if not len(teachers):
             return None
