@@ -56,7 +56,12 @@ from service.errors import (
 )
 from service.limits import check_near_captions
 from service.query.cache import QueryCache
-from service.query.checks import check_grouping, check_query, check_query_input, parse_granularity
+from service.query.checks import (
+    check_grouping,
+    check_query,
+    check_query_input,
+    requested_granularity,
+)
 from service.query.embedding import EncoderObserver, embed_texts, encode
 from service.query.routing import Route, route_text
 from service.results import (
@@ -254,7 +259,7 @@ class SearchEngine:
 
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
-        granularity = parse_granularity(query.granularity)
+        granularity = requested_granularity(query.granularity)
         if granularity is not None:
             return Route(granularity, "requested")
         if query.text is not None:

@@ -233,7 +233,10 @@ def test_a_batch_embeds_all_its_texts_in_one_call_and_bad_queries_fail_alone(tex
         (SearchQuery.of(vector=[0.1] * 10), "the vector has 10 values"),
         (SearchQuery.of(vector=[float("nan")] * 384), "NaN"),
         (SearchQuery.of(vector=[0.0] * 384), "all zeros"),
-        (SearchQuery.of("a dog", granularity="scene"), "unknown granularity 'scene'"),
+        (
+            SearchQuery.of("a dog", granularity="scene"),
+            "unknown granularity 'scene'; choose from auto, object, ",
+        ),
         (SearchQuery.of("a dog", exclude=["+9999"]), "unknown concept"),
         (SearchQuery.of("a dog", metadata_fields=["colour"]), "unknown metadata field"),
         (SearchQuery.of(image=b"\x89PNG"), "has no image tower"),
