@@ -56,7 +56,7 @@ class LocalScorer:
         self.bundle, self.config, self.image_root = bundle, config, image_root
         self.vocabulary = vocabulary  # a name the catalog lacks, made a zero-shot concept
         self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
-        self.coder, self.contract = bundle.coder, bundle.contract
+        self.coder = bundle.coder
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
         self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (engine/hits.py)
         self.metadata_fields = list(self.metadata.schema)
@@ -66,8 +66,8 @@ class LocalScorer:
 
     # --- search ---
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
-        query = prepared.query
+    def restrict(self, prepared: PreparedQuery) -> None:
+        query, length = prepared.query, prepared.length
         self.metadata.check(query.where)
         if query.require or query.exclude:
             prepared.allowed = allowed_rows(
@@ -83,8 +83,8 @@ class LocalScorer:
         groups: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)  # (L, setting, S, F)
         found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None and p.plan is not None
-            length = self.contract[p.route.granularity]
+            assert p.plan is not None
+            length = p.length
             if p.query.group_by:
                 found[i] = self._grouped(p, rotated[i : i + 1], length)
             elif p.allowed is None:
@@ -158,11 +158,9 @@ class LocalScorer:
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
         """A query's answer from its scored rows (and its code, when explained)."""
-        assert p.route is not None
         fields = list(p.query.metadata_fields)
         hits = hits_of(self.bundle, scores, rows, fields, self.image_root, self.id_column)
-        length = self.contract[p.route.granularity]
-        result = query_result(p, hits, length, self.metadata, self.bundle.version)
+        result = query_result(p, hits, self.metadata, self.bundle.version)
         if query_code is not None:
             result.query_concepts = explain_hits(
                 self.bundle, self.coder, hits, query_code, self.config.hit_concepts

@@ -60,6 +60,7 @@ class PreparedQuery:
     embedding: np.ndarray | None = None
     error: ServiceError | None = None
     route: Route | None = None
+    length: int = 0  # the prefix length its route searches (the contract's), set with route
     setting: str = ""  # search parameters other than the index's own (operating_points.py)
     allowed: Any = None  # the rows it may return, in its scorer's form (None: every row)
     plan: PlanRun | None = None
@@ -71,7 +72,7 @@ class PreparedQuery:
 
 
 def query_result(
-    p: PreparedQuery, hits: list[Hit], prefix_length: int, metadata: MetadataFilter, version: int
+    p: PreparedQuery, hits: list[Hit], metadata: MetadataFilter, version: int
 ) -> SearchResult:
     """A prepared query's answer from its hits, as either scorer gives it: each hit labelled
     with its group (group_by), and the route, prefix, plan and filter size the query ran with."""
@@ -82,7 +83,7 @@ def query_result(
             hit.group = str(labels[code])
     return SearchResult(
         granularity=p.route.granularity,
-        prefix_length=prefix_length,
+        prefix_length=p.length,
         routing_reason=p.route.reason,
         hits=hits,
         filtered_rows=None if p.allowed is None else p.allowed.count,
@@ -111,9 +112,10 @@ class Scorer(Protocol):
     metadata_fields: list[str]  # the fields a query may ask hits to carry
     vocabulary: OpenVocabulary | None  # a phrase the catalog lacks, made a zero-shot concept
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
-        """Set the rows a checked query may return (`prepared.allowed`) and its plan at
-        prefix `length` (`prepared.plan`); QueryError for a filter or plan it refuses."""
+    def restrict(self, prepared: PreparedQuery) -> None:
+        """Set the rows a checked and routed query may return (`prepared.allowed`) and its
+        plan at its prefix `prepared.length` (`prepared.plan`); QueryError for a filter or plan
+        it refuses."""
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         """Set every live query's result (`prepared.result`), its rotated embedding a row of

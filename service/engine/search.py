@@ -183,7 +183,7 @@ class SearchEngine:
         prepared = [self._prepare(q) for q in queries]
         self._embed(prepared, observer)
         if live := [p for p in prepared if p.error is None]:  # rotated as far as searched
-            head = max(self.contract[p.route.granularity] for p in live)  # type: ignore[union-attr]
+            head = max(p.length for p in live)
             embedded = (
                 live[0].embedding[None, :]
                 if len(live) == 1
@@ -208,13 +208,15 @@ class SearchEngine:
                 query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
             )
             prepared.route = self.route(query)
+            prepared.length = self.contract[prepared.route.granularity]
             check_min_recall(query.min_recall)
-            length = self.contract[prepared.route.granularity]
-            prepared.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
+            prepared.setting = setting_for(
+                self.bundle.manifest.prefix(prepared.length), query.min_recall
+            )
             check_grouping(query, self.config.limits)
             if query.group_by:
                 self.metadata.check_field(query.group_by, "group_by")
-            self.scorer.restrict(prepared, length)
+            self.scorer.restrict(prepared)
             if query.require or query.exclude:
                 prepared.filter_concepts, prepared.warnings = filter_concepts(
                     self.bundle, query.require, query.exclude, query.scope, self.vocabulary

@@ -118,7 +118,7 @@ class MilvusScorer:
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
+    def restrict(self, prepared: PreparedQuery) -> None:
         """The filter as one Milvus expression (metadata conditions and concepts, run inside
         the engine's search), the rows it allows, and the plan."""
         query = prepared.query
@@ -152,7 +152,7 @@ class MilvusScorer:
             except EngineUnavailable as exc:
                 raise UnavailableError(str(exc)) from None
         prepared.allowed = MilvusFilter(expression, count)
-        prepared.plan = self._plan(query, length, count)
+        prepared.plan = self._plan(query, prepared.length, count)
 
     def _phrase_rows(self, phrase: str) -> np.ndarray:
         """A zero-shot phrase's rows (service/engine/open_vocabulary.py), made beside the engine
@@ -209,12 +209,12 @@ class MilvusScorer:
         groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
         found: dict[int, list[dict[str, Any]]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None and p.plan is not None
+            plan = p.plan
+            assert plan is not None
             if p.query.group_by:
                 found[i] = self._grouped(p, rotated[i : i + 1])
                 continue
-            length = self.contract[p.route.granularity]
-            key = (length, p.setting, p.allowed.expression, p.plan.shortlist_prefix, p.plan.factor)
+            key = (p.length, p.setting, p.allowed.expression, plan.shortlist_prefix, plan.factor)
             groups[key].append(i)
         for (length, setting, expression, shortlist, factor), members in groups.items():
             fields = self._output_fields([live[i].query for i in members])
@@ -245,8 +245,8 @@ class MilvusScorer:
     def _grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
         """A grouped query's hits, group by group (service/engine/grouping.py widens the engine's
         search until it has top_k full groups), each hit's group code in `p.groups`."""
-        assert p.route is not None and p.plan is not None
-        length = self.contract[p.route.granularity]
+        assert p.plan is not None
+        length = p.length
         codes, _ = self.metadata.group_keys(p.query.group_by)
         fields, where = self._output_fields([p.query]), p.allowed.expression
         by_row: dict[int, dict[str, Any]] = {}
@@ -315,7 +315,6 @@ class MilvusScorer:
         found: list[dict[str, Any]],
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
-        assert p.route is not None
         wanted = [f for f in p.query.metadata_fields if f != "id"]
         hits = [
             Hit(
@@ -326,8 +325,7 @@ class MilvusScorer:
             )
             for h in found
         ]
-        length = self.contract[p.route.granularity]
-        result = query_result(p, hits, length, self.metadata, self.bundle.version)
+        result = query_result(p, hits, self.metadata, self.bundle.version)
         if query_code is not None:
             q_ids, q_values = query_code
             for hit, h in zip(hits, found, strict=True):

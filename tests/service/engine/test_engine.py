@@ -52,6 +52,30 @@ def test_an_attribute_query_prefers_its_attribute(engine, wanted: str, other: st
     assert share(f"a {wanted} dog", wanted) > share(f"a {other} dog", wanted)
 
 
+def test_a_prepared_query_carries_its_prefix_length(engine):
+    """The contract is read once, when a query is routed: its length rides on the prepared
+    query (0 for one that failed its checks)."""
+    for granularity in ("object", "auto", "caption", "full"):
+        prepared = engine._prepare(SearchQuery.of("a red dog", granularity=granularity))
+        assert prepared.error is None, prepared.error
+        assert prepared.length == engine.contract[prepared.route.granularity]
+    assert engine._prepare(SearchQuery.of("a dog", granularity="scene")).length == 0
+
+
+def test_the_scorer_plans_searches_and_answers_at_the_prepared_length(engine):
+    """Routed to object but carrying the full length, a query is searched and answered at the
+    full prefix: no scorer looks the length up again from the route."""
+    full = engine.contract[Granularity.FULL]
+    prepared = engine._prepare(SearchQuery.of("a dog", granularity="object", plan="direct"))
+    prepared.length = full
+    engine._embed([prepared], None)
+    engine.scorer.search([prepared], engine.bundle.rotate(prepared.embedding[None, :]))
+    at_full = engine.search(SearchQuery.of("a dog", granularity="full", plan="direct"))
+    assert prepared.result.prefix_length == full
+    assert prepared.result.granularity == Granularity.OBJECT
+    assert prepared.result.ids == at_full.ids
+
+
 @pytest.mark.parametrize(
     ("text", "granularity"),
     [
