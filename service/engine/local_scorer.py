@@ -36,9 +36,14 @@ from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import Planner
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
-from service.errors import NotFoundError, QueryError, echo
-from service.limits import check_chars
+from service.engine.scoring import (
+    EngineConfig,
+    PreparedQuery,
+    StoredRow,
+    check_item,
+    query_result,
+)
+from service.errors import NotFoundError, echo
 from service.results import MAX_SHORTLIST, SearchResult
 from training.core.metrics import prefix_vectors
 
@@ -185,17 +190,12 @@ class LocalScorer:
         return self.bundle.search_prefix(length, rotated, k)
 
     def row_of(self, item_id: str | None = None, row: int | None = None) -> int:
-        """The row of an item id (or a row checked to exist); NotFoundError otherwise."""
-        if (item_id is None) == (row is None):
-            raise QueryError("name the item by its id or by its row, one of them")
-        if item_id is not None:
-            if not item_id:
-                raise QueryError("empty item id")
-            check_chars("an item id", item_id, self.config.limits.id_chars)
-            found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
-            if found < 0:
-                raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
-            return int(found)
-        if not 0 <= int(row) < self.bundle.rows:
-            raise NotFoundError(f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}")
-        return int(row)
+        """The row of an item id (or a row checked to exist: `check_item`); NotFoundError
+        otherwise."""
+        checked = check_item(item_id, row, self.bundle, self.config.limits)
+        if checked is not None:
+            return checked
+        found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
+        if found < 0:
+            raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
+        return int(found)

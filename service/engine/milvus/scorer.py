@@ -63,9 +63,14 @@ from service.engine.milvus.expressions import (
 )
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import auto_plan
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
+from service.engine.scoring import (
+    EngineConfig,
+    PreparedQuery,
+    StoredRow,
+    check_item,
+    query_result,
+)
 from service.errors import NotFoundError, QueryError, UnavailableError, echo
-from service.limits import check_chars
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
@@ -381,20 +386,13 @@ class MilvusScorer:
         return scores, rows
 
     def _entity(self, item_id: str | None, row: int | None) -> dict[str, Any]:
-        """One row's fields and vectors, read from the engine; NotFoundError when absent."""
-        if (item_id is None) == (row is None):
-            raise QueryError("name the item by its id or by its row, one of them")
-        if item_id is not None:
-            if not item_id:
-                raise QueryError("empty item id")
-            check_chars("an item id", item_id, self.config.limits.id_chars)
-            expression = f"{ITEM_ID} == {string_literal(item_id)}"
+        """One row's fields and vectors (the item asked: `check_item`), read from the engine;
+        NotFoundError when absent."""
+        checked = check_item(item_id, row, self.bundle, self.config.limits)
+        if checked is None:
+            expression = f"{ITEM_ID} == {string_literal(item_id)}"  # type: ignore[arg-type]
         else:
-            if not 0 <= int(row) < self.bundle.rows:  # type: ignore[arg-type]
-                raise NotFoundError(
-                    f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}"
-                )
-            expression = f"{ROW} == {int(row)}"  # type: ignore[arg-type]
+            expression = f"{ROW} == {checked}"
         fields = [ROW, ITEM_ID, CONCEPTS, ACTIVATIONS,
                   *(vector_field(n) for n in self.bundle.prefix_lengths)]  # fmt: skip
         found = self.store.call(

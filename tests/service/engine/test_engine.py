@@ -215,6 +215,27 @@ def test_explain_gives_the_cosine_at_every_prefix(engine, minilm):
         engine.explain(SearchQuery.of("a dog"), row=9999)
 
 
+@pytest.mark.parametrize(
+    ("item_id", "row", "error", "message"),
+    [
+        (None, None, QueryError, "name the item by its id or by its row, one of them"),
+        ("scene-0000001", 0, QueryError, "by its id or by its row, one of them"),
+        ("", None, QueryError, "empty item id"),
+        ("x" * 257, None, QueryError, r"an item id of 257 characters .*; at most 256"),
+        (None, -1, NotFoundError, r"row -1 outside \[0, "),
+        (None, "past the end", NotFoundError, r"row \d+ outside \[0, \d+\) of "),
+    ],
+)
+def test_both_scorers_check_the_item_asked_alike(engine, item_id, row, error, message: str):
+    """The one id-or-row check (service/engine/scoring.py's check_item), in either scorer."""
+    if row == "past the end":
+        row = engine.bundle.rows
+    with pytest.raises(error, match=message):
+        engine.scorer.stored_row(item_id, row)
+    last = engine.bundle.rows - 1
+    assert engine.scorer.stored_row(None, last).row == last
+
+
 class CountingEncoder:
     """Delegates to an encoder and counts its encode_text calls."""
 
