@@ -36,7 +36,7 @@ from service.api.server import ServerConfig
 from service.cli.demo_config import DemoConfig
 from service.engine.search import SearchEngine
 from service.results import Explanation, SearchResult
-from training.cedar.fit import fit_cedar
+from training.cedar.fit import CedarFitConfig, fit_cedar
 from training.cedar.readout import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
@@ -174,10 +174,16 @@ def run_demo(
     if not reuse:
         log.info("training CEDAR (%d epochs)", config.cedar_epochs)
         fit_cedar(
-            cache_dir, cedar_dir, CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
-            device=settings.device, overwrite=True, progress=config.progress,
-            readout=ReadoutConfig(seed=config.seed),
-        )  # fmt: skip
+            CedarFitConfig(
+                cache=cache_dir,
+                out=cedar_dir,
+                cedar=CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
+                readout=ReadoutConfig(seed=config.seed),
+                device=settings.device,
+                overwrite=True,
+                progress=config.progress,
+            )
+        )
     stages["cedar"] = _took(started, reuse)
 
     bundles = root / f"bundles-{name}"

@@ -19,6 +19,8 @@ from training.cedar.concepts import (
     vocabulary_from_texts,
 )
 from training.cedar.evaluate import concept_purity, factor_rows, rotation_method
+from training.cedar.fit import CedarFitConfig, fit_cedar
+from training.cedar.readout import ReadoutConfig
 from training.cedar.sparse_codes import (
     concept_ids,
     concept_label,
@@ -325,6 +327,36 @@ def test_factor_rows_from_compositional_metadata(compositional_cache: Path):
     factors = factor_rows(EmbeddingCache.open(compositional_cache).metadata())
     assert {"dog", "red", "sitting", "beach", "ball"} <= set(factors)
     assert all(mask.any() for mask in factors.values())
+
+
+@pytest.mark.slow
+def test_fit_cedar_takes_one_config_and_returns_one_result(
+    compositional_cache: Path, tmp_path: Path
+):
+    fit = CedarFitConfig(
+        cache=compositional_cache,
+        out=tmp_path / "cedar",
+        cedar=CedarConfig(epochs=1, k=8, k_min=4, k_max=16, batch_size=64, seed=3),
+        readout=ReadoutConfig(epochs=1),
+        device="cpu",
+        progress=False,
+    )
+    fitted = fit_cedar(fit)
+    saved = TransformArtifact.load(fit.out)
+    assert saved.config["seed"] == 3 and fitted.result.epochs_run == 1
+    assert len(fitted.catalog) == len(saved.extra["catalog"]) == 2 * saved.dim
+    assert saved.extra["vocabulary"]["size"] == fitted.vocabulary["size"] > 0
+    assert saved.extra["naming"]["by"] == fitted.naming["by"] == "data"
+    readout = fitted.readout  # the readout's record, tensors and training, as the file holds them
+    assert readout is not None and readout.info["words"] > 0 and "history" in readout.info
+    assert readout.record["config"] == fit.readout.model_dump()
+    assert set(saved.extra["readout"]) == set(readout.record)
+    assert set(saved.extra["readout"]["training"]) == set(readout.info) - {"history"}
+    assert readout.tensors and set(readout.tensors) <= set(saved.tensors)
+    bare = fit_cedar(fit.model_copy(update={"out": tmp_path / "bare", "readout": None}))
+    assert bare.readout is None and "readout" not in TransformArtifact.load(tmp_path / "bare").extra
+    with pytest.raises(ValidationError, match="extra"):  # a misspelt option is an error
+        CedarFitConfig(cache=compositional_cache, out=tmp_path / "x", epochs=2)
 
 
 @pytest.mark.slow
