@@ -24,6 +24,7 @@ from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
 from service.serving.batching import BatchingConfig
+from service.serving.served_engine import search_pinned
 from training.core.granularity import Granularity
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -45,6 +46,14 @@ def test_index_info_describes_the_bundle(client: StrataClient):
     assert {p.factory for p in info.prefixes} == {"Flat"}
     assert "caption" in info.metadata_fields and info.concepts == 768
     assert info.bundle_version == 1 and not info.image_queries
+
+
+def test_the_batcher_runs_servings_search_itself(server: BackgroundServer):
+    """The micro-batcher is given serving's search_pinned (with this server's metrics): no
+    call back up into the server that holds it."""
+    process = server.server.batcher.process
+    assert process.func is search_pinned
+    assert process.keywords == {"metrics": server.server.metrics}
 
 
 def test_an_object_search_over_the_wire(client: StrataClient):
