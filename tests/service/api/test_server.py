@@ -51,7 +51,7 @@ def test_index_info_describes_the_bundle(client: StrataClient):
 def test_the_batcher_runs_servings_search_itself(server: BackgroundServer):
     """The micro-batcher is given serving's search_pinned (with this server's metrics): no
     call back up into the server that holds it."""
-    process = server.server.batcher.process
+    process = server.server.batcher.calls.process
     assert process.func is search_pinned
     assert process.keywords == {"metrics": server.server.metrics}
 
