@@ -282,9 +282,12 @@ def eval_command(
             methods.append(rotation_method(name, random_rotation(dim), mean))
         else:
             sae_config = SaeConfig(
-                kind=name, k=k_default, k_range=(cedar_config.k_min, cedar_config.k_max),
-                epochs=sae_epochs, seed=cedar_config.seed if seed is None else seed,
-            )  # fmt: skip
+                kind=name,
+                k=k_default,
+                k_range=(cedar_config.k_min, cedar_config.k_max),
+                epochs=sae_epochs,
+                seed=cedar_config.seed if seed is None else seed,
+            )
             model, seconds = trained_sae(
                 sae_config, x[train], x[val], out / "saes", progress=progress
             )
@@ -336,9 +339,12 @@ def eval_command(
         if coder is not None and coder.readout is not None:
             assert cedar is not None
             variants = readout_variants(
-                cedar, coder.readout, data,
-                lambda words: embed_words(words, encoder or data.encoder), progress,
-            )  # fmt: skip
+                cedar,
+                coder.readout,
+                data,
+                lambda words: embed_words(words, encoder or data.encoder),
+                progress,
+            )
             readouts = (cedar, variants)
         report["filter_quality"] = gallery_quality(
             gallery, methods, namings, k_default, encoder or data.encoder, readouts

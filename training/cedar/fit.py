@@ -189,9 +189,14 @@ def fit_readout(data: SplitRows, result: CedarResult, fit: CedarFitConfig) -> Fi
         log.info("no captions in %s: no vocabulary readout, the axes alone", fit.cache)
         return None
     learnt, info = learn_readout(
-        data, result.rotation, result.mean, fit.cedar.k,
-        lambda words: embed_words(words, fit.encoder or data.encoder), fit.readout, fit.progress,
-    )  # fmt: skip
+        data,
+        result.rotation,
+        result.mean,
+        fit.cedar.k,
+        lambda words: embed_words(words, fit.encoder or data.encoder),
+        fit.readout,
+        fit.progress,
+    )
     info.update(mean_held_out(learnt))
     record = {**readout_record(learnt), "config": fit.readout.model_dump()}
     record["training"] = {k: v for k, v in info.items() if k != "history"}
@@ -213,16 +218,26 @@ def fit_cedar(fit: CedarFitConfig) -> FittedCedar:
             found = embed_words(words[: config.anchor_words], fit.encoder or data.encoder)
             anchors = text_directions(found, x[train_rows].mean(axis=0))
         result = train_cedar(
-            x[train_rows], x[val_rows], config, work_dir=work_folder(fit.out, fit.work),
-            device=fit.device, progress=fit.progress, anchors=anchors,
-        )  # fmt: skip
+            x[train_rows],
+            x[val_rows],
+            config,
+            work_dir=work_folder(fit.out, fit.work),
+            device=fit.device,
+            progress=fit.progress,
+            anchors=anchors,
+        )
         rows = naming_rows(data, fit.vocabulary, fit.encoder)
         method = rotation_method("cedar", result.rotation, result.mean)
         names, naming = method_names(method, rows, data, result.mean, config.k, fit.name_threshold)
         catalog = build_catalog(
-            names, result.rotation, result.mean, config.k, x[train_rows],
-            data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
-        )  # fmt: skip
+            names,
+            result.rotation,
+            result.mean,
+            config.k,
+            x[train_rows],
+            data.metadata.column("id").take(train_rows).to_pylist(),
+            data.texts(train_rows),
+        )
         best = result.history[result.best_epoch - 1]
         readout = fit_readout(data, result, fit)
         artifact = TransformArtifact(
