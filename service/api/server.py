@@ -269,9 +269,13 @@ class StrataServer:
         )
         host = self.config.http_host or self.config.host
         self.http = HttpEndpoint(
-            api.app(), host, self.config.http_port, self.config.max_concurrent_rpcs,
-            self.config.grace_s, reuse_port=self.config.reuse_port,
-        )  # fmt: skip
+            api.app(),
+            host,
+            self.config.http_port,
+            self.config.max_concurrent_rpcs,
+            self.config.grace_s,
+            reuse_port=self.config.reuse_port,
+        )
         self.http_port = await self.http.start()
 
     @property

@@ -43,9 +43,13 @@ def demo(
     from service.cli.demo import run_demo
 
     config = DemoConfig(
-        scenes=scenes, grasp_epochs=grasp_epochs, cedar_epochs=cedar_epochs, k=k, seed=seed,
+        scenes=scenes,
+        grasp_epochs=grasp_epochs,
+        cedar_epochs=cedar_epochs,
+        k=k,
+        seed=seed,
         progress=progress,
-    )  # fmt: skip
+    )
     with logging_redirect_tqdm():
         result = run_demo(load_settings(), config, out=out)
     typer.echo(format_demo(result))

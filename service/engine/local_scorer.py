@@ -76,9 +76,13 @@ class LocalScorer:
         self.metadata.check(query.where)
         if query.require or query.exclude:
             prepared.allowed = allowed_rows(
-                self.bundle, query.require, query.exclude, query.scope, self.blocks,
+                self.bundle,
+                query.require,
+                query.exclude,
+                query.scope,
+                self.blocks,
                 self.vocabulary,
-            )  # fmt: skip
+            )
         if query.where:
             base = prepared.allowed or AllowedRows.everything(self.bundle.rows)
             prepared.allowed = base.within(self.metadata.rows(query.where))
@@ -151,8 +155,12 @@ class LocalScorer:
         cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == "funnel" else FETCH_MAX
         scores, rows, p.groups = grouped_search(
             lambda k: self._search_one(p, rotated, length, k),
-            codes, p.query.k, p.query.group_size or 1, available, max(cap, 1),
-        )  # fmt: skip
+            codes,
+            p.query.k,
+            p.query.group_size or 1,
+            available,
+            max(cap, 1),
+        )
         return scores[None, :], rows[None, :]
 
     def result(

@@ -161,9 +161,12 @@ class SearchEngine:
         else:
             encoder = load_encoder(spec, device=device, batch_size=batch_size)
         log.info(
-            "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, encoder.id,
+            "bundle %s: %d rows, encoder %s on %s",
+            bundle.name,
+            bundle.rows,
+            encoder.id,
             encoder.device,
-        )  # fmt: skip
+        )
         return cls(bundle, encoder, config, cache)
 
     # --- search ---
@@ -353,9 +356,13 @@ class SearchEngine:
     ) -> ConceptPage:
         """A page of the catalog (`service.engine.catalog.catalog_page`)."""
         return catalog_page(
-            self.bundle, name_contains, page_size, page_token, self.config.limits,
+            self.bundle,
+            name_contains,
+            page_size,
+            page_token,
+            self.config.limits,
             include_below_floor,
-        )  # fmt: skip
+        )
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
         """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a

@@ -111,8 +111,10 @@ def query_fields(message: pb.Query) -> dict[str, object]:
 
 
 _PLAN_TO_PROTO = {
-    AUTO: pb.PLAN_KIND_AUTO, "direct": pb.PLAN_KIND_DIRECT, "funnel": pb.PLAN_KIND_FUNNEL,
-}  # fmt: skip
+    AUTO: pb.PLAN_KIND_AUTO,
+    "direct": pb.PLAN_KIND_DIRECT,
+    "funnel": pb.PLAN_KIND_FUNNEL,
+}
 _PLAN_FROM_PROTO = {v: k for k, v in _PLAN_TO_PROTO.items()}
 _PLAN_FIELDS = ("shortlist_prefix", "factor")
 

@@ -138,9 +138,11 @@ class MilvusScorer:
                 resolve_ref(bundle, r, "require", scope) for r in query.require if not opened[r]
             ]
             excluded = [
-                c for r in query.exclude if not opened[r]
+                c
+                for r in query.exclude
+                if not opened[r]
                 for c in resolve_ref(bundle, r, "exclude", scope)
-            ]  # fmt: skip
+            ]
             filters.append(concept_expression(required, excluded))
             if vocabulary is not None:  # zero-shot phrases: their rows, made beside the engine
                 for r in query.require:
@@ -167,9 +169,12 @@ class MilvusScorer:
 
     def count(self, expression: str) -> int:
         found = self.store.call(
-            "counting rows", self.store.client.query, self.collection, filter=expression,
+            "counting rows",
+            self.store.client.query,
+            self.collection,
+            filter=expression,
             output_fields=["count(*)"],
-        )  # fmt: skip
+        )
         return int(found[0]["count(*)"])
 
     def _plan(self, query: SearchQuery, length: int, allowed: int | None) -> PlanRun:
@@ -179,9 +184,14 @@ class MilvusScorer:
         rows = self.bundle.rows if allowed is None else allowed
         if asked.kind != "funnel" and not asked.shortlist_prefix and not asked.factor:
             run = auto_plan(
-                self.choices, self.direct_reasons, query, length, self.bundle.rows, allowed,
+                self.choices,
+                self.direct_reasons,
+                query,
+                length,
+                self.bundle.rows,
+                allowed,
                 self.config.exact_max,
-            )  # fmt: skip
+            )
             if run.shortlist_rows:
                 run.shortlist_rows = min(run.shortlist_rows, TOPK_MAX)
             return run
@@ -227,14 +237,19 @@ class MilvusScorer:
             if factor:
                 rows = max(live[i].plan.shortlist_rows for i in members)  # type: ignore[union-attr]
                 answers = self.engine_search(
-                    rotated[members], shortlist, rows, expression, setting,
+                    rotated[members],
+                    shortlist,
+                    rows,
+                    expression,
+                    setting,
                     [*fields, vector_field(length)],
-                )  # fmt: skip
+                )
                 for j, i in enumerate(members):
                     found[i] = reranked(answers[j], rotated[i], length, live[i].query.k)
             else:
-                answers = self.engine_search(rotated[members], length, k, expression, setting,
-                                              fields)  # fmt: skip
+                answers = self.engine_search(
+                    rotated[members], length, k, expression, setting, fields
+                )
                 for j, i in enumerate(members):
                     found[i] = answers[j][: live[i].query.k]
         explained = [i for i, p in enumerate(live) if p.query.explain]
@@ -260,9 +275,13 @@ class MilvusScorer:
             if p.plan is not None and p.plan.factor:
                 shortlist = min(k * p.plan.factor, TOPK_MAX)
                 answer = self.engine_search(
-                    rotated, p.plan.shortlist_prefix, shortlist, where, p.setting,
+                    rotated,
+                    p.plan.shortlist_prefix,
+                    shortlist,
+                    where,
+                    p.setting,
                     [*fields, vector_field(length)],
-                )[0]  # fmt: skip
+                )[0]
                 answer = reranked(answer, rotated[0], length, k)
             else:
                 answer = self.engine_search(rotated, length, k, where, p.setting, fields)[0]
@@ -298,11 +317,16 @@ class MilvusScorer:
         """Each query's hits as Milvus returns them: entity fields, `distance` = s_L."""
         vectors = prefix_vectors(rotated, length)
         answers = self.store.call(
-            "searching", self.store.client.search, self.collection, data=list(vectors),
-            anns_field=vector_field(length), limit=min(int(k), TOPK_MAX), filter=expression,
+            "searching",
+            self.store.client.search,
+            self.collection,
+            data=list(vectors),
+            anns_field=vector_field(length),
+            limit=min(int(k), TOPK_MAX),
+            filter=expression,
             output_fields=fields,
             search_params={"metric_type": "IP", "params": self._params(setting, k)},
-        )  # fmt: skip
+        )
         return [
             [{**hit["entity"], "distance": float(hit["distance"])} for hit in answer]
             for answer in answers
@@ -393,12 +417,21 @@ class MilvusScorer:
             expression = f"{ITEM_ID} == {string_literal(item_id)}"  # type: ignore[arg-type]
         else:
             expression = f"{ROW} == {checked}"
-        fields = [ROW, ITEM_ID, CONCEPTS, ACTIVATIONS,
-                  *(vector_field(n) for n in self.bundle.prefix_lengths)]  # fmt: skip
+        fields = [
+            ROW,
+            ITEM_ID,
+            CONCEPTS,
+            ACTIVATIONS,
+            *(vector_field(n) for n in self.bundle.prefix_lengths),
+        ]
         found = self.store.call(
-            "reading a row", self.store.client.query, self.collection, filter=expression,
-            output_fields=fields, limit=1,
-        )  # fmt: skip
+            "reading a row",
+            self.store.client.query,
+            self.collection,
+            filter=expression,
+            output_fields=fields,
+            limit=1,
+        )
         if not found:
             what = f"item {echo(item_id)}" if item_id is not None else f"row {row}"
             raise NotFoundError(f"no {what} in bundle {self.bundle.name}")
