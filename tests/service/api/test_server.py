@@ -40,9 +40,12 @@ def test_index_info_describes_the_bundle(client: StrataClient):
         "text",
     )
     assert info.contract == {
-        Granularity.OBJECT: 24, Granularity.ATTRIBUTE: 48, Granularity.RELATION: 96,
-        Granularity.CAPTION: 192, Granularity.FULL: 384,
-    }  # fmt: skip
+        Granularity.OBJECT: 24,
+        Granularity.ATTRIBUTE: 48,
+        Granularity.RELATION: 96,
+        Granularity.CAPTION: 192,
+        Granularity.FULL: 384,
+    }
     assert {p.factory for p in info.prefixes} == {"Flat"}
     assert "caption" in info.metadata_fields and info.concepts == 768
     assert info.bundle_version == 1 and not info.image_queries
@@ -147,8 +150,10 @@ def test_batch_search_keeps_order_and_names_a_bad_request(client: StrataClient):
     queries = [SearchQuery.of(t, k=2) for t in ("a dog", "a red cat", "a horse pulling a box")]
     results = client.batch_search(queries)
     assert [r.granularity for r in results] == [
-        Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION,
-    ]  # fmt: skip
+        Granularity.OBJECT,
+        Granularity.ATTRIBUTE,
+        Granularity.RELATION,
+    ]
     assert [r.ids for r in results] == [client.search(q.text, k=2).ids for q in queries]
     # a batch of exactly one is answered as one (it once failed INTERNAL: "cannot unpack")
     (alone,) = client.batch_search(queries[:1])

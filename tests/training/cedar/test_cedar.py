@@ -365,9 +365,18 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"epochs": 2, "k": 8, "k_min": 4, "k_max": 16, "batch_size": 64}))
     done = strata(
-        "train", "cedar", "--cache", str(compositional_cache), "--out", str(artifact),
-        "--config", str(config), "--seed", "5", "--no-progress",
-    )  # fmt: skip
+        "train",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--out",
+        str(artifact),
+        "--config",
+        str(config),
+        "--seed",
+        "5",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     loaded = TransformArtifact.load(artifact)
     assert loaded.method == "cedar" and len(loaded.extra["catalog"]) == 2 * loaded.dim
@@ -378,9 +387,15 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     )
     assert "zero_shot_z" in loaded.extra["readout"]["training"]  # the open vocabulary's z
     again = strata(
-        "train", "floor", "--artifact", str(artifact), "--cache", str(compositional_cache),
-        "--zero-shot-z", "--dry-run",
-    )  # fmt: skip
+        "train",
+        "floor",
+        "--artifact",
+        str(artifact),
+        "--cache",
+        str(compositional_cache),
+        "--zero-shot-z",
+        "--dry-run",
+    )
     assert again.returncode == 0, again.stderr
     assert f"floor {floor['value']:.2f}" in again.stdout and "zero_shot_z " in again.stdout
     missing = strata(
@@ -395,10 +410,24 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
             assert example["text"] == caption[example["id"]] and split[example["id"]] == "train"
     report = tmp_path / "report"
     done = strata(
-        "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
-        "--out", str(report), "--baselines", "identity,pca,topk", "--sae-epochs", "2",
-        "--ks", "4,8", "--gallery", str(compositional_cache), "--no-progress",
-    )  # fmt: skip
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--artifact",
+        str(artifact),
+        "--out",
+        str(report),
+        "--baselines",
+        "identity,pca,topk",
+        "--sae-epochs",
+        "2",
+        "--ks",
+        "4,8",
+        "--gallery",
+        str(compositional_cache),
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((report / "report.json").read_text())
     quality = data["filter_quality"]  # judged by each scene's own caption (one per scene)
@@ -421,15 +450,35 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     (saved,) = (report / "saes").glob("topk-*.pt")
     written = saved.stat().st_mtime_ns
     again = strata(
-        "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
-        "--out", str(report), "--baselines", "topk", "--sae-epochs", "2", "--ks", "4,8",
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--artifact",
+        str(artifact),
+        "--out",
+        str(report),
+        "--baselines",
+        "topk",
+        "--sae-epochs",
+        "2",
+        "--ks",
+        "4,8",
         "--no-progress",
-    )  # fmt: skip
+    )
     assert again.returncode == 0, again.stderr
     reused = json.loads((report / "report.json").read_text())["methods"]["topk-sae"]
     assert reused["fvu"] == data["methods"]["topk-sae"]["fvu"]
     assert saved.stat().st_mtime_ns == written  # reused, not trained again
-    bad = strata("eval", "cedar", "--cache", str(compositional_cache), "--out", str(report),
-                 "--baselines", "pca,svd")  # fmt: skip
+    bad = strata(
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--out",
+        str(report),
+        "--baselines",
+        "pca,svd",
+    )
     assert bad.returncode != 0 and "unknown baseline(s) svd" in bad.stderr
     assert "Traceback" not in bad.stderr
