@@ -6,6 +6,7 @@ All are `InputError`s, so the `strata` command prints them as one line and exits
 from __future__ import annotations
 
 from training.core.errors import InputError
+from training.core.errors import echo as echo  # how a message quotes a caller's value
 
 
 class ServiceError(InputError):
@@ -38,17 +39,7 @@ class InternalError(ServiceError):
     """A fault of the server's own in one query (INTERNAL); logged with its traceback."""
 
 
-ECHO_CHARS = 40  # of any value a caller sent, a status message quotes at most this prefix
 MESSAGE_CHARS = 1000  # a status message's length at most, whatever it quotes
-
-
-def echo(value: object, most: int = ECHO_CHARS) -> str:
-    """How a message quotes a caller's value: its repr, cut to a prefix of `most` characters
-    with the full length said when it was cut (`'aaaa…' (10485760 characters)`)."""
-    text = value if isinstance(value, str) else str(value)
-    if len(text) <= most:
-        return repr(text)
-    return f"{text[:most]!r}… ({len(text)} characters)"
 
 
 def bounded(message: str, most: int = MESSAGE_CHARS) -> str:

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
 from service.errors import echo
-from training.core.granularity import Granularity
+from training.core.granularity import AUTO, Granularity, granularity_choices
 
-AUTO = "auto"
-GRANULARITY_CHOICES = (AUTO, *(g.value for g in Granularity))
+GRANULARITY_CHOICES = granularity_choices(auto=True)
 DEFAULT_K = 10
 MAX_K = 1000
 SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)

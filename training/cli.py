@@ -186,9 +186,14 @@ def run(
 
     settings = load_settings()
     source = open_corpus(
-        corpus, corpus_location(corpus, path), split=split, images=images, scenes=scenes,
-        seed=seed, on_malformed="error" if strict else "skip",
-    )  # fmt: skip
+        corpus,
+        corpus_location(corpus, path),
+        split=split,
+        images=images,
+        scenes=scenes,
+        seed=seed,
+        on_malformed="error" if strict else "skip",
+    )
     flags = {
         "shard_rows": shard_rows or settings.shard_rows,
         "dtype": dtype or settings.cache_dtype,
@@ -288,9 +293,14 @@ def peek(
 ) -> None:
     """Read a corpus without embedding it: a few records, the count, and what was skipped."""
     source = open_corpus(
-        corpus, corpus_location(corpus, path), split=split, images=images, scenes=scenes,
-        seed=seed, on_malformed="error" if strict else "skip",
-    )  # fmt: skip
+        corpus,
+        corpus_location(corpus, path),
+        split=split,
+        images=images,
+        scenes=scenes,
+        seed=seed,
+        on_malformed="error" if strict else "skip",
+    )
     count = 0
     for record in source:
         if count < limit:

@@ -212,9 +212,12 @@ def run_loop(
         log.info("resuming %s training at step %d", trainer.label, state.step)
 
     bar = tqdm(
-        total=schedule.total_steps, initial=state.step, desc=trainer.label,
-        disable=not progress, leave=False,
-    )  # fmt: skip
+        total=schedule.total_steps,
+        initial=state.step,
+        desc=trainer.label,
+        disable=not progress,
+        leave=False,
+    )
     started = time.perf_counter()
     while state.step < schedule.total_steps and (
         selection is None or state.bad_rounds < selection.patience
@@ -257,11 +260,15 @@ def run_loop(
         started = time.perf_counter()
         if checkpointing is not None:
             save_checkpoint(
-                checkpointing.path, checkpointing.config, checkpointing.data,
+                checkpointing.path,
+                checkpointing.config,
+                checkpointing.data,
                 {
-                    "layout": CHECKPOINT_LAYOUT, "trainer": trainer.checkpoint_state(),
-                    "best": best, "loop": state.as_dict(),
+                    "layout": CHECKPOINT_LAYOUT,
+                    "trainer": trainer.checkpoint_state(),
+                    "best": best,
+                    "loop": state.as_dict(),
                 },
-            )  # fmt: skip
+            )
     bar.close()
     return LoopResult(state, trainer.snapshot() if selection is None else best)

@@ -224,8 +224,11 @@ def run_boundaries(target: str) -> dict[str, Any]:
         for case in [*search_cases(s), *other_cases(s)]:
             code, details, response = outcome(getattr(stub, case.rpc), case.request)
             row: dict[str, Any] = {
-                "rpc": case.rpc, "case": case.name, "code": code, "expected": case.expected
-            }  # fmt: skip
+                "rpc": case.rpc,
+                "case": case.name,
+                "code": code,
+                "expected": case.expected,
+            }
             wrong = code != case.expected
             if case.rpc == "BatchSearch":
                 asked = len(case.request.requests)  # type: ignore[attr-defined]

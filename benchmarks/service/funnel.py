@@ -176,10 +176,14 @@ def spectrum_bundle(work: Path, rows: int, dim: int, alpha: float, shard: int = 
     random_cedar_artifact(dim, 32, sample).save(work / "cedar")
     build_bundle(
         BuildConfig(
-            cache=cache, grasp=work / "grasp", cedar=work / "cedar", out=work / "bundles",
-            index_types=tuple(f"{g.value}=flat" for g in Granularity), progress=False,
+            cache=cache,
+            grasp=work / "grasp",
+            cedar=work / "cedar",
+            out=work / "bundles",
+            index_types=tuple(f"{g.value}=flat" for g in Granularity),
+            progress=False,
         )
-    )  # fmt: skip
+    )
     return work / "bundles"
 
 

@@ -42,18 +42,29 @@ from service._generated.strata.v1 import search_pb2 as pb
 from service.limits import MAX_REQUEST_BYTES
 
 ROUTES = {
-    "Search": "/v1/search", "BatchSearch": "/v1/batch-search", "Explain": "/v1/explain",
-    "ListConcepts": "/v1/concepts", "GetConcept": "/v1/concepts:get",
-}  # fmt: skip
+    "Search": "/v1/search",
+    "BatchSearch": "/v1/batch-search",
+    "Explain": "/v1/explain",
+    "ListConcepts": "/v1/concepts",
+    "GetConcept": "/v1/concepts:get",
+}
 MESSAGES = {
-    "Search": pb.SearchRequest, "BatchSearch": pb.BatchSearchRequest,
-    "Explain": pb.ExplainRequest, "ListConcepts": pb.ListConceptsRequest,
+    "Search": pb.SearchRequest,
+    "BatchSearch": pb.BatchSearchRequest,
+    "Explain": pb.ExplainRequest,
+    "ListConcepts": pb.ListConceptsRequest,
     "GetConcept": pb.GetConceptRequest,
-}  # fmt: skip
+}
 HTTP_KINDS = (
-    "bad_json", "wrong_types", "unknown_field", "huge_declared", "huge_sent", "traversal",
-    "wrong_verb", "bad_headers",
-)  # fmt: skip
+    "bad_json",
+    "wrong_types",
+    "unknown_field",
+    "huge_declared",
+    "huge_sent",
+    "traversal",
+    "wrong_verb",
+    "bad_headers",
+)
 GOOD = {"query": {"text": "a dog"}, "topK": 10}
 LEAK_MARKERS = (b"root:x:0:0", b"[build-system]", b"STRATA-FUZZ-SECRET")
 CALL_TIMEOUT_S = 60.0
@@ -73,9 +84,19 @@ def _json(value: object) -> bytes:
 
 
 _TRAVERSALS = (
-    "../", "..%2f", "%2e%2e/", "%2e%2e%2f", "%252e%252e%252f", "..\\", "..%5c", "%2e%2e%5c",
-    "....//", "..;/", "%c0%ae%c0%ae/", "..%00/",
-)  # fmt: skip
+    "../",
+    "..%2f",
+    "%2e%2e/",
+    "%2e%2e%2f",
+    "%252e%252e%252f",
+    "..\\",
+    "..%5c",
+    "%2e%2e%5c",
+    "....//",
+    "..;/",
+    "%c0%ae%c0%ae/",
+    "..%00/",
+)
 _TARGETS = ("etc/passwd", "pyproject.toml", "secret.txt", "service/api/server.py", "")
 
 
@@ -119,23 +140,36 @@ def _http_kind(kind: str, rng: random.Random, t: Target) -> HttpRequest:
     path = ROUTES[method]
     if kind == "bad_json":
         text = json.dumps(GOOD)
-        body = rng.choice((
-            text[: rng.randint(0, len(text) - 1)],
-            "{" * rng.randint(1, 200_000),
-            "[" * 5000 + "]" * 5000,
-            '{"query": {"text": "a dog"}, "query": {"text": "a cat"}}',
-            "{'query': 1}",
-            "".join(chr(rng.randint(0, 0x2FFF)) for _ in range(rng.randint(1, 200))),
-            "null", "[]", '"x"', "1e999999", "NaN",
-        )).encode("utf-8", "surrogatepass")  # fmt: skip
+        body = rng.choice(
+            (
+                text[: rng.randint(0, len(text) - 1)],
+                "{" * rng.randint(1, 200_000),
+                "[" * 5000 + "]" * 5000,
+                '{"query": {"text": "a dog"}, "query": {"text": "a cat"}}',
+                "{'query': 1}",
+                "".join(chr(rng.randint(0, 0x2FFF)) for _ in range(rng.randint(1, 200))),
+                "null",
+                "[]",
+                '"x"',
+                "1e999999",
+                "NaN",
+            )
+        ).encode("utf-8", "surrogatepass")
         return HttpRequest(kind, "POST", "/v1/search", body)
     if kind == "wrong_types":
         good: dict[str, Any] = {
-            "query": {"text": rng.choice(WORDS)}, "granularity": "GRANULARITY_OBJECT",
-            "topK": 5, "filter": {"require": [{"name": "dog"}], "scope": "CONCEPT_SCOPE_ANY"},
-            "explain": False, "metadataFields": ["caption"], "plan": {"kind": "PLAN_KIND_AUTO"},
-            "minRecall": 0.9, "where": [], "groupBy": "", "groupSize": 1,
-        }  # fmt: skip
+            "query": {"text": rng.choice(WORDS)},
+            "granularity": "GRANULARITY_OBJECT",
+            "topK": 5,
+            "filter": {"require": [{"name": "dog"}], "scope": "CONCEPT_SCOPE_ANY"},
+            "explain": False,
+            "metadataFields": ["caption"],
+            "plan": {"kind": "PLAN_KIND_AUTO"},
+            "minRecall": 0.9,
+            "where": [],
+            "groupBy": "",
+            "groupSize": 1,
+        }
         for _ in range(rng.randint(1, 3)):
             key = rng.choice(tuple(good))
             if rng.random() < 0.3 and isinstance(good[key], dict) and good[key]:
@@ -148,8 +182,10 @@ def _http_kind(kind: str, rng: random.Random, t: Target) -> HttpRequest:
         body = {**GOOD, rng.choice(("colour", "top-k", "Query", "__proto__", "admin")): 1}
         return HttpRequest(kind, "POST", path, _json(body))
     if kind == "huge_declared":
-        headers = (("content-type", "application/json"),
-                   ("content-length", str(rng.choice((9 * 2**20, 2**40, 10**30)))))  # fmt: skip
+        headers = (
+            ("content-type", "application/json"),
+            ("content-length", str(rng.choice((9 * 2**20, 2**40, 10**30)))),
+        )
         return HttpRequest(kind, "POST", path, b"{", headers)
     if kind == "huge_sent":
         size = MAX_REQUEST_BYTES + rng.randint(1, 2**20)  # read whole, then refused (413)
@@ -158,12 +194,16 @@ def _http_kind(kind: str, rng: random.Random, t: Target) -> HttpRequest:
         verb = rng.choice(("PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "GET"))
         return HttpRequest(kind, verb, rng.choice(("/v1/search", "/v1/explain", "/healthz")))
     if kind == "bad_headers":
-        headers = rng.choice((
-            (("content-type", "text/plain"),),
-            (("content-type", "application/json"),
-             ("strata-timeout", rng.choice(("-1", "x", "1e99", "nan", "0")))),
-            (("content-type", "application/json"), ("content-encoding", "gzip")),
-        ))  # fmt: skip
+        headers = rng.choice(
+            (
+                (("content-type", "text/plain"),),
+                (
+                    ("content-type", "application/json"),
+                    ("strata-timeout", rng.choice(("-1", "x", "1e99", "nan", "0"))),
+                ),
+                (("content-type", "application/json"), ("content-encoding", "gzip")),
+            )
+        )
         return HttpRequest(kind, "POST", "/v1/search", _json(GOOD), headers)
     if kind == "traversal":
         return _traversal(rng, t)
@@ -249,9 +289,12 @@ def http_target_info(target: str) -> tuple[Target, list[str], str]:
 
 
 def run_http_fuzz(
-    target: str, requests: int = 5000, seed: int = 0, max_seconds: float = 120.0,
+    target: str,
+    requests: int = 5000,
+    seed: int = 0,
+    max_seconds: float = 120.0,
     concurrency: int = 8,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Fuzz the HTTP API at `target` (host:port); a JSON-ready report (module docstring)."""
     t, before, _ = http_target_info(target)
     drawn = draw_http_requests(requests, seed, t)

@@ -29,9 +29,15 @@ from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
 
 QUERIES = (
-    "a dog", "a red car", "a man riding a horse", "two children in the snow", "a cat on a sofa",
-    "a woman in a blue dress", "a bird flying over the sea", "people walking in a park",
-)  # fmt: skip
+    "a dog",
+    "a red car",
+    "a man riding a horse",
+    "two children in the snow",
+    "a cat on a sofa",
+    "a woman in a blue dress",
+    "a bird flying over the sea",
+    "people walking in a park",
+)
 TARGET_RATIO = 1.3
 
 

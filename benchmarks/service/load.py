@@ -50,10 +50,17 @@ from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
 
 QUERIES = (
-    "a dog", "a red car", "a man riding a bicycle", "two children playing in the snow",
-    "a black dog chasing a ball on the beach", "a woman in a blue dress", "a bird",
-    "a boy jumping into a pool", "people walking on a busy street", "a white horse",
-)  # fmt: skip
+    "a dog",
+    "a red car",
+    "a man riding a bicycle",
+    "two children playing in the snow",
+    "a black dog chasing a ball on the beach",
+    "a woman in a blue dress",
+    "a bird",
+    "a boy jumping into a pool",
+    "people walking on a busy street",
+    "a white horse",
+)
 
 
 def set_threads(threads: int | None) -> None:

@@ -73,9 +73,14 @@ def write_inputs(work: Path, rows: int, dim: int, alpha: float) -> tuple[Path, n
 
 def build(work: Path, name: str, **options) -> Bundle:
     config = BuildConfig(
-        cache=work / "cache", grasp=work / "grasp", cedar=work / "cedar", out=work / name,
-        progress=False, verify_sample=0, **options,
-    )  # fmt: skip
+        cache=work / "cache",
+        grasp=work / "grasp",
+        cedar=work / "cedar",
+        out=work / name,
+        progress=False,
+        verify_sample=0,
+        **options,
+    )
     return Bundle.open(build_bundle(config).path).load()
 
 

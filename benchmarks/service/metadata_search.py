@@ -81,21 +81,26 @@ def filtered_part(
     cases = {
         "split = test": ([MetadataCondition("split", equals="test")], (), test_rows),
         "split IN dev,test": (
-            [MetadataCondition("split", any_of=("dev", "test"))], (),
+            [MetadataCondition("split", any_of=("dev", "test"))],
+            (),
             np.flatnonzero(np.isin(split, ["dev", "test"])),
         ),
         "split = none": (
-            [MetadataCondition("split", equals="none")], (), np.flatnonzero(split == "none")
+            [MetadataCondition("split", equals="none")],
+            (),
+            np.flatnonzero(split == "none"),
         ),
         "group IN 50 images": (
-            [MetadataCondition("group", any_of=tuple(images.tolist()))], (),
+            [MetadataCondition("group", any_of=tuple(images.tolist()))],
+            (),
             np.flatnonzero(np.isin(group, images)),
         ),
         f"split = test, exclude {concept}": (
-            [MetadataCondition("split", equals="test")], (concept,),
+            [MetadataCondition("split", equals="test")],
+            (concept,),
             banned.within(test_rows).materialise(),
         ),
-    }  # fmt: skip
+    }
     rotated = bundle.rotate(x[picks] / np.linalg.norm(x[picks], axis=1, keepdims=True))
     rows_all = bundle.rotate(x)
     report = []
@@ -109,10 +114,14 @@ def filtered_part(
                 for j, pick in enumerate(picks):
                     result = served.search(
                         SearchQuery.of(
-                            vector=x[pick], granularity=granularity.value, k=K, where=where,
-                            exclude=exclude, plan="direct",
+                            vector=x[pick],
+                            granularity=granularity.value,
+                            k=K,
+                            where=where,
+                            exclude=exclude,
+                            plan="direct",
                         )
-                    )  # fmt: skip
+                    )
                     found = np.array([h.row for h in result.hits], dtype=np.int64)
                     truth = exact_top(gallery, queries[j], qualifying, K)
                     exact += int(np.array_equal(found, truth))
@@ -139,10 +148,13 @@ def filtered_part(
 
 def shown(result, captions: list[str]) -> list[dict]:
     return [
-        {"score": round(h.score, 4), "image": h.group or h.metadata.get("group"),
-         "caption": captions[h.row]}
+        {
+            "score": round(h.score, 4),
+            "image": h.group or h.metadata.get("group"),
+            "caption": captions[h.row],
+        }
         for h in result.hits
-    ]  # fmt: skip
+    ]
 
 
 def grouped_part(engine: SearchEngine, x: np.ndarray, picks: np.ndarray) -> dict:

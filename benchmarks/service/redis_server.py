@@ -48,11 +48,22 @@ class RedisServer:
         if self.running:
             return self
         self.process = subprocess.Popen(
-            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self._dir],
+            [
+                self.executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         client = redis_connection(self.url, 0.2)
         deadline = time.monotonic() + timeout
         try:

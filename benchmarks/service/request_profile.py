@@ -80,7 +80,7 @@ def stage_profile(
     embedding = prepared.embedding[None, :]  # type: ignore[index]
     stages["rotation"] = lambda: engine.bundle.rotate(embedding)
     rotated = engine.bundle.rotate(embedding)
-    length = engine.contract[prepared.route.granularity]  # type: ignore[union-attr]
+    length = prepared.length
     stages["search (FAISS)"] = lambda: engine.bundle.search_prefix(length, rotated, query.k)
     scores, rows = engine.bundle.search_prefix(length, rotated, query.k)
     stages["hits"] = lambda: hits_of(engine.bundle, scores[0], rows[0], [], engine.image_root)

@@ -92,11 +92,13 @@ def main(argv: list[str] | None = None) -> dict:
         queries["caption"] = [
             (
                 meta["caption"][i],
-                (subject == subject[i]) & (attribute == attribute[i])
-                & (relation == relation[i]) & (obj == obj[i]),
+                (subject == subject[i])
+                & (attribute == attribute[i])
+                & (relation == relation[i])
+                & (obj == obj[i]),
             )
             for i in rng.choice(bundle.rows, args.captions, replace=False)
-        ]  # fmt: skip
+        ]
         table = {}
         for granularity, items in queries.items():
             routed = [precision(engine, q, granularity, rel) for q, rel in items]

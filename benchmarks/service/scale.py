@@ -76,11 +76,20 @@ def build(work: Path) -> dict:
     started = time.perf_counter()
     child = subprocess.Popen(
         strata(
-            "index", "build", "--cache", str(work / "cache"), "--grasp", str(work / "grasp"),
-            "--cedar", str(work / "cedar"), "--out", str(work / "bundles"), "--store-on-disk",
+            "index",
+            "build",
+            "--cache",
+            str(work / "cache"),
+            "--grasp",
+            str(work / "grasp"),
+            "--cedar",
+            str(work / "cedar"),
+            "--out",
+            str(work / "bundles"),
+            "--store-on-disk",
             "--no-progress",
         )
-    )  # fmt: skip
+    )
     peaks = {"RssAnon": 0.0, "RssFile": 0.0}
     while child.poll() is None:
         status = memory_status(Path(f"/proc/{child.pid}/status"))
@@ -263,11 +272,23 @@ def main(argv: list[str] | None = None) -> dict:
     publish(result, json_path)
     served = args.work / "served.json"
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.service.scale", "--rows", str(args.rows),
-         "--queries", str(args.queries), "--rounds", str(args.rounds), "--work", str(args.work),
-         "--serve", str(served)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.service.scale",
+            "--rows",
+            str(args.rows),
+            "--queries",
+            str(args.queries),
+            "--rounds",
+            str(args.rounds),
+            "--work",
+            str(args.work),
+            "--serve",
+            str(served),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     serving = json.loads(served.read_text())
     found = serving.pop("found")
     result["serve"] = serving

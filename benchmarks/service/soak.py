@@ -48,11 +48,19 @@ from training.core.errors import InputError
 log = logging.getLogger("strata.soak")
 
 QUERIES = (
-    "a dog", "a red car", "a man riding a bicycle", "two children playing in the snow",
-    "a black dog chasing a ball on the beach", "a woman in a blue dress", "a bird",
-    "a boy jumping into a pool", "people walking on a busy street", "a white horse",
-    "a cat on a sofa", "an old man reading a newspaper",
-)  # fmt: skip
+    "a dog",
+    "a red car",
+    "a man riding a bicycle",
+    "two children playing in the snow",
+    "a black dog chasing a ball on the beach",
+    "a woman in a blue dress",
+    "a bird",
+    "a boy jumping into a pool",
+    "people walking on a busy street",
+    "a white horse",
+    "a cat on a sofa",
+    "an old man reading a newspaper",
+)
 PREFIX = "strata-soak"
 
 
@@ -338,8 +346,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--swap-gap-seconds", type=float, default=2.0, help="load between two")
     parser.add_argument("--outage-seconds", type=float, default=10.0, help="Redis held down")
     parser.add_argument("--warmup-seconds", type=float, default=3.0)
-    parser.add_argument("--cache-size", type=int, default=8, help="local LRU entries (small: "
-                        "the repeated queries then come from Redis)")  # fmt: skip
+    parser.add_argument(
+        "--cache-size",
+        type=int,
+        default=8,
+        help="local LRU entries (small: the repeated queries then come from Redis)",
+    )
     parser.add_argument("--fuzz-requests", type=int, default=10_000)
     parser.add_argument("--fuzz-seconds", type=float, default=300.0)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/service_soak.json"))

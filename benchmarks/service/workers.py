@@ -67,10 +67,28 @@ class Served:
         env = {**os.environ, "STRATA_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
         self.workers = workers
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
-             "--device", "cpu", "--workers", str(workers), "--max-wait-ms", "0", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "serve",
+                "--bundles",
+                str(bundles),
+                "--port",
+                "0",
+                "--device",
+                "cpu",
+                "--workers",
+                str(workers),
+                "--max-wait-ms",
+                "0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert self.process.stdout is not None and self.process.stderr is not None
         self.log: list[str] = []
         threading.Thread(target=lambda: self.log.extend(self.process.stderr), daemon=True).start()

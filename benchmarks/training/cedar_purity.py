@@ -194,8 +194,13 @@ def main(argv: list[str] | None = None) -> dict:
         methods[name] = score(
             rotation, mean, x[val], x[test], factors["val"], factors["test"], (words, embeddings)
         )
-        print(name, methods[name]["fvu"], methods[name]["purity_cosine_names"],
-              methods[name]["purity_data_names"], flush=True)  # fmt: skip
+        print(
+            name,
+            methods[name]["fvu"],
+            methods[name]["purity_cosine_names"],
+            methods[name]["purity_data_names"],
+            flush=True,
+        )
     result = {
         "benchmark": "cedar_purity",
         "cache": str(args.cache),

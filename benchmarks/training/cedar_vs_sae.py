@@ -34,9 +34,13 @@ def main(argv: list[str] | None = None) -> dict:
     x = data.embeddings
     val = x[data.rows("val")][:2000]
     cedar_config = CedarConfig(
-        k=args.k, k_min=args.k, k_max=args.k, curriculum_epochs=0,
-        epochs=args.epochs, patience=args.epochs,
-    )  # fmt: skip
+        k=args.k,
+        k_min=args.k,
+        k_max=args.k,
+        curriculum_epochs=0,
+        epochs=args.epochs,
+        patience=args.epochs,
+    )
     sae_config = SaeConfig(kind="topk", k=args.k, epochs=args.epochs, patience=args.epochs)
     cedar_times, sae_times, fvus = [], [], {}
     for _ in range(args.pairs):

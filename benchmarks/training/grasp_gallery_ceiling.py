@@ -63,16 +63,22 @@ def main(argv: list[str] | None = None) -> dict:
     def task(mask: np.ndarray, min_relevant: int):
         picked = np.flatnonzero(mask)
         return retrieval_task(
-            vectors[picked], [captions[i] for i in picked], list(groups[picked]),
-            encoder.encode_text, min_relevant,
-        )  # fmt: skip
+            vectors[picked],
+            [captions[i] for i in picked],
+            list(groups[picked]),
+            encoder.encode_text,
+            min_relevant,
+        )
 
     task_a, task_b = task(in_a, 3), task(~in_a, 10)
     data, _ = grasp_set(args.cache, None, None)
     config = GraspConfig(
-        learning_rate=3e-3, epochs=args.epochs, patience=4, validation_split="dev",
+        learning_rate=3e-3,
+        epochs=args.epochs,
+        patience=4,
+        validation_split="dev",
         weights=SUPERVISED_ONLY,
-    )  # fmt: skip
+    )
     fit = GalleryFit(task_b.rows, task_a, task_a, dict(task_a.embedded))
     started = time.perf_counter()
     ceiling = train_grasp(data, config, args.work, progress=False, device="cpu", fit=fit)

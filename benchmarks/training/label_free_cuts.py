@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gallery", type=Path, required=True, help="captioned gallery cache")
     parser.add_argument("--split", default="val", choices=("val", "test"))
     parser.add_argument(
-        "--centre", default="training", choices=("training", "gallery"),
+        "--centre",
+        default="training",
+        choices=("training", "gallery"),
         help="b: the CEDAR training mean, or the gallery rows' own mean (label-free)",
-    )  # fmt: skip
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench/label-free-cuts.json"))
     args = parser.parse_args(argv)
 
@@ -156,9 +158,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"τ ({tau:.2f})": (s >= tau).T,
     }
     result: dict[str, Any] = {
-        "gallery": str(args.gallery), "split": args.split, "words": len(names),
-        "learnt": int(learnt.sum()), "zero_shot": int((~learnt).sum()), "rules": {},
-    }  # fmt: skip
+        "gallery": str(args.gallery),
+        "split": args.split,
+        "words": len(names),
+        "learnt": int(learnt.sum()),
+        "zero_shot": int((~learnt).sum()),
+        "rules": {},
+    }
     wl, wz = wanted[learnt], wanted[~learnt]
     cl = [c for c, m in zip(classes, learnt, strict=True) if m]
     cz = [c for c, m in zip(classes, learnt, strict=True) if not m]
@@ -187,8 +193,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, r in result["rules"].items():
         parts = "  ".join(
             f"{part} {v['precision']:.3f}/{v['recall']:.3f}/{v['f1']:.3f}"
-            for part, v in r.items() if v is not None
-        )  # fmt: skip
+            for part, v in r.items()
+            if v is not None
+        )
         print(f"{name:60s} {parts}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

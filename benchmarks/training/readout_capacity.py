@@ -99,9 +99,11 @@ def train(rows, mean: np.ndarray, config: ReadoutConfig, hidden: int, threads: i
         trainer = HiddenReadoutTrainer(*data, hidden) if hidden else ReadoutTrainer(*data)
         result = run_readout_loop(trainer, config)
     found = calibrate(
-        logits_of(result.best, rows.val_x), rows.val_relevant, rows.calibration,
+        logits_of(result.best, rows.val_x),
+        rows.val_relevant,
+        rows.calibration,
         config.min_calibration,
-    )  # fmt: skip
+    )
     precision, recall = float(np.nanmean(found["precision"])), float(np.nanmean(found["recall"]))
     return {
         "best": result.best,
@@ -137,9 +139,11 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("runs/flickr-minilm"))
     parser.add_argument("--cedar", type=Path, default=Path("runs/cedar-flickr"))
     parser.add_argument(
-        "--gallery", type=Path, nargs="+",
+        "--gallery",
+        type=Path,
+        nargs="+",
         default=[Path("runs/flickr-minilm"), Path("runs/comp20k-minilm")],
-    )  # fmt: skip
+    )
     parser.add_argument("--hidden", type=int, nargs="+", default=[0, 1024])
     parser.add_argument(
         "--anchor", type=float, nargs="+", help="anchor weights (default: the artifact's)"
@@ -155,9 +159,14 @@ def main() -> None:
     )
     vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
     rows = readout_rows(
-        data, vocab, embed_words(list(vocab.words), data.encoder), cedar.rotation, cedar.mean,
-        int(cedar.extra.get("k", 32)), config,
-    )  # fmt: skip
+        data,
+        vocab,
+        embed_words(list(vocab.words), data.encoder),
+        cedar.rotation,
+        cedar.mean,
+        int(cedar.extra.get("k", 32)),
+        config,
+    )
     arms: dict[str, Any] = {}
     for hidden in args.hidden:
         for anchor in args.anchor or [config.anchor]:
@@ -174,10 +183,16 @@ def main() -> None:
                 }
             print(arm, arms[arm], flush=True)
     publish(
-        {"cache": str(args.cache), "cedar": str(args.cedar), "epochs": args.epochs,
-         "threads": args.threads, "words": len(rows.words), "arms": arms},
+        {
+            "cache": str(args.cache),
+            "cedar": str(args.cedar),
+            "epochs": args.epochs,
+            "threads": args.threads,
+            "words": len(rows.words),
+            "arms": arms,
+        },
         args.json,
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -106,35 +106,63 @@ def run_once(folder: Path, cache: Path, args: Any) -> dict[str, dict[str, Any]]:
     for name, gallery in (("grasp", None), ("grasp-gallery", cache)):
         target = folder / name
         train_grasp_command(
-            cache, target, epochs=args.grasp_epochs, seed=args.seed, views=args.work / "views.npz",
-            device="cpu", progress=False, gallery=gallery,
-        )  # fmt: skip
+            cache,
+            target,
+            epochs=args.grasp_epochs,
+            seed=args.seed,
+            views=args.work / "views.npz",
+            device="cpu",
+            progress=False,
+            gallery=gallery,
+        )
         manifest = json.loads((target / "manifest.json").read_text())
         best = manifest["metrics"]["validation"]
-        out[name] = {"weights": str(target / "weights.safetensors"), "best_epoch": best["epoch"],
-                     "val_score": round(best["val_score"], 6)}  # fmt: skip
+        out[name] = {
+            "weights": str(target / "weights.safetensors"),
+            "best_epoch": best["epoch"],
+            "val_score": round(best["val_score"], 6),
+        }
     config = folder / "cedar.json"
     config.write_text(json.dumps({"batch_size": 256}))
     target = folder / "cedar"
-    train_cedar_command(cache, target, config=config, epochs=args.cedar_epochs, seed=args.seed,
-                        device="cpu", progress=False)  # fmt: skip
+    train_cedar_command(
+        cache,
+        target,
+        config=config,
+        epochs=args.cedar_epochs,
+        seed=args.seed,
+        device="cpu",
+        progress=False,
+    )
     manifest = json.loads((target / "manifest.json").read_text())
     catalog = manifest["extra"]["catalog"]
     metrics = manifest["metrics"]
     out["cedar"] = {
-        "weights": str(target / "weights.safetensors"), "epochs_run": metrics["epochs_run"],
+        "weights": str(target / "weights.safetensors"),
+        "epochs_run": metrics["epochs_run"],
         "best_epoch": metrics["validation"]["epoch"],
-        "val_fvu": round(next(v for k, v in metrics["validation"].items()
-                              if k.startswith("val_fvu")), 6),
+        "val_fvu": round(
+            next(v for k, v in metrics["validation"].items() if k.startswith("val_fvu")), 6
+        ),
         "named": sum(1 for e in catalog if e["named"]),
         "names": sha256(json.dumps([e["name"] for e in catalog]).encode())[:16],
-    }  # fmt: skip
+    }
     target = folder / "cosae"
-    train_cosae_command(target, rows=args.cosae_rows, steps=args.cosae_steps, concepts=128, k=4,
-                        seed=args.seed, device="cpu", progress=False)  # fmt: skip
+    train_cosae_command(
+        target,
+        rows=args.cosae_rows,
+        steps=args.cosae_steps,
+        concepts=128,
+        k=4,
+        seed=args.seed,
+        device="cpu",
+        progress=False,
+    )
     manifest = json.loads((target / "manifest.json").read_text())
-    out["cosae"] = {"weights": str(target / "weights.safetensors"),
-                    "test_fvu_i": round(manifest["metrics"]["test"]["fvu_i"], 6)}  # fmt: skip
+    out["cosae"] = {
+        "weights": str(target / "weights.safetensors"),
+        "test_fvu_i": round(manifest["metrics"]["test"]["fvu_i"], 6),
+    }
     data = load_split_rows(cache)  # as `strata eval cedar --baselines topk --seed` trains it
     x, train, val = data.embeddings, data.rows("train"), data.rows("val")
     sae = SaeConfig(kind="topk", k=32, k_range=(4, 128), epochs=args.sae_epochs, seed=args.seed)
@@ -151,26 +179,64 @@ def train_variant(
     twice-comparable: `strata demo --seed` on its own small corpus, its bundle hashed."""
     started = time.perf_counter()
     runs = args.work / "runs"  # shared: the embedded views, mined queries and query bank
-    full = {**os.environ, **env, "STRATA_RUNS_DIR": str(runs), "STRATA_LOG_LEVEL": "WARNING",
-            "HF_HUB_OFFLINE": "1", "STRATA_DEVICE": "cpu"}  # fmt: skip
-    options = ["--work", str(args.work), "--seed", str(args.seed),
-               "--grasp-epochs", str(args.grasp_epochs), "--cedar-epochs", str(args.cedar_epochs),
-               "--sae-epochs", str(args.sae_epochs), "--cosae-rows", str(args.cosae_rows),
-               "--cosae-steps", str(args.cosae_steps), "--scenes", str(args.scenes)]  # fmt: skip
-    command = [sys.executable, "-m", "benchmarks.training.reproducibility", "--worker",
-               str(folder), *options]  # fmt: skip
+    full = {
+        **os.environ,
+        **env,
+        "STRATA_RUNS_DIR": str(runs),
+        "STRATA_LOG_LEVEL": "WARNING",
+        "HF_HUB_OFFLINE": "1",
+        "STRATA_DEVICE": "cpu",
+    }
+    options = [
+        "--work",
+        str(args.work),
+        "--seed",
+        str(args.seed),
+        "--grasp-epochs",
+        str(args.grasp_epochs),
+        "--cedar-epochs",
+        str(args.cedar_epochs),
+        "--sae-epochs",
+        str(args.sae_epochs),
+        "--cosae-rows",
+        str(args.cosae_rows),
+        "--cosae-steps",
+        str(args.cosae_steps),
+        "--scenes",
+        str(args.scenes),
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.training.reproducibility",
+        "--worker",
+        str(folder),
+        *options,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, env=full)
     if done.returncode != 0:
         raise SystemExit(f"{folder.name} failed:\n{done.stderr[-3000:]}")
     out = json.loads((folder / "facts.json").read_text())
     if demo:
         target = folder / "demo"
-        demo_args = ["demo", "--out", str(target), "--scenes", str(args.demo_scenes),
-                     "--grasp-epochs", "2", "--cedar-epochs", "2", "--seed", str(args.seed),
-                     "--no-progress"]  # fmt: skip
+        demo_args = [
+            "demo",
+            "--out",
+            str(target),
+            "--scenes",
+            str(args.demo_scenes),
+            "--grasp-epochs",
+            "2",
+            "--cedar-epochs",
+            "2",
+            "--seed",
+            str(args.seed),
+            "--no-progress",
+        ]
         alone = {**full, "STRATA_DATA_DIR": str(args.work / "no-data")}  # the compositional set
-        shown = subprocess.run([sys.executable, "-m", "service", *demo_args],
-                               capture_output=True, text=True, env=alone)  # fmt: skip
+        shown = subprocess.run(
+            [sys.executable, "-m", "service", *demo_args], capture_output=True, text=True, env=alone
+        )
         if shown.returncode != 0:
             raise SystemExit(f"strata demo failed:\n{shown.stderr[-3000:]}")
         out["demo"] = {"files": bundle_files(target)}
@@ -187,7 +253,7 @@ def bundle_files(demo: Path) -> dict[str, str]:
             demo / f"{role}-compositional" / "weights.safetensors"
         )
         for role in ("grasp", "cedar")
-    }  # fmt: skip
+    }
     bundles = demo / "bundles-compositional"
     for path in sorted(p for p in bundles.rglob("*") if p.is_file() and not p.is_symlink()):
         relative = path.relative_to(bundles)
@@ -290,11 +356,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for variant, row in rows.items():
             shown = row.get("sha256", "")[:16]
             diff = row.get("max_abs_diff")
-            buffer.write(f"{transform:<14} {variant:<18} {shown:<16} equal={row['equal']!s:<5} "
-                         + (f"max|Δ|={diff:.3g} " if diff is not None else "")
-                         + " ".join(f"{k}={v}" for k, v in row.items()
-                                    if k in ("epochs_run", "best_epoch", "named"))
-                         + "\n")  # fmt: skip
+            buffer.write(
+                f"{transform:<14} {variant:<18} {shown:<16} equal={row['equal']!s:<5} "
+                + (f"max|Δ|={diff:.3g} " if diff is not None else "")
+                + " ".join(
+                    f"{k}={v}" for k, v in row.items() if k in ("epochs_run", "best_epoch", "named")
+                )
+                + "\n"
+            )
     print(buffer.getvalue(), flush=True)
     return publish(result, args.json)
 

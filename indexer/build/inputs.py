@@ -125,9 +125,13 @@ def open_inputs(config: BuildConfig) -> BuildInputs:
         raise BuildError(f"unknown --engine {config.engine!r} ({' | '.join(ENGINES)})")
     overrides = parse_index_types(config.index_types, grasp.contract)
     plans = plan_indexes(
-        cache.rows, grasp.contract, config.memory_budget, overrides, config.rules,
+        cache.rows,
+        grasp.contract,
+        config.memory_budget,
+        overrides,
+        config.rules,
         store=config.store != "none",
-    )  # fmt: skip
+    )
     return BuildInputs(cache, modality, grasp, cedar, coder, plans)
 
 

@@ -79,15 +79,20 @@ def export_command(
 
         def progress(done: int) -> None:
             if not bars:
-                bars.append(stack.enter_context(
-                    typer.progressbar(length=bundle.rows, label="inserting")
-                ))  # fmt: skip
+                bars.append(
+                    stack.enter_context(typer.progressbar(length=bundle.rows, label="inserting"))
+                )
             bars[0].update(done - bars[0].pos)
 
         summary = export_bundle(
-            bundle, store, name, publish=publish, grace_s=grace, rows_per_batch=batch_rows,
+            bundle,
+            store,
+            name,
+            publish=publish,
+            grace_s=grace,
+            rows_per_batch=batch_rows,
             progress=progress,
-        )  # fmt: skip
+        )
     typer.echo(
         f"exported     {bundle.path} → {summary.collection} at {to} "
         f"({summary.rows} rows, {summary.seconds:.1f} s)"

@@ -118,9 +118,17 @@ def upgrade_command(
     device = resolve_device(device or load_settings().device)
     with logging_redirect_tqdm():
         translator = fit_translator(
-            source, target, paired, method, new.manifest.encoder, manifest.encoder, run_config,
-            out.with_name(out.name + ".work"), device, progress,
-        )  # fmt: skip
+            source,
+            target,
+            paired,
+            method,
+            new.manifest.encoder,
+            manifest.encoder,
+            run_config,
+            out.with_name(out.name + ".work"),
+            device,
+            progress,
+        )
     scores = (
         held_out_scores(translator, x_b[split.held_b], x_a[split.held_a]) if held >= 2 else None
     )
@@ -128,11 +136,16 @@ def upgrade_command(
         "bundle": {"path": str(bundle.path.resolve()), "version": manifest.version},
         "caches": {"a": str(old.root.resolve()), "b": str(new.root.resolve())},
         "modality": modality,
-        "paired": {"fraction": fraction, "pairs": paired, "shared_ids": split.shared,
-                   "rows_a": len(x_a), "rows_b": len(x_b)},
+        "paired": {
+            "fraction": fraction,
+            "pairs": paired,
+            "shared_ids": split.shared,
+            "rows_a": len(x_a),
+            "rows_b": len(x_b),
+        },
         "held_out": scores,
         "config": run_config.model_dump() if method == "cosae" else None,
-    }  # fmt: skip
+    }
     translator.save(out, overwrite=overwrite)
     score_text = "held out     too few shared ids to score"
     if scores:

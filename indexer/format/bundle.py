@@ -85,7 +85,13 @@ from indexer.format.store import StoreIndex, VectorStore
 from indexer.format.store_rerank import StoreRerank
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
-from training.core.granularity import Contract, Granularity, validate_contract
+from training.core.granularity import (
+    Contract,
+    Granularity,
+    GranularityError,
+    parse_granularity,
+    validate_contract,
+)
 from training.core.metrics import prefix_vectors
 
 
@@ -167,11 +173,10 @@ class Bundle:
             self.manifest.prefix(int(at))
             return int(at)
         try:
-            return self.contract[Granularity(str(at))]
-        except ValueError:
-            raise BundleError(
-                f"unknown granularity {at!r} ({', '.join(g.value for g in Granularity)})"
-            ) from None
+            granularity = parse_granularity(at, auto=False)
+        except GranularityError as exc:
+            raise BundleError(str(exc)) from None
+        return self.contract[granularity]
 
     # --- the transforms ---
 

@@ -105,9 +105,13 @@ STORE_REASON = "served from the shared store"
 # measurement (docs/indexing.md#shortlist-codes): at 1M × 512 recall@10 ≥ 0.95 at every
 # granularity for 40 B a row, where HNSW32 over float32 costs 400
 SHORTLIST_RULE = IndexRule(
-    "ivf-sq8-rerank", "IVF{nlist},SQ8", bytes_per_dim=1, bytes_per_row=8, fits_budget=False,
+    "ivf-sq8-rerank",
+    "IVF{nlist},SQ8",
+    bytes_per_dim=1,
+    bytes_per_row=8,
+    fits_budget=False,
     rerank=True,
-)  # fmt: skip
+)
 # up to this many rows, every prefix of a bundle with a store is an exact scan of its heads
 SMALL_GALLERY = 50_000
 

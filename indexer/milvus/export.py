@@ -176,9 +176,11 @@ def collection_schema(store: MilvusStore, bundle: Bundle, capacity: int) -> Any:
     schema.add_field(ROW, DataType.INT64, is_primary=True)
     schema.add_field(ITEM_ID, DataType.VARCHAR, max_length=VARCHAR_MAX)
     kinds = {
-        "varchar": DataType.VARCHAR, "int64": DataType.INT64, "double": DataType.DOUBLE,
+        "varchar": DataType.VARCHAR,
+        "int64": DataType.INT64,
+        "double": DataType.DOUBLE,
         "bool": DataType.BOOL,
-    }  # fmt: skip
+    }
     for name, kind in metadata_columns(bundle._table.schema).items():
         extra = {"max_length": VARCHAR_MAX} if kind == "varchar" else {}
         schema.add_field(name, kinds[kind], nullable=True, **extra)
@@ -225,9 +227,13 @@ def export_bundle(
     if collection in store.versions(name):
         store.call("dropping an unfinished export", client.drop_collection, collection)
     record = ExportRecord(
-        bundle.name, bundle.version, bundle.rows, tuple(bundle.prefix_lengths),
-        sha256_file(bundle.path / MANIFEST), tuple(metadata_columns(bundle._table.schema)),
-    )  # fmt: skip
+        bundle.name,
+        bundle.version,
+        bundle.rows,
+        tuple(bundle.prefix_lengths),
+        sha256_file(bundle.path / MANIFEST),
+        tuple(metadata_columns(bundle._table.schema)),
+    )
     concepts = row_concepts_csr(bundle)
     schema = collection_schema(store, bundle, concept_capacity(concepts[0], bundle.name))
     index_params = client.prepare_index_params()
@@ -239,9 +245,11 @@ def export_bundle(
     store.call("creating a collection", client.create_collection, collection, schema=schema)
     try:
         store.call(
-            "recording the version", client.alter_collection_properties, collection,
+            "recording the version",
+            client.alter_collection_properties,
+            collection,
             properties={RECORD: record.to_json()},
-        )  # fmt: skip
+        )
         done = 0
         for batch in row_batches(bundle, rows_per_batch, concepts):
             store.call("inserting rows", client.insert, collection, batch)

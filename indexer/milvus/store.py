@@ -145,10 +145,13 @@ class ExportRecord:
             if data.get("format") != EXPORT_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}")
             return cls(
-                data["bundle"], int(data["version"]), int(data["rows"]),
-                tuple(int(p) for p in data["prefixes"]), data["manifest_sha256"],
+                data["bundle"],
+                int(data["version"]),
+                int(data["rows"]),
+                tuple(int(p) for p in data["prefixes"]),
+                data["manifest_sha256"],
                 tuple(data["metadata_fields"]),
-            )  # fmt: skip
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ExportError(f"collection {collection} is not a Strata export ({exc})") from None
 
@@ -202,8 +205,10 @@ class MilvusStore:
         quiet_engine_logs(not verbose)
         self.target, self.uri, self.timeout_s = target, client_uri(target), timeout_s
         self._errors: tuple[type[BaseException], ...] = (
-            MilvusException, ConnectionError, grpc.RpcError,  # a deadline passed: grpc's own
-        )  # fmt: skip
+            MilvusException,
+            ConnectionError,
+            grpc.RpcError,  # a deadline passed: grpc's own
+        )
         try:
             # its own connection: pymilvus shares one per URI otherwise, and a store would
             # inherit a dead one left by an engine that stopped on the same address
@@ -275,9 +280,11 @@ class MilvusStore:
         self.call("switching the alias", self.client.alter_alias, collection, name)
         stamp = str(time.time() if now is None else now)
         self.call(
-            "retiring a collection", self.client.alter_collection_properties, previous,
+            "retiring a collection",
+            self.client.alter_collection_properties,
+            previous,
             properties={RETIRED: stamp},
-        )  # fmt: skip
+        )
         return previous
 
     def drop_retired(self, name: str, grace_s: float, now: float | None = None) -> list[str]:

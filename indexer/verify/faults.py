@@ -14,9 +14,19 @@ from indexer.format.manifest import BundleError
 
 VECTOR_TOLERANCE = 1e-4  # |stored − expected| a prefix vector may differ by
 FAULT_KINDS = (
-    "manifest", "missing", "size", "checksum", "unlisted", "rows", "index", "postings", "ids",
-    "artifact", "vectors", "sample",
-)  # fmt: skip
+    "manifest",
+    "missing",
+    "size",
+    "checksum",
+    "unlisted",
+    "rows",
+    "index",
+    "postings",
+    "ids",
+    "artifact",
+    "vectors",
+    "sample",
+)
 
 
 class Fault(str):

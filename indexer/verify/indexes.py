@@ -83,8 +83,12 @@ def check_search_settings(entry: PrefixEntry, index: faiss.Index, faults: list[s
         try:
             apply_search_parameters(index, setting)
         except RuntimeError:
-            faults.append(Fault("manifest", f"{entry.file}: search setting {setting!r} does not "
-                                f"apply to {entry.factory}"))  # fmt: skip
+            faults.append(
+                Fault(
+                    "manifest",
+                    f"{entry.file}: search setting {setting!r} does not apply to {entry.factory}",
+                )
+            )
     if tuning is not None and tuning.status != "untuned" and tuning.chosen != entry.search:
         faults.append(
             Fault(

@@ -30,6 +30,7 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,8 +126,13 @@ class StrataServer:
         self.executor = ThreadPoolExecutor(
             max_workers=self.config.batching.lanes, thread_name_prefix="strata-engine"
         )
+        # each query on the engine its call leased; encoder calls timed into this server's metrics
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(
-            self._search_batch, self.config.batching, self.executor, clock, cheap=_no_encoder_call
+            partial(search_pinned, metrics=self.metrics),
+            self.config.batching,
+            self.executor,
+            clock,
+            cheap=_no_encoder_call,
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -146,10 +152,6 @@ class StrataServer:
     def bundles_dir(self) -> Path:
         """The bundle directory Reload reads versions (and CURRENT) from."""
         return self.config.bundles_dir or self.served.engine.bundle.path.parent
-
-    def _search_batch(self, items: list[PinnedQuery]) -> list[SearchResult | ServiceError]:
-        # each query on the engine its call leased; encoder calls timed into this server's metrics
-        return search_pinned(items, self.metrics)
 
     def _publish_bundle(self) -> None:
         bundle = self.served.engine.bundle
@@ -267,9 +269,13 @@ class StrataServer:
         )
         host = self.config.http_host or self.config.host
         self.http = HttpEndpoint(
-            api.app(), host, self.config.http_port, self.config.max_concurrent_rpcs,
-            self.config.grace_s, reuse_port=self.config.reuse_port,
-        )  # fmt: skip
+            api.app(),
+            host,
+            self.config.http_port,
+            self.config.max_concurrent_rpcs,
+            self.config.grace_s,
+            reuse_port=self.config.reuse_port,
+        )
         self.http_port = await self.http.start()
 
     @property

@@ -36,7 +36,7 @@ from service.api.server import ServerConfig
 from service.cli.demo_config import STAGE_SECONDS_PER_1K_ROWS, DemoConfig
 from service.engine.search import SearchEngine
 from service.results import Explanation, SearchResult
-from training.cedar.fit import fit_cedar
+from training.cedar.fit import CedarFitConfig, fit_cedar
 from training.cedar.readout import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
@@ -206,11 +206,15 @@ def run_demo(
     if not reuse:
         log.info("training GraSP-VL (%d epochs)", config.grasp_epochs)
         fit_grasp(
-            cache_dir, grasp_dir,
+            cache_dir,
+            grasp_dir,
             grasp_config(name, config.grasp_epochs, config.seed, config.grasp_rows),
-            views=root / f"views-{name}.npz", device=settings.device, overwrite=True,
-            progress=config.progress, gallery=cache_dir,
-        )  # fmt: skip
+            views=root / f"views-{name}.npz",
+            device=settings.device,
+            overwrite=True,
+            progress=config.progress,
+            gallery=cache_dir,
+        )
     stages["grasp-vl"] = _took(started, reuse)
 
     cedar_dir = root / f"cedar-{name}"
@@ -219,10 +223,16 @@ def run_demo(
     if not reuse:
         log.info("training CEDAR (%d epochs)", config.cedar_epochs)
         fit_cedar(
-            cache_dir, cedar_dir, CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
-            device=settings.device, overwrite=True, progress=config.progress,
-            readout=ReadoutConfig(seed=config.seed),
-        )  # fmt: skip
+            CedarFitConfig(
+                cache=cache_dir,
+                out=cedar_dir,
+                cedar=CedarConfig(epochs=config.cedar_epochs, seed=config.seed),
+                readout=ReadoutConfig(seed=config.seed),
+                device=settings.device,
+                overwrite=True,
+                progress=config.progress,
+            )
+        )
     stages["cedar"] = _took(started, reuse)
 
     bundles = root / f"bundles-{name}"
@@ -253,10 +263,17 @@ def run_demo(
         target = server.target
     stages["search"] = _took(started, False).replace("built", "served")
     return DemoResult(
-        corpus=name, summary=summary, grasp=grasp_dir, cedar=cedar_dir, bundle=engine.bundle.path,
-        target=target, searches=searches, explanation=explanation,
-        explained_query=caption.search.text, stages=stages,
-    )  # fmt: skip
+        corpus=name,
+        summary=summary,
+        grasp=grasp_dir,
+        cedar=cedar_dir,
+        bundle=engine.bundle.path,
+        target=target,
+        searches=searches,
+        explanation=explanation,
+        explained_query=caption.search.text,
+        stages=stages,
+    )
 
 
 def _example(client: StrataClient, search: DemoSearch, k: int) -> DemoSearchResult:
@@ -265,9 +282,13 @@ def _example(client: StrataClient, search: DemoSearch, k: int) -> DemoSearchResu
     exclude = [c for c in search.exclude if _has_concept(client, c)]
     missing = sorted(set(search.exclude) - set(exclude))
     result = client.search(
-        search.text, granularity=search.granularity, k=k, exclude=exclude, explain=True,
+        search.text,
+        granularity=search.granularity,
+        k=k,
+        exclude=exclude,
+        explain=True,
         metadata_fields=["caption"],
-    )  # fmt: skip
+    )
     skipped = f"no concept named {', '.join(missing)} in this catalog" if missing else None
     return DemoSearchResult(search, result, skipped)
 

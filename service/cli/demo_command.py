@@ -46,9 +46,14 @@ def demo(
     from service.cli.demo import plan_demo, run_demo
 
     config = DemoConfig(
-        scenes=scenes, grasp_epochs=grasp_epochs, grasp_rows=grasp_rows,
-        cedar_epochs=cedar_epochs, k=k, seed=seed, progress=progress,
-    )  # fmt: skip
+        scenes=scenes,
+        grasp_epochs=grasp_epochs,
+        grasp_rows=grasp_rows,
+        cedar_epochs=cedar_epochs,
+        k=k,
+        seed=seed,
+        progress=progress,
+    )
     settings = load_settings()
     typer.echo(format_plan(plan_demo(settings, config, out)), err=True)
     with logging_redirect_tqdm():

@@ -159,12 +159,24 @@ def serve_command(
     if redis_url is None:
         redis_url = settings.redis_url
     config = server_config(
-        settings, host=host, port=port, batching=batching, max_batch=max_batch,
-        max_wait_ms=max_wait_ms, max_queue=max_queue, lanes=lanes, grace=grace,
-        metrics_port=metrics_port, metrics_host=metrics_host, http_port=http_port,
-        http_host=http_host, image_root=image_root, admin_token_file=admin_token_file,
-        tls_cert=tls_cert, tls_key=tls_key,
-    )  # fmt: skip
+        settings,
+        host=host,
+        port=port,
+        batching=batching,
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        max_queue=max_queue,
+        lanes=lanes,
+        grace=grace,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        http_port=http_port,
+        http_host=http_host,
+        image_root=image_root,
+        admin_token_file=admin_token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
     workers = worker_count(workers, backend)
     mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
     if workers > 1:
@@ -172,11 +184,19 @@ def serve_command(
         from service.cli.pool.worker import WorkerSpec
 
         spec = WorkerSpec(
-            bundles=bundles, backend=backend, collection=collection, translator=translator,
-            image_root=image_root, device=device or settings.device,
-            batch_size=settings.batch_size, redis_url=redis_url, redis_prefix=redis_prefix,
-            engine_timeout=engine_timeout, config=config, mode=mode,
-        )  # fmt: skip
+            bundles=bundles,
+            backend=backend,
+            collection=collection,
+            translator=translator,
+            image_root=image_root,
+            device=device or settings.device,
+            batch_size=settings.batch_size,
+            redis_url=redis_url,
+            redis_prefix=redis_prefix,
+            engine_timeout=engine_timeout,
+            config=config,
+            mode=mode,
+        )
         WorkerPool(spec, workers, say=typer.echo).run()  # until a signal
         typer.echo("stopped")
         exit_now()
@@ -190,9 +210,16 @@ def serve_command(
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
     engine = open_engine(
-        bundles, backend, collection, translator, image_root, device, settings.batch_size,
-        cache, engine_timeout,
-    )  # fmt: skip
+        bundles,
+        backend,
+        collection,
+        translator,
+        image_root,
+        device,
+        settings.batch_size,
+        cache,
+        engine_timeout,
+    )
     announcement = Announcement(
         engine, config, cache, mode, translator, backend, collection, redis_url, redis_prefix
     )

@@ -160,13 +160,23 @@ def open_engine(
         if translator is not None:
             raise InputError("--translator serves a local bundle only (--backend faiss)")
         return open_milvus(
-            backend, bundles, collection, device=device, batch_size=batch_size,
-            config=engine_config, cache=cache, timeout_s=engine_timeout,
-        )  # fmt: skip
+            backend,
+            bundles,
+            collection,
+            device=device,
+            batch_size=batch_size,
+            config=engine_config,
+            cache=cache,
+            timeout_s=engine_timeout,
+        )
     return SearchEngine.open(
-        bundles, device=device, batch_size=batch_size, cache=cache, translator=translator,
+        bundles,
+        device=device,
+        batch_size=batch_size,
+        cache=cache,
+        translator=translator,
         config=engine_config,
-    )  # fmt: skip
+    )
 
 
 @dataclass

@@ -44,9 +44,14 @@ def stored_products(
         query = np.ascontiguousarray(query, dtype=np.float32)
         scores = np.empty(len(rows), dtype=np.float32)
         faiss.fvec_inner_products_by_idx(
-            faiss.swig_ptr(scores), faiss.swig_ptr(query), storage.get_xb(),
-            faiss.swig_ptr(rows), storage.d, 1, len(rows),
-        )  # fmt: skip
+            faiss.swig_ptr(scores),
+            faiss.swig_ptr(query),
+            storage.get_xb(),
+            faiss.swig_ptr(rows),
+            storage.d,
+            1,
+            len(rows),
+        )
         return scores
     if isinstance(storage, StoreIndex):  # heads scored, then divided: VectorStore.prefix_scores
         return storage.store.prefix_scores(rows, storage.length, query)

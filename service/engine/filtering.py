@@ -197,10 +197,12 @@ def allowed_rows(
         assert vocabulary is not None or not (open_required or open_excluded)
         made = vocabulary.concept if vocabulary is not None else None
         return concept_filter_rows(
-            bundle, required, excluded,
+            bundle,
+            required,
+            excluded,
             [made(p).rows for p in sorted(open_required)] if made else [],
             [made(p).rows for p in sorted(open_excluded)] if made else [],
-        ).keyed(key)  # fmt: skip
+        ).keyed(key)
 
     return rows() if kept is None else kept.allowed(key, rows)
 

@@ -36,9 +36,14 @@ from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import Planner
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
-from service.errors import NotFoundError, QueryError, echo
-from service.limits import check_chars
+from service.engine.scoring import (
+    EngineConfig,
+    PreparedQuery,
+    StoredRow,
+    check_item,
+    query_result,
+)
+from service.errors import NotFoundError, echo
 from service.results import MAX_SHORTLIST, SearchResult
 from training.core.metrics import prefix_vectors
 
@@ -56,7 +61,7 @@ class LocalScorer:
         self.bundle, self.config, self.image_root = bundle, config, image_root
         self.vocabulary = vocabulary  # a name the catalog lacks, made a zero-shot concept
         self.metadata = MetadataFilter(bundle.metadata_table())  # read now, while the folder exists
-        self.coder, self.contract = bundle.coder, bundle.contract
+        self.coder = bundle.coder
         self._ids: pa.ChunkedArray = pq.read_table(bundle.path / IDS, columns=["id"]).column("id")
         self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (engine/hits.py)
         self.metadata_fields = list(self.metadata.schema)
@@ -66,14 +71,18 @@ class LocalScorer:
 
     # --- search ---
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
-        query = prepared.query
+    def restrict(self, prepared: PreparedQuery) -> None:
+        query, length = prepared.query, prepared.length
         self.metadata.check(query.where)
         if query.require or query.exclude:
             prepared.allowed = allowed_rows(
-                self.bundle, query.require, query.exclude, query.scope, self.blocks,
+                self.bundle,
+                query.require,
+                query.exclude,
+                query.scope,
+                self.blocks,
                 self.vocabulary,
-            )  # fmt: skip
+            )
         if query.where:
             base = prepared.allowed or AllowedRows.everything(self.bundle.rows)
             prepared.allowed = base.within(self.metadata.rows(query.where))
@@ -83,8 +92,8 @@ class LocalScorer:
         groups: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)  # (L, setting, S, F)
         found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None and p.plan is not None
-            length = self.contract[p.route.granularity]
+            assert p.plan is not None
+            length = p.length
             if p.query.group_by:
                 found[i] = self._grouped(p, rotated[i : i + 1], length)
             elif p.allowed is None:
@@ -146,8 +155,12 @@ class LocalScorer:
         cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == "funnel" else FETCH_MAX
         scores, rows, p.groups = grouped_search(
             lambda k: self._search_one(p, rotated, length, k),
-            codes, p.query.k, p.query.group_size or 1, available, max(cap, 1),
-        )  # fmt: skip
+            codes,
+            p.query.k,
+            p.query.group_size or 1,
+            available,
+            max(cap, 1),
+        )
         return scores[None, :], rows[None, :]
 
     def result(
@@ -158,11 +171,9 @@ class LocalScorer:
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
         """A query's answer from its scored rows (and its code, when explained)."""
-        assert p.route is not None
         fields = list(p.query.metadata_fields)
         hits = hits_of(self.bundle, scores, rows, fields, self.image_root, self.id_column)
-        length = self.contract[p.route.granularity]
-        result = query_result(p, hits, length, self.metadata, self.bundle.version)
+        result = query_result(p, hits, self.metadata, self.bundle.version)
         if query_code is not None:
             result.query_concepts = explain_hits(
                 self.bundle, self.coder, hits, query_code, self.config.hit_concepts
@@ -187,17 +198,12 @@ class LocalScorer:
         return self.bundle.search_prefix(length, rotated, k)
 
     def row_of(self, item_id: str | None = None, row: int | None = None) -> int:
-        """The row of an item id (or a row checked to exist); NotFoundError otherwise."""
-        if (item_id is None) == (row is None):
-            raise QueryError("name the item by its id or by its row, one of them")
-        if item_id is not None:
-            if not item_id:
-                raise QueryError("empty item id")
-            check_chars("an item id", item_id, self.config.limits.id_chars)
-            found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
-            if found < 0:
-                raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
-            return int(found)
-        if not 0 <= int(row) < self.bundle.rows:
-            raise NotFoundError(f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}")
-        return int(row)
+        """The row of an item id (or a row checked to exist: `check_item`); NotFoundError
+        otherwise."""
+        checked = check_item(item_id, row, self.bundle, self.config.limits)
+        if checked is not None:
+            return checked
+        found = pc.index(self._ids, pa.scalar(item_id, pa.string())).as_py()
+        if found < 0:
+            raise NotFoundError(f"no item {echo(item_id)} in bundle {self.bundle.name}")
+        return int(found)

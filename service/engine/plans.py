@@ -118,13 +118,21 @@ class Planner:
             return
         started = time.perf_counter()
         choice = calibrate(
-            self.shortlists, exact, length, 10, config.recall, config.factors, config.queries,
+            self.shortlists,
+            exact,
+            length,
+            10,
+            config.recall,
+            config.factors,
+            config.queries,
             config.max_cost_share,
-        )  # fmt: skip
+        )
         log.info(
-            "prefix %d: funnel %s (calibrated in %.1f s)", length,
-            choice or "none", time.perf_counter() - started,
-        )  # fmt: skip
+            "prefix %d: funnel %s (calibrated in %.1f s)",
+            length,
+            choice or "none",
+            time.perf_counter() - started,
+        )
         if choice is None:
             self.direct_reasons[length] = no_funnel_reason(config)
         else:
@@ -216,9 +224,14 @@ class Planner:
         s = run.shortlist_prefix
         query = prefix_vectors(rotated, s)
         _, candidates = filtered_search(
-            self.indexes[s], query, k * run.factor, allowed, exact_max,
-            self.shortlist_search(length, s), blocks,
-        )  # fmt: skip
+            self.indexes[s],
+            query,
+            k * run.factor,
+            allowed,
+            exact_max,
+            self.shortlist_search(length, s),
+            blocks,
+        )
         return rerank(exact, rotated[0], candidates[0], length, k)
 
 

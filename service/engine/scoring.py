@@ -7,7 +7,8 @@ own FAISS files (service/engine/local_scorer.py) and a Milvus collection the ver
 exported to (service/engine/milvus/scorer.py).
 
 `PreparedQuery` is a query's state on its way through the batch; `StoredRow` is one gallery
-row as a scorer reads it back; `EngineConfig` is what both the engine and its scorer obey.
+row as a scorer reads it back, the item asked for by `check_item`; `EngineConfig` is what both
+the engine and its scorer obey.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from indexer.format.bundle import Bundle
 from service.engine.filter_blocks import BLOCK_BUDGET
 from service.engine.filtering import EXACT_MAX
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import FunnelConfig
-from service.errors import ServiceError
-from service.limits import LIMITS, RequestLimits
+from service.errors import NotFoundError, QueryError, ServiceError
+from service.limits import LIMITS, RequestLimits, check_chars
 from service.query.routing import Route
 from service.results import FilterConcept, Hit, PlanRun, SearchQuery, SearchResult
 from training.core.config import ConfigModel
@@ -60,6 +62,7 @@ class PreparedQuery:
     embedding: np.ndarray | None = None
     error: ServiceError | None = None
     route: Route | None = None
+    length: int = 0  # the prefix length its route searches (the contract's), set with route
     setting: str = ""  # search parameters other than the index's own (operating_points.py)
     allowed: Any = None  # the rows it may return, in its scorer's form (None: every row)
     plan: PlanRun | None = None
@@ -71,7 +74,7 @@ class PreparedQuery:
 
 
 def query_result(
-    p: PreparedQuery, hits: list[Hit], prefix_length: int, metadata: MetadataFilter, version: int
+    p: PreparedQuery, hits: list[Hit], metadata: MetadataFilter, version: int
 ) -> SearchResult:
     """A prepared query's answer from its hits, as either scorer gives it: each hit labelled
     with its group (group_by), and the route, prefix, plan and filter size the query ran with."""
@@ -82,13 +85,32 @@ def query_result(
             hit.group = str(labels[code])
     return SearchResult(
         granularity=p.route.granularity,
-        prefix_length=prefix_length,
+        prefix_length=p.length,
         routing_reason=p.route.reason,
         hits=hits,
         filtered_rows=None if p.allowed is None else p.allowed.count,
         bundle_version=version,
         plan=p.plan,
     )
+
+
+def check_item(
+    item_id: str | None, row: int | None, bundle: Bundle, limits: RequestLimits
+) -> int | None:
+    """An Explain's item as asked, by its id or by its row (one of them; QueryError for
+    neither or both): None for an id, checked to be non-empty and within `limits.id_chars`
+    (QueryError; the scorer finds it, or raises NotFoundError); else the row, checked to lie
+    in the bundle (NotFoundError)."""
+    if (item_id is None) == (row is None):
+        raise QueryError("name the item by its id or by its row, one of them")
+    if item_id is not None:
+        if not item_id:
+            raise QueryError("empty item id")
+        check_chars("an item id", item_id, limits.id_chars)
+        return None
+    if not 0 <= int(row) < bundle.rows:  # type: ignore[arg-type]
+        raise NotFoundError(f"row {row} outside [0, {bundle.rows}) of {bundle.name}")
+    return int(row)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -111,9 +133,10 @@ class Scorer(Protocol):
     metadata_fields: list[str]  # the fields a query may ask hits to carry
     vocabulary: OpenVocabulary | None  # a phrase the catalog lacks, made a zero-shot concept
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
-        """Set the rows a checked query may return (`prepared.allowed`) and its plan at
-        prefix `length` (`prepared.plan`); QueryError for a filter or plan it refuses."""
+    def restrict(self, prepared: PreparedQuery) -> None:
+        """Set the rows a checked and routed query may return (`prepared.allowed`) and its
+        plan at its prefix `prepared.length` (`prepared.plan`); QueryError for a filter or plan
+        it refuses."""
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         """Set every live query's result (`prepared.result`), its rotated embedding a row of

@@ -56,7 +56,12 @@ from service.errors import (
 )
 from service.limits import check_near_captions
 from service.query.cache import QueryCache
-from service.query.checks import check_grouping, check_query, check_query_input, parse_granularity
+from service.query.checks import (
+    check_grouping,
+    check_query,
+    check_query_input,
+    requested_granularity,
+)
 from service.query.embedding import EncoderObserver, embed_texts, encode
 from service.query.routing import Route, route_text
 from service.results import (
@@ -156,9 +161,12 @@ class SearchEngine:
         else:
             encoder = load_encoder(spec, device=device, batch_size=batch_size)
         log.info(
-            "bundle %s: %d rows, encoder %s on %s", bundle.name, bundle.rows, encoder.id,
+            "bundle %s: %d rows, encoder %s on %s",
+            bundle.name,
+            bundle.rows,
+            encoder.id,
             encoder.device,
-        )  # fmt: skip
+        )
         return cls(bundle, encoder, config, cache)
 
     # --- search ---
@@ -178,7 +186,7 @@ class SearchEngine:
         prepared = [self._prepare(q) for q in queries]
         self._embed(prepared, observer)
         if live := [p for p in prepared if p.error is None]:  # rotated as far as searched
-            head = max(self.contract[p.route.granularity] for p in live)  # type: ignore[union-attr]
+            head = max(p.length for p in live)
             embedded = (
                 live[0].embedding[None, :]
                 if len(live) == 1
@@ -203,13 +211,15 @@ class SearchEngine:
                 query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
             )
             prepared.route = self.route(query)
+            prepared.length = self.contract[prepared.route.granularity]
             check_min_recall(query.min_recall)
-            length = self.contract[prepared.route.granularity]
-            prepared.setting = setting_for(self.bundle.manifest.prefix(length), query.min_recall)
+            prepared.setting = setting_for(
+                self.bundle.manifest.prefix(prepared.length), query.min_recall
+            )
             check_grouping(query, self.config.limits)
             if query.group_by:
                 self.metadata.check_field(query.group_by, "group_by")
-            self.scorer.restrict(prepared, length)
+            self.scorer.restrict(prepared)
             if query.require or query.exclude:
                 prepared.filter_concepts, prepared.warnings = filter_concepts(
                     self.bundle, query.require, query.exclude, query.scope, self.vocabulary
@@ -254,7 +264,7 @@ class SearchEngine:
 
     def route(self, query: SearchQuery) -> Route:
         """Where a query goes: its granularity, or AUTO's choice (text: by rule; else full)."""
-        granularity = parse_granularity(query.granularity)
+        granularity = requested_granularity(query.granularity)
         if granularity is not None:
             return Route(granularity, "requested")
         if query.text is not None:
@@ -346,9 +356,13 @@ class SearchEngine:
     ) -> ConceptPage:
         """A page of the catalog (`service.engine.catalog.catalog_page`)."""
         return catalog_page(
-            self.bundle, name_contains, page_size, page_token, self.config.limits,
+            self.bundle,
+            name_contains,
+            page_size,
+            page_token,
+            self.config.limits,
             include_below_floor,
-        )  # fmt: skip
+        )
 
     def get_concept(self, ref: ConceptRef | str | int) -> list[ConceptInfo]:
         """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a

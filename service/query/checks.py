@@ -21,8 +21,6 @@ from service.limits import (
     check_filter,
 )
 from service.results import (
-    AUTO,
-    GRANULARITY_CHOICES,
     MAX_FACTOR,
     MAX_GROUP_SIZE,
     MAX_K,
@@ -32,20 +30,16 @@ from service.results import (
     SearchPlan,
     SearchQuery,
 )
-from training.core.granularity import Granularity
+from training.core.granularity import Granularity, GranularityError, parse_granularity
 
 
-def parse_granularity(value: str) -> Granularity | None:
-    """The requested granularity; None for AUTO (or empty)."""
-    text = str(value).strip().lower() or AUTO
-    if text == AUTO:
-        return None
+def requested_granularity(value: Granularity | str) -> Granularity | None:
+    """The requested granularity; None for AUTO (or empty); QueryError for any other name
+    (training/core/granularity.py's one parser and message)."""
     try:
-        return Granularity(text)
-    except ValueError:
-        raise QueryError(
-            f"unknown granularity {echo(value)}; choose from {', '.join(GRANULARITY_CHOICES)}"
-        ) from None
+        return parse_granularity(value, auto=True)
+    except GranularityError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def check_query(

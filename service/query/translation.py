@@ -39,9 +39,14 @@ class TranslatedEncoder(Encoder):
             "translator_sha256": translator.fingerprint,
         }
         return cls(
-            source.spec, translator.target_dim, source.device, source.batch_size, provenance,
-            source, translator,
-        )  # fmt: skip
+            source.spec,
+            translator.target_dim,
+            source.device,
+            source.batch_size,
+            provenance,
+            source,
+            translator,
+        )
 
     @property
     def id(self) -> str:

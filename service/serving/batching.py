@@ -4,7 +4,8 @@ Each `submit(item)` waits in a bounded queue; one worker task takes the oldest w
 up to `max_batch`, as soon as either `max_batch` are waiting or the oldest has waited
 `max_wait_ms`, and runs `process(items)` on an executor thread (the encoder and FAISS are
 blocking), then hands each caller its own result — or its own exception, so that one bad
-image fails one query, not its batch. Up to `lanes` batches run at once (the executor needs as
+image fails one query, not its batch (the call and the hand-out:
+service/serving/batch_calls.py). Up to `lanes` batches run at once (the executor needs as
 many threads; the encoder, FAISS and the engine are safe to call from several threads): while
 one lane is held by a long request, the next batch runs in another. While every lane is busy,
 new arrivals queue up for the next free one.
@@ -51,44 +52,24 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from service.errors import DeadlineError, OverloadedError
+from service.serving.batch_calls import (
+    BatchCalls,
+    ItemError,
+    called,
+    hand_out,
+    raise_if_cancelled,
+)
 from service.serving.batch_order import Flow, Waiting, take_batch
 from service.serving.batching_config import BatchingConfig  # re-exported: its home before
 
 log = logging.getLogger(__name__)
 
-CHEAP_WEIGHT = 0.2  # the moving average's weight of the latest lone cheap item
-
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
-
-
-@dataclass
-class BatchStats:
-    """Counters for tests and logs: calls of `process`, items processed, the largest batch."""
-
-    batches: int = 0
-    items: int = 0
-    largest: int = 0
-    expired: int = 0  # dropped unprocessed: their deadline passed while they waited
-
-    def add(self, size: int) -> None:
-        self.batches += 1
-        self.items += size
-        self.largest = max(self.largest, size)
-
-
-class ItemError(Exception):
-    """`submit_many`: the item at `index` failed with `error` (the request's other items were
-    dropped)."""
-
-    def __init__(self, index: int, error: BaseException) -> None:
-        super().__init__(f"item {index}: {error}")
-        self.index, self.error = index, error
 
 
 class MicroBatcher(Generic[T, R]):
@@ -107,13 +88,12 @@ class MicroBatcher(Generic[T, R]):
         clock: Callable[[], float] = time.monotonic,
         cheap: Callable[[T], bool] | None = None,
     ) -> None:
-        self.process = process
-        self.cheap = cheap  # items that may run on the event loop (`BatchingConfig.inline_ms`)
-        self.cheap_s = 0.0  # a moving average of what lone cheap items cost
+        # the batch function's calls; `cheap`: items that may run on the event loop (inline_ms)
+        self.calls = BatchCalls(process, cheap)
+        self.stats = self.calls.stats
         self.config = config or BatchingConfig()
         self.executor = executor
         self.clock = clock
-        self.stats = BatchStats()
         self._flows: deque[Flow[T, R]] = deque()
         self._in_flight: list[list[Waiting[T, R]]] = []  # the batches being processed
         self._busy: set[Flow[T, R]] = set()  # requests with a chunk being processed
@@ -161,7 +141,9 @@ class MicroBatcher(Generic[T, R]):
         if not items:
             return []
         if not self.config.enabled:
-            return await self._admitted_alone(lambda: self._alone(list(items), loop, finish))
+            return await self._admitted_alone(
+                lambda: self.calls.one_by_one(list(items), self.executor, loop, finish)
+            )
         flow: Flow[T, R] = Flow(
             single=len(items) == 1 and finish is None,  # a one-query BatchSearch is finished
             finish=finish,
@@ -202,8 +184,8 @@ class MicroBatcher(Generic[T, R]):
         flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
         if flow.single and self._lane_free():  # nothing queued to wait for or batch with
-            if self._inline(items[0]):
-                self._serve_inline(flow)
+            if self.calls.inline(items[0], self.config.inline_ms / 1000):
+                self.calls.serve_inline(flow.items.popleft())
             else:
                 await self._serve_now(flow, loop)
         else:
@@ -235,33 +217,6 @@ class MicroBatcher(Generic[T, R]):
         gate = self._gate
         assert gate is not None  # `_start` made it
         return not self.config.max_wait_ms and not self._flows and not gate.locked()
-
-    def _inline(self, item: T) -> bool:
-        """Whether a lone `item` runs on the event loop: the server calls it cheap, and lone
-        cheap items have cost at most `inline_ms` of late."""
-        budget = self.config.inline_ms / 1000
-        return budget > 0 and self.cheap is not None and self.cheap(item) and self.cheap_s <= budget
-
-    def _cost(self, item: T, seconds: float) -> None:
-        """Fold a lone item's cost into the moving average of cheap items' (wherever it ran)."""
-        if self.cheap is not None and self.cheap(item):
-            self.cheap_s += CHEAP_WEIGHT * (seconds - self.cheap_s)
-
-    def _serve_inline(self, flow: Flow[T, R]) -> None:
-        """Process a lone cheap item here, on the event loop: no lane, no thread hand-off."""
-        waiting = flow.items.popleft()
-        began = time.perf_counter()
-        try:
-            (result,) = self._call([waiting.item])
-        except Exception as exc:
-            log.exception("query failed")
-            result = exc
-        self._cost(waiting.item, time.perf_counter() - began)
-        self.stats.add(1)
-        if isinstance(result, BaseException):
-            waiting.future.set_exception(result)
-        else:
-            waiting.future.set_result(result)
 
     async def _serve_now(self, flow: Flow[T, R], loop: asyncio.AbstractEventLoop) -> None:
         """Run a lone query in a free lane at once, as the worker would have a moment later
@@ -299,25 +254,6 @@ class MicroBatcher(Generic[T, R]):
             if not future.done():
                 future.cancel()
         flow.items.clear()
-
-    async def _alone(
-        self,
-        items: list[T],
-        loop: asyncio.AbstractEventLoop,
-        finish: Callable[[R], Any] | None = None,
-    ) -> list[Any]:
-        """Batching off: one item per call, in order, stopping at the first failure."""
-        out: list[Any] = []
-        for start in range(len(items)):
-            results = await loop.run_in_executor(
-                self.executor, self._call, items[start : start + 1], finish
-            )
-            self.stats.add(len(results))
-            for offset, result in enumerate(results):
-                if isinstance(result, BaseException):
-                    raise ItemError(start + offset, result)
-                out.append(result)
-        return out
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._worker is None or self._worker.done():
@@ -398,15 +334,15 @@ class MicroBatcher(Generic[T, R]):
         try:
             try:
                 if source is not None and source.call is not None:
-                    results = await loop.run_in_executor(self.executor, _called, source.call)
+                    results = await loop.run_in_executor(self.executor, called, source.call)
                 else:
                     finish = source.finish if source is not None else None
                     began_s = time.perf_counter()
                     results = await loop.run_in_executor(
-                        self.executor, self._call, [w.item for w in batch], finish
+                        self.executor, self.calls, [w.item for w in batch], finish
                     )
                     if len(batch) == 1:
-                        self._cost(batch[0].item, time.perf_counter() - began_s)
+                        self.calls.cost(batch[0].item, time.perf_counter() - began_s)
                     self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))
@@ -414,13 +350,7 @@ class MicroBatcher(Generic[T, R]):
             if source is not None:
                 source.served += self.clock() - began
                 source.item_s = (self.clock() - began) / len(batch)
-            for waiting, result in zip(batch, results, strict=True):
-                if waiting.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    waiting.future.set_exception(result)
-                else:
-                    waiting.future.set_result(result)
+            hand_out(batch, results)
         finally:
             # by identity: `==` on two batches would compare their queries field by field
             self._in_flight = [b for b in self._in_flight if b is not batch]
@@ -443,14 +373,6 @@ class MicroBatcher(Generic[T, R]):
         )
         return True
 
-    def _call(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
-        results = self.process(items)
-        if len(results) != len(items):
-            raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
-        if finish is None:
-            return results
-        return [_finished(finish, r) for r in results]
-
     async def close(self) -> None:
         """Stop the worker and its lanes; callers queued or in a running batch get
         OverloadedError."""
@@ -465,30 +387,3 @@ class MicroBatcher(Generic[T, R]):
             if not item.future.done():
                 item.future.set_exception(OverloadedError("the server is shutting down"))
         self._flows.clear()
-
-
-def _called(call: Callable[[], R]) -> list[R | BaseException]:
-    """`[call()]`, or `[the exception it raised]`."""
-    try:
-        return [call()]
-    except Exception as exc:
-        return [exc]
-
-
-def raise_if_cancelled() -> None:
-    """CancelledError when the running task has been asked to stop: for a loop whose await can
-    come back without raising it (a timeout that expired as the cancel came), so that a
-    cancelled worker ends instead of waiting on forever (and holding up `asyncio.run`'s exit)."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
-    """`finish(result)`, or the exception it (or the item) raised."""
-    if isinstance(result, BaseException):
-        return result
-    try:
-        return finish(result)
-    except Exception as exc:
-        return exc

@@ -109,8 +109,10 @@ def test_command_lines_parse_with_the_real_cli() -> None:
     root = typer.main.get_command(app)
     lines = strata_lines()
     assert [argv[:2] for _, argv in lines][1:] == [
-        ["index", "build"], ["index", "publish"], ["index", "export"],
-    ]  # fmt: skip
+        ["index", "build"],
+        ["index", "publish"],
+        ["index", "export"],
+    ]
     for where, argv in lines:
         command, rest = root, list(argv)
         while isinstance(command, click.Group) and rest and rest[0] in command.commands:

@@ -115,8 +115,11 @@ def many_words_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
     faiss.omp_set_num_threads(1)
     try:
         return build_text_bundle(
-            tmp_path_factory.mktemp("many-words-bundle"), minilm, words=True, floor=WORD_FLOOR,
+            tmp_path_factory.mktemp("many-words-bundle"),
+            minilm,
+            words=True,
+            floor=WORD_FLOOR,
             extra_words=MANY_WORDS,
-        )  # fmt: skip
+        )
     finally:
         faiss.omp_set_num_threads(before)

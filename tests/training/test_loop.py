@@ -107,8 +107,13 @@ def test_a_checkpoint_of_other_config_data_or_layout_is_ignored(tmp_path: Path):
     assert load_checkpoint(path, "config", "other", "cpu") is None
     save_checkpoint(path, "config", "data", {"x": torch.ones(1)})  # an older loop's payload
     assert load_checkpoint(path, "config", "data", "cpu") is None
-    run = run_loop(Scripted([1.0]), Schedule(1, 1), None, Checkpointing(tmp_path, "config",
-                   "data", "cpu"), progress=False)  # fmt: skip
+    run = run_loop(
+        Scripted([1.0]),
+        Schedule(1, 1),
+        None,
+        Checkpointing(tmp_path, "config", "data", "cpu"),
+        progress=False,
+    )
     assert run.state.rounds == 1  # started afresh
 
 

@@ -104,8 +104,13 @@ def eval_command(
         raise InputError("say which features to score: --artifact, --sae-latents, or --constructed")
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be >= 1, got {limit}")
-    flags = {"top_m": top_m, "shift": shift, "layer": layer, "threshold": threshold,
-             "batch_size": batch_size}  # fmt: skip
+    flags = {
+        "top_m": top_m,
+        "shift": shift,
+        "layer": layer,
+        "threshold": threshold,
+        "batch_size": batch_size,
+    }
     config = build_config(CdsConfig, flags, "strata eval cds")
     if images is not None:
         source = ImageSource.from_folder(images, limit)
@@ -122,9 +127,17 @@ def eval_command(
     resolved_layer = model.resolve_layer(config.layer)
     with logging_redirect_tqdm():
         features = choose_features(
-            model, source, config, scored_artifact, sae_latents, sae_k, sae_epochs, sae_tokens,
-            seed, progress,
-        )  # fmt: skip
+            model,
+            source,
+            config,
+            scored_artifact,
+            sae_latents,
+            sae_k,
+            sae_epochs,
+            sae_tokens,
+            seed,
+            progress,
+        )
         result = score_features(model, features, source, config, progress=progress)
     out.mkdir(parents=True, exist_ok=True)
     write_table(result, out)
@@ -136,8 +149,9 @@ def eval_command(
         if scored_artifact.encoder and scored_artifact.encoder != model.name:
             log.warning(
                 "the artifact was trained on %s embeddings, scored here with %s",
-                scored_artifact.encoder, model.name,
-            )  # fmt: skip
+                scored_artifact.encoder,
+                model.name,
+            )
         if write_scope:
             write_scopes(artifact, result, scored_artifact, provenance(result, images))
             summary["scopes_written_to"] = str(artifact)

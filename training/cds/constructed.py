@@ -97,9 +97,15 @@ class ConstructedViT(PatchModel):
         frequencies = uniform(0.2, 1.2, self.width, 2, 2)
         phases = uniform(0.0, 2 * math.pi, self.width, 2)
         waves = torch.cos(
-            2 * math.pi * (frequencies[..., 0] * rows.view(-1, 1, 1)
-                           + frequencies[..., 1] * cols.view(-1, 1, 1)) / grid + phases
-        )  # fmt: skip
+            2
+            * math.pi
+            * (
+                frequencies[..., 0] * rows.view(-1, 1, 1)
+                + frequencies[..., 1] * cols.view(-1, 1, 1)
+            )
+            / grid
+            + phases
+        )
         self.position = position_strength * waves.sum(dim=-1) / math.sqrt(2)  # [P, W]
         self.projection = normal(self.width, embed_dim) / math.sqrt(self.width)
 

@@ -101,9 +101,11 @@ def plot_histogram(result: CdsResult, path: Path, bins: int = 40) -> Path:
     threshold = result.threshold
     if math.isfinite(threshold.value):
         axis.axvline(
-            threshold.value, color="black", linestyle="--",
+            threshold.value,
+            color="black",
+            linestyle="--",
             label=f"threshold {threshold.value:.4f} ({threshold.rule})",
-        )  # fmt: skip
+        )
     axis.set_xlabel("CDS (EMD / grid diagonal)")
     axis.set_ylabel("features")
     axis.set_title(

@@ -213,9 +213,14 @@ def fit_patch_sae(
     cut = max(2, len(tokens) // 10)
     try:
         config = SaeConfig(
-            kind="topk", expansion=n_latents // width, k=k, epochs=epochs, patience=3,
-            batch_size=min(1024, max(16, len(tokens) // 16)), seed=seed,
-        )  # fmt: skip
+            kind="topk",
+            expansion=n_latents // width,
+            k=k,
+            epochs=epochs,
+            patience=3,
+            batch_size=min(1024, max(16, len(tokens) // 16)),
+            seed=seed,
+        )
         with torch.random.fork_rng(devices=[]):
             sae, _ = train_sae(tokens[order[cut:]], tokens[order[:cut]], config, progress)
     except ValueError as error:

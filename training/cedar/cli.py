@@ -33,7 +33,13 @@ from training.cedar.evaluate import (
     rotation_method,
     sae_method,
 )
-from training.cedar.fit import fit_cedar, method_names, naming_rows, vocabulary_embeddings
+from training.cedar.fit import (
+    CedarFitConfig,
+    fit_cedar,
+    method_names,
+    naming_rows,
+    vocabulary_embeddings,
+)
 from training.cedar.gallery_quality import (
     embed_words,
     filter_quality_markdown,
@@ -124,10 +130,20 @@ def train_command(
         )
     with logging_redirect_tqdm():
         fitted = fit_cedar(
-            cache, out, cedar_config, vocabulary=vocabulary, encoder=encoder, work=work,
-            device=device or load_settings().device, overwrite=overwrite, progress=progress,
-            name_threshold=name_threshold, readout=readout_config,
-        )  # fmt: skip
+            CedarFitConfig(
+                cache=cache,
+                out=out,
+                cedar=cedar_config,
+                readout=readout_config,
+                vocabulary=vocabulary,
+                encoder=encoder,
+                name_threshold=name_threshold,
+                work=work,
+                device=device or load_settings().device,
+                overwrite=overwrite,
+                progress=progress,
+            )
+        )
     result, catalog, vocab_info = fitted.result, fitted.catalog, fitted.vocabulary
     best = result.history[result.best_epoch - 1]
     top = sorted(catalog, key=lambda e: -e.frequency)[:8]
@@ -144,7 +160,7 @@ def train_command(
         f"frequent     " + ", ".join(f"{e.name} ({e.label})" for e in top)
     )
     if fitted.readout is not None:
-        info = fitted.readout
+        info = fitted.readout.info
         typer.echo(
             f"readout      {info['words']} word concepts ({info['own_thresholds']} with their "
             f"own threshold), {info['epochs_run']} epochs, best {info['best_epoch']}; held-out "
@@ -266,9 +282,12 @@ def eval_command(
             methods.append(rotation_method(name, random_rotation(dim), mean))
         else:
             sae_config = SaeConfig(
-                kind=name, k=k_default, k_range=(cedar_config.k_min, cedar_config.k_max),
-                epochs=sae_epochs, seed=cedar_config.seed if seed is None else seed,
-            )  # fmt: skip
+                kind=name,
+                k=k_default,
+                k_range=(cedar_config.k_min, cedar_config.k_max),
+                epochs=sae_epochs,
+                seed=cedar_config.seed if seed is None else seed,
+            )
             model, seconds = trained_sae(
                 sae_config, x[train], x[val], out / "saes", progress=progress
             )
@@ -320,9 +339,12 @@ def eval_command(
         if coder is not None and coder.readout is not None:
             assert cedar is not None
             variants = readout_variants(
-                cedar, coder.readout, data,
-                lambda words: embed_words(words, encoder or data.encoder), progress,
-            )  # fmt: skip
+                cedar,
+                coder.readout,
+                data,
+                lambda words: embed_words(words, encoder or data.encoder),
+                progress,
+            )
             readouts = (cedar, variants)
         report["filter_quality"] = gallery_quality(
             gallery, methods, namings, k_default, encoder or data.encoder, readouts

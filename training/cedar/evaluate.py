@@ -268,8 +268,12 @@ def plot_fvu_curves(report: dict[str, Any], path: Path) -> Path:
         curve.plot(ks, [curve_of[k] for k in ks], label=name, **styles[name])
         if reference:
             shared = [k for k in ks if k in fvu[reference]]
-            ratio.plot(shared, [curve_of[k] / fvu[reference][k] for k in shared],
-                       label=name, **styles[name])  # fmt: skip
+            ratio.plot(
+                shared,
+                [curve_of[k] / fvu[reference][k] for k in shared],
+                label=name,
+                **styles[name],
+            )
     log_ticks(curve, "x", ks_all, base=2)
     curve.set_xlabel("active features per sample K")
     curve.set_ylabel("FVU (lower is better)")
@@ -277,8 +281,9 @@ def plot_fvu_curves(report: dict[str, Any], path: Path) -> Path:
     curve.set_title("FVU of the reconstruction")
     if reference:
         log_ticks(ratio, "x", ks_all, base=2)
-        ratios = [v / fvu[reference][k] for c in fvu.values() for k, v in c.items()
-                  if k in fvu[reference]]  # fmt: skip
+        ratios = [
+            v / fvu[reference][k] for c in fvu.values() for k, v in c.items() if k in fvu[reference]
+        ]
         log_axis(ratio, "y", [*ratios, 1.0])
         ratio.axhline(1.0, color="0.5", linewidth=0.8, zorder=0)
         ratio.set_xlabel("active features per sample K")

@@ -1,6 +1,7 @@
 """Fitting a CEDAR artifact (`fit_cedar`, what `strata train cedar` and the demo call): the
 rotation learnt on a cache's train rows, its concepts named from a vocabulary (by data where
-the cache has captions), the vocabulary readout, and the artifact written with its catalog."""
+the cache has captions), the vocabulary readout, and the artifact written with its catalog.
+It takes one `CedarFitConfig` and returns one `FittedCedar`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict
 from scipy import sparse
 
 from training.cedar.concepts import (
@@ -47,6 +49,7 @@ from training.cedar.readout import (
 from training.cedar.readout_rows import learn_readout
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
+from training.core.config import ConfigModel
 from training.core.errors import InputError
 from training.core.granularity import default_contract
 from training.core.seeding import seeded
@@ -134,66 +137,109 @@ def method_names(
     return names, {"by": "data", "k": k, **info}
 
 
+class CedarFitConfig(ConfigModel):
+    """What `fit_cedar` is asked to do (`strata train cedar`'s flags, the demo's choices):
+    learn on `cache`, write the artifact to `out`; immutable once made."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cache: Path
+    out: Path
+    cedar: CedarConfig = CedarConfig()  # the rotation's training (its seed splits the rows too)
+    readout: ReadoutConfig | None = None  # the vocabulary readout; None: the axes alone
+    vocabulary: Path | None = None  # naming terms, one per line (default: the captions' words)
+    encoder: str | None = None  # embeds the vocabulary (default: the cache's encoder)
+    name_threshold: float | None = None  # val precision a name must reach (None: picked on val)
+    work: Path | None = None  # checkpoint folder (default: OUT.work)
+    device: str = "auto"
+    overwrite: bool = False
+    progress: bool = True
+
+
+@dataclass
+class FittedReadout:
+    """The vocabulary readout learnt beside the axes: its training record (learn_readout's,
+    with the held-out means) and what the artifact stores of it (`tensors`, `record`: its
+    extra["readout"])."""
+
+    info: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    record: dict[str, Any]
+
+
 @dataclass
 class FittedCedar:
+    """What `fit_cedar` made: the artifact (written), the rotation's training, the catalog,
+    the vocabulary and naming records, and the readout (None when none was learnt)."""
+
     artifact: TransformArtifact
     result: CedarResult
     catalog: list[CatalogEntry]
     vocabulary: dict[str, Any]
     naming: dict[str, Any]
-    readout: dict[str, Any] | None = None  # the readout's record, when one was learnt
+    readout: FittedReadout | None = None
 
 
-def fit_cedar(
-    cache: Path,
-    out: Path,
-    config: CedarConfig,
-    vocabulary: Path | None = None,
-    encoder: str | None = None,
-    work: Path | None = None,
-    device: str = "auto",
-    overwrite: bool = False,
-    progress: bool = True,
-    name_threshold: float | None = None,
-    readout: ReadoutConfig | None = None,
-) -> FittedCedar:
+def fit_readout(data: SplitRows, result: CedarResult, fit: CedarFitConfig) -> FittedReadout | None:
+    """The vocabulary readout over the learnt rotation (`fit.readout`); None without one, or,
+    with a log line, for a cache without captions."""
+    if fit.readout is None:
+        return None
+    if "caption" not in data.metadata.column_names:
+        log.info("no captions in %s: no vocabulary readout, the axes alone", fit.cache)
+        return None
+    learnt, info = learn_readout(
+        data,
+        result.rotation,
+        result.mean,
+        fit.cedar.k,
+        lambda words: embed_words(words, fit.encoder or data.encoder),
+        fit.readout,
+        fit.progress,
+    )
+    info.update(mean_held_out(learnt))
+    record = {**readout_record(learnt), "config": fit.readout.model_dump()}
+    record["training"] = {k: v for k, v in info.items() if k != "history"}
+    return FittedReadout(info, readout_tensors(learnt), record)
+
+
+def fit_cedar(fit: CedarFitConfig) -> FittedCedar:
     """Learn CEDAR on a cache's train rows, name its concepts, learn the vocabulary readout
-    (`readout`; skipped, with a log line, for a cache without captions), write the artifact to
-    `out`. A cache without a split column is split by `config.seed` (its artifact records it)."""
+    (`fit.readout`: `fit_readout`), write the artifact to `fit.out`. A cache without a split
+    column is split by the training's seed (its artifact records it)."""
+    config = fit.cedar
     with seeded(config.seed):  # the naming's numpy sums too, not only the training
-        data = load_split_rows(cache, seed=config.seed)
+        data = load_split_rows(fit.cache, seed=config.seed)
         train_rows, val_rows = data.rows("train"), data.rows("val")
         x = data.embeddings
         anchors = None
         if config.anchor_words:
             words = caption_vocabulary(data.texts(train_rows), min_count=5).words
-            found = embed_words(words[: config.anchor_words], encoder or data.encoder)
+            found = embed_words(words[: config.anchor_words], fit.encoder or data.encoder)
             anchors = text_directions(found, x[train_rows].mean(axis=0))
         result = train_cedar(
-            x[train_rows], x[val_rows], config,
-            work_dir=work_folder(out, work), device=device, progress=progress, anchors=anchors,
-        )  # fmt: skip
-        rows = naming_rows(data, vocabulary, encoder)
+            x[train_rows],
+            x[val_rows],
+            config,
+            work_dir=work_folder(fit.out, fit.work),
+            device=fit.device,
+            progress=fit.progress,
+            anchors=anchors,
+        )
+        rows = naming_rows(data, fit.vocabulary, fit.encoder)
         method = rotation_method("cedar", result.rotation, result.mean)
-        names, naming = method_names(method, rows, data, result.mean, config.k, name_threshold)
-        vocab_info = rows.info
+        names, naming = method_names(method, rows, data, result.mean, config.k, fit.name_threshold)
         catalog = build_catalog(
-            names, result.rotation, result.mean, config.k, x[train_rows],
-            data.metadata.column("id").take(train_rows).to_pylist(), data.texts(train_rows),
-        )  # fmt: skip
+            names,
+            result.rotation,
+            result.mean,
+            config.k,
+            x[train_rows],
+            data.metadata.column("id").take(train_rows).to_pylist(),
+            data.texts(train_rows),
+        )
         best = result.history[result.best_epoch - 1]
-        learnt, readout_info, tensors, extra = None, None, {}, {}
-        if readout is not None and "caption" not in data.metadata.column_names:
-            log.info("no captions in %s: no vocabulary readout, the axes alone", cache)
-        elif readout is not None:
-            learnt, readout_info = learn_readout(
-                data, result.rotation, result.mean, config.k,
-                lambda words: embed_words(words, encoder or data.encoder), readout, progress,
-            )  # fmt: skip
-            readout_info.update(mean_held_out(learnt))
-            tensors = readout_tensors(learnt)
-            extra = {"readout": {**readout_record(learnt), "config": readout.model_dump()}}
-            extra["readout"]["training"] = {k: v for k, v in readout_info.items() if k != "history"}
+        readout = fit_readout(data, result, fit)
         artifact = TransformArtifact(
             method="cedar",
             rotation=result.rotation,
@@ -209,15 +255,15 @@ def fit_cedar(
             },
             extra={
                 "k": config.k,
-                "vocabulary": vocab_info,
+                "vocabulary": rows.info,
                 "naming": naming,
                 "catalog": catalog_json(catalog),
-                **extra,
+                **({} if readout is None else {"readout": readout.record}),
             },
-            tensors=tensors,
+            tensors={} if readout is None else readout.tensors,
         )
         if "caption" in data.metadata.column_names:  # which concepts are shown: floor.py
-            artifact.extra["floor"] = dev_floor(artifact, data, str(cache))
+            artifact.extra["floor"] = dev_floor(artifact, data, str(fit.cache))
             log.info("precision floor %.2f, picked on val", artifact.extra["floor"]["value"])
-        artifact.save(out, overwrite=overwrite)
-        return FittedCedar(artifact, result, catalog, vocab_info, naming, readout_info)
+        artifact.save(fit.out, overwrite=fit.overwrite)
+        return FittedCedar(artifact, result, catalog, rows.info, naming, readout)

@@ -59,9 +59,12 @@ def used_words(texts: Sequence[str], groups: Sequence[str], others: int) -> list
 
 
 def floor_rows(
-    coder: ConceptCoder, embeddings: np.ndarray, texts: Sequence[str], groups: Sequence[str],
+    coder: ConceptCoder,
+    embeddings: np.ndarray,
+    texts: Sequence[str],
+    groups: Sequence[str],
     others: int = OTHER_CAPTIONS,
-) -> FloorRows:  # fmt: skip
+) -> FloorRows:
     """The rows' codes as a hit's concept list reads them (its active word concepts, then its
     k axis concepts) and the words their images' other captions use."""
     axes, values = coder.encode(embeddings)

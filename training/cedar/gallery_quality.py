@@ -138,9 +138,11 @@ def gallery_quality(
         trained_readout = next(iter(readouts[1].values()))  # the artifact's, as trained
         val_wanted = val_relevant[:, val_words].T.toarray().astype(bool)
         shift, quality = gallery_shift(
-            trained_readout, readouts[0], (g.embeddings[val], val_names, val_wanted),
+            trained_readout,
+            readouts[0],
+            (g.embeddings[val], val_names, val_wanted),
             (x, names, classes, wanted),
-        )  # fmt: skip
+        )
         scores[f"word concepts, margin ≥ {shift:+.1f} picked on the gallery's val"] = quality
     trained = readouts[0].extra["readout"].get("training", {}) if readouts is not None else {}
     if readouts is not None and "zero_shot_cut" in trained:
@@ -154,10 +156,17 @@ def gallery_quality(
         t = text_directions(np.array([embedded[w] for w in names]), cedar.mean)
         scores.update(
             served_quality(
-                trained_readout, cedar, x, names, classes, wanted, t,
-                lambda words: embed_words(words, encoder), ranking,
+                trained_readout,
+                cedar,
+                x,
+                names,
+                classes,
+                wanted,
+                t,
+                lambda words: embed_words(words, encoder),
+                ranking,
             )
-        )  # fmt: skip
+        )
     return {
         "gallery": str(gallery),
         "test_rows": len(test),

@@ -71,9 +71,14 @@ def readout_variants(
     k = int(cedar.extra.get("k", 32))
     other = "code" if readout.source == "dense" else "dense"
     retrained, _ = learn_readout(
-        data, cedar.rotation, cedar.mean, k, embed, config.model_copy(update={"source": other}),
+        data,
+        cedar.rotation,
+        cedar.mean,
+        k,
+        embed,
+        config.model_copy(update={"source": other}),
         progress,
-    )  # fmt: skip
+    )
     overall = float(record.get("training", {}).get("global_threshold", 0.0))
     return {
         f"CEDAR word concepts ({readout.source}, per-word θ)": readout,

@@ -3,6 +3,10 @@
 The default contract (docs/concepts/granularity.md#the-contract): object D/16, attribute D/8,
 relation D/4, caption D/2, full D (for 384-d MiniLM: 24/48/96/192/384). A contract is configurable
 per artifact, but it must be strictly increasing in the order below and end at D.
+
+`parse_granularity` is the one reading of a granularity a user wrote (the service's queries and
+requests, a bundle's `prefix_length`); its `GranularityError` has one message, which each stage
+maps to its own error type.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from itertools import pairwise
 
-from training.core.errors import InputError
+from training.core.errors import InputError, echo
 
 
 class Granularity(StrEnum):
@@ -22,6 +26,7 @@ class Granularity(StrEnum):
 
 
 ORDER = tuple(Granularity)
+AUTO = "auto"  # a query's granularity left to the router (service/query/routing.py)
 DEFAULT_FRACTIONS = {
     Granularity.OBJECT: 16,
     Granularity.ATTRIBUTE: 8,
@@ -31,6 +36,31 @@ DEFAULT_FRACTIONS = {
 }
 
 Contract = dict[Granularity, int]
+
+
+class GranularityError(InputError):
+    """A granularity that is none of the names (nor AUTO, where AUTO is allowed)."""
+
+
+def granularity_choices(*, auto: bool) -> tuple[str, ...]:
+    """The names a user may write: AUTO first where it is allowed, then ORDER."""
+    return ((AUTO,) if auto else ()) + tuple(g.value for g in ORDER)
+
+
+def parse_granularity(value: object, *, auto: bool) -> Granularity | None:
+    """A granularity from what a user wrote ('object', ' Caption ', Granularity.OBJECT), case and
+    surrounding blanks ignored. With `auto`, AUTO or an empty value gives None (the router
+    chooses). Anything else raises GranularityError: "unknown granularity 'x'; choose from …"."""
+    text = str(value).strip().lower()
+    if auto and text in ("", AUTO):
+        return None
+    try:
+        return Granularity(text)
+    except ValueError:
+        choices = ", ".join(granularity_choices(auto=auto))
+        raise GranularityError(
+            f"unknown granularity {echo(value)}; choose from {choices}"
+        ) from None
 
 
 def default_contract(dim: int) -> Contract:

@@ -194,9 +194,13 @@ def legend_outside(figure: Any, source: Any, title: str | None = None, **handles
                 seen.setdefault(label, handle)
         entries, labels = list(seen.values()), list(seen)
     return figure.legend(
-        entries, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), title=title,
+        entries,
+        labels,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        title=title,
         title_fontsize=8,
-    )  # fmt: skip
+    )
 
 
 def save_figure(figure: Any, path: Path) -> Path:

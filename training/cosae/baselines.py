@@ -153,9 +153,14 @@ def train_universal_sae(
     """
     pairs = np.repeat(np.arange(len(pair_i))[:, None], 2, axis=1)
     return train_coupled(
-        pair_i, pair_j, pairs, universal_sae_config(config), reference=reference,
-        work_dir=work_dir, device=device,
-    )  # fmt: skip
+        pair_i,
+        pair_j,
+        pairs,
+        universal_sae_config(config),
+        reference=reference,
+        work_dir=work_dir,
+        device=device,
+    )
 
 
 def train_uncoupled(

@@ -127,11 +127,17 @@ def open_pair(
         if path.suffix != ".npz" and not path.exists():
             raise InputError(f"unknown pair {spec!r}; expected {', '.join(PAIR_KINDS)} or a .npz")
         return load_pair(path)
-    recipe = {"pair": spec, "rows": rows, "seed": seed} if spec == "synthetic" else {
-        "pair": spec, "flickr8k": str(flickr8k), "captions": captions,
-        "layer": layer if spec == "layer" else None,
-        "tfidf_dim": tfidf_dim if spec == "tfidf" else None,
-    }  # fmt: skip
+    recipe = (
+        {"pair": spec, "rows": rows, "seed": seed}
+        if spec == "synthetic"
+        else {
+            "pair": spec,
+            "flickr8k": str(flickr8k),
+            "captions": captions,
+            "layer": layer if spec == "layer" else None,
+            "tfidf_dim": tfidf_dim if spec == "tfidf" else None,
+        }
+    )
     recipe_path = store.with_suffix(".json") if store else None
     built = store and store.is_file() and recipe_path and recipe_path.is_file()
     if built and json.loads(recipe_path.read_text()) == recipe:
@@ -193,30 +199,50 @@ def train_command(
 ) -> None:
     """Train CoSAE on a pair with a share of its pairs known; score it; write the artifact."""
     run_config = cosae_config(
-        config, paired_fraction=paired_fraction, steps=steps, n_concepts=concepts, k=k,
-        distribution=distribution, seed=seed,
-    )  # fmt: skip
+        config,
+        paired_fraction=paired_fraction,
+        steps=steps,
+        n_concepts=concepts,
+        k=k,
+        distribution=distribution,
+        seed=seed,
+    )
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     device = resolve_device(device or load_settings().device)
     work = work_folder(out, work)
     data = open_pair(
-        pair, flickr8k, captions, rows, layer, tfidf_dim, device, run_config.seed,
+        pair,
+        flickr8k,
+        captions,
+        rows,
+        layer,
+        tfidf_dim,
+        device,
+        run_config.seed,
         store=work / "pair.npz",
-    )  # fmt: skip
+    )
     split = split_pair(data, seed=run_config.seed)
     rows_of = SplitData.of(data, split)
     pairs = rows_of.pairs(run_config.paired_fraction)
     with logging_redirect_tqdm():
         result = train_coupled(
-            rows_of.train_i, rows_of.train_j, pairs, run_config,
-            val=(rows_of.val_i, rows_of.val_j), work_dir=work, device=device, progress=progress,
-        )  # fmt: skip
+            rows_of.train_i,
+            rows_of.train_j,
+            pairs,
+            run_config,
+            val=(rows_of.val_i, rows_of.val_j),
+            work_dir=work,
+            device=device,
+            progress=progress,
+        )
     model = result.model.cpu()
     metrics = score_method(
         coupled_sae_method("cosae", model, result.seconds),
-        rows_of.test_i, rows_of.test_j, rows_of.test_factors,
-    )  # fmt: skip
+        rows_of.test_i,
+        rows_of.test_j,
+        rows_of.test_factors,
+    )
     save_cosae(
         out,
         model,
@@ -275,14 +301,26 @@ def eval_command(
     )
     device = resolve_device(device or load_settings().device)
     data = open_pair(
-        pair, flickr8k, captions, rows, layer, tfidf_dim, device, run_config.seed,
+        pair,
+        flickr8k,
+        captions,
+        rows,
+        layer,
+        tfidf_dim,
+        device,
+        run_config.seed,
         store=out / "pair.npz",
-    )  # fmt: skip
+    )
     with logging_redirect_tqdm():
         report = evaluate_pair(
-            data, fraction_list, run_config, method_list, work_dir=out / "work", device=device,
+            data,
+            fraction_list,
+            run_config,
+            method_list,
+            work_dir=out / "work",
+            device=device,
             progress=progress,
-        )  # fmt: skip
+        )
     table = markdown_report(report)
     atomic_write_bytes(out / "report.json", (json.dumps(report, indent=2) + "\n").encode())
     atomic_write_bytes(out / "report.md", table.encode())

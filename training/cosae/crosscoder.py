@@ -126,9 +126,12 @@ def train_crosscoder(
         if len(rows_i) != len(rows_j) or len(rows_i) == 0:
             raise ValueError("the crosscoder needs row-aligned, non-empty pairs")
         model = Crosscoder(
-            rows_i.shape[1], rows_j.shape[1], config.n_concepts, max(config.k_i, config.k_j),
+            rows_i.shape[1],
+            rows_j.shape[1],
+            config.n_concepts,
+            max(config.k_i, config.k_j),
             config.seed,
-        )  # fmt: skip
+        )
         stats_i, stats_j = reference if reference is not None else (rows_i, rows_j)
         scale_i = prepare_half(model.domain_i, torch.as_tensor(np.asarray(stats_i, np.float32)))
         scale_j = prepare_half(model.domain_j, torch.as_tensor(np.asarray(stats_j, np.float32)))

@@ -47,9 +47,14 @@ from training.cosae.train import CoupledResult, train_coupled
 log = logging.getLogger(__name__)
 
 METHODS = (
-    "cosae", "procrustes", "least-squares", "crosscoder", "universal-sae", "uncoupled-matched",
+    "cosae",
+    "procrustes",
+    "least-squares",
+    "crosscoder",
+    "universal-sae",
+    "uncoupled-matched",
     "uncoupled",
-)  # fmt: skip
+)
 DEFAULT_FRACTIONS = (0.001, 0.01, 0.1, 1.0)
 RESULT_FORMAT = "strata.cosae-result/1"
 
@@ -72,11 +77,14 @@ class SplitData:
         factors = pair.shared_factors
         return cls(
             split,
-            pair.x_i[split.train], pair.x_j[split.train],
-            pair.x_i[split.val], pair.x_j[split.val],
-            pair.x_i[split.test], pair.x_j[split.test],
+            pair.x_i[split.train],
+            pair.x_j[split.train],
+            pair.x_i[split.val],
+            pair.x_j[split.val],
+            pair.x_i[split.test],
+            pair.x_j[split.test],
             None if factors is None else factors[split.test],
-        )  # fmt: skip
+        )
 
     def pairs(self, fraction: float) -> np.ndarray:
         """[P, 2] indices into the training rows: the first P rows are the paired ones."""
@@ -102,9 +110,15 @@ def fit_method(
     if name == "cosae":
         run_config = config.model_copy(update={"paired_fraction": fraction})
         fitted = train_coupled(
-            data.train_i, data.train_j, pairs, run_config, val=(data.val_i, data.val_j),
-            work_dir=checkpoints, device=device, progress=progress,
-        )  # fmt: skip
+            data.train_i,
+            data.train_j,
+            pairs,
+            run_config,
+            val=(data.val_i, data.val_j),
+            work_dir=checkpoints,
+            device=device,
+            progress=progress,
+        )
         return coupled_sae_method(name, fitted.model.cpu(), fitted.seconds)
     if name in ("procrustes", "least-squares"):
         fit = orthogonal_procrustes if name == "procrustes" else least_squares_map
@@ -153,9 +167,12 @@ def evaluate_pair(
     def uncoupled() -> CoupledResult:
         if "model" not in trained:
             trained["model"] = train_uncoupled(
-                data.train_i, data.train_j, config, device,
+                data.train_i,
+                data.train_j,
+                config,
+                device,
                 work_dir / "uncoupled" if work_dir else None,
-            )  # fmt: skip
+            )
         return trained["model"]
 
     results = []
@@ -170,8 +187,12 @@ def evaluate_pair(
                     name, data, fraction, config, uncoupled, work_dir, device, progress
                 )
                 scores = score_method(method, data.test_i, data.test_j, data.test_factors)
-                row = {"fraction": fraction, "pairs": split.pair_count(fraction), "method": name,
-                       **scores}  # fmt: skip
+                row = {
+                    "fraction": fraction,
+                    "pairs": split.pair_count(fraction),
+                    "method": name,
+                    **scores,
+                }
                 if path is not None:
                     payload = {"format": RESULT_FORMAT, "key": key, "row": row}
                     atomic_write_bytes(path, (json.dumps(payload, indent=2) + "\n").encode())

@@ -128,9 +128,12 @@ def load_cosae(path: Path) -> tuple[CoupledSae, dict[str, Any]]:
     if manifest.get("format") != COSAE_FORMAT:
         raise InputError(f"{path}: unsupported CoSAE format {manifest.get('format')!r}")
     model = CoupledSae(
-        manifest["dim_i"], manifest["dim_j"], manifest["n_concepts"],
-        manifest["k_i"], manifest["k_j"],
-    )  # fmt: skip
+        manifest["dim_i"],
+        manifest["dim_j"],
+        manifest["n_concepts"],
+        manifest["k_i"],
+        manifest["k_j"],
+    )
     model.load_state_dict(load_safetensors(weights_path.read_bytes()))
     model.eval()
     return model, manifest

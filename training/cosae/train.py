@@ -119,10 +119,13 @@ class CoupledTrainer:
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(), "last_fired_i": self.last_fired[0],
-            "last_fired_j": self.last_fired[1], "seen": list(self.seen),
-        }  # fmt: skip
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "last_fired_i": self.last_fired[0],
+            "last_fired_j": self.last_fired[1],
+            "seen": list(self.seen),
+        }
 
     def load_checkpoint_state(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])

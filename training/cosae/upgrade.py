@@ -138,8 +138,17 @@ class QueryTranslator:
         method = manifest["method"]
         if method not in TRANSLATOR_METHODS:
             raise InputError(f"{path}: unknown translator method {method!r}")
-        keys = ("format", "method", "source_encoder", "target_encoder", "source_dim",
-                "target_dim", "n_concepts", "k_source", "k_target")  # fmt: skip
+        keys = (
+            "format",
+            "method",
+            "source_encoder",
+            "target_encoder",
+            "source_dim",
+            "target_dim",
+            "n_concepts",
+            "k_source",
+            "k_target",
+        )
         info = {k: v for k, v in manifest.items() if k not in keys}
         common = {
             "method": method,
@@ -151,9 +160,12 @@ class QueryTranslator:
         }
         if method == "cosae":
             model = CoupledSae(
-                common["source_dim"], common["target_dim"], manifest["n_concepts"],
-                manifest["k_source"], manifest["k_target"],
-            )  # fmt: skip
+                common["source_dim"],
+                common["target_dim"],
+                manifest["n_concepts"],
+                manifest["k_source"],
+                manifest["k_target"],
+            )
             model.load_state_dict(load_safetensors((path / WEIGHTS).read_bytes()))
             model.eval()
             return cls(model=model, **common)
@@ -192,9 +204,12 @@ def fit_translator(
     if not 1 <= paired <= min(len(source), len(target)):
         raise InputError(f"{paired} pairs for {len(source)} and {len(target)} rows")
     common = {
-        "method": method, "source_encoder": source_encoder, "target_encoder": target_encoder,
-        "source_dim": int(source.shape[1]), "target_dim": int(target.shape[1]),
-    }  # fmt: skip
+        "method": method,
+        "source_encoder": source_encoder,
+        "target_encoder": target_encoder,
+        "source_dim": int(source.shape[1]),
+        "target_dim": int(target.shape[1]),
+    }
     if method == "cosae":
         config = config or CosaeConfig()
         pairs = np.repeat(np.arange(paired)[:, None], 2, axis=1)
@@ -291,30 +306,55 @@ def upgrade_table(
     name_b, name_a = names
     test_groups = np.asarray(groups)[test]
     rows = [
-        {"setting": f"A/A ({name_a} queries, {name_a} gallery)", "method": None,
-         "fraction": None, "pairs": None,
-         **grouped_retrieval(target[test], target[test], test_groups)},
-        {"setting": f"B/B ({name_b} queries, {name_b} gallery)", "method": None,
-         "fraction": None, "pairs": None,
-         **grouped_retrieval(source[test], source[test], test_groups)},
-    ]  # fmt: skip
+        {
+            "setting": f"A/A ({name_a} queries, {name_a} gallery)",
+            "method": None,
+            "fraction": None,
+            "pairs": None,
+            **grouped_retrieval(target[test], target[test], test_groups),
+        },
+        {
+            "setting": f"B/B ({name_b} queries, {name_b} gallery)",
+            "method": None,
+            "fraction": None,
+            "pairs": None,
+            **grouped_retrieval(source[test], source[test], test_groups),
+        },
+    ]
     for fraction in sorted(fractions):
         paired = max(1, int(np.ceil(fraction * len(train) - 1e-9)))
         for method in methods:
             log.info("upgrade table: %s with %d pairs", method, paired)
             translator = fit_translator(
-                source[train], target[train], paired, method, name_b, name_a, config,
-                work_dir / f"{method}-{fraction:g}" if work_dir else None, device, progress,
-            )  # fmt: skip
+                source[train],
+                target[train],
+                paired,
+                method,
+                name_b,
+                name_a,
+                config,
+                work_dir / f"{method}-{fraction:g}" if work_dir else None,
+                device,
+                progress,
+            )
             translated = translator.translate(source[test])
-            rows.append({
-                "setting": "translated B/A", "method": method, "fraction": fraction,
-                "pairs": paired, **grouped_retrieval(translated, target[test], test_groups),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "setting": "translated B/A",
+                    "method": method,
+                    "fraction": fraction,
+                    "pairs": paired,
+                    **grouped_retrieval(translated, target[test], test_groups),
+                }
+            )
     return {
-        "source": name_b, "target": name_a, "train": len(train), "test": len(test),
-        "test_groups": len(np.unique(test_groups)), "rows": rows,
-    }  # fmt: skip
+        "source": name_b,
+        "target": name_a,
+        "train": len(train),
+        "test": len(test),
+        "test_groups": len(np.unique(test_groups)),
+        "rows": rows,
+    }
 
 
 def upgrade_markdown(table: dict[str, Any]) -> str:

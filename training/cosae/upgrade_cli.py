@@ -98,9 +98,19 @@ def eval_upgrade_command(
     train, test = official_split_rows(data, root, run_config.seed)
     with logging_redirect_tqdm():
         table = upgrade_table(
-            data.x_i, data.x_j, np.asarray(data.groups), train, test, fraction_list,
-            method_list, (data.name_i, data.name_j), run_config, out / "work", device, progress,
-        )  # fmt: skip
+            data.x_i,
+            data.x_j,
+            np.asarray(data.groups),
+            train,
+            test,
+            fraction_list,
+            method_list,
+            (data.name_i, data.name_j),
+            run_config,
+            out / "work",
+            device,
+            progress,
+        )
     table["config"] = run_config.model_dump()
     text = upgrade_markdown(table)
     atomic_write_bytes(out / "upgrade.json", (json.dumps(table, indent=2) + "\n").encode())

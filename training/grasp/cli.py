@@ -84,10 +84,18 @@ def train_command(
         raise InputError(f"{out} exists; pass --overwrite to replace it")
     with logging_redirect_tqdm():
         result = fit_grasp(
-            cache, out, grasp_config, work=work, views=views, encoder=encoder,
-            device=device or settings.device, overwrite=overwrite, progress=progress,
-            gallery=gallery, gallery_split=gallery_split,
-        )  # fmt: skip
+            cache,
+            out,
+            grasp_config,
+            work=work,
+            views=views,
+            encoder=encoder,
+            device=device or settings.device,
+            overwrite=overwrite,
+            progress=progress,
+            gallery=gallery,
+            gallery_split=gallery_split,
+        )
     best = result.artifact.metrics["validation"]
     typer.echo(
         f"artifact     {out}\n"

@@ -76,8 +76,13 @@ def fit_grasp(
         data, spec = grasp_set(cache, encoder, views, config.seed, config.max_rows)
         fit = gallery_fit(cache, gallery, gallery_split, spec, config) if gallery else None
         result = train_grasp(
-            data, config, work_folder(out, work), encoder=spec,
-            device=device, progress=progress, fit=fit,
-        )  # fmt: skip
+            data,
+            config,
+            work_folder(out, work),
+            encoder=spec,
+            device=device,
+            progress=progress,
+            fit=fit,
+        )
     result.artifact.save(out, overwrite=overwrite)
     return result

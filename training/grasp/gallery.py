@@ -81,9 +81,14 @@ def scene_mentions(
     phrases, and (subject, relation, object) written as the scene's relation view."""
     out = []
     for s, sa, r, o, oa, view in zip(
-        subjects, subject_attributes, relations, objects, object_attributes, relation_views,
+        subjects,
+        subject_attributes,
+        relations,
+        objects,
+        object_attributes,
+        relation_views,
         strict=True,
-    ):  # fmt: skip
+    ):
         out.append(
             Mentions(
                 nouns=frozenset({s, o}),
@@ -310,8 +315,13 @@ def plot_gallery_curves(reports: dict[str, dict[str, Any]], contract: Contract, 
         for name, report in reports.items():
             prefix = report[granularity.value]["prefix"]
             lengths = sorted(int(n) for n in prefix)
-            ax.plot(lengths, [prefix[str(n)]["AP@100"] for n in lengths], label=name,
-                    markersize=4, **styles[name])  # fmt: skip
+            ax.plot(
+                lengths,
+                [prefix[str(n)]["AP@100"] for n in lengths],
+                label=name,
+                markersize=4,
+                **styles[name],
+            )
         own = contract[granularity]
         ax.axvline(own, color="0.6", linewidth=1, linestyle=":", zorder=0)
         log_ticks(ax, "x", sorted(set(contract.values())), base=2)

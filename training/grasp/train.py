@@ -85,8 +85,14 @@ class GraspTrainer(SkewParameterTrainer):
 
     label = "grasp"
 
-    def __init__(self, data: GraspSet, config: GraspConfig, contract: Contract, device: str,
-                 fit: GalleryFit | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        data: GraspSet,
+        config: GraspConfig,
+        contract: Contract,
+        device: str,
+        fit: GalleryFit | None,
+    ) -> None:
         self.config, self.contract, self.fit = config, contract, fit
         self.train = data.of_split(config.train_split)
         self.val = data.of_split(config.validation_split)

@@ -34,8 +34,14 @@ from training.sae.registry import make_sae
 class SaeTrainer:
     """The SAE's step, validation and best weights, for `run_loop` (no checkpoints)."""
 
-    def __init__(self, model: SparseAutoencoder, x: torch.Tensor, val: np.ndarray,
-                 variance: float, config: SaeConfig) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: SparseAutoencoder,
+        x: torch.Tensor,
+        val: np.ndarray,
+        variance: float,
+        config: SaeConfig,
+    ) -> None:
         self.model, self.x, self.val, self.variance, self.config = model, x, val, variance, config
         self.label = f"{config.kind} sae"
         self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -62,9 +68,10 @@ class SaeTrainer:
         loss, recon = model.reconstruction_loss(x, codes, self.variance)
         dead = (self.seen - self.last_fired) >= len(self.x)
         loss = loss + model.penalty(
-            PenaltyInputs(x, codes, acts, recon, self.variance, dead, step, self.total_steps,
-                          self.config.l1)
-        )  # fmt: skip
+            PenaltyInputs(
+                x, codes, acts, recon, self.variance, dead, step, self.total_steps, self.config.l1
+            )
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         constrained_step(self.optimizer, [model])

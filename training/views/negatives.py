@@ -56,8 +56,14 @@ from training.views.substitutes import (
 )
 
 NEGATIVE_KINDS = (
-    "object", "attribute", "relation", "order", "swap_attribute", "add_object", "add_attribute",
-)  # fmt: skip
+    "object",
+    "attribute",
+    "relation",
+    "order",
+    "swap_attribute",
+    "add_object",
+    "add_attribute",
+)
 
 
 def make_negatives(views: CaptionViews, rng: random.Random) -> dict[str, str | None]:

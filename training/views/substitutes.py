@@ -83,7 +83,7 @@ VERB_GROUPS_BARE = (
 YOUNG_PERSONS = word_set(
     """
     boy girl child kid baby toddler infant youngster son daughter teenager teen youth"""
-)  # fmt: skip
+)
 # Attribute classes that may describe a noun, by the noun's kind; colours on people only as hair
 # colours, hair colours only on people.
 CLASSES_BY_KIND = {
@@ -109,7 +109,7 @@ PROPS = word_set(
     backpack bottle cup book sign flag tire bench chair table fence ladder bucket box blanket
     towel balloon doll tent slide swing ramp bike bicycle car truck boat kayak canoe raft
     sled wagon cart log rock pole building house door wall camera microphone phone guitar"""
-)  # fmt: skip
+)
 # add_attribute draws from these, by the kind of the noun it describes.
 ADDED_ATTRIBUTES = {
     "person": ("young", "old", "tall", "blond"),
@@ -131,7 +131,7 @@ LIGHT_VERBS = word_set(
     take takes taking put puts putting pick picks picking get gets getting make makes making
     do does doing give gives giving turn turns turning set sets setting bring brings bringing
     have has having"""
-)  # fmt: skip
+)
 IRREGULAR_BARE_FORMS = {"has": "have", "does": "do", "goes": "go"}
 # Verbs a 'relation' negative may put in place of the caption's, by the verb's frame: a direct
 # object of some kind ("chases a dog", "kicks a ball", "rides a bike", "plays soccer", "does a
@@ -161,7 +161,7 @@ SPORTS = word_set(
     """
     soccer football baseball basketball tennis hockey rugby volleyball softball cricket golf
     lacrosse"""
-)  # fmt: skip
+)
 # Nouns that name a group: never swapped into another role ("a person hugging other couples").
 COLLECTIVE_NOUNS = word_set("couple crowd family team audience group")
 # The colours and patterns an animal's coat has ("a purple dog" is no hard negative).

@@ -81,8 +81,9 @@ class StoreWriter:
 
     def add_codes(self, codes: np.ndarray, scales: np.ndarray | None = None) -> None:
         self.vectors.write(codes)
-        self.norms.write(head_norms(decode_heads(codes, scales, self.ends, self.plan.length),
-                                    self.lengths))  # fmt: skip
+        self.norms.write(
+            head_norms(decode_heads(codes, scales, self.ends, self.plan.length), self.lengths)
+        )
         if self.scales is not None:
             self.scales.write(scales)
 

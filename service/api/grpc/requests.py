@@ -15,6 +15,7 @@ import numpy as np
 from service._generated.strata.v1 import search_pb2 as pb
 from service.errors import QueryError, echo
 from service.limits import LIMITS, RequestLimits, check_count
+from service.query.checks import requested_granularity
 from service.results import (
     AUTO,
     DEFAULT_K,
@@ -51,10 +52,10 @@ def same_fields(source: object, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def granularity_to_proto(value: Granularity | str) -> int:
-    text = str(value).strip().lower() or AUTO
-    if text not in _TO_PROTO:
-        raise QueryError(f"unknown granularity {echo(value)}; choose from {', '.join(_TO_PROTO)}")
-    return _TO_PROTO[text]
+    """A granularity's enum value (AUTO or empty: GRANULARITY_AUTO); QueryError for any other
+    name (service/query/checks.py's `requested_granularity`)."""
+    granularity = requested_granularity(value)
+    return _TO_PROTO[AUTO if granularity is None else granularity.value]
 
 
 def granularity_from_proto(value: int) -> str:
@@ -110,8 +111,10 @@ def query_fields(message: pb.Query) -> dict[str, object]:
 
 
 _PLAN_TO_PROTO = {
-    AUTO: pb.PLAN_KIND_AUTO, "direct": pb.PLAN_KIND_DIRECT, "funnel": pb.PLAN_KIND_FUNNEL,
-}  # fmt: skip
+    AUTO: pb.PLAN_KIND_AUTO,
+    "direct": pb.PLAN_KIND_DIRECT,
+    "funnel": pb.PLAN_KIND_FUNNEL,
+}
 _PLAN_FROM_PROTO = {v: k for k, v in _PLAN_TO_PROTO.items()}
 _PLAN_FIELDS = ("shortlist_prefix", "factor")
 

@@ -44,9 +44,17 @@ _CONCEPT_FIELDS = (
     "below_floor",
 )
 _INDEX_FIELDS = (
-    "bundle_version", "bundle_name", "created_at", "rows", "dim", "k", "encoder", "modality",
-    "concepts", "image_queries",
-)  # fmt: skip
+    "bundle_version",
+    "bundle_name",
+    "created_at",
+    "rows",
+    "dim",
+    "k",
+    "encoder",
+    "modality",
+    "concepts",
+    "image_queries",
+)
 _PREFIX_FIELDS = ("prefix_length", "factory", "kind", "on_disk", "search_parameters")
 _TUNED_FIELDS = ("tuned_recall", "tuned_latency_ms", "recall_target")  # optional: unset = None
 
@@ -65,16 +73,26 @@ def _active_back(m: pb.ActiveConcept) -> ConceptActivation:
 
 def _shared(c: SharedConcept) -> pb.SharedConcept:
     return pb.SharedConcept(
-        id=c.id, label=c.label, name=c.name, query_activation=c.query_activation,
-        item_activation=c.item_activation, contribution=c.contribution, scope=c.scope or "",
-    )  # fmt: skip
+        id=c.id,
+        label=c.label,
+        name=c.name,
+        query_activation=c.query_activation,
+        item_activation=c.item_activation,
+        contribution=c.contribution,
+        scope=c.scope or "",
+    )
 
 
 def _shared_back(m: pb.SharedConcept) -> SharedConcept:
     return SharedConcept(
-        m.id, m.label, m.name, m.query_activation, m.item_activation, m.contribution,
+        m.id,
+        m.label,
+        m.name,
+        m.query_activation,
+        m.item_activation,
+        m.contribution,
         m.scope or None,
-    )  # fmt: skip
+    )
 
 
 def _hit(h: Hit) -> pb.Hit:

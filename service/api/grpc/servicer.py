@@ -125,9 +125,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self, request: pb.ListConceptsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListConceptsResponse:
         page = self.served.engine.list_concepts(
-            request.name_contains, request.page_size, request.page_token,
+            request.name_contains,
+            request.page_size,
+            request.page_token,
             request.include_below_floor,
-        )  # fmt: skip
+        )
         return responses.concept_page_response(page)
 
     async def GetConcept(  # noqa: N802

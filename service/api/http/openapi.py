@@ -15,13 +15,19 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 _INTEGER = {
-    FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT32,
-    FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32,
-}  # fmt: skip
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_SFIXED32,
+}
 _LONG = {
-    FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
-}  # fmt: skip
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
 _NUMBER = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT}
 
 

@@ -154,10 +154,13 @@ class WorkerPool:
             update.update(metrics_port=0, metrics_host="127.0.0.1")
         level = logging.getLogger("service").getEffectiveLevel()  # the command's, -q included
         self.spec = replace(
-            self.spec, config=config.model_copy(update=update), workers=self.count,
-            public_metrics_port=public_metrics, threads=max(1, usable_cores() // self.count),
+            self.spec,
+            config=config.model_copy(update=update),
+            workers=self.count,
+            public_metrics_port=public_metrics,
+            threads=max(1, usable_cores() // self.count),
             log_level=logging.getLevelName(level),
-        )  # fmt: skip
+        )
         for index in range(self.count):
             self._launch(index)
         while not all(w.ready for w in self.workers.values()):
@@ -270,8 +273,11 @@ class WorkerPool:
         self.restarts += 1
         log.warning(
             "worker %d (pid %d) exited (code %s): starting it again in %.1f s",
-            worker.index, worker.process.pid, code, delay,
-        )  # fmt: skip
+            worker.index,
+            worker.process.pid,
+            code,
+            delay,
+        )
         self._due[worker.index] = now + delay
         return None
 

@@ -198,13 +198,27 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
     metrics = ServerMetrics()
     cache = open_cache(spec.redis_url, spec.redis_prefix, metrics=metrics)
     engine = open_engine(
-        spec.bundles, spec.backend, spec.collection, spec.translator, spec.image_root,
-        device, spec.batch_size, cache, spec.engine_timeout,
-    )  # fmt: skip
+        spec.bundles,
+        spec.backend,
+        spec.collection,
+        spec.translator,
+        spec.image_root,
+        device,
+        spec.batch_size,
+        cache,
+        spec.engine_timeout,
+    )
     announcement = Announcement(
-        engine, spec.config, cache, spec.mode, spec.translator, spec.backend, spec.collection,
-        spec.redis_url, spec.redis_prefix,
-    )  # fmt: skip
+        engine,
+        spec.config,
+        cache,
+        spec.mode,
+        spec.translator,
+        spec.backend,
+        spec.collection,
+        spec.redis_url,
+        spec.redis_prefix,
+    )
 
     def ready(server: StrataServer) -> None:
         cache.report_state()

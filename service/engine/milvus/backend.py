@@ -73,6 +73,12 @@ def following(engine: SearchEngine, collection: str) -> SearchEngine:
     store = scorer.store
     bundle = Bundle.open_version(engine.bundle.path.parent / store.record(collection).bundle)
     return milvus_engine(
-        bundle, engine.encoder, store, collection, engine.config, engine.cache, scorer.name,
+        bundle,
+        engine.encoder,
+        store,
+        collection,
+        engine.config,
+        engine.cache,
+        scorer.name,
         scorer.ef,
-    )  # fmt: skip
+    )

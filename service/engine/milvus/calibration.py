@@ -72,9 +72,13 @@ def _calibrated(
     full = vector_field(max(scorer.bundle.prefix_lengths))
     store = scorer.store
     found = store.call(
-        "reading calibration rows", store.client.query, scorer.collection,
-        filter=rows_expression(picked), output_fields=[ROW, full], limit=len(picked),
-    )  # fmt: skip
+        "reading calibration rows",
+        store.client.query,
+        scorer.collection,
+        filter=rows_expression(picked),
+        output_fields=[ROW, full],
+        limit=len(picked),
+    )
     by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
     rotated = np.stack([by_row[int(r)] for r in picked])
     truth = _without_self(_ranked_rows(scorer, rotated, length, k + 1), picked, k)

@@ -63,9 +63,14 @@ from service.engine.milvus.expressions import (
 )
 from service.engine.open_vocabulary import OpenVocabulary
 from service.engine.plans import auto_plan
-from service.engine.scoring import EngineConfig, PreparedQuery, StoredRow, query_result
+from service.engine.scoring import (
+    EngineConfig,
+    PreparedQuery,
+    StoredRow,
+    check_item,
+    query_result,
+)
 from service.errors import NotFoundError, QueryError, UnavailableError, echo
-from service.limits import check_chars
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
@@ -118,7 +123,7 @@ class MilvusScorer:
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
 
-    def restrict(self, prepared: PreparedQuery, length: int) -> None:
+    def restrict(self, prepared: PreparedQuery) -> None:
         """The filter as one Milvus expression (metadata conditions and concepts, run inside
         the engine's search), the rows it allows, and the plan."""
         query = prepared.query
@@ -133,9 +138,11 @@ class MilvusScorer:
                 resolve_ref(bundle, r, "require", scope) for r in query.require if not opened[r]
             ]
             excluded = [
-                c for r in query.exclude if not opened[r]
+                c
+                for r in query.exclude
+                if not opened[r]
                 for c in resolve_ref(bundle, r, "exclude", scope)
-            ]  # fmt: skip
+            ]
             filters.append(concept_expression(required, excluded))
             if vocabulary is not None:  # zero-shot phrases: their rows, made beside the engine
                 for r in query.require:
@@ -152,7 +159,7 @@ class MilvusScorer:
             except EngineUnavailable as exc:
                 raise UnavailableError(str(exc)) from None
         prepared.allowed = MilvusFilter(expression, count)
-        prepared.plan = self._plan(query, length, count)
+        prepared.plan = self._plan(query, prepared.length, count)
 
     def _phrase_rows(self, phrase: str) -> np.ndarray:
         """A zero-shot phrase's rows (service/engine/open_vocabulary.py), made beside the engine
@@ -162,9 +169,12 @@ class MilvusScorer:
 
     def count(self, expression: str) -> int:
         found = self.store.call(
-            "counting rows", self.store.client.query, self.collection, filter=expression,
+            "counting rows",
+            self.store.client.query,
+            self.collection,
+            filter=expression,
             output_fields=["count(*)"],
-        )  # fmt: skip
+        )
         return int(found[0]["count(*)"])
 
     def _plan(self, query: SearchQuery, length: int, allowed: int | None) -> PlanRun:
@@ -174,9 +184,14 @@ class MilvusScorer:
         rows = self.bundle.rows if allowed is None else allowed
         if asked.kind != "funnel" and not asked.shortlist_prefix and not asked.factor:
             run = auto_plan(
-                self.choices, self.direct_reasons, query, length, self.bundle.rows, allowed,
+                self.choices,
+                self.direct_reasons,
+                query,
+                length,
+                self.bundle.rows,
+                allowed,
                 self.config.exact_max,
-            )  # fmt: skip
+            )
             if run.shortlist_rows:
                 run.shortlist_rows = min(run.shortlist_rows, TOPK_MAX)
             return run
@@ -209,12 +224,12 @@ class MilvusScorer:
         groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
         found: dict[int, list[dict[str, Any]]] = {}
         for i, p in enumerate(live):
-            assert p.route is not None and p.plan is not None
+            plan = p.plan
+            assert plan is not None
             if p.query.group_by:
                 found[i] = self._grouped(p, rotated[i : i + 1])
                 continue
-            length = self.contract[p.route.granularity]
-            key = (length, p.setting, p.allowed.expression, p.plan.shortlist_prefix, p.plan.factor)
+            key = (p.length, p.setting, p.allowed.expression, plan.shortlist_prefix, plan.factor)
             groups[key].append(i)
         for (length, setting, expression, shortlist, factor), members in groups.items():
             fields = self._output_fields([live[i].query for i in members])
@@ -222,14 +237,19 @@ class MilvusScorer:
             if factor:
                 rows = max(live[i].plan.shortlist_rows for i in members)  # type: ignore[union-attr]
                 answers = self.engine_search(
-                    rotated[members], shortlist, rows, expression, setting,
+                    rotated[members],
+                    shortlist,
+                    rows,
+                    expression,
+                    setting,
                     [*fields, vector_field(length)],
-                )  # fmt: skip
+                )
                 for j, i in enumerate(members):
                     found[i] = reranked(answers[j], rotated[i], length, live[i].query.k)
             else:
-                answers = self.engine_search(rotated[members], length, k, expression, setting,
-                                              fields)  # fmt: skip
+                answers = self.engine_search(
+                    rotated[members], length, k, expression, setting, fields
+                )
                 for j, i in enumerate(members):
                     found[i] = answers[j][: live[i].query.k]
         explained = [i for i, p in enumerate(live) if p.query.explain]
@@ -245,8 +265,8 @@ class MilvusScorer:
     def _grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
         """A grouped query's hits, group by group (service/engine/grouping.py widens the engine's
         search until it has top_k full groups), each hit's group code in `p.groups`."""
-        assert p.route is not None and p.plan is not None
-        length = self.contract[p.route.granularity]
+        assert p.plan is not None
+        length = p.length
         codes, _ = self.metadata.group_keys(p.query.group_by)
         fields, where = self._output_fields([p.query]), p.allowed.expression
         by_row: dict[int, dict[str, Any]] = {}
@@ -255,9 +275,13 @@ class MilvusScorer:
             if p.plan is not None and p.plan.factor:
                 shortlist = min(k * p.plan.factor, TOPK_MAX)
                 answer = self.engine_search(
-                    rotated, p.plan.shortlist_prefix, shortlist, where, p.setting,
+                    rotated,
+                    p.plan.shortlist_prefix,
+                    shortlist,
+                    where,
+                    p.setting,
                     [*fields, vector_field(length)],
-                )[0]  # fmt: skip
+                )[0]
                 answer = reranked(answer, rotated[0], length, k)
             else:
                 answer = self.engine_search(rotated, length, k, where, p.setting, fields)[0]
@@ -293,11 +317,16 @@ class MilvusScorer:
         """Each query's hits as Milvus returns them: entity fields, `distance` = s_L."""
         vectors = prefix_vectors(rotated, length)
         answers = self.store.call(
-            "searching", self.store.client.search, self.collection, data=list(vectors),
-            anns_field=vector_field(length), limit=min(int(k), TOPK_MAX), filter=expression,
+            "searching",
+            self.store.client.search,
+            self.collection,
+            data=list(vectors),
+            anns_field=vector_field(length),
+            limit=min(int(k), TOPK_MAX),
+            filter=expression,
             output_fields=fields,
             search_params={"metric_type": "IP", "params": self._params(setting, k)},
-        )  # fmt: skip
+        )
         return [
             [{**hit["entity"], "distance": float(hit["distance"])} for hit in answer]
             for answer in answers
@@ -315,7 +344,6 @@ class MilvusScorer:
         found: list[dict[str, Any]],
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
-        assert p.route is not None
         wanted = [f for f in p.query.metadata_fields if f != "id"]
         hits = [
             Hit(
@@ -326,8 +354,7 @@ class MilvusScorer:
             )
             for h in found
         ]
-        length = self.contract[p.route.granularity]
-        result = query_result(p, hits, length, self.metadata, self.bundle.version)
+        result = query_result(p, hits, self.metadata, self.bundle.version)
         if query_code is not None:
             q_ids, q_values = query_code
             for hit, h in zip(hits, found, strict=True):
@@ -383,26 +410,28 @@ class MilvusScorer:
         return scores, rows
 
     def _entity(self, item_id: str | None, row: int | None) -> dict[str, Any]:
-        """One row's fields and vectors, read from the engine; NotFoundError when absent."""
-        if (item_id is None) == (row is None):
-            raise QueryError("name the item by its id or by its row, one of them")
-        if item_id is not None:
-            if not item_id:
-                raise QueryError("empty item id")
-            check_chars("an item id", item_id, self.config.limits.id_chars)
-            expression = f"{ITEM_ID} == {string_literal(item_id)}"
+        """One row's fields and vectors (the item asked: `check_item`), read from the engine;
+        NotFoundError when absent."""
+        checked = check_item(item_id, row, self.bundle, self.config.limits)
+        if checked is None:
+            expression = f"{ITEM_ID} == {string_literal(item_id)}"  # type: ignore[arg-type]
         else:
-            if not 0 <= int(row) < self.bundle.rows:  # type: ignore[arg-type]
-                raise NotFoundError(
-                    f"row {row} outside [0, {self.bundle.rows}) of {self.bundle.name}"
-                )
-            expression = f"{ROW} == {int(row)}"  # type: ignore[arg-type]
-        fields = [ROW, ITEM_ID, CONCEPTS, ACTIVATIONS,
-                  *(vector_field(n) for n in self.bundle.prefix_lengths)]  # fmt: skip
+            expression = f"{ROW} == {checked}"
+        fields = [
+            ROW,
+            ITEM_ID,
+            CONCEPTS,
+            ACTIVATIONS,
+            *(vector_field(n) for n in self.bundle.prefix_lengths),
+        ]
         found = self.store.call(
-            "reading a row", self.store.client.query, self.collection, filter=expression,
-            output_fields=fields, limit=1,
-        )  # fmt: skip
+            "reading a row",
+            self.store.client.query,
+            self.collection,
+            filter=expression,
+            output_fields=fields,
+            limit=1,
+        )
         if not found:
             what = f"item {echo(item_id)}" if item_id is not None else f"row {row}"
             raise NotFoundError(f"no {what} in bundle {self.bundle.name}")

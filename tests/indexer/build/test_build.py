@@ -67,8 +67,11 @@ def test_granularities_route_to_their_prefix(built, inputs: Inputs):
     assert bundle.prefix_length("object") == DIM // 16
     assert bundle.prefix_length(Granularity.CAPTION) == DIM // 2
     np.testing.assert_array_equal(bundle.search(x, "attribute", 5)[1], bundle.search(x, 8, 5)[1])
-    with pytest.raises(BundleError, match="unknown granularity 'scene'"):
+    assert bundle.prefix_length(" Relation ") == DIM // 4
+    with pytest.raises(BundleError, match="unknown granularity 'scene'; choose from object, "):
         bundle.prefix_length("scene")
+    with pytest.raises(BundleError, match="unknown granularity 'auto'"):  # a bundle has no AUTO
+        bundle.prefix_length("auto")
     with pytest.raises(BundleError, match="no prefix of length 5"):
         bundle.search(x, 5, 3)
     _, rows = bundle.search(x[:1], 4, 700)  # more than the gallery: −1 past the last hit

@@ -276,9 +276,20 @@ def test_add_and_delete_on_the_command_line(strata_main, parts: Parts, tmp_path:
     id_file = tmp_path / "ids.txt"
     id_file.write_text("\n".join(parts.b_ids[:5]) + "\n\n")
     deleted = strata_main(
-        "index", "delete", "--bundles", str(out), "--ids", str(id_file), "--id", "b-1-0",
-        "--id", "nobody", "--missing-ok", "--keep", "1",
-    )  # fmt: skip
+        "index",
+        "delete",
+        "--bundles",
+        str(out),
+        "--ids",
+        str(id_file),
+        "--id",
+        "b-1-0",
+        "--id",
+        "nobody",
+        "--missing-ok",
+        "--keep",
+        "1",
+    )
     assert deleted.returncode == 0, deleted.stderr
     lines = deleted.stdout.splitlines()
     assert lines[1] == "rows         414 = 420 − 6 deleted"

@@ -163,9 +163,16 @@ def test_an_unreachable_redis_fails_before_current_moves(
     assert read_current(store.root) == "v000002"
     # ... and `strata index publish` publishes it once Redis is back
     run = strata_main(
-        "index", "publish", str(store.root), "--version", "1",
-        "--redis-url", URL, "--redis-prefix", prefix,
-    )  # fmt: skip
+        "index",
+        "publish",
+        str(store.root),
+        "--version",
+        "1",
+        "--redis-url",
+        URL,
+        "--redis-prefix",
+        prefix,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"published    {store.root / 'v000001'} (now CURRENT)")
     assert read_current(store.root) == "v000001"

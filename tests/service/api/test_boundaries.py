@@ -18,8 +18,12 @@ def test_every_rpc_is_answered_as_documented_at_its_boundaries(
     report = boundaries.main(["--target", server.target, "--json", str(tmp_path / "b.json")])
     assert report["mismatches"] == [], report["mismatches"]
     assert report["batch_sizes"] == {
-        "0": "OK", "1": "OK", "2": "OK", "256": "OK", "257": "INVALID_ARGUMENT",
-    }  # fmt: skip
+        "0": "OK",
+        "1": "OK",
+        "2": "OK",
+        "256": "OK",
+        "257": "INVALID_ARGUMENT",
+    }
     sizes = {
         row["case"]: row.get("responses") for row in report["cases"] if row["rpc"] == "BatchSearch"
     }
@@ -28,6 +32,11 @@ def test_every_rpc_is_answered_as_documented_at_its_boundaries(
     cases = {row["case"] for row in report["cases"]}
     assert {"where: 33 conditions", "group_size 101", "min_recall 0"} <= cases
     assert {row["rpc"] for row in report["cases"]} == {
-        "Search", "BatchSearch", "Explain", "ListConcepts", "GetConcept", "GetIndexInfo",
-    }  # fmt: skip
+        "Search",
+        "BatchSearch",
+        "Explain",
+        "ListConcepts",
+        "GetConcept",
+        "GetIndexInfo",
+    }
     assert json.loads((tmp_path / "b.json").read_text()) == report

@@ -15,8 +15,13 @@ from service.engine.search import SearchEngine
 
 TARGET = Target(dim=384, concepts=768, metadata_fields=("caption",), rows=300)
 ALWAYS_INVALID = (
-    "text_empty", "text_huge", "image_random", "vector_nonfinite", "query_unset", "raw_random",
-)  # fmt: skip
+    "text_empty",
+    "text_huge",
+    "image_random",
+    "vector_nonfinite",
+    "query_unset",
+    "raw_random",
+)
 
 
 def test_the_requests_are_a_function_of_the_seed():
@@ -25,8 +30,12 @@ def test_the_requests_are_a_function_of_the_seed():
     assert draw_requests(120, 1, TARGET) != first
     assert {r.kind for r in first} == set(KINDS)  # every kind, equally often
     assert {r.method for r in first} == {
-        "Search", "BatchSearch", "Explain", "ListConcepts", "GetConcept",
-    }  # fmt: skip
+        "Search",
+        "BatchSearch",
+        "Explain",
+        "ListConcepts",
+        "GetConcept",
+    }
 
 
 def test_a_small_fuzz_finds_the_server_sound(engine: SearchEngine, tmp_path: Path):

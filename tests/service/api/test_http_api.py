@@ -43,8 +43,13 @@ def base(server: BackgroundServer) -> str:
 
 
 def test_search_over_http_answers_as_grpc_does(http: BackgroundServer):
-    request = {"query": {"text": "a dog"}, "granularity": "GRANULARITY_OBJECT", "topK": 5,
-               "metadataFields": ["caption"], "explain": True}  # fmt: skip
+    request = {
+        "query": {"text": "a dog"},
+        "granularity": "GRANULARITY_OBJECT",
+        "topK": 5,
+        "metadataFields": ["caption"],
+        "explain": True,
+    }
     status, answer = call(base(http), "/v1/search", request)
     assert status == 200
     assert answer["granularity"] == "GRANULARITY_OBJECT" and answer["prefixLength"] == 24
@@ -72,10 +77,16 @@ def test_proto_field_names_and_auto_routing_are_accepted(http: BackgroundServer)
 
 def test_batch_explain_concepts_and_info(http: BackgroundServer, engine: SearchEngine):
     url = base(http)
-    status, batch = call(url, "/v1/batch-search", {"requests": [
-        {"query": {"text": "a dog"}, "granularity": "GRANULARITY_OBJECT", "topK": 2},
-        {"query": {"text": "a cat"}, "granularity": "GRANULARITY_FULL", "topK": 3},
-    ]})  # fmt: skip
+    status, batch = call(
+        url,
+        "/v1/batch-search",
+        {
+            "requests": [
+                {"query": {"text": "a dog"}, "granularity": "GRANULARITY_OBJECT", "topK": 2},
+                {"query": {"text": "a cat"}, "granularity": "GRANULARITY_FULL", "topK": 3},
+            ]
+        },
+    )
     assert status == 200 and [len(r["hits"]) for r in batch["responses"]] == [2, 3]
     version = str(engine.bundle.version)  # int64: a JSON string; the batch's and each answer's
     assert [batch["bundleVersion"]] == list({r["bundleVersion"] for r in batch["responses"]})
@@ -107,11 +118,15 @@ def test_batch_explain_concepts_and_info(http: BackgroundServer, engine: SearchE
         ({"query": {"text": "a dog"}, "granularity": "TINY"}, 400, "INVALID_ARGUMENT", "TINY"),
         ({"query": {"text": "a dog"}, "colour": "red"}, 400, "INVALID_ARGUMENT", "colour"),
         ({"query": {"vector": {"values": [1, 2]}}}, 400, "INVALID_ARGUMENT", "dimension"),
-        ({"query": {"text": "a dog"}, "filter": {"require": [{"name": "no-such-thing-x"}]}},
-         400, "INVALID_ARGUMENT", "no-such-thing-x"),
+        (
+            {"query": {"text": "a dog"}, "filter": {"require": [{"name": "no-such-thing-x"}]}},
+            400,
+            "INVALID_ARGUMENT",
+            "no-such-thing-x",
+        ),
         ([1, 2, 3], 400, "INVALID_ARGUMENT", "SearchRequest"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_get_the_grpc_status_and_message(
     http: BackgroundServer, body: object, status: int, grpc_status: str, message: str
 ):
@@ -265,17 +280,24 @@ def test_thumbnails_come_from_the_image_root(image_bundle: Path, tiny_clip):
     engine = SearchEngine(Bundle.open(image_bundle), tiny_clip)
     with BackgroundServer(engine, ServerConfig(port=0, http_port=0)) as running:
         url = base(running)
-        code, answer = call(url, "/v1/search", {"query": {"text": "a red square"}, "topK": 3,
-                                                "metadataFields": ["image_path"]})  # fmt: skip
+        code, answer = call(
+            url,
+            "/v1/search",
+            {"query": {"text": "a red square"}, "topK": 3, "metadataFields": ["image_path"]},
+        )
         assert code == 200 and answer["hits"][0]["metadata"]["image_path"].endswith(".png")
         row = answer["hits"][0]["row"]
         code, jpeg = call(url, f"/thumbnails/{row}?version={answer['bundleVersion']}")
         assert code == 200 and jpeg[:3] == b"\xff\xd8\xff"  # a JPEG, re-encoded from the PNG
         for path in (
-            f"/thumbnails/{engine.bundle.rows}", "/thumbnails/-1", f"/thumbnails/{row}?version=99",
-            "/thumbnails/../../etc/passwd", "/thumbnails/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
-            "/thumbnails/0/../../../etc/passwd", "/thumbnails/99999999999999999999999",
-        ):  # fmt: skip
+            f"/thumbnails/{engine.bundle.rows}",
+            "/thumbnails/-1",
+            f"/thumbnails/{row}?version=99",
+            "/thumbnails/../../etc/passwd",
+            "/thumbnails/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+            "/thumbnails/0/../../../etc/passwd",
+            "/thumbnails/99999999999999999999999",
+        ):
             code, answer = call(url, path)
             assert code == 404, path
 

@@ -33,8 +33,13 @@ def test_generated_code_imports_as_a_package_and_names_the_api():
     service = search_pb2.DESCRIPTOR.services_by_name["SearchService"]
     assert service.full_name == "strata.v1.SearchService"
     assert [m.name for m in service.methods] == [
-        "Search", "BatchSearch", "Explain", "ListConcepts", "GetConcept", "GetIndexInfo",
-    ]  # fmt: skip
+        "Search",
+        "BatchSearch",
+        "Explain",
+        "ListConcepts",
+        "GetConcept",
+        "GetIndexInfo",
+    ]
     assert hasattr(search_pb2_grpc, "SearchServiceStub")
     assert search_pb2.Granularity.Name(0) == "GRANULARITY_UNSPECIFIED"
     assert search_pb2.Granularity.Value("GRANULARITY_AUTO") == 6

@@ -5,6 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from service._generated.strata.v1 import search_pb2 as pb
+from service.api.grpc.requests import granularity_to_proto
 from service.api.grpc.rpc_errors import status_message, status_of
 from service.errors import (
     MESSAGE_CHARS,
@@ -15,8 +17,10 @@ from service.errors import (
     QueryError,
     ServiceError,
 )
+from service.query.checks import requested_granularity
 from service.serving.hot_swap import SwapError
 from training.core.errors import InputError
+from training.core.granularity import Granularity
 
 
 @pytest.mark.parametrize(
@@ -42,3 +46,19 @@ def test_messages_are_the_errors_own_or_internal_and_bounded():
     assert status_message(KeyError("x")) == "internal error: 'x'"
     long = status_message(QueryError("x" * 5000))
     assert len(long) == MESSAGE_CHARS and long.endswith("…")
+
+
+def test_an_unknown_granularity_is_invalid_argument_with_the_one_message():
+    """The engine's and the client's readings of a granularity share training's parser and
+    message, mapped to QueryError (an unmapped InputError would read as INTERNAL)."""
+    message = (
+        "unknown granularity 'scene'; choose from auto, object, attribute, relation, caption, full"
+    )
+    for parse in (requested_granularity, granularity_to_proto):
+        with pytest.raises(QueryError) as caught:
+            parse("scene")
+        assert str(caught.value) == message
+        assert status_of(caught.value) == grpc.StatusCode.INVALID_ARGUMENT
+    assert granularity_to_proto(" Auto") == granularity_to_proto("") == pb.GRANULARITY_AUTO
+    assert granularity_to_proto(Granularity.OBJECT) == pb.GRANULARITY_OBJECT
+    assert requested_granularity("CAPTION") is Granularity.CAPTION

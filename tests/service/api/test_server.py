@@ -24,6 +24,7 @@ from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
 from service.serving.batching import BatchingConfig
+from service.serving.served_engine import search_pinned
 from training.core.granularity import Granularity
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -39,12 +40,23 @@ def test_index_info_describes_the_bundle(client: StrataClient):
         "text",
     )
     assert info.contract == {
-        Granularity.OBJECT: 24, Granularity.ATTRIBUTE: 48, Granularity.RELATION: 96,
-        Granularity.CAPTION: 192, Granularity.FULL: 384,
-    }  # fmt: skip
+        Granularity.OBJECT: 24,
+        Granularity.ATTRIBUTE: 48,
+        Granularity.RELATION: 96,
+        Granularity.CAPTION: 192,
+        Granularity.FULL: 384,
+    }
     assert {p.factory for p in info.prefixes} == {"Flat"}
     assert "caption" in info.metadata_fields and info.concepts == 768
     assert info.bundle_version == 1 and not info.image_queries
+
+
+def test_the_batcher_runs_servings_search_itself(server: BackgroundServer):
+    """The micro-batcher is given serving's search_pinned (with this server's metrics): no
+    call back up into the server that holds it."""
+    process = server.server.batcher.calls.process
+    assert process.func is search_pinned
+    assert process.keywords == {"metrics": server.server.metrics}
 
 
 def test_an_object_search_over_the_wire(client: StrataClient):
@@ -138,8 +150,10 @@ def test_batch_search_keeps_order_and_names_a_bad_request(client: StrataClient):
     queries = [SearchQuery.of(t, k=2) for t in ("a dog", "a red cat", "a horse pulling a box")]
     results = client.batch_search(queries)
     assert [r.granularity for r in results] == [
-        Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION,
-    ]  # fmt: skip
+        Granularity.OBJECT,
+        Granularity.ATTRIBUTE,
+        Granularity.RELATION,
+    ]
     assert [r.ids for r in results] == [client.search(q.text, k=2).ids for q in queries]
     # a batch of exactly one is answered as one (it once failed INTERNAL: "cannot unpack")
     (alone,) = client.batch_search(queries[:1])

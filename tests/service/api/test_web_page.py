@@ -113,9 +113,10 @@ def test_a_concept_filter_from_autocomplete(page, engine: SearchEngine):
         arg=name,
     )
     option = page.eval_on_selector_all(
-        "#concept-options option", "(os, name) => os.map(o => o.value).find(v => "
-        "v.startsWith(name + ' ('))", name,
-    )  # fmt: skip
+        "#concept-options option",
+        "(os, name) => os.map(o => o.value).find(v => v.startsWith(name + ' ('))",
+        name,
+    )
     label = re.search(r"\(([+-]\d+)\)$", option).group(1)
     page.fill("#concept-input", option)
     page.press("#concept-input", "Enter")

@@ -65,10 +65,19 @@ def test_embed_info_verify_peek(strata, tiny_clip_config: Path, tmp_path: Path):
     texts.write_text('{"id": "a", "text": "a dog"}\nnot json\n{"id": "b", "text": "a cat"}\n')
     cache = tmp_path / "cache"
     run = strata(
-        "embed", "run", "--corpus", "texts", "--path", str(texts), "--out", str(cache),
-        "--encoder", f"open_clip:{tiny_clip_config}", "--no-progress",
+        "embed",
+        "run",
+        "--corpus",
+        "texts",
+        "--path",
+        str(texts),
+        "--out",
+        str(cache),
+        "--encoder",
+        f"open_clip:{tiny_clip_config}",
+        "--no-progress",
         check=True,
-    )  # fmt: skip
+    )
     assert (
         "rows         2 of 2 records" in run.stdout and "1 malformed corpus entries" in run.stdout
     )
@@ -97,13 +106,33 @@ def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
     views = tmp_path / "views.npz"
     encoder = f"open_clip:{tiny_clip_config}"
     strata(
-        "embed", "run", "--corpus", "compositional", "--scenes", "400", "--out", str(cache),
-        "--encoder", encoder, "--no-progress", check=True,
-    )  # fmt: skip
+        "embed",
+        "run",
+        "--corpus",
+        "compositional",
+        "--scenes",
+        "400",
+        "--out",
+        str(cache),
+        "--encoder",
+        encoder,
+        "--no-progress",
+        check=True,
+    )
     train = strata(
-        "train", "grasp", "--cache", str(cache), "--out", str(artifact), "--epochs", "2",
-        "--views", str(views), "--no-progress", check=True,
-    )  # fmt: skip
+        "train",
+        "grasp",
+        "--cache",
+        str(cache),
+        "--out",
+        str(artifact),
+        "--epochs",
+        "2",
+        "--views",
+        str(views),
+        "--no-progress",
+        check=True,
+    )
     assert "epochs       2 run" in train.stdout and views.is_file()
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert manifest["method"] == "grasp-vl" and manifest["encoder"] == f"{encoder}@random:0"
@@ -116,9 +145,18 @@ def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
     }
 
     result = strata(
-        "eval", "grasp", "--cache", str(cache), "--artifact", str(artifact), "--out", str(report),
-        "--views", str(views), check=True,
-    )  # fmt: skip
+        "eval",
+        "grasp",
+        "--cache",
+        str(cache),
+        "--artifact",
+        str(artifact),
+        "--out",
+        str(report),
+        "--views",
+        str(views),
+        check=True,
+    )
     assert "| grasp |" in result.stdout and "| pca |" in result.stdout
     data = json.loads((report / "report.json").read_text())
     assert set(data["methods"]) == {"identity", "pca", "random", "mrl", "mlp", "grasp"}
@@ -130,9 +168,17 @@ def test_train_and_eval_grasp(strata, tiny_clip_config: Path, tmp_path: Path):
     )
     assert_one_line_error(again, "exists; pass --overwrite")
     bad = strata(
-        "eval", "grasp", "--cache", str(cache), "--out", str(report), "--views", str(views),
-        "--baselines", "identity,svd",
-    )  # fmt: skip
+        "eval",
+        "grasp",
+        "--cache",
+        str(cache),
+        "--out",
+        str(report),
+        "--views",
+        str(views),
+        "--baselines",
+        "identity,svd",
+    )
     assert_one_line_error(bad, "unknown baseline(s) svd")
     flickr_like = strata(
         "train", "grasp", "--cache", str(tmp_path / "nope"), "--out", str(tmp_path / "x")

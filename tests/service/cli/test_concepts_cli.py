@@ -161,9 +161,13 @@ def test_a_served_concept_keeps_its_names_precision_and_whether_it_is_named(
     precision: float | None, named: bool
 ):
     info = ConceptInfo(
-        id=7, label="-3", name="dog" if named else "-3", score=0.4, precision=precision,
+        id=7,
+        label="-3",
+        name="dog" if named else "-3",
+        score=0.4,
+        precision=precision,
         named=named,
-    )  # fmt: skip
+    )
     message = responses.concept_to_proto(info)
     assert message.HasField("precision") == (precision is not None)
     back = responses.concept_info(message)

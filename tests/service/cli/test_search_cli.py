@@ -38,9 +38,18 @@ def test_search_prints_a_table_of_hits(strata_in_process, server: BackgroundServ
 def test_search_with_filters_and_explain(strata_in_process, server, engine):
     common = max(engine.coder.catalog, key=lambda e: len(engine.bundle.postings(e.concept)[0]))
     code, out, _ = strata_in_process(
-        "search", "a dog", "-g", "object", "-k", "4", "--require", common.label, "--explain",
-        "--target", server.target,
-    )  # fmt: skip
+        "search",
+        "a dog",
+        "-g",
+        "object",
+        "-k",
+        "4",
+        "--require",
+        common.label,
+        "--explain",
+        "--target",
+        server.target,
+    )
     assert code == 0, out
     assert "granularity  object (prefix 24): requested" in out
     assert f"filter       {len(engine.bundle.postings(common.concept)[0])} rows allowed" in out
@@ -62,9 +71,19 @@ def test_search_with_filters_and_explain(strata_in_process, server, engine):
 
 def test_search_runs_the_plan_asked_for_and_says_which_ran(strata_in_process, server):
     code, out, _ = strata_in_process(
-        "search", "a dog on the beach at dusk", "-g", "full", "--top-k", "3", "--shortlist-prefix",
-        "48", "--factor", "5", "--target", server.target,
-    )  # fmt: skip
+        "search",
+        "a dog on the beach at dusk",
+        "-g",
+        "full",
+        "--top-k",
+        "3",
+        "--shortlist-prefix",
+        "48",
+        "--factor",
+        "5",
+        "--target",
+        server.target,
+    )
     assert code == 0, out
     assert "plan         funnel: 15 rows at prefix 48, reranked exactly at 384 (requested)" in out
     code, out, _ = strata_in_process(
@@ -123,10 +142,25 @@ def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_
     bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
-         "--device", "cpu", "--max-wait-ms", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--bundles",
+            str(bundles),
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+            "--max-wait-ms",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -151,10 +185,25 @@ def test_serve_with_http_port_serves_the_page_and_the_api(tmp_path: Path, tiny_c
     bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
-         "--http-port", "0", "--device", "cpu"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--bundles",
+            str(bundles),
+            "--port",
+            "0",
+            "--http-port",
+            "0",
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(2)]

@@ -127,10 +127,13 @@ def test_a_bundle_without_captions_describes_by_phrase_only(
     artifacts = text_bundle.parent
     build_bundle(
         BuildConfig(
-            cache=tmp_path / "cache", grasp=artifacts / "grasp", cedar=artifacts / "cedar",
-            out=tmp_path / "bundles", progress=False,
+            cache=tmp_path / "cache",
+            grasp=artifacts / "grasp",
+            cedar=artifacts / "cedar",
+            out=tmp_path / "bundles",
+            progress=False,
         )
-    )  # fmt: skip
+    )
     bare = SearchEngine(Bundle.open(tmp_path / "bundles"), minilm)
     explanation = bare.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)
     with_captions = engine.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)

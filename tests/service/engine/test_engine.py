@@ -52,6 +52,30 @@ def test_an_attribute_query_prefers_its_attribute(engine, wanted: str, other: st
     assert share(f"a {wanted} dog", wanted) > share(f"a {other} dog", wanted)
 
 
+def test_a_prepared_query_carries_its_prefix_length(engine):
+    """The contract is read once, when a query is routed: its length rides on the prepared
+    query (0 for one that failed its checks)."""
+    for granularity in ("object", "auto", "caption", "full"):
+        prepared = engine._prepare(SearchQuery.of("a red dog", granularity=granularity))
+        assert prepared.error is None, prepared.error
+        assert prepared.length == engine.contract[prepared.route.granularity]
+    assert engine._prepare(SearchQuery.of("a dog", granularity="scene")).length == 0
+
+
+def test_the_scorer_plans_searches_and_answers_at_the_prepared_length(engine):
+    """Routed to object but carrying the full length, a query is searched and answered at the
+    full prefix: no scorer looks the length up again from the route."""
+    full = engine.contract[Granularity.FULL]
+    prepared = engine._prepare(SearchQuery.of("a dog", granularity="object", plan="direct"))
+    prepared.length = full
+    engine._embed([prepared], None)
+    engine.scorer.search([prepared], engine.bundle.rotate(prepared.embedding[None, :]))
+    at_full = engine.search(SearchQuery.of("a dog", granularity="full", plan="direct"))
+    assert prepared.result.prefix_length == full
+    assert prepared.result.granularity == Granularity.OBJECT
+    assert prepared.result.ids == at_full.ids
+
+
 @pytest.mark.parametrize(
     ("text", "granularity"),
     [
@@ -191,6 +215,27 @@ def test_explain_gives_the_cosine_at_every_prefix(engine, minilm):
         engine.explain(SearchQuery.of("a dog"), row=9999)
 
 
+@pytest.mark.parametrize(
+    ("item_id", "row", "error", "message"),
+    [
+        (None, None, QueryError, "name the item by its id or by its row, one of them"),
+        ("scene-0000001", 0, QueryError, "by its id or by its row, one of them"),
+        ("", None, QueryError, "empty item id"),
+        ("x" * 257, None, QueryError, r"an item id of 257 characters .*; at most 256"),
+        (None, -1, NotFoundError, r"row -1 outside \[0, "),
+        (None, "past the end", NotFoundError, r"row \d+ outside \[0, \d+\) of "),
+    ],
+)
+def test_both_scorers_check_the_item_asked_alike(engine, item_id, row, error, message: str):
+    """The one id-or-row check (service/engine/scoring.py's check_item), in either scorer."""
+    if row == "past the end":
+        row = engine.bundle.rows
+    with pytest.raises(error, match=message):
+        engine.scorer.stored_row(item_id, row)
+    last = engine.bundle.rows - 1
+    assert engine.scorer.stored_row(None, last).row == last
+
+
 class CountingEncoder:
     """Delegates to an encoder and counts its encode_text calls."""
 
@@ -233,7 +278,10 @@ def test_a_batch_embeds_all_its_texts_in_one_call_and_bad_queries_fail_alone(tex
         (SearchQuery.of(vector=[0.1] * 10), "the vector has 10 values"),
         (SearchQuery.of(vector=[float("nan")] * 384), "NaN"),
         (SearchQuery.of(vector=[0.0] * 384), "all zeros"),
-        (SearchQuery.of("a dog", granularity="scene"), "unknown granularity 'scene'"),
+        (
+            SearchQuery.of("a dog", granularity="scene"),
+            "unknown granularity 'scene'; choose from auto, object, ",
+        ),
         (SearchQuery.of("a dog", exclude=["+9999"]), "unknown concept"),
         (SearchQuery.of("a dog", metadata_fields=["colour"]), "unknown metadata field"),
         (SearchQuery.of(image=b"\x89PNG"), "has no image tower"),

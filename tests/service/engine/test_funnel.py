@@ -214,10 +214,15 @@ def test_the_rerank_reads_exact_rows_of_any_index_that_keeps_them(
     def built(out: Path, *index_types: str) -> Bundle:
         build_bundle(
             BuildConfig(
-                cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=out,
-                index_types=index_types, store="none", progress=False,
+                cache=root / "cache",
+                grasp=root / "grasp",
+                cedar=root / "cedar",
+                out=out,
+                index_types=index_types,
+                store="none",
+                progress=False,
             )
-        )  # fmt: skip
+        )
         return Bundle.open(out)
 
     other = SearchEngine(built(tmp_path / "bundles", f"full={factory}"), minilm)

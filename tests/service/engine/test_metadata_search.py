@@ -109,12 +109,28 @@ def test_conditions_select_what_a_brute_force_check_selects(table, conditions):
 
 def test_the_schema_types_every_column():
     schema = MetadataFilter(
-        pa.table({"id": ["a"], "s": ["x"], "i": pa.array([1], pa.int8()), "f": [1.5],
-                  "b": [True], "t": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us", "UTC")),
-                  "d": [dt.date(2024, 1, 1)], "l": [[1]]})
-    ).schema  # fmt: skip
-    assert schema == {"s": "string", "i": "integer", "f": "number", "b": "bool",
-                      "t": "timestamp", "d": "date", "l": "other"}  # fmt: skip
+        pa.table(
+            {
+                "id": ["a"],
+                "s": ["x"],
+                "i": pa.array([1], pa.int8()),
+                "f": [1.5],
+                "b": [True],
+                "t": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us", "UTC")),
+                "d": [dt.date(2024, 1, 1)],
+                "l": [[1]],
+            }
+        )
+    ).schema
+    assert schema == {
+        "s": "string",
+        "i": "integer",
+        "f": "number",
+        "b": "bool",
+        "t": "timestamp",
+        "d": "date",
+        "l": "other",
+    }
 
 
 @pytest.mark.parametrize(
@@ -285,8 +301,15 @@ def caption_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
     TransformArtifact.identity(x.shape[1], method="grasp-vl").save(root / "grasp")
     random_cedar_artifact(x.shape[1], 4, x, seed=1).save(root / "cedar")
     out = root / "bundles"
-    build_bundle(BuildConfig(cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar",
-                             out=out, progress=False))  # fmt: skip
+    build_bundle(
+        BuildConfig(
+            cache=root / "cache",
+            grasp=root / "grasp",
+            cedar=root / "cedar",
+            out=out,
+            progress=False,
+        )
+    )
     return out
 
 

@@ -142,10 +142,12 @@ def test_concept_filters_run_in_the_engine(milvus_engine: SearchEngine, engine: 
         ([frequent[1], frequent[2]], [frequent[3]]),
     ):
         query = SearchQuery.of(
-            "a dog", granularity="caption", k=10,
+            "a dog",
+            granularity="caption",
+            k=10,
             require=[ConceptRef(id=c) for c in require],
             exclude=[ConceptRef(id=c) for c in exclude],
-        )  # fmt: skip
+        )
         local, remote = engine.search(query), milvus_engine.search(query)
         assert remote.filtered_rows == local.filtered_rows > 0
         assert remote.ids == local.ids
@@ -262,9 +264,11 @@ def test_alias_switch_under_load_fails_no_request(
             with Searching(running.target, threads=2) as load:
                 wait_for(lambda: load.requests >= 10, 60, "searches before the switch")
                 summary = export_bundle(
-                    Bundle.open_version(bundles / version_name(2)), store, "swap",
+                    Bundle.open_version(bundles / version_name(2)),
+                    store,
+                    "swap",
                     grace_s=3600,
-                )  # fmt: skip
+                )
                 assert summary.previous == collection_name("swap", 1)
                 wait_for(lambda: follower.swaps == 1, 30, "the follower's swap")
                 before = load.requests
@@ -334,10 +338,27 @@ def test_export_and_serve_from_the_command_line(
     assert "published    alias cli → cli__v000001" in done.stdout
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
-         "--device", "cpu", "--backend", target, "--collection", "cli"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--bundles",
+            str(bundles),
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+            "--backend",
+            target,
+            "--collection",
+            "cli",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()

@@ -129,9 +129,13 @@ def test_explain_and_grpc_carry_the_scope(scoped_engine):
             scoped_engine, require=["thing"], scope="local"
         )
         explained = client.search(  # explain covers at most 100 hits (service/limits.py)
-            "a dog on the grass", granularity="full", k=LIMITS.explain_hits, require=["thing"],
-            scope="local", explain=True,
-        )  # fmt: skip
+            "a dog on the grass",
+            granularity="full",
+            k=LIMITS.explain_hits,
+            require=["thing"],
+            scope="local",
+            explain=True,
+        )
         rows = [h.row for h in served.hits]
         assert [h.row for h in explained.hits] == rows[: len(explained.hits)]
         assert all(c.scope in ("local", "global") for h in explained.hits for c in h.concepts)

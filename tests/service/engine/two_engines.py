@@ -67,7 +67,12 @@ def configured(engine: SearchEngine, config: EngineConfig) -> SearchEngine:
     scorer = engine.scorer
     if isinstance(scorer, MilvusScorer):
         return milvus_engine(
-            engine.bundle, engine.encoder, scorer.store, scorer.collection, config, None,
+            engine.bundle,
+            engine.encoder,
+            scorer.store,
+            scorer.collection,
+            config,
+            None,
             scorer.name,
-        )  # fmt: skip
+        )
     return SearchEngine(engine.bundle, engine.encoder, config)

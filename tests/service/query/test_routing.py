@@ -9,9 +9,12 @@ from training.core.errors import InputError
 from training.core.granularity import Granularity
 
 OBJECT, ATTRIBUTE, RELATION, CAPTION, FULL = (
-    Granularity.OBJECT, Granularity.ATTRIBUTE, Granularity.RELATION, Granularity.CAPTION,
+    Granularity.OBJECT,
+    Granularity.ATTRIBUTE,
+    Granularity.RELATION,
+    Granularity.CAPTION,
     Granularity.FULL,
-)  # fmt: skip
+)
 
 ROUTES = [
     # 7. bare noun phrases

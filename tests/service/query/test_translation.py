@@ -47,9 +47,18 @@ def upgrade(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
         EmbedConfig(dtype="float32", progress=False),
     )
     result = run(
-        "upgrade", "--bundles", str(root / "bundles"), "--cache-b", str(root / "cache-b"),
-        "--method", "procrustes", "--paired-fraction", "0.5", "--out", str(root / "translator"),
-    )  # fmt: skip
+        "upgrade",
+        "--bundles",
+        str(root / "bundles"),
+        "--cache-b",
+        str(root / "cache-b"),
+        "--method",
+        "procrustes",
+        "--paired-fraction",
+        "0.5",
+        "--out",
+        str(root / "translator"),
+    )
     assert result.exit_code == 0, result.output
     assert "minilm (384-d) → minilm@layer:3 (384-d)" in result.output
     return root
@@ -118,15 +127,24 @@ def test_upgrade_refuses_bad_input(upgrade: Path, tmp_path: Path):
         (["--cache-b", str(tmp_path / "none")], "not found"),
         (["--cache-b", str(upgrade / "cache-b"), "--method", "magic"], "unknown method"),
         (["--cache-b", str(upgrade / "cache-b"), "--paired-fraction", "2"], "fraction"),
-        (["--cache-b", str(upgrade / "cache-b"), "--cache-a", str(upgrade / "cache-b")],
-         "but the bundle was built with"),
-    ]  # fmt: skip
+        (
+            ["--cache-b", str(upgrade / "cache-b"), "--cache-a", str(upgrade / "cache-b")],
+            "but the bundle was built with",
+        ),
+    ]
     for extra, message in cases:
         result = run("upgrade", "--bundles", bundles, "--out", str(tmp_path / "t"), *extra)
         assert result.exit_code != 0
         assert message in str(result.exception), (extra, result.exception)
     result = run(
-        "upgrade", "--bundles", bundles, "--cache-b", str(upgrade / "cache-b"),
-        "--out", str(upgrade / "translator"), "--method", "procrustes",
-    )  # fmt: skip
+        "upgrade",
+        "--bundles",
+        bundles,
+        "--cache-b",
+        str(upgrade / "cache-b"),
+        "--out",
+        str(upgrade / "translator"),
+        "--method",
+        "procrustes",
+    )
     assert "exists" in str(result.exception)

@@ -19,7 +19,7 @@ from waiting import WAIT_S
 
 from service.errors import OverloadedError
 from service.serving.batch_order import Flow, Waiting, take_batch
-from service.serving.batching import BatchingConfig, MicroBatcher
+from service.serving.batching import BatchingConfig, ItemError, MicroBatcher
 from training.core.config import build_config
 from training.core.errors import InputError
 
@@ -174,6 +174,33 @@ def test_switched_off_every_query_is_processed_alone():
 
     assert run(main()) == [0, 10, 20, 30, 40]
     assert sorted(map(tuple, recorder.calls)) == [(i,) for i in range(5)]
+
+
+def test_switched_off_a_request_stops_at_its_first_failed_item():
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder, BatchingConfig(enabled=False))
+
+    async def main():
+        with pytest.raises(ItemError) as caught:
+            await batcher.submit_many([1, 2, -3, 4], finish=lambda r: r + 1)
+        return caught.value, await batcher.submit_many([5, 6], finish=lambda r: r + 1)
+
+    error, finished = run(main())
+    assert error.index == 2 and str(error.error) == "bad -3"
+    assert finished == [51, 61] and recorder.calls == [[1], [2], [-3], [5], [6]]
+    assert batcher.stats.batches == batcher.stats.items == 5
+
+
+def test_a_batch_function_short_of_results_fails_its_callers():
+    async def main():
+        batcher = MicroBatcher(lambda items: [], BatchingConfig())
+        try:
+            with pytest.raises(RuntimeError, match="returned 0 results for 1"):
+                await batcher.submit(1)
+        finally:
+            await batcher.close()
+
+    run(main())
 
 
 class HeldLarge:
@@ -447,7 +474,7 @@ def test_a_lone_cheap_query_runs_on_the_event_loop_and_others_in_a_lane():
             config = BatchingConfig(inline_ms=1.0)
             batcher = MicroBatcher(process, config, pool, cheap=lambda i: i % 2 == 0)
             answers = [await batcher.submit(2), await batcher.submit(3)]
-            batcher.cheap_s = 0.5  # cheap items have lately cost 500 ms: no longer inlined
+            batcher.calls.cheap_s = 0.5  # cheap items have lately cost 500 ms: no longer inlined
             answers.append(await batcher.submit(4))
             off = MicroBatcher(process, BatchingConfig(inline_ms=0), pool, cheap=lambda i: True)
             answers.append(await off.submit(6))

@@ -108,10 +108,15 @@ def test_a_batch_names_its_version_even_when_empty(versions, minilm):
         StrataClient(background.target) as client,
     ):
         empty = client._call("BatchSearch", pb.BatchSearchRequest())
-        two = client._call("BatchSearch", pb.BatchSearchRequest(requests=[
-                pb.SearchRequest(query=pb.Query(text="a dog"), top_k=2),
-                pb.SearchRequest(query=pb.Query(text="a cat"), top_k=2),
-            ]))  # fmt: skip
+        two = client._call(
+            "BatchSearch",
+            pb.BatchSearchRequest(
+                requests=[
+                    pb.SearchRequest(query=pb.Query(text="a dog"), top_k=2),
+                    pb.SearchRequest(query=pb.Query(text="a cat"), top_k=2),
+                ]
+            ),
+        )
     assert empty.bundle_version == engine.bundle.version and not empty.responses
     assert two.bundle_version == engine.bundle.version
     assert [r.bundle_version for r in two.responses] == [engine.bundle.version] * 2

@@ -43,10 +43,15 @@ def bundles(text_bundle: Path, tmp_path: Path) -> Path:
     inputs, root = text_bundle.parent, tmp_path / "bundles"
     build_bundle(
         BuildConfig(
-            cache=inputs / "cache", grasp=inputs / "grasp", cedar=inputs / "cedar", out=root,
-            progress=False, store="none", verify_sample=0,
+            cache=inputs / "cache",
+            grasp=inputs / "grasp",
+            cedar=inputs / "cedar",
+            out=root,
+            progress=False,
+            store="none",
+            verify_sample=0,
         )
-    )  # fmt: skip
+    )
     paths = []
     for row in range(len(CASES)):
         row_id = Bundle.open(root).ids([row])[0]

@@ -22,9 +22,13 @@ def rebuilt(text_bundle: Path, minilm, folder: Path, store: str) -> SearchEngine
     """The session's text bundle's rows, built again with the given store."""
     root = text_bundle.parent
     config = BuildConfig(
-        cache=root / "cache", grasp=root / "grasp", cedar=root / "cedar", out=folder / "bundles",
-        progress=False, store=store,
-    )  # fmt: skip
+        cache=root / "cache",
+        grasp=root / "grasp",
+        cedar=root / "cedar",
+        out=folder / "bundles",
+        progress=False,
+        store=store,
+    )
     build_bundle(config)
     return SearchEngine(Bundle.open(folder / "bundles"), minilm)
 

@@ -102,12 +102,38 @@ def start_pool(folder: Path, bundles: Path, redis: RedisServer, *extra: str) -> 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "INFO"}
     prefix = "strata-pool-test"
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0",
-         "--device", "cpu", "--workers", "2", "--metrics-port", "0", "--grace", "3",
-         "--redis-url", redis.url, "--redis-prefix", prefix, "--max-wait-ms", "1",
-         "--admin-token-file", str(token), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--bundles",
+            str(bundles),
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+            "--workers",
+            "2",
+            "--metrics-port",
+            "0",
+            "--grace",
+            "3",
+            "--redis-url",
+            redis.url,
+            "--redis-prefix",
+            prefix,
+            "--max-wait-ms",
+            "1",
+            "--admin-token-file",
+            str(token),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     log: list[str] = []
     assert process.stderr is not None and process.stdout is not None
     threading.Thread(target=lambda: log.extend(process.stderr), daemon=True).start()

@@ -206,9 +206,12 @@ class TestConstructed:
     def test_cds_separates_local_from_global(self, images: list[Image.Image]):
         model = ConstructedViT(seed=0)
         result = score_features(
-            model, model.features(), ImageSource.from_images(images), CdsConfig(top_m=8),
+            model,
+            model.features(),
+            ImageSource.from_images(images),
+            CdsConfig(top_m=8),
             progress=False,
-        )  # fmt: skip
+        )
         truth = result.ground_truth()
         assert truth is not None and truth["auc"] >= 0.95
         local = [f for f in result.features if f.kind == "local"]
@@ -227,9 +230,12 @@ class TestConstructed:
     def test_cds_separates_them_with_a_position_embedding(self, images: list[Image.Image]):
         model = ConstructedViT(seed=1, position_strength=0.3, content_mix=0.9)
         result = score_features(
-            model, model.features(), ImageSource.from_images(images), CdsConfig(top_m=8),
+            model,
+            model.features(),
+            ImageSource.from_images(images),
+            CdsConfig(top_m=8),
             progress=False,
-        )  # fmt: skip
+        )
         truth = result.ground_truth()
         assert truth is not None and truth["auc"] >= 0.95
 
@@ -282,9 +288,14 @@ class TestOpenClipPatches:
         config = {
             "embed_dim": 16,
             "vision_cfg": {"image_size": 32, "layers": [1, 1, 1, 1], "width": 8},
-            "text_cfg": {"context_length": 8, "vocab_size": 49408, "width": 16, "heads": 2,
-                         "layers": 1},
-        }  # fmt: skip
+            "text_cfg": {
+                "context_length": 8,
+                "vocab_size": 49408,
+                "width": 16,
+                "heads": 2,
+                "layers": 1,
+            },
+        }
         path = tmp_path / "tiny-resnet.json"
         path.write_text(json.dumps(config))
         resnet = load_encoder(f"open_clip:{path}", device="cpu")
@@ -311,9 +322,16 @@ def test_undecodable_images_are_skipped(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "values",
-    [{"top_m": 0}, {"top_m": True}, {"batch_size": 2.0}, {"shift": -1}, {"outlier_z": 0},
-     {"outlier_ratio": math.nan}, {"top_n": 3}],
-)  # fmt: skip
+    [
+        {"top_m": 0},
+        {"top_m": True},
+        {"batch_size": 2.0},
+        {"shift": -1},
+        {"outlier_z": 0},
+        {"outlier_ratio": math.nan},
+        {"top_n": 3},
+    ],
+)
 def test_cds_config_refuses_what_it_always_refused(values: dict) -> None:
     with pytest.raises(ValidationError):
         CdsConfig(**values)

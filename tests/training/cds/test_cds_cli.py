@@ -69,11 +69,23 @@ def test_cedar_artifact_end_to_end(workdir: Path, tmp_path: Path):
     artifact = fresh_artifact(tmp_path / "cedar")
     weights_before = (artifact / "weights.safetensors").read_bytes()
     out = tmp_path / "report"
-    result = invoke([
-        "--images", str(workdir / "images"), "--encoder", f"open_clip:{workdir / 'tiny-vit.json'}",
-        "--artifact", str(artifact), "--top-m", "4", "--layer", "-1", "--out", str(out),
-        "--no-progress",
-    ])  # fmt: skip
+    result = invoke(
+        [
+            "--images",
+            str(workdir / "images"),
+            "--encoder",
+            f"open_clip:{workdir / 'tiny-vit.json'}",
+            "--artifact",
+            str(artifact),
+            "--top-m",
+            "4",
+            "--layer",
+            "-1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert "scopes written to" in result.output
 
@@ -114,11 +126,22 @@ def test_a_local_checkpoint_scores_as_the_model_it_holds(workdir: Path, tmp_path
     tables = []
     for weights in ("random:5", str(checkpoint)):
         out = tmp_path / weights.replace("/", "_")
-        result = invoke([
-            "--images", str(workdir / "images"), "--encoder", f"open_clip:{config}@{weights}",
-            "--artifact", str(fresh_artifact(tmp_path / "cedar")), "--no-write-scope",
-            "--top-m", "3", "--out", str(out), "--no-progress",
-        ])  # fmt: skip
+        result = invoke(
+            [
+                "--images",
+                str(workdir / "images"),
+                "--encoder",
+                f"open_clip:{config}@{weights}",
+                "--artifact",
+                str(fresh_artifact(tmp_path / "cedar")),
+                "--no-write-scope",
+                "--top-m",
+                "3",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
         assert result.exit_code == 0, result.output
         tables.append((out / "features.csv").read_text())
     assert tables[0] == tables[1]
@@ -126,19 +149,36 @@ def test_a_local_checkpoint_scores_as_the_model_it_holds(workdir: Path, tmp_path
 
 def test_sae_latents_and_constructed(workdir: Path, tmp_path: Path):
     out = tmp_path / "sae"
-    result = invoke([
-        "--images", str(workdir / "images"), "--encoder", f"open_clip:{workdir / 'tiny-vit.json'}",
-        "--sae-latents", "64", "--sae-k", "4", "--sae-epochs", "2", "--top-m", "3",
-        "--threshold", "median", "--out", str(out), "--no-progress",
-    ])  # fmt: skip
+    result = invoke(
+        [
+            "--images",
+            str(workdir / "images"),
+            "--encoder",
+            f"open_clip:{workdir / 'tiny-vit.json'}",
+            "--sae-latents",
+            "64",
+            "--sae-k",
+            "4",
+            "--sae-epochs",
+            "2",
+            "--top-m",
+            "3",
+            "--threshold",
+            "median",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "features.json").read_text())
     assert len(rows) == 64 and rows[5]["id"] == "latent-5"
     assert json.loads((out / "summary.json").read_text())["threshold"]["rule"] == "median"
 
     out = tmp_path / "constructed"
-    result = invoke(["--constructed", "--synthetic", "16", "--top-m", "6", "--out", str(out),
-                     "--no-progress"])  # fmt: skip
+    result = invoke(
+        ["--constructed", "--synthetic", "16", "--top-m", "6", "--out", str(out), "--no-progress"]
+    )
     assert result.exit_code == 0, result.output
     truth = json.loads((out / "summary.json").read_text())["ground_truth"]
     assert truth["auc"] >= 0.95 and truth["by_kind"]["register"]["mean_outlier_share"] == 1.0
@@ -158,16 +198,30 @@ def test_bad_input_is_one_line(workdir: Path, tmp_path: Path):
         ["--images", images, "--encoder", vit, "--artifact", artifact, "--layer", "3", *common]
     )
     assert "needs a ViT image tower" in one_line_error(
-        ["--images", images, "--encoder", f"open_clip:{workdir / 'tiny-resnet.json'}",
-         "--artifact", artifact, *common]
-    )  # fmt: skip
+        [
+            "--images",
+            images,
+            "--encoder",
+            f"open_clip:{workdir / 'tiny-resnet.json'}",
+            "--artifact",
+            artifact,
+            *common,
+        ]
+    )
     assert "--shift must be between 1 and 4" in one_line_error(
         ["--images", images, "--encoder", vit, "--artifact", artifact, "--shift", "5", *common]
     )
     assert "the artifact is 64-d" in one_line_error(
-        ["--images", images, "--encoder", vit,
-         "--artifact", str(fresh_artifact(tmp_path / "wide", 64)), *common]
-    )  # fmt: skip
+        [
+            "--images",
+            images,
+            "--encoder",
+            vit,
+            "--artifact",
+            str(fresh_artifact(tmp_path / "wide", 64)),
+            *common,
+        ]
+    )
     assert "not both" in one_line_error(
         ["--images", images, "--artifact", artifact, "--sae-latents", "64", *common]
     )
@@ -181,8 +235,16 @@ def test_bad_input_is_one_line(workdir: Path, tmp_path: Path):
 def test_the_strata_entry_point_exits_2(
     workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ):
-    argv = ["strata", "eval", "cds", "--images", str(tmp_path / "missing"), "--constructed",
-            "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "strata",
+        "eval",
+        "cds",
+        "--images",
+        str(tmp_path / "missing"),
+        "--constructed",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exited:
         main()

@@ -19,6 +19,8 @@ from training.cedar.concepts import (
     vocabulary_from_texts,
 )
 from training.cedar.evaluate import concept_purity, factor_rows, rotation_method
+from training.cedar.fit import CedarFitConfig, fit_cedar
+from training.cedar.readout import ReadoutConfig
 from training.cedar.sparse_codes import (
     concept_ids,
     concept_label,
@@ -328,14 +330,53 @@ def test_factor_rows_from_compositional_metadata(compositional_cache: Path):
 
 
 @pytest.mark.slow
+def test_fit_cedar_takes_one_config_and_returns_one_result(
+    compositional_cache: Path, tmp_path: Path
+):
+    fit = CedarFitConfig(
+        cache=compositional_cache,
+        out=tmp_path / "cedar",
+        cedar=CedarConfig(epochs=1, k=8, k_min=4, k_max=16, batch_size=64, seed=3),
+        readout=ReadoutConfig(epochs=1),
+        device="cpu",
+        progress=False,
+    )
+    fitted = fit_cedar(fit)
+    saved = TransformArtifact.load(fit.out)
+    assert saved.config["seed"] == 3 and fitted.result.epochs_run == 1
+    assert len(fitted.catalog) == len(saved.extra["catalog"]) == 2 * saved.dim
+    assert saved.extra["vocabulary"]["size"] == fitted.vocabulary["size"] > 0
+    assert saved.extra["naming"]["by"] == fitted.naming["by"] == "data"
+    readout = fitted.readout  # the readout's record, tensors and training, as the file holds them
+    assert readout is not None and readout.info["words"] > 0 and "history" in readout.info
+    assert readout.record["config"] == fit.readout.model_dump()
+    assert set(saved.extra["readout"]) == set(readout.record)
+    assert set(saved.extra["readout"]["training"]) == set(readout.info) - {"history"}
+    assert readout.tensors and set(readout.tensors) <= set(saved.tensors)
+    bare = fit_cedar(fit.model_copy(update={"out": tmp_path / "bare", "readout": None}))
+    assert bare.readout is None and "readout" not in TransformArtifact.load(tmp_path / "bare").extra
+    with pytest.raises(ValidationError, match="extra"):  # a misspelt option is an error
+        CedarFitConfig(cache=compositional_cache, out=tmp_path / "x", epochs=2)
+
+
+@pytest.mark.slow
 def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Path):
     artifact = tmp_path / "cedar"
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"epochs": 2, "k": 8, "k_min": 4, "k_max": 16, "batch_size": 64}))
     done = strata(
-        "train", "cedar", "--cache", str(compositional_cache), "--out", str(artifact),
-        "--config", str(config), "--seed", "5", "--no-progress",
-    )  # fmt: skip
+        "train",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--out",
+        str(artifact),
+        "--config",
+        str(config),
+        "--seed",
+        "5",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     loaded = TransformArtifact.load(artifact)
     assert loaded.method == "cedar" and len(loaded.extra["catalog"]) == 2 * loaded.dim
@@ -346,9 +387,15 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     )
     assert "zero_shot_z" in loaded.extra["readout"]["training"]  # the open vocabulary's z
     again = strata(
-        "train", "floor", "--artifact", str(artifact), "--cache", str(compositional_cache),
-        "--zero-shot-z", "--dry-run",
-    )  # fmt: skip
+        "train",
+        "floor",
+        "--artifact",
+        str(artifact),
+        "--cache",
+        str(compositional_cache),
+        "--zero-shot-z",
+        "--dry-run",
+    )
     assert again.returncode == 0, again.stderr
     assert f"floor {floor['value']:.2f}" in again.stdout and "zero_shot_z " in again.stdout
     missing = strata(
@@ -363,10 +410,24 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
             assert example["text"] == caption[example["id"]] and split[example["id"]] == "train"
     report = tmp_path / "report"
     done = strata(
-        "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
-        "--out", str(report), "--baselines", "identity,pca,topk", "--sae-epochs", "2",
-        "--ks", "4,8", "--gallery", str(compositional_cache), "--no-progress",
-    )  # fmt: skip
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--artifact",
+        str(artifact),
+        "--out",
+        str(report),
+        "--baselines",
+        "identity,pca,topk",
+        "--sae-epochs",
+        "2",
+        "--ks",
+        "4,8",
+        "--gallery",
+        str(compositional_cache),
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((report / "report.json").read_text())
     quality = data["filter_quality"]  # judged by each scene's own caption (one per scene)
@@ -389,15 +450,35 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     (saved,) = (report / "saes").glob("topk-*.pt")
     written = saved.stat().st_mtime_ns
     again = strata(
-        "eval", "cedar", "--cache", str(compositional_cache), "--artifact", str(artifact),
-        "--out", str(report), "--baselines", "topk", "--sae-epochs", "2", "--ks", "4,8",
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--artifact",
+        str(artifact),
+        "--out",
+        str(report),
+        "--baselines",
+        "topk",
+        "--sae-epochs",
+        "2",
+        "--ks",
+        "4,8",
         "--no-progress",
-    )  # fmt: skip
+    )
     assert again.returncode == 0, again.stderr
     reused = json.loads((report / "report.json").read_text())["methods"]["topk-sae"]
     assert reused["fvu"] == data["methods"]["topk-sae"]["fvu"]
     assert saved.stat().st_mtime_ns == written  # reused, not trained again
-    bad = strata("eval", "cedar", "--cache", str(compositional_cache), "--out", str(report),
-                 "--baselines", "pca,svd")  # fmt: skip
+    bad = strata(
+        "eval",
+        "cedar",
+        "--cache",
+        str(compositional_cache),
+        "--out",
+        str(report),
+        "--baselines",
+        "pca,svd",
+    )
     assert bad.returncode != 0 and "unknown baseline(s) svd" in bad.stderr
     assert "Traceback" not in bad.stderr

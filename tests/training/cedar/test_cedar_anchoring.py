@@ -19,8 +19,9 @@ def test_anchored_axes_start_at_their_words_and_stay_near_them():
     assert (np.einsum("ad,ad->a", start[:3], words) > 0).all()
     # the anchored rows span the words: each word lies in them
     assert np.allclose(np.linalg.norm(words @ start[:3].T, axis=1), 1.0)
-    config = CedarConfig(k=4, k_min=2, k_max=8, epochs=3, batch_size=100, anchor_words=3,
-                         anchor_weight=10.0)  # fmt: skip
+    config = CedarConfig(
+        k=4, k_min=2, k_max=8, epochs=3, batch_size=100, anchor_words=3, anchor_weight=10.0
+    )
     result = train_cedar(x[:500], x[500:], config, progress=False, anchors=words)
     assert np.allclose(result.rotation @ result.rotation.T, np.eye(12), atol=1e-5)
     drift = np.linalg.norm(result.rotation[:3] - start[:3], axis=1)

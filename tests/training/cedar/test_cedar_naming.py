@@ -125,9 +125,12 @@ def test_naming_by_data_fills_the_catalog_and_the_coder_finds_unnamed_by_label()
     assert names[2].name == "+1" and names[2].score == 0.0 and info["named"] == 1
     catalog = build_catalog(names, rotation, mean, 2, x, [str(i) for i in range(200)])
     artifact = TransformArtifact(
-        method="cedar", rotation=rotation, mean=mean, contract=default_contract(dim),
+        method="cedar",
+        rotation=rotation,
+        mean=mean,
+        contract=default_contract(dim),
         extra={"k": 2, "catalog": catalog_json(catalog)},
-    )  # fmt: skip
+    )
     coder = ConceptCoder(artifact)
     assert coder.resolve("dog") == [0] and coder.resolve("+1") == [2]
     with pytest.raises(InputError, match="no concept is named"):

@@ -33,9 +33,15 @@ DIM, K = 16, 4
 
 def entry(concept: int, precision: float | None, named: bool = True):
     return catalog_entry(
-        {"concept": concept, "label": f"+{concept}", "name": f"n{concept}", "score": 0.5,
-         "precision": precision, "named": named}
-    )  # fmt: skip
+        {
+            "concept": concept,
+            "label": f"+{concept}",
+            "name": f"n{concept}",
+            "score": 0.5,
+            "precision": precision,
+            "named": named,
+        }
+    )
 
 
 def test_a_concept_holds_when_named_and_its_precision_reaches_the_floor():

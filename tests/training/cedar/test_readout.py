@@ -136,10 +136,14 @@ def test_the_readout_travels_in_the_artifact_and_old_artifacts_have_none(tmp_pat
     coder = ConceptCoder(TransformArtifact.load(tmp_path / "cedar"))
     assert coder.concepts == 32 + 3 and coder.resolve("w1") == [33]
     x = rng.normal(size=(5, 16)).astype(np.float32)
-    assert np.array_equal(coder.word_margins(x), margins(
-        (x - base.mean) / np.linalg.norm(x - base.mean, axis=1, keepdims=True),
-        learnt.weight, learnt.offset,
-    ))  # fmt: skip
+    assert np.array_equal(
+        coder.word_margins(x),
+        margins(
+            (x - base.mean) / np.linalg.norm(x - base.mean, axis=1, keepdims=True),
+            learnt.weight,
+            learnt.offset,
+        ),
+    )
     with pytest.raises(InputError, match="lacks its tensors"):
         readout_of(base.extra["readout"], {})
 
@@ -175,8 +179,9 @@ def test_a_zero_shot_word_is_the_cosine_filter_of_its_text_direction(tmp_path: P
     base = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=0)
     learnt = readout(16, 2, rng)
     texts = rng.normal(size=(2, 16)).astype(np.float32)
-    grown = with_zero_shot(learnt, ["fox", "donkey"], ["noun", "noun"],
-                           text_directions(texts, base.mean), 0.3)  # fmt: skip
+    grown = with_zero_shot(
+        learnt, ["fox", "donkey"], ["noun", "noun"], text_directions(texts, base.mean), 0.3
+    )
     base.extra["readout"] = readout_record(grown)
     base.tensors = readout_tensors(grown)
     base.save(tmp_path / "cedar")
@@ -247,10 +252,19 @@ def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     direction = unit_rows(rng.normal(size=(1, 16)))
     features = unit_rows(x - cedar.mean)
     other = (features @ direction.T)[:, 0]
-    wanted = np.stack([word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0,
-                       other >= other.mean() + other.std()])  # fmt: skip
-    found = served_quality(learnt, cedar, x, ["w0", "other"], ["noun", "noun"], wanted,
-                           np.concatenate([np.zeros((1, 16)), direction]), no_encoder)  # fmt: skip
+    wanted = np.stack(
+        [word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0, other >= other.mean() + other.std()]
+    )
+    found = served_quality(
+        learnt,
+        cedar,
+        x,
+        ["w0", "other"],
+        ["noun", "noun"],
+        wanted,
+        np.concatenate([np.zeros((1, 16)), direction]),
+        no_encoder,
+    )
     served = next(iter(found.values()))  # every word, as served
     assert served["all"]["precision"] == served["all"]["recall"] == 1.0
     assert calibration_words(learnt)[0].size == 0  # no zero-shot words to measure z from

@@ -40,8 +40,11 @@ def test_round_trip(tmp_path: Path):
     np.testing.assert_array_equal(loaded.rotation, artifact.rotation)
     assert loaded.rotation.dtype == np.float32 and loaded.contract == artifact.contract
     assert (loaded.method, loaded.encoder, loaded.config, loaded.extra) == (
-        "grasp-vl", "minilm", {"steps": 3}, {"k": 4},
-    )  # fmt: skip
+        "grasp-vl",
+        "minilm",
+        {"steps": 3},
+        {"k": 4},
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no staging left behind
 
 

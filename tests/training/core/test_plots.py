@@ -50,8 +50,9 @@ def test_the_legend_lies_outside_every_panel_and_the_png_holds_it(tmp_path: Path
     styles = series_styles(["cedar", "pca", "topk-sae"])
     for axis in axes:
         for n, name in enumerate(styles):
-            axis.plot([4, 8, 16, 32], [1 / (k + n) for k in (4, 8, 16, 32)], label=name,
-                      **styles[name])  # fmt: skip
+            axis.plot(
+                [4, 8, 16, 32], [1 / (k + n) for k in (4, 8, 16, 32)], label=name, **styles[name]
+            )
         log_ticks(axis, "x", [4, 8, 16, 32], base=2)
     figure.tight_layout()
     legend = legend_outside(figure, list(axes))

@@ -83,8 +83,9 @@ def test_reordering_domain_j_reorders_its_codes_and_nothing_else():
 
 def test_crosscoder_and_universal_sae_learn_from_the_pairs():
     pair = synthetic_pair(rows=600, seed=4)
-    config = CosaeConfig(n_concepts=24, k_i=4, k_j=4, steps=150, paired_batch_size=64,
-                         learning_rate=3e-3)  # fmt: skip
+    config = CosaeConfig(
+        n_concepts=24, k_i=4, k_j=4, steps=150, paired_batch_size=64, learning_rate=3e-3
+    )
     x_i, x_j = pair.x_i[:500], pair.x_j[:500]
     crosscoder = train_crosscoder(x_i, x_j, config).model
     with torch.no_grad():

@@ -15,8 +15,19 @@ from training.core.errors import InputError
 from training.cosae import cli, evaluate
 from training.cosae.model import load_cosae
 
-TINY = ["--rows", "600", "--steps", "30", "--concepts", "16", "--sparsity", "2", "--no-progress",
-        "--device", "cpu"]  # fmt: skip
+TINY = [
+    "--rows",
+    "600",
+    "--steps",
+    "30",
+    "--concepts",
+    "16",
+    "--sparsity",
+    "2",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -42,8 +53,9 @@ def one_line_error(app: typer.Typer, args: list[str]) -> str:
 
 @pytest.mark.parametrize("fraction", ["0", "1.5", "-0.01"])
 def test_train_refuses_a_paired_fraction_outside_0_1(app, tmp_path: Path, fraction: str):
-    message = one_line_error(app, ["train", "-o", str(tmp_path / "a"), "--paired-fraction",
-                                   fraction])  # fmt: skip
+    message = one_line_error(
+        app, ["train", "-o", str(tmp_path / "a"), "--paired-fraction", fraction]
+    )
     assert "(0, 1]" in message and f"got {float(fraction)!r}" in message
     assert not (tmp_path / "a").exists()
 

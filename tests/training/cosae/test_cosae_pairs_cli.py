@@ -37,8 +37,18 @@ def run(*args: str):
 @pytest.fixture(scope="module")
 def pairs(flickr: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pairs")
-    args = ["embed", "pairs", "--out", str(out), "--flickr8k", str(flickr), "--tfidf-dim", "16",
-            "--device", "cpu"]  # fmt: skip
+    args = [
+        "embed",
+        "pairs",
+        "--out",
+        str(out),
+        "--flickr8k",
+        str(flickr),
+        "--tfidf-dim",
+        "16",
+        "--device",
+        "cpu",
+    ]
     result = run(*args)
     assert result.exit_code == 0, result.output
     assert f"{IMAGES * 5} captions" in result.output
@@ -56,19 +66,32 @@ def test_both_pairs_share_the_minilm_side(pairs: Path):
 
 def test_eval_upgrade_writes_the_table(pairs: Path, flickr: Path, tmp_path: Path):
     result = run(
-        "eval", "upgrade", "--pair", str(pairs / "layer.npz"), "--flickr8k", str(flickr),
-        "--fractions", "0.1,1", "--methods", "procrustes,least-squares", "--out",
-        str(tmp_path), "--no-progress",
-    )  # fmt: skip
+        "eval",
+        "upgrade",
+        "--pair",
+        str(pairs / "layer.npz"),
+        "--flickr8k",
+        str(flickr),
+        "--fractions",
+        "0.1,1",
+        "--methods",
+        "procrustes,least-squares",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.output
     table = json.loads((tmp_path / "upgrade.json").read_text())
     assert table["train"] == 200 and table["test"] == 50 and table["test_groups"] == 10
     settings = [(r["setting"].split(" (")[0], r["method"], r["pairs"]) for r in table["rows"]]
     assert settings == [
-        ("A/A", None, None), ("B/B", None, None),
-        ("translated B/A", "procrustes", 20), ("translated B/A", "least-squares", 20),
-        ("translated B/A", "procrustes", 200), ("translated B/A", "least-squares", 200),
-    ]  # fmt: skip
+        ("A/A", None, None),
+        ("B/B", None, None),
+        ("translated B/A", "procrustes", 20),
+        ("translated B/A", "least-squares", 20),
+        ("translated B/A", "procrustes", 200),
+        ("translated B/A", "least-squares", 200),
+    ]
     assert all(0 <= r["r1"] <= 1 and 0 < r["map"] <= 1 for r in table["rows"])
     assert "| A/A (minilm-layer3 queries" in (tmp_path / "upgrade.md").read_text()
 

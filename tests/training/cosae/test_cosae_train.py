@@ -22,9 +22,15 @@ from training.cosae.train import CoupledResult, train_coupled
 TERMS = ("reconstruction", "translation", "consistency", "distribution", "cycle", "aux")
 # the synthetic comparison: 3000 items (2373 training rows), 10% of them paired, 400 steps
 SMALL = {
-    "n_concepts": 32, "k_i": 4, "k_j": 4, "steps": 400, "batch_size": 128,
-    "paired_batch_size": 64, "learning_rate": 3e-3, "log_every": 100,
-}  # fmt: skip
+    "n_concepts": 32,
+    "k_i": 4,
+    "k_j": 4,
+    "steps": 400,
+    "batch_size": 128,
+    "paired_batch_size": 64,
+    "learning_rate": 3e-3,
+    "log_every": 100,
+}
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

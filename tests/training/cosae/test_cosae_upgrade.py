@@ -91,8 +91,9 @@ class TestTranslator:
     def test_cosae_translator_round_trips(self, tmp_path: Path):
         source, _ = grouped_rows()
         target = rotated_pair(source)
-        config = CosaeConfig(n_concepts=32, k_i=4, k_j=4, steps=40, batch_size=64,
-                             paired_batch_size=32, log_every=20)  # fmt: skip
+        config = CosaeConfig(
+            n_concepts=32, k_i=4, k_j=4, steps=40, batch_size=64, paired_batch_size=32, log_every=20
+        )
         translator = fit_translator(source, target, 30, "cosae", "model-b", "model-a", config)
         translator.info = {"paired": {"pairs": 30}}
         out = translator.save(tmp_path / "translator")
@@ -130,9 +131,15 @@ def test_upgrade_table_rows_and_baselines():
     target = rotated_pair(source)
     train, test = np.arange(0, 300), np.arange(300, 400)
     table = upgrade_table(
-        source, target, labels, train, test, [0.1, 1.0], ["procrustes", "least-squares"],
+        source,
+        target,
+        labels,
+        train,
+        test,
+        [0.1, 1.0],
+        ["procrustes", "least-squares"],
         ("model-b", "model-a"),
-    )  # fmt: skip
+    )
     rows = table["rows"]
     methods = [r["method"] for r in rows]
     assert methods == [None, None, "procrustes", "least-squares", "procrustes", "least-squares"]

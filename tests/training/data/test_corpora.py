@@ -43,8 +43,12 @@ class TestFlickr8k:
         corpus = open_corpus("flickr8k", flickr_dir)
         records = list(corpus)
         assert [r.id for r in records] == [
-            "img1.jpg#0", "img1.jpg#1", "img2.jpg#0", "img3.jpg#1", "img9.jpg.1#0",
-        ]  # fmt: skip
+            "img1.jpg#0",
+            "img1.jpg#1",
+            "img2.jpg#0",
+            "img3.jpg#1",
+            "img9.jpg.1#0",
+        ]
         assert records[1].group == "img1.jpg" and records[1].text == "A brown dog runs on grass ."
         assert [r.fields["split"] for r in records] == ["train", "train", "dev", "train", "none"]
         assert corpus.size_hint() == 8  # non-empty lines; a progress bar total, not a count

@@ -185,10 +185,27 @@ def test_resume_after_the_process_is_killed(tiny_clip_config: Path, tmp_path: Pa
     corpus, cache = tmp_path / "texts.jsonl", tmp_path / "cache"
     os.mkfifo(corpus)
     command = [
-        sys.executable, "-m", "service", "embed", "run", "--corpus", "texts", "--path", str(corpus),
-        "--encoder", f"open_clip:{tiny_clip_config}", "--modalities", "text", "--dtype", "float32",
-        "--shard-rows", "100", "--out", str(cache), "--no-progress",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "service",
+        "embed",
+        "run",
+        "--corpus",
+        "texts",
+        "--path",
+        str(corpus),
+        "--encoder",
+        f"open_clip:{tiny_clip_config}",
+        "--modalities",
+        "text",
+        "--dtype",
+        "float32",
+        "--shard-rows",
+        "100",
+        "--out",
+        str(cache),
+        "--no-progress",
+    ]
     env = {**os.environ, "STRATA_LOG_LEVEL": "WARNING"}
     job = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -122,8 +122,13 @@ def test_negatives_change_exactly_their_role_word() -> None:
         (relation,) = _changed(views.caption, negatives["relation"])
         # "through the grass" asks for a verb of motion
         assert relation[0] == "running" and relation[1] in {
-            "jumping", "walking", "swimming", "crawling", "sliding", "rolling",
-        }  # fmt: skip
+            "jumping",
+            "walking",
+            "swimming",
+            "crawling",
+            "sliding",
+            "rolling",
+        }
         assert negatives["order"] is None  # "the grass is running through the dog" is no caption
 
 
@@ -135,8 +140,16 @@ def test_negatives_keep_verb_form_and_noun_number() -> None:
         assert verb[0] == "play" and verb[1] in {g[0] for g in VERB_GROUPS_BARE} - {"play"}
         (noun,) = _changed(views.caption, negatives["object"])
         assert noun[1] in {
-            "cats", "horses", "birds", "cows", "sheep", "goats", "bears", "ducks", "monkeys",
-        }  # fmt: skip
+            "cats",
+            "horses",
+            "birds",
+            "cows",
+            "sheep",
+            "goats",
+            "bears",
+            "ducks",
+            "monkeys",
+        }
     views = extract_views("Two dogs chase a cat")
     assert make_negatives(views, random.Random(0))["order"] == "Two cats chase a dog"
     views = extract_views("A man runs on the beach")
@@ -239,7 +252,7 @@ def _all_negatives(caption: str, kind: str, seeds: int = 30) -> set[str | None]:
         ("A black dog runs on the grass", {None}),
         ("A dog runs", {None}),
     ],
-)  # fmt: skip
+)
 def test_swap_attribute(caption: str, expected: set[str | None]) -> None:
     assert _all_negatives(caption, "swap_attribute") == expected
 
@@ -282,8 +295,11 @@ def test_add_attribute_fits_the_noun_and_fixes_the_article() -> None:
         f"A {a} dog runs" for a in ("black", "white", "brown", "small", "large")
     }
     assert _all_negatives("A man runs", "add_attribute") == {
-        "A young man runs", "An old man runs", "A tall man runs", "A blond man runs",
-    }  # fmt: skip
+        "A young man runs",
+        "An old man runs",
+        "A tall man runs",
+        "A blond man runs",
+    }
     # no age on a child, no second attribute, the first word capitalised
     assert "A young boy runs" not in _all_negatives("A boy runs", "add_attribute")
     assert _all_negatives("Dogs run", "add_attribute") == {
@@ -299,8 +315,9 @@ def test_add_attribute_fits_the_noun_and_fixes_the_article() -> None:
 def test_replace_attribute_fits_the_noun() -> None:
     # a person's colour is a hair colour
     assert _all_negatives("A blonde girl runs", "attribute") == {
-        "A brunette girl runs", "A redheaded girl runs",
-    }  # fmt: skip
+        "A brunette girl runs",
+        "A redheaded girl runs",
+    }
     # "curly hair" has no other hair-class word a head of hair can take
     assert _all_negatives("A small child with curly hair sits", "attribute") == {
         "A large child with curly hair sits"

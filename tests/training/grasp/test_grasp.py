@@ -180,11 +180,28 @@ def test_train_command_seed_reaches_the_config(tiny_clip, tmp_path: Path):
     from training.grasp.cli import train_command
 
     cache = tmp_path / "cache"
-    embed_corpus(CompositionalCorpus(scenes=300, seed=1), tiny_clip, cache,
-                 EmbedConfig(dtype="float32", progress=False))  # fmt: skip
+    embed_corpus(
+        CompositionalCorpus(scenes=300, seed=1),
+        tiny_clip,
+        cache,
+        EmbedConfig(dtype="float32", progress=False),
+    )
     out = tmp_path / "grasp"
-    args = ["--cache", str(cache), "--out", str(out), "--views", str(tmp_path / "views.npz"),
-            "--epochs", "1", "--seed", "7", "--device", "cpu", "--no-progress"]  # fmt: skip
+    args = [
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--views",
+        str(tmp_path / "views.npz"),
+        "--epochs",
+        "1",
+        "--seed",
+        "7",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     result = CliRunner().invoke(typer_app(train_command), args)
     assert result.exit_code == 0, result.output
     assert TransformArtifact.load(out).config["seed"] == 7

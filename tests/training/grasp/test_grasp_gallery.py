@@ -41,8 +41,12 @@ def test_mentions_fold_plurals_and_verb_forms():
     # the same relation however the verb is written
     assert list(caption_mentions("A dog chases a ball").relations) == [("dog", "chase", "ball")]
     assert [ing_form(v) for v in ("run", "ride", "lie", "ski", "play")] == [
-        "running", "riding", "lying", "skiing", "playing",
-    ]  # fmt: skip
+        "running",
+        "riding",
+        "lying",
+        "skiing",
+        "playing",
+    ]
     assert verb_lemma("swimming") == verb_lemma("swims") == "swim"
     bank = vocabulary_queries(per_kind=50)
     assert "a dog" in bank["object"] and len(bank["attribute"]) <= 50
@@ -78,10 +82,13 @@ def test_relevance_is_judged_by_the_other_captions_only():
 
 def test_scene_mentions_judge_by_the_own_caption():
     mentions = scene_mentions(
-        ["dog", "cat", "dog"], ["black", "white", "white"], ["chasing", "chasing", "chasing"],
-        ["ball", "ball", "cat"], ["red", "red", "black"],
+        ["dog", "cat", "dog"],
+        ["black", "white", "white"],
+        ["chasing", "chasing", "chasing"],
+        ["ball", "ball", "cat"],
+        ["red", "red", "black"],
         ["a dog chasing a ball", "a cat chasing a ball", "a dog chasing a cat"],
-    )  # fmt: skip
+    )
     queries = mine_queries(mentions, ["s0", "s1", "s2"], min_relevant=1, own_caption=True)
     objects = queries[Granularity.OBJECT]
     assert list(objects.relevant[objects.keys.index("cat")]) == [False, True, True]
@@ -156,11 +163,15 @@ def object_task(data, split: str) -> RetrievalTask:
     items = gallery_items(part.views[Granularity.OBJECT])
     _, first = np.unique(items, return_index=True)
     relevant = items[None, :] == np.arange(len(first))[:, None]
-    queries = QuerySet(Granularity.OBJECT, [f"o{i}" for i in range(len(first))],
-                       list(range(len(first))), relevant)  # fmt: skip
+    queries = QuerySet(
+        Granularity.OBJECT, [f"o{i}" for i in range(len(first))], list(range(len(first))), relevant
+    )
     embedded = part.views[Granularity.OBJECT][first].astype(np.float32)
-    return RetrievalTask(part.anchors.astype(np.float32), {Granularity.OBJECT: queries},
-                         {Granularity.OBJECT: embedded})  # fmt: skip
+    return RetrievalTask(
+        part.anchors.astype(np.float32),
+        {Granularity.OBJECT: queries},
+        {Granularity.OBJECT: embedded},
+    )
 
 
 def test_a_gallery_fitted_rotation_finds_objects_at_the_first_prefix(tmp_path: Path):
@@ -173,9 +184,14 @@ def test_a_gallery_fitted_rotation_finds_objects_at_the_first_prefix(tmp_path: P
         query_bank={Granularity.OBJECT: object_task(data, "train").embedded[Granularity.OBJECT]},
     )
     config = GraspConfig(
-        epochs=6, batch_size=64, learning_rate=0.02, patience=6, rows_per_step=256,
-        queries_per_step=8, weights=LossWeights(alignment=0, retention=0),
-    )  # fmt: skip
+        epochs=6,
+        batch_size=64,
+        learning_rate=0.02,
+        patience=6,
+        rows_per_step=256,
+        queries_per_step=8,
+        weights=LossWeights(alignment=0, retention=0),
+    )
     result = train_grasp(data, config, tmp_path / "work", progress=False, device="cpu", fit=fit)
     rotation = result.artifact.rotation
     assert orthogonality_error(rotation) < 1e-6
@@ -196,8 +212,9 @@ def test_a_gallery_fitted_rotation_finds_objects_at_the_first_prefix(tmp_path: P
     task_file = tmp_path / "task.npz"
     test.save(task_file)
     loaded = RetrievalTask.load(task_file)
-    np.testing.assert_array_equal(loaded.queries[Granularity.OBJECT].relevant,
-                                  test.queries[Granularity.OBJECT].relevant)  # fmt: skip
+    np.testing.assert_array_equal(
+        loaded.queries[Granularity.OBJECT].relevant, test.queries[Granularity.OBJECT].relevant
+    )
 
 
 def test_the_seed_decides_the_weights_file_of_the_gallery_recipe(tmp_path: Path):
@@ -211,11 +228,17 @@ def test_the_seed_decides_the_weights_file_of_the_gallery_recipe(tmp_path: Path)
 
     def digest(seed: int, run: str) -> str:
         config = GALLERY_RECIPE.model_copy(
-            update={"epochs": 2, "batch_size": 64, "rows_per_step": 128, "queries_per_step": 8,
-                    "seed": seed}
-        )  # fmt: skip
-        result = train_grasp(data, config, tmp_path / f"work-{run}", progress=False,
-                             device="cpu", fit=fit)  # fmt: skip
+            update={
+                "epochs": 2,
+                "batch_size": 64,
+                "rows_per_step": 128,
+                "queries_per_step": 8,
+                "seed": seed,
+            }
+        )
+        result = train_grasp(
+            data, config, tmp_path / f"work-{run}", progress=False, device="cpu", fit=fit
+        )
         return weights_sha256(result.artifact, tmp_path / run)
 
     first = digest(3, "a")

@@ -20,7 +20,7 @@ QUANTITY_NOUNS = word_set(
     """
     group crowd couple pair team bunch herd pack line lot number family flock row
     gang troop band"""
-)  # fmt: skip
+)
 PERSON_SPECIFIC = {
     # gender/age group -> nouns; object negatives move a noun to another group
     "adult male": ("man", "guy", "gentleman", "male", "father", "dad", "groom", "husband"),
@@ -147,7 +147,7 @@ MASS_NOUNS = word_set(
     hockey rugby volleyball softball cricket golf lacrosse motocross bmx surf wood paint food
     hair gear clothing makeup camouflage denim leather graffiti fire swimming christmas beer
     coffee people"""
-)  # fmt: skip
+)
 # "the edge of the water": the object is the noun after "of".
 PART_NOUNS = word_set(
     "edge side top middle bottom end front back corner body piece part base surface"
@@ -177,9 +177,18 @@ def _with_plurals(nouns: tuple[str, ...] | list[str]) -> dict[str, str]:
 PERSON_GROUP_OF = {n: group for group, ns in PERSON_SPECIFIC.items() for n in ns}
 ANIMAL_GROUP_OF = {n: group for group, ns in ANIMAL_GROUPS.items() for n in ns}
 SINGULAR: dict[str, str] = _with_plurals(
-    [*PERSON_GROUP_OF, *PERSON_ROLES, *PERSON_GENERIC, *ANIMAL_GROUP_OF, *ANIMAL_GENERIC,
-     *VEHICLES, *THINGS, *APPEARANCE, *QUANTITY_NOUNS]
-)  # fmt: skip
+    [
+        *PERSON_GROUP_OF,
+        *PERSON_ROLES,
+        *PERSON_GENERIC,
+        *ANIMAL_GROUP_OF,
+        *ANIMAL_GENERIC,
+        *VEHICLES,
+        *THINGS,
+        *APPEARANCE,
+        *QUANTITY_NOUNS,
+    ]
+)
 SINGULAR["people"] = "person"
 PLURAL_FORMS = frozenset(w for w, s in SINGULAR.items() if w != s) | {"people"}
 NOUNS = frozenset(SINGULAR)

@@ -13,7 +13,7 @@ DETERMINERS = word_set(
     """
     a an the one two three four five six seven eight nine ten several some many few
     this that these those his her its their another both each"""
-)  # fmt: skip
+)
 NUMBER_WORDS = word_set("one two three four five six seven eight nine ten several")
 POSSESSIVES = word_set("his her its their")
 # Adjectives that carry an attribute, by class; each inner tuple is a group of near-synonyms,
@@ -90,7 +90,7 @@ VERBS_3SG = word_set(
     speeds speaks soars sells rollerblades pokes peers participates moves lunges listens
     gazes frolics flings interviews examines dunks defends crashes clings brings blocks bikes
     carries cuts feeds fights kneels licks marches plays sniffs strolls sunbathes swims watches"""
-)  # fmt: skip
+)
 VERBS_BARE = word_set(
     """
     play run stand sit walk ride jump look pose wrestle fight race hold climb chase watch
@@ -100,7 +100,7 @@ VERBS_BARE = word_set(
     bite attempt tackle sunbathe sniff skate show shovel rest relax prepare peek pass meet
     lounge follow celebrate bounce battle bathe compete cross push paddle dig sing kiss march
     stroll ski surf sled hop skip roll catch crouch kneel point grab pet"""
-)  # fmt: skip
+)
 # -ing words that are nouns; any other "-ing" word with a vowel before the suffix is a verb form.
 ING_NOUNS = word_set(
     """
@@ -116,12 +116,21 @@ PREPOSITIONS = word_set(
     through on in into across at over with near by along under onto to from behind past
     toward towards off outside inside beside among between for against after above below
     beneath alongside atop underneath around down up within upon like"""
-)  # fmt: skip
+)
 MULTIWORD_PREPOSITIONS = (
-    ("in", "front", "of"), ("next", "to"), ("on", "top", "of"), ("out", "of"), ("off", "of"),
-    ("in", "the", "middle", "of"), ("on", "the", "side", "of"), ("close", "to"),
-    ("up", "to"), ("away", "from"), ("on", "the", "edge", "of"), ("in", "between"),
-)  # fmt: skip
+    ("in", "front", "of"),
+    ("next", "to"),
+    ("on", "top", "of"),
+    ("out", "of"),
+    ("off", "of"),
+    ("in", "the", "middle", "of"),
+    ("on", "the", "side", "of"),
+    ("close", "to"),
+    ("up", "to"),
+    ("away", "from"),
+    ("on", "the", "edge", "of"),
+    ("in", "between"),
+)
 ATTRIBUTE_CLASS_OF = {
     word: name for name, groups in ATTRIBUTE_CLASSES.items() for group in groups for word in group
 }
@@ -141,7 +150,7 @@ FUNCTION_WORDS = (
         being been to not no very into than then so its itself their while where what with
         has have having other others"""
     )
-)  # fmt: skip
+)
 
 
 # Content-looking words that name no concept: the nouns of place phrases ("in front of", "next
@@ -151,7 +160,7 @@ STOP_WORDS = word_set(
     """
     front next top side middle edge bottom end area background something someone thing things
     high way doing does lot part piece"""
-)  # fmt: skip
+)
 
 
 def is_ing_verb(word: str) -> bool:

@@ -1,0 +1,161 @@
+"""How the micro-batcher (service/serving/batching.py) calls its batch function and hands out
+what it returns.
+
+`BatchCalls` is the batch function as the batcher runs it: `process(items)`, checked to give
+one result (or exception) per item, with a request's `finish` applied to each result; the
+counters (`BatchStats`); the moving average of what lone cheap items have cost, which decides
+whether the next one runs on the event loop (`BatchingConfig.inline_ms`); and, with batching
+off, the items called one by one. `hand_out`
+gives each waiting caller its own result or exception; `ItemError` is how a request of many
+items fails at its first failed item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from service.serving.batch_order import Waiting
+
+log = logging.getLogger(__name__)
+
+CHEAP_WEIGHT = 0.2  # the moving average's weight of the latest lone cheap item
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class BatchStats:
+    """Counters for tests and logs: calls of `process`, items processed, the largest batch."""
+
+    batches: int = 0
+    items: int = 0
+    largest: int = 0
+    expired: int = 0  # dropped unprocessed: their deadline passed while they waited
+
+    def add(self, size: int) -> None:
+        self.batches += 1
+        self.items += size
+        self.largest = max(self.largest, size)
+
+
+class ItemError(Exception):
+    """`submit_many`: the item at `index` failed with `error` (the request's other items were
+    dropped)."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"item {index}: {error}")
+        self.index, self.error = index, error
+
+
+class BatchCalls(Generic[T, R]):
+    """`process(items) -> results` as the batcher calls it (module docstring); `cheap` marks
+    the items that may run on the event loop, `cheap_s` is what lone ones have lately cost."""
+
+    def __init__(
+        self,
+        process: Callable[[list[T]], Sequence[R | BaseException]],
+        cheap: Callable[[T], bool] | None = None,
+    ) -> None:
+        self.process = process
+        self.cheap = cheap
+        self.cheap_s = 0.0
+        self.stats = BatchStats()
+
+    def __call__(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
+        results = self.process(items)
+        if len(results) != len(items):
+            raise RuntimeError(f"batch function returned {len(results)} results for {len(items)}")
+        if finish is None:
+            return results
+        return [_finished(finish, r) for r in results]
+
+    def inline(self, item: T, budget_s: float) -> bool:
+        """Whether a lone `item` runs on the event loop: it is cheap, and lone cheap items
+        have cost at most `budget_s` of late."""
+        return (
+            budget_s > 0
+            and self.cheap is not None
+            and self.cheap(item)
+            and (self.cheap_s <= budget_s)
+        )
+
+    def cost(self, item: T, seconds: float) -> None:
+        """Fold a lone item's cost into the moving average of cheap items' (wherever it ran)."""
+        if self.cheap is not None and self.cheap(item):
+            self.cheap_s += CHEAP_WEIGHT * (seconds - self.cheap_s)
+
+    async def one_by_one(
+        self,
+        items: list[T],
+        executor: Executor | None,
+        loop: asyncio.AbstractEventLoop,
+        finish: Callable[[R], Any] | None = None,
+    ) -> list[Any]:
+        """Batching off: one item per call on `executor`, in order, stopping at the first
+        failure (ItemError)."""
+        out: list[Any] = []
+        for start in range(len(items)):
+            results = await loop.run_in_executor(executor, self, items[start : start + 1], finish)
+            self.stats.add(len(results))
+            for offset, result in enumerate(results):
+                if isinstance(result, BaseException):
+                    raise ItemError(start + offset, result)
+                out.append(result)
+        return out
+
+    def serve_inline(self, waiting: Waiting[T, R]) -> None:
+        """Process a lone cheap item here, on the event loop: no lane, no thread hand-off."""
+        began = time.perf_counter()
+        try:
+            (result,) = self([waiting.item])
+        except Exception as exc:
+            log.exception("query failed")
+            result = exc
+        self.cost(waiting.item, time.perf_counter() - began)
+        self.stats.add(1)
+        hand_out([waiting], [result])
+
+
+def hand_out(batch: Sequence[Waiting[Any, Any]], results: Sequence[Any]) -> None:
+    """Each caller still waiting its own result, or its own exception raised."""
+    for waiting, result in zip(batch, results, strict=True):
+        if waiting.future.done():
+            continue
+        if isinstance(result, BaseException):
+            waiting.future.set_exception(result)
+        else:
+            waiting.future.set_result(result)
+
+
+def called(call: Callable[[], R]) -> list[R | BaseException]:
+    """`[call()]`, or `[the exception it raised]`."""
+    try:
+        return [call()]
+    except Exception as exc:
+        return [exc]
+
+
+def raise_if_cancelled() -> None:
+    """CancelledError when the running task has been asked to stop: for a loop whose await can
+    come back without raising it (a timeout that expired as the cancel came), so that a
+    cancelled worker ends instead of waiting on forever (and holding up `asyncio.run`'s exit)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _finished(finish: Callable[[R], Any], result: R | BaseException) -> Any:
+    """`finish(result)`, or the exception it (or the item) raised."""
+    if isinstance(result, BaseException):
+        return result
+    try:
+        return finish(result)
+    except Exception as exc:
+        return exc
