@@ -29,6 +29,7 @@ USER_MADE = {"deploy/k8s/secrets/admin-token"}  # git-ignored: the docs tell the
 CITATION = re.compile(r"(?<![\w./-])docs/([\w./-]+\.md)(?:#([\w-]+))?")
 README_CITATION = re.compile(r"README(?!\.md)")
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+ELEMENT_ID = re.compile(r"<[a-z][^>]*\sid=\"([\w-]+)\"")
 REPOSITORY_PATH = re.compile(
     r"(?<![\w./-])((?:service|indexer|training|benchmarks|tests|deploy|proto)/[\w./{}-]*[\w/])"
 )
@@ -67,15 +68,16 @@ def markdown_converter() -> markdown.Markdown:
 
 @cache
 def anchors(page: Path) -> frozenset[str]:
-    """The heading ids of a page, as MkDocs writes them."""
+    """The ids a link may name on a page, as MkDocs writes them: its headings', and those of
+    elements the page gives one (`<a id="soak"></a>` on a row of a table of figures)."""
     converter = markdown_converter()
     converter.reset()
-    converter.convert(page.read_text())
+    html = converter.convert(page.read_text())
 
     def ids(tokens: list[dict]) -> list[str]:
         return [i for t in tokens for i in (t["id"], *ids(t["children"]))]
 
-    return frozenset(ids(converter.toc_tokens))
+    return frozenset(ids(converter.toc_tokens)) | frozenset(ELEMENT_ID.findall(html))
 
 
 def citations() -> list[tuple[str, str, str | None]]:
@@ -95,7 +97,7 @@ def unresolved(page: Path, anchor: str | None) -> str | None:
     if not page.is_file():
         return f"no page {page.relative_to(ROOT)}"
     if anchor is not None and anchor not in anchors(page):
-        return f"no heading #{anchor} on {page.relative_to(ROOT)}"
+        return f"no heading or element #{anchor} on {page.relative_to(ROOT)}"
     return None
 
 
@@ -155,3 +157,15 @@ def test_a_missing_anchor_is_found() -> None:
     assert unresolved(page, "limits") is None
     assert unresolved(page, "no-such-heading") is not None
     assert unresolved(DOCS / "no-such-page.md", None) is not None
+
+
+def test_the_readme_keeps_six_headline_figures_each_linked_to_its_command() -> None:
+    """At most six rows in the README's figures table, each linking to the row of
+    docs/benchmarks.md that holds its command (whose anchor the link test above resolves)."""
+    section = (ROOT / "README.md").read_text().split("## Headline figures", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # less the head
+    assert 1 <= len(rows) <= 6, f"{len(rows)} headline figures; keep six, the rest in benchmarks"
+    for row in rows:
+        links = [t for t in MARKDOWN_LINK.findall(row) if t.startswith("docs/benchmarks.md#")]
+        assert links, f"a headline figure without a link to its command: {row}"
