@@ -5,12 +5,15 @@ of docs/ and a heading anchor on it, with the ids MkDocs gives headings (its toc
 under mkdocs.yml's Markdown extensions). No code cites README sections any more: the README is
 a landing page, and the documentation lives in docs/. The README's own links resolve the same
 way, and every repository path the docs name (`service/…py`, `indexer/…`) exists, so that a
-moved module shows up here.
+moved module shows up here. The README keeps six headline figures, each linked to its command in
+docs/benchmarks.md, and no file but the data folder's setting names the folder beside the
+checkout (MAY_NAME_SHARED lists the few that may, and why).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -169,3 +172,42 @@ def test_the_readme_keeps_six_headline_figures_each_linked_to_its_command() -> N
     for row in rows:
         links = [t for t in MARKDOWN_LINK.findall(row) if t.startswith("docs/benchmarks.md#")]
         assert links, f"a headline figure without a link to its command: {row}"
+
+
+# The files that may name the folder beside the checkout (`../shared`), and why. The repository
+# stands on its own: that folder is only the data folder's optional fallback location, so only
+# the setting, its documentation and its tests name it (and this test, which names the pattern).
+SHARED = "../shared"
+MAY_NAME_SHARED = {
+    "training/core/settings.py": "the data-folder setting: data/, else ../shared/data",
+    "docs/reference/settings.md": "that setting's documentation (the data folder)",
+    "tests/training/core/test_settings.py": "that setting's tests: the fallback, and its order",
+    "tests/test_docs.py": "this test: the pattern, and this list",
+}
+
+
+def repository_files() -> list[str]:
+    """Every file of the checkout: tracked, and new ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    return sorted({name.decode() for name in listed.stdout.split(b"\0") if name})
+
+
+def test_only_the_data_folder_setting_names_the_folder_beside_the_checkout() -> None:
+    files = repository_files()
+    assert "training/core/settings.py" in files and len(files) > 100
+    naming = [
+        name
+        for name in files
+        if (ROOT / name).is_file() and SHARED.encode() in (ROOT / name).read_bytes()
+    ]
+    unexpected = sorted(set(naming) - set(MAY_NAME_SHARED))
+    assert not unexpected, (
+        f"these files name {SHARED}, which a clone does not have: {unexpected}; name a path "
+        "inside the repository, or the data folder's setting (docs/reference/settings.md)"
+    )
+    assert set(MAY_NAME_SHARED) <= set(naming), "an allowed file no longer needs its place"
