@@ -5,12 +5,15 @@ of docs/ and a heading anchor on it, with the ids MkDocs gives headings (its toc
 under mkdocs.yml's Markdown extensions). No code cites README sections any more: the README is
 a landing page, and the documentation lives in docs/. The README's own links resolve the same
 way, and every repository path the docs name (`service/…py`, `indexer/…`) exists, so that a
-moved module shows up here.
+moved module shows up here. The README keeps six headline figures, each linked to its command in
+docs/benchmarks.md, and no file but the data folder's setting names the folder beside the
+checkout (MAY_NAME_SHARED lists the few that may, and why).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -29,6 +32,7 @@ USER_MADE = {"deploy/k8s/secrets/admin-token"}  # git-ignored: the docs tell the
 CITATION = re.compile(r"(?<![\w./-])docs/([\w./-]+\.md)(?:#([\w-]+))?")
 README_CITATION = re.compile(r"README(?!\.md)")
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+ELEMENT_ID = re.compile(r"<[a-z][^>]*\sid=\"([\w-]+)\"")
 REPOSITORY_PATH = re.compile(
     r"(?<![\w./-])((?:service|indexer|training|benchmarks|tests|deploy|proto)/[\w./{}-]*[\w/])"
 )
@@ -67,15 +71,16 @@ def markdown_converter() -> markdown.Markdown:
 
 @cache
 def anchors(page: Path) -> frozenset[str]:
-    """The heading ids of a page, as MkDocs writes them."""
+    """The ids a link may name on a page, as MkDocs writes them: its headings', and those of
+    elements the page gives one (`<a id="soak"></a>` on a row of a table of figures)."""
     converter = markdown_converter()
     converter.reset()
-    converter.convert(page.read_text())
+    html = converter.convert(page.read_text())
 
     def ids(tokens: list[dict]) -> list[str]:
         return [i for t in tokens for i in (t["id"], *ids(t["children"]))]
 
-    return frozenset(ids(converter.toc_tokens))
+    return frozenset(ids(converter.toc_tokens)) | frozenset(ELEMENT_ID.findall(html))
 
 
 def citations() -> list[tuple[str, str, str | None]]:
@@ -95,7 +100,7 @@ def unresolved(page: Path, anchor: str | None) -> str | None:
     if not page.is_file():
         return f"no page {page.relative_to(ROOT)}"
     if anchor is not None and anchor not in anchors(page):
-        return f"no heading #{anchor} on {page.relative_to(ROOT)}"
+        return f"no heading or element #{anchor} on {page.relative_to(ROOT)}"
     return None
 
 
@@ -155,3 +160,54 @@ def test_a_missing_anchor_is_found() -> None:
     assert unresolved(page, "limits") is None
     assert unresolved(page, "no-such-heading") is not None
     assert unresolved(DOCS / "no-such-page.md", None) is not None
+
+
+def test_the_readme_keeps_six_headline_figures_each_linked_to_its_command() -> None:
+    """At most six rows in the README's figures table, each linking to the row of
+    docs/benchmarks.md that holds its command (whose anchor the link test above resolves)."""
+    section = (ROOT / "README.md").read_text().split("## Headline figures", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # less the head
+    assert 1 <= len(rows) <= 6, f"{len(rows)} headline figures; keep six, the rest in benchmarks"
+    for row in rows:
+        links = [t for t in MARKDOWN_LINK.findall(row) if t.startswith("docs/benchmarks.md#")]
+        assert links, f"a headline figure without a link to its command: {row}"
+
+
+# The files that may name the folder beside the checkout (`../shared`), and why. The repository
+# stands on its own: that folder is only the data folder's optional fallback location, so only
+# the setting, its documentation and its tests name it (and this test, which names the pattern).
+SHARED = "../shared"
+MAY_NAME_SHARED = {
+    "training/core/settings.py": "the data-folder setting: data/, else ../shared/data",
+    "docs/reference/settings.md": "that setting's documentation (the data folder)",
+    "tests/training/core/test_settings.py": "that setting's tests: the fallback, and its order",
+    "tests/test_docs.py": "this test: the pattern, and this list",
+}
+
+
+def repository_files() -> list[str]:
+    """Every file of the checkout: tracked, and new ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    return sorted({name.decode() for name in listed.stdout.split(b"\0") if name})
+
+
+def test_only_the_data_folder_setting_names_the_folder_beside_the_checkout() -> None:
+    files = repository_files()
+    assert "training/core/settings.py" in files and len(files) > 100
+    naming = [
+        name
+        for name in files
+        if (ROOT / name).is_file() and SHARED.encode() in (ROOT / name).read_bytes()
+    ]
+    unexpected = sorted(set(naming) - set(MAY_NAME_SHARED))
+    assert not unexpected, (
+        f"these files name {SHARED}, which a clone does not have: {unexpected}; name a path "
+        "inside the repository, or the data folder's setting (docs/reference/settings.md)"
+    )
+    assert set(MAY_NAME_SHARED) <= set(naming), "an allowed file no longer needs its place"

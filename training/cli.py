@@ -27,7 +27,7 @@ embed_app = typer.Typer(
             "pairs",
             "training.cosae.cli:pairs_command",
             "Embed the same records with two encoders: a paired cache for CoSAE.",
-            examples("strata embed pairs --help"),
+            examples("strata embed pairs --out runs/cosae/pairs"),
         )
     ),
     no_args_is_help=True,
@@ -40,7 +40,8 @@ train_app = typer.Typer(
             "training.grasp.cli:train_command",
             "Train GraSP-VL: a rotation whose prefixes are the granularities.",
             examples(
-                "strata train grasp --cache runs/flickr-minilm --out runs/grasp",
+                "strata train grasp --cache runs/demo/cache-flickr8k-minilm --validation-split dev "
+                "--views runs/demo/views-flickr8k.npz --out runs/grasp",
             ),
         ),
         LazyCommand(
@@ -48,8 +49,10 @@ train_app = typer.Typer(
             "training.cedar.cli:train_command",
             "Train CEDAR: named sparse concepts over an embedding cache.",
             examples(
-                "strata train cedar --cache runs/flickr-minilm --out runs/cedar",
-                "strata train cedar --cache runs/flickr-minilm --sparsity 16 --out runs/cedar16",
+                "strata train cedar --cache runs/demo/cache-flickr8k-minilm --epochs 10 "
+                "--out runs/cedar",
+                "strata train cedar --cache runs/demo/cache-flickr8k-minilm --sparsity 16 "
+                "--epochs 10 --out runs/cedar16",
             ),
         ),
         LazyCommand(
@@ -57,14 +60,18 @@ train_app = typer.Typer(
             "training.cedar.floor_cli:floor_command",
             "Pick a CEDAR artifact's precision floor (which concepts are shown) on dev rows.",
             examples(
-                "strata train floor --artifact runs/cedar --cache runs/flickr-minilm",
+                "strata train floor --artifact runs/demo/cedar-flickr8k "
+                "--cache runs/demo/cache-flickr8k-minilm",
             ),
         ),
         LazyCommand(
             "cosae",
             "training.cosae.cli:train_command",
             "Train CoSAE: a coupled sparse autoencoder over paired embeddings.",
-            examples("strata train cosae --help"),
+            examples(
+                "strata train cosae --pair synthetic --paired-fraction 0.01 --concepts 64 "
+                "--sparsity 4 --steps 300 --out runs/cosae"
+            ),
         ),
     ),
     no_args_is_help=True,
@@ -77,8 +84,9 @@ eval_app = typer.Typer(
             "training.grasp.cli:eval_command",
             "Score a GraSP-VL artifact and its baselines.",
             examples(
-                "strata eval grasp --cache runs/flickr-minilm --artifact runs/grasp "
-                "--out runs/grasp-eval"
+                "strata eval grasp --cache runs/demo/cache-flickr8k-minilm "
+                "--artifact runs/demo/grasp-flickr8k "
+                "--views runs/demo/views-flickr8k.npz --out runs/grasp-eval"
             ),
         ),
         LazyCommand(
@@ -86,21 +94,28 @@ eval_app = typer.Typer(
             "training.cedar.cli:eval_command",
             "Score a CEDAR artifact and its baselines (FVU, probes, naming).",
             examples(
-                "strata eval cedar --cache runs/flickr-minilm --artifact runs/cedar "
-                "--out runs/cedar-eval"
+                "strata eval cedar --cache runs/demo/cache-flickr8k-minilm "
+                "--artifact runs/demo/cedar-flickr8k --sae-epochs 3 --out runs/cedar-eval"
             ),
         ),
         LazyCommand(
             "cosae",
             "training.cosae.cli:eval_command",
             "Score CoSAE against its baselines.",
-            examples("strata eval cosae --help"),
+            examples(
+                "strata eval cosae --pair synthetic --methods cosae,procrustes "
+                "--fractions 0.01,0.1 --concepts 64 --sparsity 4 --steps 300 --out runs/cosae-eval"
+            ),
         ),
         LazyCommand(
             "upgrade",
             "training.cosae.upgrade_cli:eval_upgrade_command",
             "Score a query translator against re-embedding.",
-            examples("strata eval upgrade --help"),
+            examples(
+                "strata embed pairs --out runs/cosae/pairs",
+                "strata eval upgrade --pair runs/cosae/pairs/layer.npz "
+                "--methods procrustes,least-squares --out runs/upgrade-eval",
+            ),
         ),
         LazyCommand(
             "cds",
@@ -145,9 +160,10 @@ def corpus_location(kind: str, path: Path | None) -> Path | None:
 @embed_app.command(
     "run",
     epilog=examples(
-        "strata embed run --corpus flickr8k --path ../shared/data/flickr8k --out runs/flickr",
-        "strata embed run --corpus compositional --scenes 2000 --out runs/comp2k --shard-rows 1000",
-        "strata embed run --corpus coco --path coco.json --encoder open_clip:ViT-B-32 -o runs/coco",
+        "strata embed run --corpus flickr8k --out runs/flickr8k-minilm",
+        "strata embed run --corpus compositional --scenes 200 --out runs/comp200 --shard-rows 100",
+        "strata embed run --corpus coco --path data/coco-mini --encoder open_clip:ViT-B-32 "
+        "--out runs/coco",
     ),
 )
 def run(
@@ -231,8 +247,8 @@ def format_summary(summary: EmbedSummary) -> str:
 @embed_app.command(
     "info",
     epilog=examples(
-        "strata embed info runs/flickr-minilm",
-        "strata embed info runs/flickr-minilm --json",
+        "strata embed info runs/demo/cache-flickr8k-minilm",
+        "strata embed info runs/demo/cache-flickr8k-minilm --json",
     ),
 )
 def info(
@@ -261,7 +277,7 @@ def info(
 @embed_app.command(
     "verify",
     epilog=examples(
-        "strata embed verify runs/flickr-minilm",
+        "strata embed verify runs/demo/cache-flickr8k-minilm",
     ),
 )
 def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
@@ -277,7 +293,7 @@ def verify(cache: Annotated[Path, typer.Argument(help="cache folder")]) -> None:
 @embed_app.command(
     "peek",
     epilog=examples(
-        "strata embed peek --corpus flickr8k --path ../shared/data/flickr8k --limit 3",
+        "strata embed peek --corpus flickr8k --limit 3",
         "strata embed peek --corpus compositional --scenes 100",
     ),
 )

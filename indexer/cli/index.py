@@ -63,10 +63,13 @@ def run_streaming(
 @index_app.command(
     "build",
     epilog=examples(
-        "strata index build --cache runs/flickr-minilm --grasp runs/grasp "
-        "--cedar runs/cedar "
-        "--out runs/bundle",
-        "strata index build ... --index-type 24=HNSW32 --memory-budget 1GiB",
+        "strata index build --cache runs/demo/cache-flickr8k-minilm "
+        "--grasp runs/demo/grasp-flickr8k "
+        "--cedar runs/demo/cedar-flickr8k --out runs/bundles",
+        "strata index build --cache runs/demo/cache-flickr8k-minilm "
+        "--grasp runs/demo/grasp-flickr8k "
+        "--cedar runs/demo/cedar-flickr8k --out runs/bundles-hnsw "
+        "--index-type 24=HNSW32 --memory-budget 1GiB",
     ),
 )
 def build(
@@ -155,7 +158,11 @@ def build(
 
 
 @index_app.command(
-    "add", epilog=examples("strata index add --bundles runs/bundle --cache runs/new-rows")
+    "add",
+    epilog=examples(
+        "strata embed run --corpus compositional --scenes 200 --out runs/comp200",
+        "strata index add --bundles runs/demo/bundles-flickr8k --cache runs/comp200",
+    ),
 )
 def add(
     bundles: Annotated[Path, typer.Option("--bundles", help="bundle directory to add to")],
@@ -188,8 +195,9 @@ def add(
 @index_app.command(
     "delete",
     epilog=examples(
-        "strata index delete --bundles runs/bundle --id 1000268201_693b08cb0e.jpg#0",
-        "strata index delete --bundles runs/bundle --ids removed.txt --missing-ok",
+        "strata index delete --bundles runs/demo/bundles-flickr8k --id 1000268201_693b08cb0e.jpg#0",
+        "strata index delete --bundles runs/demo/bundles-flickr8k --id 1000268201_693b08cb0e.jpg#0 "
+        "--id 1000268201_693b08cb0e.jpg#1 --missing-ok",
     ),
 )
 def delete(
@@ -223,8 +231,8 @@ def delete(
     "publish",
     cls=HiddenArgumentsCommand,
     epilog=examples(
-        "strata index publish --bundles runs/bundle --version 3",
-        "strata index publish --bundles runs/bundle --redis-url redis://127.0.0.1:6379/0",
+        "strata index publish --bundles runs/demo/bundles-flickr8k --version 1",
+        "strata index publish --bundles runs/demo/bundles-flickr8k --redis-url redis://127.0.0.1:6379/0",
     ),
 )
 def publish(
@@ -274,8 +282,9 @@ def publish(
 index_app.command(  # into Milvus: indexer/cli/export.py
     "export",
     epilog=examples(
-        "strata index export --bundles runs/bundle --to ./strata-milvus.db",
-        "strata index export --bundles runs/bundle --to milvus://milvus:19530 --grace 600",
+        "strata index export --bundles runs/demo/bundles-flickr8k --to ./strata-milvus.db",
+        "strata index export --bundles runs/demo/bundles-flickr8k --to milvus://milvus:19530 "
+        "--grace 600",
     ),
 )(export_command)
 
@@ -284,8 +293,8 @@ index_app.command(  # reads only: indexer/cli/inspection.py
     "verify",
     cls=HiddenArgumentsCommand,
     epilog=examples(
-        "strata index verify --bundles runs/bundle",
-        "strata index verify --bundles runs/bundle/v000003 --sample 256",
+        "strata index verify --bundles runs/demo/bundles-flickr8k",
+        "strata index verify --bundles runs/demo/bundles-flickr8k/v000001 --sample 256",
     ),
 )(verify)
 
@@ -293,6 +302,7 @@ index_app.command(
     "info",
     cls=HiddenArgumentsCommand,
     epilog=examples(
-        "strata index info --bundles runs/bundle", "strata index info --bundles runs/bundle --json"
+        "strata index info --bundles runs/demo/bundles-flickr8k",
+        "strata index info --bundles runs/demo/bundles-flickr8k --json",
     ),
 )(info)

@@ -33,9 +33,10 @@ COMMANDS = [
         "service.cli.serve:serve_command",
         "Serve a bundle over gRPC until Ctrl-C.",
         examples(
-            "strata serve --bundles runs/demo/bundle",
-            "strata serve --bundles runs/demo/bundle --port 50052 --device cpu",
-            "strata serve --bundles runs/demo/bundle --redis-url redis://127.0.0.1:6379/0",
+            "strata serve --bundles runs/demo/bundles-flickr8k",
+            "strata serve --bundles runs/demo/bundles-flickr8k --port 50052 --http-port 8080 "
+            "--workers 1 --device cpu",
+            "strata serve --bundles runs/demo/bundles-flickr8k --redis-url redis://127.0.0.1:6379/0",
         ),
     ),
     LazyCommand(
@@ -67,13 +68,17 @@ COMMANDS = [
         "demo",
         "service.cli.demo_command:demo",
         "The main job: embed, train, index, serve and search.",
-        examples("strata demo", "strata demo --out runs/demo2 --scenes 2000 --no-progress"),
+        examples("strata demo", "strata demo --top-k 10 --no-progress"),
     ),
     LazyCommand(
         "upgrade",
         "indexer.cli.upgrade:upgrade_command",
         "Fit a query translator: serve a bundle to queries of a newer model.",
-        examples("strata upgrade --help"),
+        examples(
+            "strata embed run --corpus flickr8k --encoder minilm@layer:3 --out runs/flickr8k-l3",
+            "strata upgrade --bundles runs/demo/bundles-flickr8k --cache-b runs/flickr8k-l3 "
+            "--paired-fraction 0.1 --out runs/translator",
+        ),
     ),
 ]
 
@@ -82,8 +87,9 @@ app = typer.Typer(
     help="Strata: retrieval over vision-language embeddings by granularity and concept.",
     epilog=examples(
         "strata demo",
+        "strata serve --bundles runs/demo/bundles-flickr8k",
         'strata search "a dog runs on the beach" --top-k 5',
-        "strata index info --bundles runs/demo/bundle",
+        "strata index info --bundles runs/demo/bundles-flickr8k",
         "strata train cedar --help",
     ),
     cls=lazy_group(*COMMANDS),
