@@ -72,6 +72,25 @@ def _write_png(path: Path, colour: tuple[int, int, int], size: tuple[int, int] =
     return path
 
 
+def _serve_process(*args: str, log_level: str = "WARNING") -> subprocess.Popen[str]:
+    """`strata serve ARGS` started as a user would, its output piped as text, unbuffered (its
+    first line says where it serves); the caller stops it."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": log_level}
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.fixture
+def serve_process():
+    """Starts the real server in a subprocess (`_serve_process`)."""
+    return _serve_process
+
+
 @pytest.fixture
 def strata():
     """The real command line, in a subprocess, as a user would run it."""

@@ -261,7 +261,7 @@ def run_demo(
             if caption.result.hits:
                 explanation = client.explain(caption.search.text, row=caption.result.hits[0].row)
         target = server.target
-    stages["search"] = _took(started, False).replace("built", "served")
+    stages["search"] = _took(started, False, "served")
     return DemoResult(
         corpus=name,
         summary=summary,
@@ -302,5 +302,5 @@ def _has_concept(client: StrataClient, name: str) -> bool:
         raise
 
 
-def _took(started: float, reused: bool) -> str:
-    return "reused" if reused else f"built in {time.perf_counter() - started:.1f} s"
+def _took(started: float, reused: bool, done: str = "built") -> str:
+    return "reused" if reused else f"{done} in {time.perf_counter() - started:.1f} s"

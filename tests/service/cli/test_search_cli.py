@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -138,28 +135,12 @@ def test_search_asks_for_a_recall(strata_in_process, server: BackgroundServer):
 
 
 @pytest.mark.slow
-def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_clip, write_png):
+def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(
+    tmp_path: Path, tiny_clip, write_png, serve_process
+):
     bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--bundles",
-            str(bundles),
-            "--port",
-            "0",
-            "--device",
-            "cpu",
-            "--max-wait-ms",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    process = serve_process(
+        "--bundles", str(bundles), "--port", "0", "--device", "cpu", "--max-wait-ms", "1"
     )
     try:
         assert process.stdout is not None
@@ -181,28 +162,12 @@ def test_serve_logs_its_address_serves_and_stops_on_ctrl_c(tmp_path: Path, tiny_
 
 
 @pytest.mark.slow
-def test_serve_with_http_port_serves_the_page_and_the_api(tmp_path: Path, tiny_clip, write_png):
+def test_serve_with_http_port_serves_the_page_and_the_api(
+    tmp_path: Path, tiny_clip, write_png, serve_process
+):
     bundles = build_image_bundle(tmp_path, tiny_clip, write_png, per_colour=2)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--bundles",
-            str(bundles),
-            "--port",
-            "0",
-            "--http-port",
-            "0",
-            "--device",
-            "cpu",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    process = serve_process(
+        "--bundles", str(bundles), "--port", "0", "--http-port", "0", "--device", "cpu"
     )
     try:
         assert process.stdout is not None

@@ -7,11 +7,8 @@ by URI exactly as a cluster is; one test goes through a `.db` path and the `stra
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -322,7 +319,7 @@ def answers(client: StrataClient) -> bool:
 
 @pytest.mark.slow
 def test_export_and_serve_from_the_command_line(
-    strata, bundles: Path, engine: SearchEngine, tmp_path: Path
+    strata, serve_process, bundles: Path, engine: SearchEngine, tmp_path: Path
 ) -> None:
     target = str(tmp_path / "gallery.db")
     bad = strata("index", "export", "--bundles", str(bundles), "--to", "nowhere")
@@ -336,28 +333,9 @@ def test_export_and_serve_from_the_command_line(
         "index", "export", "--bundles", str(bundles), "--to", target, "--name", "cli", check=True
     )
     assert "published    alias cli → cli__v000001" in done.stdout
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STRATA_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--bundles",
-            str(bundles),
-            "--port",
-            "0",
-            "--device",
-            "cpu",
-            "--backend",
-            target,
-            "--collection",
-            "cli",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    process = serve_process(
+        *("--bundles", str(bundles), "--port", "0", "--device", "cpu"),
+        *("--backend", target, "--collection", "cli"),
     )
     try:
         assert process.stdout is not None
