@@ -25,6 +25,9 @@ from service.engine.scoring import EngineConfig
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search
+# queries per calibration search: one call for all of them returns up to queries·k·F vectors,
+# which on Milvus Lite outlasts the engine's per-call deadline (a 40k-row bundle: > 60 s)
+CALIBRATION_CHUNK = 10
 
 
 class CalibratedEngine(Protocol):
@@ -91,8 +94,8 @@ def _calibrated(
     for share, s, f in costs:
         if share > config.max_cost_share:
             break
-        shortlists = scorer.engine_search(
-            rotated, s, min((k + 1) * f, TOPK_MAX), "", "", [ROW, vector_field(length)]
+        shortlists = chunked_search(
+            scorer, rotated, s, min((k + 1) * f, TOPK_MAX), [ROW, vector_field(length)]
         )
         ranked = [reranked(h, q, length, k + 1) for h, q in zip(shortlists, rotated, strict=True)]
         rows = np.array([[int(h[ROW]) for h in r] + [-1] * (k + 1 - len(r)) for r in ranked])
@@ -103,8 +106,20 @@ def _calibrated(
 
 
 def _ranked_rows(scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: int) -> np.ndarray:
-    answers = scorer.engine_search(rotated, length, k, "", "", [ROW])
+    answers = chunked_search(scorer, rotated, length, k, [ROW])
     return np.array([[int(h[ROW]) for h in a] + [-1] * (k - len(a)) for a in answers])
+
+
+def chunked_search(
+    scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: int, fields: list[str]
+) -> list[list[dict[str, Any]]]:
+    """Unfiltered engine searches of the queries [Q, D], CALIBRATION_CHUNK queries a call (each
+    call under the engine's own deadline), answers in the queries' order."""
+    answers: list[list[dict[str, Any]]] = []
+    for start in range(0, len(rotated), CALIBRATION_CHUNK):
+        chunk = rotated[start : start + CALIBRATION_CHUNK]
+        answers.extend(scorer.engine_search(chunk, length, k, "", "", fields))
+    return answers
 
 
 def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:

@@ -11,6 +11,7 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import numpy as np
@@ -29,7 +30,11 @@ from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
 from service.engine.milvus.backend import milvus_engine as engine_over
 from service.engine.milvus.backend import open_milvus
+from service.engine.milvus.calibration import CALIBRATION_CHUNK
 from service.engine.milvus.expressions import concept_expression, where_expression
+from service.engine.milvus.scorer import MilvusScorer
+from service.engine.plans import FunnelConfig, Planner
+from service.engine.scoring import EngineConfig
 from service.engine.search import SearchEngine
 from service.errors import QueryError, UnavailableError
 from service.results import (
@@ -241,6 +246,39 @@ def test_requested_funnel_reranks_at_the_target(milvus_engine: SearchEngine, eng
     remote = milvus_engine.search(query)
     assert remote.plan.kind == "funnel" and remote.plan.shortlist_rows == 300
     assert remote.ids == engine.search(query).ids  # the shortlist holds every row here
+
+
+class CountingScorer(MilvusScorer):
+    """The Milvus scorer, counting the queries each engine search carries."""
+
+    calls: ClassVar[list[int]] = []
+
+    def engine_search(self, rotated, *args, **kwargs):
+        CountingScorer.calls.append(len(rotated))
+        return super().engine_search(rotated, *args, **kwargs)
+
+
+def test_auto_funnel_is_calibrated_on_milvus_as_locally_in_small_calls(
+    lite: LiteServer, bundles: Path, exported: str
+) -> None:
+    # the premise: a config under which the 300-row bundle calibrates a funnel (the default
+    # skips galleries under 20k rows), over 3 chunks of queries
+    funnel = FunnelConfig(min_rows=100, queries=3 * CALIBRATION_CHUNK, max_cost_share=1.0)
+    bundle = Bundle.open(bundles)
+    local = Planner(bundle, funnel)
+    assert local.choices, "the premise: the local engine finds a funnel on this bundle"
+    CountingScorer.calls = []
+    store = MilvusStore(lite.uri, timeout_s=10)
+    try:
+        remote = CountingScorer(bundle, store, exported, EngineConfig(funnel=funnel), "gallery")
+    finally:
+        store.close()
+    # Milvus funnels the targets only (caption, full); the local engine also funnels the other
+    # prefixes its store serves, where a direct search would scan the store
+    targets = {bundle.contract[g] for g in funnel.targets}
+    assert remote.choices == {n: c for n, c in local.choices.items() if n in targets}
+    assert remote.choices
+    assert len(CountingScorer.calls) > 3 and max(CountingScorer.calls) <= CALIBRATION_CHUNK
 
 
 def test_alias_switch_under_load_fails_no_request(
