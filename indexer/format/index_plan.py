@@ -21,7 +21,11 @@ exact rerank of k_factor·k candidates. `np`: no polysemous training (it is slow
 Hamming-distance filtering, which the bundle does not use).
 
 nlist = 4·√n rounded to a power of two, within [16, 65,536] and at most n/39 (FAISS wants ≥ 39
-training rows per list); m = the largest divisor of L that is ≤ L/4 (one byte per 4
+training rows per list); from HNSW_QUANTIZER_LISTS lists (about 2M rows) up the coarse quantizer
+is an HNSW graph over the centroids (`IVF{nlist}_HNSW32`, searched with efSearch =
+QUANTIZER_EF), since a flat one scores every centroid on every search: at 10M rows (16,384
+lists) that was 0.086 of an object query's 0.214 ms, and the graph finds the same lists (0.999 of
+them) in 0.024; m = the largest divisor of L that is ≤ L/4 (one byte per 4
 coordinates, 16× smaller than float32). An override (`--index-type 24=HNSW32`, or
 `object=hnsw`) names either a rule kind of the table or any factory string FAISS accepts
 (`{nlist}` and `{m}` are filled in); an override factory is built in RAM. An IVF or PQ
@@ -44,6 +48,8 @@ from training.core.granularity import Contract, Granularity
 TRAINING_ROWS_PER_LIST = 39
 PQ_CENTROIDS = 256
 TRAIN_ROWS_MAX = 200_000
+HNSW_QUANTIZER_LISTS = 8192  # from this many IVF lists up, the coarse quantizer is a graph
+QUANTIZER_EF = 32  # that graph's efSearch (FAISS searches max(efSearch, nprobe) wide)
 
 
 class IndexTypeError(InputError):
@@ -153,13 +159,21 @@ def ivf_lists(rows: int) -> int:
     return max(1, min(max(target, 16), 65_536, rows // TRAINING_ROWS_PER_LIST))
 
 
+def coarse_quantizer(rows: int) -> str:
+    """The IVF part of a factory over n rows: IVF{nlist}, with an HNSW graph over the
+    centroids from HNSW_QUANTIZER_LISTS lists up (module docstring)."""
+    lists = ivf_lists(rows)
+    return f"IVF{lists}_HNSW32" if lists >= HNSW_QUANTIZER_LISTS else f"IVF{lists}"
+
+
 def pq_subquantizers(length: int) -> int:
     """m = the largest divisor of L that is ≤ L/4 (at least 1)."""
     return max(d for d in range(1, max(length // 4, 1) + 1) if length % d == 0)
 
 
 def fill_factory(template: str, rows: int, length: int) -> str:
-    return template.replace("{nlist}", str(ivf_lists(rows))).replace(
+    coarse = template.replace("IVF{nlist}", coarse_quantizer(rows))
+    return coarse.replace("{nlist}", str(ivf_lists(rows))).replace(
         "{m}", str(pq_subquantizers(length))
     )
 

@@ -31,7 +31,7 @@ def default_search_parameters(factory: str, length: int) -> str:
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         settings.append(f"nprobe={max(min(ivf.nlist, 16), min(ivf.nlist // 8, 128))}")
-    if "HNSW" in factory:
+    if isinstance(index, faiss.IndexHNSW):  # a graph over the rows (not an IVF's quantizer)
         settings.append("efSearch=128")
     if isinstance(index, faiss.IndexRefine):
         settings.append("k_factor_rf=4")

@@ -36,7 +36,7 @@ from typing import Protocol
 import faiss
 import numpy as np
 
-from indexer.format.index_plan import IndexTypeError, PrefixPlan, new_index
+from indexer.format.index_plan import QUANTIZER_EF, IndexTypeError, PrefixPlan, new_index
 from indexer.format.prefix_index import quiet_stdout
 from training.core.files import HashedFile, create_new, fsync_file
 
@@ -289,10 +289,16 @@ def train_index(plan: PrefixPlan, sample: np.ndarray) -> faiss.Index:
     if index.is_trained:
         return index
     ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None and gpu_available():
+    graph = None if ivf is None else faiss.downcast_index(ivf.quantizer)
+    graph = graph if isinstance(graph, faiss.IndexHNSW) else None
+    if ivf is not None and (graph is not None or gpu_available()):
+        # k-means assigns through a flat index (the GPU's where there is one), not the graph
         flat = faiss.IndexFlatIP(ivf.d) if ivf.metric_type == faiss.METRIC_INNER_PRODUCT else None
-        ivf.clustering_index = faiss.index_cpu_to_all_gpus(flat or faiss.IndexFlatL2(ivf.d))
-        log.info("prefix %d: training the coarse quantizer on the GPU", plan.length)
+        flat = flat or faiss.IndexFlatL2(ivf.d)
+        if gpu_available():
+            flat = faiss.index_cpu_to_all_gpus(flat)
+            log.info("prefix %d: training the coarse quantizer on the GPU", plan.length)
+        ivf.clustering_index = flat
     try:
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
     except RuntimeError as exc:
@@ -302,4 +308,6 @@ def train_index(plan: PrefixPlan, sample: np.ndarray) -> faiss.Index:
         ) from None
     if ivf is not None:
         ivf.clustering_index = None
+    if graph is not None:  # written with the index: every reader searches the graph so
+        graph.hnsw.efSearch = QUANTIZER_EF
     return index

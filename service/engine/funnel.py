@@ -240,15 +240,19 @@ def shortlist_floats(
     index: faiss.Index | StoreIndex, length: int, total: int, setting: str = ""
 ) -> float:
     """Floats one shortlist search at prefix S scans: N·S for a scan; for an IVF the probed
-    share of the rows and the centroids, (nprobe/nlist)·N·S + nlist·S (nprobe the setting's,
-    else the index's); for an HNSW graph about efSearch·2M rows of S floats."""
+    share of the rows and the coarse quantizer's, (nprobe/nlist)·N·S + the quantizer's own
+    (nprobe the setting's, else the index's); for an HNSW graph about efSearch·2M rows of S
+    floats; for a flat index (a flat quantizer: its nlist centroids) every row."""
     if isinstance(index, StoreIndex):
         return float(total * length)
     index = faiss.downcast_index(index)
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         nprobe = parse_search_parameters(setting).get("nprobe", ivf.nprobe)
-        return (nprobe / ivf.nlist) * total * length + ivf.nlist * length
+        quantizer = faiss.downcast_index(ivf.quantizer)
+        return (nprobe / ivf.nlist) * total * length + shortlist_floats(
+            quantizer, length, ivf.nlist
+        )
     if isinstance(index, faiss.IndexHNSW):
         visited = index.hnsw.efSearch * 2 * index.hnsw.nb_neighbors(1)
         return float(min(total, visited) * length)

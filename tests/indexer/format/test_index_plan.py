@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from indexer.format.index_plan import (
+    HNSW_QUANTIZER_LISTS,
     RULES,
     SHORTLIST_RULE,
     SMALL_GALLERY,
     STORE_REASON,
     IndexTypeError,
+    coarse_quantizer,
     ivf_lists,
     parse_index_types,
     parse_size,
@@ -37,8 +39,9 @@ def test_mid_sized_galleries_get_hnsw():
 def test_large_galleries_get_ivf_pq_with_refine_while_the_vectors_fit_the_budget():
     plans = {p.length: p for p in plan_indexes(5_000_000, CLIP, 4 * GIB)}
     # 5M · 32 · 4.25 B ≈ 0.7 GiB fits; 5M · 256 · 4.25 B ≈ 5 GiB does not: lists go on disk
-    assert plans[32].factory == "IVF8192,PQ8x8np,RFlat" and not plans[32].ondisk
-    assert plans[256].factory == "IVF8192,PQ64x8np" and plans[256].ondisk
+    # 8,192 lists: found through a graph over the centroids
+    assert plans[32].factory == "IVF8192_HNSW32,PQ8x8np,RFlat" and not plans[32].ondisk
+    assert plans[256].factory == "IVF8192_HNSW32,PQ64x8np" and plans[256].ondisk
     assert plans[512].kind == "ivfpq-ondisk"
 
 
@@ -56,7 +59,7 @@ def test_the_budget_moves_the_boundary():
 def test_with_a_store_the_shortest_prefix_is_codes_reranked_from_it(rows: int):
     plans = {p.length: p for p in plan_indexes(rows, CLIP, 4 * GIB, store=True)}
     assert plans[32].rerank and plans[32].kind == SHORTLIST_RULE.kind
-    assert plans[32].factory == f"IVF{ivf_lists(rows)},SQ8"  # one byte a coordinate
+    assert plans[32].factory == f"{coarse_quantizer(rows)},SQ8"  # one byte a coordinate
     for length in (64, 128, 256, 512):  # the store serves these: Flat, no file of its own
         assert plans[length].factory == "Flat" and not plans[length].ondisk
         assert plans[length].reason == STORE_REASON and not plans[length].rerank
@@ -112,6 +115,14 @@ def test_list_and_code_sizes():
     assert ivf_lists(10_000) == 256  # 4·√n = 400 → 512, but at most n / 39
     assert ivf_lists(100) == 2
     assert [pq_subquantizers(n) for n in (24, 32, 384, 512, 2)] == [6, 8, 96, 128, 1]
+
+
+def test_past_two_million_rows_the_lists_are_found_through_a_graph():
+    assert coarse_quantizer(1_000_000) == "IVF4096"
+    assert coarse_quantizer(10_000_000) == f"IVF{ivf_lists(10_000_000)}_HNSW32"
+    assert ivf_lists(10_000_000) >= HNSW_QUANTIZER_LISTS > ivf_lists(1_000_000)
+    shortlist = {n: plan_indexes(n, CLIP, 4 * GIB, store=True)[0].factory for n in (10**6, 10**7)}
+    assert shortlist == {10**6: "IVF4096,SQ8", 10**7: "IVF16384_HNSW32,SQ8"}
 
 
 def test_the_table_always_has_a_rule():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from bundle_inputs import gaussian_unit_rows
 
-from indexer.format.index_plan import PrefixPlan
+from indexer.format.index_plan import QUANTIZER_EF, PrefixPlan
 from indexer.format.prefix_index import (
     apply_search_parameters,
     exact_storage,
@@ -59,6 +59,30 @@ def test_on_disk_ivf_lists_are_found_after_the_folder_is_renamed(tmp_path: Path)
     _, rows = index.search(x[[0, 300, 599]], 1)
     assert rows[:, 0].tolist() == [0, 300, 599]  # ids are the global row positions
     assert exact_storage(index) is None
+
+
+def test_a_graph_quantizer_is_trained_flat_and_kept_with_its_breadth(tmp_path: Path):
+    """An IVF whose coarse quantizer is an HNSW graph (a large gallery's) finds the lists a
+    flat quantizer finds; the graph's efSearch is written with the index, and a wider nprobe
+    than it still probes that many lists."""
+    x = gaussian_unit_rows(6000, 16, 3)
+    p = plan("IVF64_HNSW32,SQ8", 16, ondisk=True)
+    (tmp_path / "a").mkdir()
+    writer = OnDiskIvfWriter(p, tmp_path / "a" / p.file, train_index(p, x), tmp_path)
+    writer.add(x)
+    writer.close()
+    index = read_prefix_index(tmp_path / "a" / p.file, p.factory, ondisk=True)
+    graph = faiss.downcast_index(faiss.extract_index_ivf(index).quantizer)
+    assert isinstance(graph, faiss.IndexHNSW) and graph.hnsw.efSearch == QUANTIZER_EF
+    centroids = faiss.IndexFlatIP(16)
+    centroids.add(graph.reconstruct_n(0, 64))
+    _, want = centroids.search(x[:100], 8)
+    _, got = graph.search(x[:100], 8)
+    assert neighbour_recall(got, want) >= 0.99
+    _, wide = graph.search(x[:3], QUANTIZER_EF + 16)
+    assert (wide >= 0).all()
+    _, rows = index.search(x[:50], 1, params=search_parameters(index, "nprobe=64"))
+    assert rows[:, 0].tolist() == list(range(50))
 
 
 def test_search_parameters_are_per_call_and_reach_a_rerank_s_base():
