@@ -222,12 +222,21 @@ class MilvusStore:
             f"vector engine {self.target} unavailable ({doing}): {message.splitlines()[0][:300]}"
         )
 
-    def call(self, doing: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`method(*args, timeout=…)`; an engine fault becomes EngineUnavailable. A collection
-        the engine released (Milvus Lite after a restart) is loaded again, once."""
+    def call(
+        self,
+        doing: str,
+        method: Callable[..., Any],
+        *args: Any,
+        deadline_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`method(*args, timeout=…)` with the store's deadline (or `deadline_s`, for work no
+        request waits on); an engine fault becomes EngineUnavailable. A collection the engine
+        released (Milvus Lite after a restart) is loaded again, once."""
+        timeout = self.timeout_s if deadline_s is None else deadline_s
         for attempt in (0, 1):
             try:
-                return method(*args, timeout=self.timeout_s, **kwargs)
+                return method(*args, timeout=timeout, **kwargs)
             except self._errors as exc:
                 message = str(getattr(exc, "message", exc))
                 name = kwargs.get("collection_name") or (args[0] if args else None)

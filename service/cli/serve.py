@@ -16,7 +16,10 @@ import typer
 
 from service.cli.serve_setup import (
     ADMIN_TOKEN_ENV,
+    LITE_DEADLINE_S,
+    SERVER_DEADLINE_S,
     WORKER_LIMIT,
+    engine_deadline,
     exit_now,
     server_config,
     worker_count,
@@ -141,8 +144,14 @@ def serve_command(
         str, typer.Option(help="Milvus backend: the alias `strata index export --name` set")
     ] = "strata",
     engine_timeout: Annotated[
-        float, typer.Option(help="Milvus backend: the deadline of every engine call, seconds")
-    ] = 2.0,
+        float | None,
+        typer.Option(
+            help="Milvus backend: the deadline of every engine call, seconds (default: "
+            f"{SERVER_DEADLINE_S:g} for a Milvus server, {LITE_DEADLINE_S:g} for a Milvus Lite "
+            "file, which evaluates filters in Python)",
+            min=0.001,
+        ),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -178,6 +187,7 @@ def serve_command(
         tls_key=tls_key,
     )
     workers = worker_count(workers, backend)
+    engine_timeout = engine_timeout or engine_deadline(backend)
     mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
     if workers > 1:
         from service.cli.pool.parent import WorkerPool

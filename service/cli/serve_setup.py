@@ -105,6 +105,15 @@ def server_config(
     return config
 
 
+SERVER_DEADLINE_S = 2.0  # a Milvus server's engine call: a request waits on it
+LITE_DEADLINE_S = 30.0  # Milvus Lite evaluates a filter in Python: 1–3 s on 40k rows here
+
+
+def engine_deadline(backend: str) -> float:
+    """The default deadline of a Milvus engine call: a Milvus Lite file's, or a server's."""
+    return LITE_DEADLINE_S if backend.endswith(".db") else SERVER_DEADLINE_S
+
+
 def worker_count(workers: int | None, backend: str, cores: int | None = None) -> int:
     """How many server processes `strata serve` runs: `--workers`, else one per core it may use
     (`usable_cores`) up to `WORKER_LIMIT`. A Milvus Lite file is opened by one process only: one

@@ -25,9 +25,12 @@ from service.engine.scoring import EngineConfig
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search
-# queries per calibration search: one call for all of them returns up to queries·k·F vectors,
-# which on Milvus Lite outlasts the engine's per-call deadline (a 40k-row bundle: > 60 s)
+# queries per calibration search: one call for all of them returns up to queries·k·F vectors
+# (on Milvus Lite, a 40k-row bundle: over a minute a call)
 CALIBRATION_CHUNK = 10
+# a calibration call's deadline at least: no request waits on it, and ten queries' shortlists
+# take 1–2.5 s on Milvus Lite, past a request's deadline (`strata serve --engine-timeout`, 2 s)
+CALIBRATION_DEADLINE_S = 60.0
 
 
 class CalibratedEngine(Protocol):
@@ -47,6 +50,7 @@ class CalibratedEngine(Protocol):
         expression: str,
         setting: str,
         fields: list[str],
+        deadline_s: float | None = None,
     ) -> list[list[dict[str, Any]]]: ...
 
 
@@ -81,6 +85,7 @@ def _calibrated(
         filter=rows_expression(picked),
         output_fields=[ROW, full],
         limit=len(picked),
+        deadline_s=deadline(scorer),
     )
     by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
     rotated = np.stack([by_row[int(r)] for r in picked])
@@ -110,15 +115,20 @@ def _ranked_rows(scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: 
     return np.array([[int(h[ROW]) for h in a] + [-1] * (k - len(a)) for a in answers])
 
 
+def deadline(scorer: CalibratedEngine) -> float:
+    """A calibration call's deadline: the store's, or CALIBRATION_DEADLINE_S if longer."""
+    return max(scorer.store.timeout_s, CALIBRATION_DEADLINE_S)
+
+
 def chunked_search(
     scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: int, fields: list[str]
 ) -> list[list[dict[str, Any]]]:
-    """Unfiltered engine searches of the queries [Q, D], CALIBRATION_CHUNK queries a call (each
-    call under the engine's own deadline), answers in the queries' order."""
+    """Unfiltered engine searches of the queries [Q, D], CALIBRATION_CHUNK queries a call, each
+    with the calibration's deadline, answers in the queries' order."""
     answers: list[list[dict[str, Any]]] = []
     for start in range(0, len(rotated), CALIBRATION_CHUNK):
         chunk = rotated[start : start + CALIBRATION_CHUNK]
-        answers.extend(scorer.engine_search(chunk, length, k, "", "", fields))
+        answers.extend(scorer.engine_search(chunk, length, k, "", "", fields, deadline(scorer)))
     return answers
 
 

@@ -313,13 +313,16 @@ class MilvusScorer:
         expression: str,
         setting: str,
         fields: list[str],
+        deadline_s: float | None = None,
     ) -> list[list[dict[str, Any]]]:
-        """Each query's hits as Milvus returns them: entity fields, `distance` = s_L."""
+        """Each query's hits as Milvus returns them: entity fields, `distance` = s_L
+        (`deadline_s`: the call's deadline, else the store's)."""
         vectors = prefix_vectors(rotated, length)
         answers = self.store.call(
             "searching",
             self.store.client.search,
             self.collection,
+            deadline_s=deadline_s,
             data=list(vectors),
             anns_field=vector_field(length),
             limit=min(int(k), TOPK_MAX),
