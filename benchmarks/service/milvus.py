@@ -16,10 +16,21 @@
    latency for text queries (its own captions, --queries of them) on that bundle too.
 2. `export`: the time to export --export-rows rows of a spectrum bundle (build time apart),
    and the collection's size on Milvus Lite's disk, both per 100k rows.
+3. `words` (with --bundles and --cache, the cache the bundle was built from, e.g. the demo's):
+   the word-concept filter through each engine (--words-max: the most frequent N words only),
+   scored with one metric code
+   (training.cedar.filter_quality) on the cache's test rows, a row relevant to a word when at
+   least 2 other captions of its image use it: every frequent word of those captions is
+   required alone; the local engine's allowed rows (its postings), and Milvus's, read back by
+   the very expression the Milvus scorer sends with a search (`MilvusScorer.restrict`), then
+   macro precision and recall of each, the words whose two row sets differ, and the largest
+   difference.
 
     python -m benchmarks.service.milvus --rows 20000 --json runs/bench/milvus.json
     python -m benchmarks.service.milvus --rows 5000 --bundles runs/demo/bundles-flickr8k
     python -m benchmarks.service.milvus --parts export --export-rows 1000000
+    python -m benchmarks.service.milvus --parts words --bundles runs/demo/bundles-flickr8k \
+        --cache runs/demo/cache-flickr8k-minilm
 
 Milvus Lite is Milvus's single-process engine (pure Python in milvus-lite 3): its figures say
 what a replica pays per engine round trip and scan here, not what a cluster's query nodes do.
@@ -44,6 +55,7 @@ from indexer.milvus.store import MilvusStore
 from service.engine.milvus.backend import milvus_engine
 from service.engine.plans import FunnelConfig
 from service.engine.search import EngineConfig, SearchEngine
+from service.errors import QueryError
 from service.query.cache import QueryCache
 from service.results import SearchQuery
 
@@ -255,6 +267,86 @@ def export_part(args: Any, work: Path) -> dict[str, Any]:
     }
 
 
+def words_part(args: Any, work: Path) -> dict[str, Any]:
+    """Word filters through the local engine and Milvus, scored alike (module docstring, 3)."""
+    from service.engine.scoring import PreparedQuery
+    from training.cedar.data import load_split_rows
+    from training.cedar.filter_quality import filter_quality
+    from training.cedar.gallery_quality import judged_words
+
+    bundle = Bundle.open(args.bundles)
+    g = load_split_rows(args.cache)
+    if bundle.ids(np.arange(bundle.rows)) != g.metadata.column("id").to_pylist():
+        raise SystemExit(f"milvus: {bundle.path} was not built from {args.cache} row for row")
+    test = g.rows("test")
+    vocab, relevant, words = judged_words(g, test)
+    words = words[: args.words_max]  # each costs Milvus Lite a count and a scan (seconds)
+    names = [vocab.words[w] for w in words]
+    wanted = relevant[:, words].T.toarray().astype(bool)
+    local = SearchEngine(bundle, None, EngineConfig(funnel=FunnelConfig(enabled=False)))
+    target, stop = (args.to, None) if args.to else lite_server(work / "words.db")
+    try:
+        store = MilvusStore(target, timeout_s=600)
+        summary = export_bundle(bundle, store, "bench-words")
+        remote = milvus_engine(
+            bundle, None, store, summary.collection, local.config, name="bench-words"
+        )
+        allowed = {side: np.zeros((len(names), len(test)), dtype=bool) for side in ENGINES}
+        covered = np.zeros(len(names), dtype=bool)
+        for w, name in enumerate(names):
+            prepared = PreparedQuery(SearchQuery.of(vector=[1.0], require=[name]))
+            prepared.length = max(bundle.prefix_lengths)
+            try:
+                local.scorer.restrict(prepared)
+            except QueryError:  # no concept of that name: neither engine has a filter for it
+                continue
+            covered[w] = True
+            allowed["local"][w] = prepared.allowed.mask()[test]
+            remote.scorer.restrict(prepared)
+            rows = milvus_rows(store, summary.collection, prepared.allowed.expression)
+            on = np.zeros(bundle.rows, dtype=bool)
+            on[rows] = True
+            allowed["milvus"][w] = on[test]
+        classes = [vocab.classes[w] for w in words]
+        quality = {
+            side: filter_quality(allowed[side], covered, wanted, classes)["all"] for side in ENGINES
+        }
+        differ = [
+            n for w, n in enumerate(names) if (allowed["local"][w] != allowed["milvus"][w]).any()
+        ]
+        store.close()
+    finally:
+        if stop is not None:
+            stop()
+    gap = {m: abs(quality["local"][m] - quality["milvus"][m]) for m in ("precision", "recall")}
+    return {
+        "bundle": str(bundle.path),
+        "test_rows": len(test),
+        "words": len(names),
+        "covered": int(covered.sum()),
+        "quality": quality,
+        "largest_difference": gap,
+        "words_whose_rows_differ": differ,
+    }
+
+
+ENGINES = ("local", "milvus")
+
+
+def milvus_rows(store: MilvusStore, collection: str, expression: str) -> np.ndarray:
+    """Every row an expression admits in a collection (a query iterator: no top-k cap)."""
+    from indexer.milvus.store import ROW
+
+    iterator = store.client.query_iterator(
+        collection, batch_size=8192, filter=expression, output_fields=[ROW]
+    )
+    rows: list[int] = []
+    while batch := iterator.next():
+        rows.extend(int(r[ROW]) for r in batch)
+    iterator.close()
+    return np.asarray(rows, dtype=np.int64)
+
+
 def folder_bytes(folder: Path) -> int:
     """Bytes of every file under a Milvus Lite data folder."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
@@ -272,6 +364,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ef", type=int, default=64)
     parser.add_argument("--to", default=None, help="an engine to use instead of Milvus Lite")
     parser.add_argument("--bundles", type=Path, default=None, help="text queries on this bundle")
+    parser.add_argument("--cache", type=Path, default=None, help="--bundles' cache (words)")
+    parser.add_argument("--words-max", type=int, default=None, help="words: the first N only")
     parser.add_argument("--json", type=Path, default=Path("runs/bench/milvus.json"))
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -281,8 +375,12 @@ def main(argv: list[str] | None = None) -> dict:
             result["serve"] = serve_part(args, Path(work))
         if "export" in parts:
             result["export"] = export_part(args, Path(work))
-        if args.bundles is not None:
+        if args.bundles is not None and "words" not in parts:
             result["text"] = text_part(args, Path(work))
+        if "words" in parts:
+            if args.bundles is None or args.cache is None:
+                raise SystemExit("milvus: --parts words needs --bundles and --cache")
+            result["words"] = words_part(args, Path(work))
     return publish(result, args.json)
 
 

@@ -28,9 +28,10 @@ from indexer.milvus.store import ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
+from service.cli.serve_setup import LITE_DEADLINE_S, SERVER_DEADLINE_S, engine_deadline
 from service.engine.milvus.backend import milvus_engine as engine_over
 from service.engine.milvus.backend import open_milvus
-from service.engine.milvus.calibration import CALIBRATION_CHUNK
+from service.engine.milvus.calibration import CALIBRATION_CHUNK, CALIBRATION_DEADLINE_S
 from service.engine.milvus.expressions import concept_expression, where_expression
 from service.engine.milvus.scorer import MilvusScorer
 from service.engine.plans import FunnelConfig, Planner
@@ -252,10 +253,12 @@ class CountingScorer(MilvusScorer):
     """The Milvus scorer, counting the queries each engine search carries."""
 
     calls: ClassVar[list[int]] = []
+    deadlines: ClassVar[list[float | None]] = []
 
-    def engine_search(self, rotated, *args, **kwargs):
+    def engine_search(self, rotated, length, k, expression, setting, fields, deadline_s=None):
         CountingScorer.calls.append(len(rotated))
-        return super().engine_search(rotated, *args, **kwargs)
+        CountingScorer.deadlines.append(deadline_s)
+        return super().engine_search(rotated, length, k, expression, setting, fields, deadline_s)
 
 
 def test_auto_funnel_is_calibrated_on_milvus_as_locally_in_small_calls(
@@ -267,7 +270,7 @@ def test_auto_funnel_is_calibrated_on_milvus_as_locally_in_small_calls(
     bundle = Bundle.open(bundles)
     local = Planner(bundle, funnel)
     assert local.choices, "the premise: the local engine finds a funnel on this bundle"
-    CountingScorer.calls = []
+    CountingScorer.calls, CountingScorer.deadlines = [], []
     store = MilvusStore(lite.uri, timeout_s=10)
     try:
         remote = CountingScorer(bundle, store, exported, EngineConfig(funnel=funnel), "gallery")
@@ -279,6 +282,15 @@ def test_auto_funnel_is_calibrated_on_milvus_as_locally_in_small_calls(
     assert remote.choices == {n: c for n, c in local.choices.items() if n in targets}
     assert remote.choices
     assert len(CountingScorer.calls) > 3 and max(CountingScorer.calls) <= CALIBRATION_CHUNK
+    # no request waits on the calibration: its calls get the longer deadline, not the store's
+    assert set(CountingScorer.deadlines) == {CALIBRATION_DEADLINE_S}
+
+
+def test_a_lite_file_gets_a_longer_engine_deadline_than_a_server() -> None:
+    """A Milvus Lite file evaluates filters in Python (seconds a request): its default deadline
+    is the longer."""
+    assert engine_deadline("./rows.db") == LITE_DEADLINE_S > engine_deadline("milvus://h:19530")
+    assert engine_deadline("milvus://h:19530") == SERVER_DEADLINE_S
 
 
 def test_alias_switch_under_load_fails_no_request(
