@@ -24,9 +24,9 @@ nlist = 4·√n rounded to a power of two, within [16, 65,536] and at most n/39 
 training rows per list); from HNSW_QUANTIZER_LISTS lists (about 2M rows) up the coarse quantizer
 is an HNSW graph over the centroids (`IVF{nlist}_HNSW32`, searched with efSearch =
 QUANTIZER_EF), since a flat one scores every centroid on every search: at 10M rows (16,384
-lists) that was 0.086 of an object query's 0.214 ms, and the graph finds the same lists (0.999 of
-them) in 0.024; m = the largest divisor of L that is ≤ L/4 (one byte per 4
-coordinates, 16× smaller than float32). An override (`--index-type 24=HNSW32`, or
+lists) that was 0.086 of an object query's 0.216 ms, and the graph finds 0.999 of the same lists
+in 0.037 (benchmarks/indexer/coarse_quantizer.py); m = the largest divisor of L that is ≤ L/4
+(one byte per 4 coordinates, 16× smaller than float32). An override (`--index-type 24=HNSW32`, or
 `object=hnsw`) names either a rule kind of the table or any factory string FAISS accepts
 (`{nlist}` and `{m}` are filled in); an override factory is built in RAM. An IVF or PQ
 index is trained on a reservoir sample (indexer/build/sampling.py) of 39 rows per list or PQ
@@ -172,7 +172,7 @@ def pq_subquantizers(length: int) -> int:
 
 
 def fill_factory(template: str, rows: int, length: int) -> str:
-    coarse = template.replace("IVF{nlist}", coarse_quantizer(rows))
+    coarse = template.replace("IVF{nlist}", coarse_quantizer(rows))  # the IVF part, if any
     return coarse.replace("{nlist}", str(ivf_lists(rows))).replace(
         "{m}", str(pq_subquantizers(length))
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,9 +147,9 @@ def plan_demo(settings: StrataSettings, config: DemoConfig, out: Path | None = N
     root = out or settings.runs_dir / "demo"
     rows = corpus.size_hint() or config.scenes
     done = {
-        "embed": _cache_ready(root / f"cache-{name}-minilm"),
-        "grasp-vl": _artifact_ready(root / f"grasp-{name}"),
-        "cedar": _artifact_ready(root / f"cedar-{name}"),
+        "embed": _opens(EmbeddingCache.open, root / f"cache-{name}-minilm"),
+        "grasp-vl": _opens(TransformArtifact.load, root / f"grasp-{name}"),
+        "cedar": _opens(TransformArtifact.load, root / f"cedar-{name}"),
         "index": _published(root / f"bundles-{name}") is not None,
         "search": False,
     }
@@ -159,17 +160,10 @@ def plan_demo(settings: StrataSettings, config: DemoConfig, out: Path | None = N
     return DemoPlan(corpus=name, rows=rows, root=root, stages=stages)
 
 
-def _cache_ready(path: Path) -> bool:
+def _opens(load: Callable[[Path], object], path: Path) -> bool:
+    """Whether `load(path)` reads a whole earlier result (an InputError: none there yet)."""
     try:
-        EmbeddingCache.open(path)
-    except InputError:
-        return False
-    return True
-
-
-def _artifact_ready(path: Path) -> bool:
-    try:
-        TransformArtifact.load(path)
+        load(path)
     except InputError:
         return False
     return True
@@ -202,7 +196,7 @@ def run_demo(
 
     grasp_dir = root / f"grasp-{name}"
     started = time.perf_counter()
-    reuse = _artifact_ready(grasp_dir)
+    reuse = _opens(TransformArtifact.load, grasp_dir)
     if not reuse:
         log.info("training GraSP-VL (%d epochs)", config.grasp_epochs)
         fit_grasp(
@@ -219,7 +213,7 @@ def run_demo(
 
     cedar_dir = root / f"cedar-{name}"
     started = time.perf_counter()
-    reuse = _artifact_ready(cedar_dir)
+    reuse = _opens(TransformArtifact.load, cedar_dir)
     if not reuse:
         log.info("training CEDAR (%d epochs)", config.cedar_epochs)
         fit_cedar(

@@ -25,11 +25,12 @@ from service.engine.scoring import EngineConfig
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search
-# queries per calibration search: one call for all of them returns up to queries·k·F vectors
-# (on Milvus Lite, a 40k-row bundle: over a minute a call)
+# queries per calibration search: one call for all of them would return up to queries·k·F
+# vectors in one answer
 CALIBRATION_CHUNK = 10
-# a calibration call's deadline at least: no request waits on it, and ten queries' shortlists
-# take 1–2.5 s on Milvus Lite, past a request's deadline (`strata serve --engine-timeout`, 2 s)
+# a calibration call's deadline at least: no request waits on it, and on Milvus Lite ten
+# queries' shortlists outlast a request's deadline (a server's 2 s: the demo's bundle then
+# failed to start)
 CALIBRATION_DEADLINE_S = 60.0
 
 
