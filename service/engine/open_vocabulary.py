@@ -7,39 +7,54 @@ readout's own map (training.cedar.readout), made on its first use:
     t̃   = (t − b) / ‖t − b‖                t the phrase's text embedding (the engine's encoder),
                                               b the CEDAR mean
     s_i = ⟨x̃_i, t̃⟩                          x̃_i = (x_i − b) / ‖x_i − b‖, every gallery row
-    active where s_i ≥ μ_s + z · σ_s          μ_s, σ_s: the phrase's own scores on this gallery
+    active where s_i ≥ μ_s + z · σ_s          μ_s, σ_s: the phrase's scores' mean and spread on
+                                              this gallery
 
-so the cut is calibrated without labels: z is one number per gallery, taught by the readout's
-learnt words, once per bundle. Their filters on this gallery (the bundle's postings) are the
-teachers, and z is the one standardised cut at which the filters of their *text* directions
-agree best with them (training.cedar.readout.agreeing_z; teachers: the up to 64 learnt words
-of highest held-out precision that allow between 10 rows and half the gallery,
-`teacher_words`). So z follows the gallery's own score distribution: on a gallery of another
-corpus the training corpus's z (`zero_shot_z`) cut nothing or everything; measured on dev
-splits by benchmarks/training/label_free_cuts.py. Without teachers z falls back to the
-artifact's `zero_shot_z`, and without that to the median over the readout's own zero-shot
-words of where τ stands in their score distribution on this gallery. A word the readout
-learnt never comes here: it resolves to its learnt row (service/engine/filtering.py).
+so the cut is calibrated without labels. μ_s and σ_s come from the gallery's moments of x̃
+(service/engine/gallery_directions.py), measured once per bundle on its rows (a seeded sample
+of SAMPLE_ROWS above that many): a phrase's cut then costs D² operations, not a pass over the
+gallery. z is one number per gallery, taught by the readout's learnt words on the same rows:
+their filters on this gallery (the bundle's postings) are the teachers, and z is the one
+standardised cut at which the filters of their *text* directions agree best with them
+(training.cedar.readout.agreeing_z; teachers: the up to 64 learnt words of highest held-out
+precision that allow between 10 rows and half the gallery, `teacher_words`). So z follows the
+gallery's own score distribution: on a gallery of another corpus the training corpus's z
+(`zero_shot_z`) cut nothing or everything; measured on dev splits by
+benchmarks/training/label_free_cuts.py. Without teachers z falls back to the artifact's
+`zero_shot_z`, and without that to the median over the readout's own zero-shot words of where
+τ stands in their score distribution on this gallery. A word the readout learnt never comes
+here: it resolves to its learnt row (service/engine/filtering.py).
 
-The rows are read back from the bundle's full-length prefix (its stored vectors, exact or the
-shared store's): the stored p_i = G(x_i − m)/‖x_i − m‖ (G, m the GraSP rotation and mean)
-gives back the unit row x_i = m + n_i Gᵀp_i, with n_i = −a_i + √(a_i² + 1 − ‖m‖²) and
-a_i = ⟨p_i, Gm⟩, so
+Which rows pass the cut, each row's s read back from the bundle's full-length stored rows
+(gallery_directions.py):
 
-    ⟨x_i − b, t̃⟩ = ⟨m − b, t̃⟩ + n_i ⟨p_i, Gt̃⟩
-    ‖x_i − b‖²   = ‖m − b‖² + 2 n_i ⟨p_i, G(m − b)⟩ + n_i²
+- **scan** (a gallery of at most SCAN_ROWS rows): every row's s, exactly;
+- **search** (a larger gallery): every row's x̃ is held in a sketch (product-quantized, D/8
+  bytes a row: gallery_directions.py) that ranks all rows by an estimate of s in a few
+  milliseconds. The sketch is asked for its best SEARCH_WIDTH rows (more when the moments'
+  kept sample expects more past the cut), which are then scored exactly in the sketch's
+  order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of the rows scored holds none
+  past the cut: the boundary is behind. A search can miss a row, never add one (every kept
+  row passed the exact cut); its recall against the scan is measured by
+  benchmarks/service/filter_latency.py (1.000 on its phrases at 1M rows). A phrase the
+  sample expects on more than 1/SEARCH_SHARE of the gallery, or whose search would score as
+  many, is scanned.
 
-one pass over the rows once per bundle (n_i and ‖x_i − b‖), one per phrase (⟨p_i, Gt̃⟩: an
-exact scan's cost). Its allowed rows are then kept (the last KEPT phrases): a later filter on
-the phrase costs one look-up, as a catalog concept's postings do.
+The once-per-bundle part (moments, z, and for a search the sketch) runs at the first
+zero-shot request, or ahead of it with `prepare` (the engine starts it on a background thread
+for a gallery past SCAN_ROWS, so a phrase's first use then costs its search alone). A phrase's
+allowed rows are then kept (the last KEPT phrases): a later filter on the phrase costs one
+look-up, as a catalog concept's postings do.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -49,22 +64,40 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
-from indexer.format.store import SCAN_FLOATS, StoreIndex
 from service.engine.exact_scan import stored_rows
+from service.engine.gallery_directions import (
+    GalleryMoments,
+    centred_rows,
+    decoded_blocks,
+    direction_scores,
+    gallery_moments,
+    product_blocks,
+    recovered_norms,
+    row_products,
+    sampled_rows,
+    sketched,
+)
 from service.errors import QueryError
 from training.cedar.readout import (
     VocabularyReadout,
     agreeing_z,
     calibration_words,
     cut_in_standard_units,
-    standardised_cut,
     teacher_words,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_WORDS = 3
 KEPT = 4096  # phrases whose allowed rows are kept
-CHUNK = 1 << 16  # rows per product pass
 CALIBRATION_WORDS = 64  # zero-shot words measured for z where the artifact records none
+SAMPLE_ROWS = 1 << 16  # rows the moments, z and the sketch's codebooks are measured on, at most
+SAMPLE_BLOCK = 1 << 14  # sampled rows decoded at once
+SCAN_ROWS = 1 << 17  # up to this many rows a phrase scans the gallery, past it it searches
+SEARCH_WIDTH = 1 << 15  # candidates a phrase's search asks the sketch for, at least
+SEARCH_MIN = 4096  # candidates scored exactly at a time
+SEARCH_SLACK = 4  # the last 1/SEARCH_SLACK of the candidates scored holds no row: done
+SEARCH_SHARE = 8  # a phrase searched past 1/SEARCH_SHARE of the gallery is scanned instead
 _WORD = r"[^\W\d_][\w'-]*"  # a letter, then letters, digits, hyphens or apostrophes
 _PHRASE = re.compile(rf"^{_WORD}( {_WORD}){{0,{MAX_WORDS - 1}}}$")
 
@@ -78,58 +111,50 @@ def phrase_of(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class ZeroShotConcept:
-    """A phrase made a concept on this gallery: its cut on s and the rows it allows."""
+    """A phrase made a concept on this gallery: its cut on s, the rows it allows, and how they
+    were found ('scan' or 'search')."""
 
     phrase: str
     cut: float
     rows: AllowedRows
+    found: str = "scan"
 
 
-def recovered_norms(
-    head: np.ndarray, centre: np.ndarray, grasp_mean_norm2: float, mean_gap2: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(n_i, ‖x_i − b‖) of every row from a_i = ⟨p_i, Gm⟩ (`head`) and ⟨p_i, G(m − b)⟩
-    (`centre`), with ‖m‖² and ‖m − b‖² (module doc)."""
-    a = np.asarray(head, dtype=np.float64)
-    n = -a + np.sqrt(np.maximum(a * a + 1.0 - grasp_mean_norm2, 0.0))
-    distance2 = mean_gap2 + 2 * n * np.asarray(centre, dtype=np.float64) + n * n
-    return n, np.sqrt(np.maximum(distance2, 1e-12))
+@dataclass(frozen=True)
+class GalleryState:
+    """What every phrase on one bundle reads (module doc): the moments of x̃, z, and the
+    sketch a search ranks the rows by (None: phrases scan)."""
 
-
-def phrase_scores(
-    products: np.ndarray, offset: float, n: np.ndarray, distance: np.ndarray
-) -> np.ndarray:
-    """s_i = ⟨x̃_i, t̃⟩ from ⟨p_i, Gt̃⟩ (`products`) and ⟨m − b, t̃⟩ (`offset`)."""
-    return ((offset + n * np.asarray(products, dtype=np.float64)) / distance).astype(np.float32)
-
-
-def all_products(storage: Any, queries: np.ndarray) -> np.ndarray:
-    """float32 [N, Q]: every stored row's inner product with each query [Q, d], read block by
-    block (the shared store's decoded heads, `VectorStore.block_scores`; a FAISS storage's
-    rows, `stored_rows`)."""
-    n = int(storage.ntotal)
-    out = np.empty((n, len(queries)), dtype=np.float32)
-    if isinstance(storage, StoreIndex):
-        block = max(1024, SCAN_FLOATS // storage.length)
-        for start in range(0, n, block):
-            stop = min(start + block, n)
-            out[start:stop] = storage.store.block_scores(start, stop, storage.length, queries).T
-        return out
-    for start in range(0, n, CHUNK):
-        rows = np.arange(start, min(start + CHUNK, n), dtype=np.int64)
-        out[start : start + len(rows)] = stored_rows(storage, rows) @ queries.T
-    return out
+    moments: GalleryMoments
+    z: float
+    sketch: Any  # a FAISS index of every row's x̃ (gallery_directions.sketched), or None
 
 
 class OpenVocabulary:
     """Zero-shot concepts of phrases on one bundle, made on first use and kept (module doc).
-    `embed`: texts → unit embeddings [N, D] (the engine's encoder). Thread-safe."""
+    `embed`: texts → unit embeddings [N, D] (the engine's encoder); past `scan_rows` rows a
+    phrase's rows are searched for; the gallery's state is measured on at most `sample_rows`
+    rows. Thread-safe."""
 
-    def __init__(self, bundle: Bundle, embed: Callable[[list[str]], np.ndarray]) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        embed: Callable[[list[str]], np.ndarray],
+        scan_rows: int = SCAN_ROWS,
+        sample_rows: int = SAMPLE_ROWS,
+    ) -> None:
         self.bundle = bundle
         self.embed = embed
+        self.scan_rows, self.sample_rows = int(scan_rows), int(sample_rows)
         self._kept: OrderedDict[str, ZeroShotConcept] = OrderedDict()
         self._lock = threading.Lock()
+        self._state: GalleryState | None = None
+        self._preparing = threading.Lock()
+
+    @property
+    def searches(self) -> bool:
+        """Whether a phrase's rows are searched for (a gallery past `scan_rows`)."""
+        return self.bundle.rows > self.scan_rows
 
     def concept(self, phrase: str) -> ZeroShotConcept:
         """The phrase's zero-shot concept: kept, or made now and kept."""
@@ -150,27 +175,66 @@ class OpenVocabulary:
             return phrase in self._kept
 
     def make(self, phrase: str) -> ZeroShotConcept:
+        """The phrase's cut from the gallery's moments, its rows by a search or a scan."""
         direction = self.directions(self.embed([phrase]))[0]
-        scores = self.scores(direction)
-        cut = standardised_cut(scores, self.z)
-        rows = np.flatnonzero(scores >= cut).astype(np.int64)
+        state = self.prepare()
+        cut = state.moments.cut(direction, state.z)
+        limit = self.bundle.rows // SEARCH_SHARE
+        expected = state.moments.expected(direction, cut)
+        if state.sketch is not None and expected <= limit:
+            rows = self.searched(state, direction, cut, expected, limit)
+            if rows is not None:
+                return ZeroShotConcept(phrase, cut, AllowedRows(self.bundle.rows, rows), "search")
+        rows = np.flatnonzero(self.scores(direction) >= cut).astype(np.int64)
         return ZeroShotConcept(phrase, cut, AllowedRows(self.bundle.rows, rows))
+
+    def searched(
+        self, state: GalleryState, direction: np.ndarray, cut: float, expected: float, limit: int
+    ) -> np.ndarray | None:
+        """The rows past the cut among the sketch's best candidates for the direction, scored
+        exactly in the sketch's order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of
+        those scored holds none (module doc); ascending. None past `limit` candidates."""
+        query = np.asarray(direction, dtype=np.float32)[None, :]
+        wanted = min(self.bundle.rows, max(SEARCH_WIDTH, int(SEARCH_SLACK**2 * expected)))
+        while wanted <= limit:
+            _, found = state.sketch.search(query, wanted)
+            candidates = found[0][found[0] >= 0]
+            passing, deepest = [], -1
+            for start in range(0, len(candidates), SEARCH_MIN):
+                block = candidates[start : start + SEARCH_MIN]
+                hits = np.flatnonzero(self.scores(direction, block) >= cut)
+                passing.append(block[hits])
+                deepest = start + int(hits[-1]) if len(hits) else deepest
+                scored = start + len(block)
+                if (
+                    deepest * SEARCH_SLACK < scored * (SEARCH_SLACK - 1)
+                    or scored == self.bundle.rows
+                ):
+                    return np.sort(np.concatenate(passing)).astype(np.int64)
+            wanted = min(self.bundle.rows, wanted * SEARCH_SLACK)
+        return None
 
     def directions(self, embeddings: np.ndarray) -> np.ndarray:
         """t̃ of each text embedding: centred on b, unit."""
         t = np.asarray(embeddings, dtype=np.float64) - self.bundle.coder.artifact.mean
         return t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
 
-    def scores(self, directions: np.ndarray) -> np.ndarray:
-        """s_i of every gallery row for one t̃ [D] ([N]) or several [W, D] ([N, W])."""
-        grasp = self.bundle.grasp
-        n, distance = self.geometry
-        t = np.asarray(directions, dtype=np.float64)
-        offset = (np.asarray(grasp.mean, np.float64) - self.bundle.coder.artifact.mean) @ t.T
-        products = self.products(t @ np.asarray(grasp.rotation, np.float64).T)
-        if t.ndim == 1:
-            return phrase_scores(products, float(offset), n, distance)
-        return phrase_scores(products, offset[None, :], n[:, None], distance[:, None])
+    def scores(self, direction: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """s_i of one t̃ [D]: every gallery row's ([N]), or the given rows' ([len(rows)]), from
+        three inner products a row (module doc of gallery_directions.py)."""
+        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
+        m = np.asarray(grasp.mean, dtype=np.float64)
+        rotation = np.asarray(grasp.rotation, dtype=np.float64)
+        t = np.asarray(direction, dtype=np.float64)
+        queries = np.stack([rotation @ t, rotation @ m, rotation @ (m - b)])
+        if rows is None:
+            products = np.concatenate([p for _, p in product_blocks(self.storage, queries)])
+        else:
+            products = row_products(self.storage, rows, queries)
+        n, distance = recovered_norms(
+            products[:, 1], products[:, 2], float(m @ m), float((m - b) @ (m - b))
+        )
+        return direction_scores(products[:, 0], float((m - b) @ t), n, distance)
 
     @cached_property
     def storage(self) -> Any:  # a FAISS index, or the shared store's StoreIndex
@@ -182,63 +246,113 @@ class OpenVocabulary:
             )
         return storage
 
-    def products(self, queries: np.ndarray) -> np.ndarray:
-        """⟨p_i, q⟩ of every row for queries [Q, D] (or one [D]): float32 [N, Q] (or [N])."""
-        q = np.asarray(queries, dtype=np.float32)
-        found = all_products(self.storage, np.atleast_2d(q))
-        return found[:, 0] if q.ndim == 1 else found
-
-    @cached_property
-    def geometry(self) -> tuple[np.ndarray, np.ndarray]:
-        """(n_i, ‖x_i − b‖) of every row: two passes, once per bundle."""
-        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
-        m = np.asarray(grasp.mean, dtype=np.float64)
-        rotation = np.asarray(grasp.rotation, dtype=np.float64)
-        head, centre = self.products(np.stack([rotation @ m, rotation @ (m - b)])).T
-        return recovered_norms(head, centre, float(m @ m), float((m - b) @ (m - b)))
-
-    @cached_property
+    @property
     def z(self) -> float:
-        """The cut in standard units: taught on this gallery by the learnt words, else the
-        artifact's, else measured on this gallery from the readout's zero-shot words (module
-        doc)."""
-        coder = self.bundle.coder
-        readout = coder.readout
+        return self.prepare().z
+
+    def prepare(self) -> GalleryState:
+        """The gallery's state, measured now if no phrase or earlier call did (module doc):
+        one pass over the sampled rows (moments, z, the sketch's training) and, for a search,
+        one over every row (its x̃ into the sketch)."""
+        if self._state is not None:
+            return self._state
+        with self._preparing:  # once, however many phrases arrive together
+            if self._state is None:
+                self._state = self._measured()
+            return self._state
+
+    def prepare_in_background(self) -> threading.Thread:
+        """`prepare` on a daemon thread (a phrase that arrives first waits for it); a failure
+        is logged, and the phrase that needs the state then raises it."""
+
+        def run() -> None:
+            try:
+                started = time.perf_counter()
+                self.prepare()
+                log.info(
+                    "open vocabulary of %d rows prepared in %.1f s",
+                    self.bundle.rows,
+                    time.perf_counter() - started,
+                )
+            except Exception as exc:  # reported here, raised again by the phrase that needs it
+                log.warning("open vocabulary not prepared: %s", exc)
+
+        thread = threading.Thread(target=run, name="open-vocabulary", daemon=True)
+        thread.start()
+        return thread
+
+    def _measured(self) -> GalleryState:
+        readout = self.bundle.coder.readout
         if readout is None:
             raise QueryError(
-                "a word or phrase outside the catalog needs a vocabulary readout in the bundle's "
-                "CEDAR artifact"
+                "a word or phrase outside the catalog needs a vocabulary readout in the "
+                "bundle's CEDAR artifact"
             )
-        taught = self.taught_z(readout)
-        if taught is not None:
-            return taught
-        training = coder.artifact.extra.get("readout", {}).get("training", {})
-        if training.get("zero_shot_z") is not None:
-            return float(training["zero_shot_z"])
-        picked, cut = calibration_words(readout, CALIBRATION_WORDS)
-        if not len(picked):
-            raise QueryError(
-                "a word or phrase outside the catalog needs a calibrated zero-shot cut, and "
-                "this bundle's readout has no zero-shot words to measure it from"
-            )
-        return cut_in_standard_units(self.scores(readout.weight[picked]), cut)
+        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
+        rows = sampled_rows(self.bundle.rows, self.sample_rows)
+        teachers = self.teachers(readout)
+        fallback, tau = calibration_words(readout, CALIBRATION_WORDS)
+        if len(teachers):
+            words = self.directions(self.embed([readout.words[w] for w in teachers]))
+        else:
+            words = np.asarray(readout.weight[fallback], dtype=np.float64)
+        blocks, scores = [], []
+        for start in range(0, len(rows), SAMPLE_BLOCK):
+            taken = rows[start : start + SAMPLE_BLOCK]
+            stored = stored_rows(self.storage, taken)
+            blocks.append(centred_rows(stored, grasp.rotation, grasp.mean, b)[0])
+            scores.append(blocks[-1] @ words.T.astype(np.float32))
+        moments = gallery_moments(blocks, self.bundle.rows)
+        z = self.pick_z(readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
+        sketch = None
+        if self.searches:
+            sample = np.concatenate(blocks)
+            del blocks
+            sketch = sketched(sample, self.centred())
+        return GalleryState(moments, z, sketch)
 
-    def taught_z(self, readout: VocabularyReadout) -> float | None:
-        """z taught by the learnt words' filters on this gallery (module doc); None without
-        teachers."""
+    def centred(self) -> Iterator[np.ndarray]:
+        """Every row's x̃, block by block in row order: one pass over the stored rows."""
+        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
+        for _, stored in decoded_blocks(self.storage):
+            yield centred_rows(stored, grasp.rotation, grasp.mean, b)[0]
+
+    def teachers(self, readout: VocabularyReadout) -> np.ndarray:
         first = self.bundle.coder.axis_concepts
         bitmaps = self.bundle.concept_bitmaps
         counts = np.zeros(len(readout.words), dtype=np.int64)  # only learnt words can teach
         for w in range(len(readout.words)):
             if not readout.is_zero_shot(w) and readout.precision[w] is not None:
                 counts[w] = len(bitmaps.rows_of(first + w))
-        teachers = teacher_words(readout, counts, self.bundle.rows)
-        if not len(teachers):
-            return None
-        directions = self.directions(self.embed([readout.words[w] for w in teachers]))
-        scores = self.scores(directions)  # [N, W]
-        teacher = np.empty(scores.shape, dtype=bool)
-        for column, w in enumerate(teachers):
-            rows, bits = bitmaps.get(first + int(w))
-            teacher[:, column] = AllowedRows(self.bundle.rows, rows, bits).mask()
-        return agreeing_z(scores, teacher)
+        return teacher_words(readout, counts, self.bundle.rows)
+
+    def pick_z(
+        self,
+        readout: VocabularyReadout,
+        teachers: np.ndarray,
+        rows: np.ndarray,
+        scores: np.ndarray,
+        fallbacks: int,
+        tau: float,
+    ) -> float:
+        """z from the sampled rows' scores [n, W] of the teachers' text directions (or, without
+        teachers, of the readout's zero-shot words): module doc."""
+        if len(teachers):
+            first = self.bundle.coder.axis_concepts
+            bitmaps = self.bundle.concept_bitmaps
+            teacher = np.empty(scores.shape, dtype=bool)
+            for column, w in enumerate(teachers):
+                found, bits = bitmaps.get(first + int(w))
+                teacher[:, column] = AllowedRows(self.bundle.rows, found, bits).mask()[rows]
+            taught = agreeing_z(scores, teacher)
+            if taught is not None:
+                return taught
+        training = self.bundle.coder.artifact.extra.get("readout", {}).get("training", {})
+        if training.get("zero_shot_z") is not None:
+            return float(training["zero_shot_z"])
+        if not fallbacks:
+            raise QueryError(
+                "a word or phrase outside the catalog needs a calibrated zero-shot cut, and "
+                "this bundle's readout has no zero-shot words to measure it from"
+            )
+        return cut_in_standard_units(scores, tau)

@@ -224,8 +224,14 @@ class VectorStore:
         (stored where L is a contract prefix), so only the first L columns are widened and no
         [n, L] quotient is written; 0 for a zero head. Equal to `prefix_rows(rows, length) @
         query` up to float rounding."""
-        rows = np.asarray(rows, dtype=np.int64)
-        return self._scores(rows, length, np.asarray(query, np.float32)[None])[0]
+        return self.rows_scores(rows, length, np.asarray(query, np.float32)[None])[0]
+
+    def rows_scores(self, rows: np.ndarray, length: int, queries: np.ndarray) -> np.ndarray:
+        """s_L of the given rows against queries [Q, L], float32 [Q, n]: `prefix_scores` for
+        several queries, the rows gathered once."""
+        return self._scores(
+            np.asarray(rows, dtype=np.int64), length, np.asarray(queries, np.float32)
+        )
 
     def block(self, start: int, stop: int, length: int) -> np.ndarray:
         """p̂_L of rows [start, stop), float32 (a store on disk then lets their pages go)."""

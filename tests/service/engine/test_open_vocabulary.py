@@ -18,13 +18,16 @@ from search_gallery import BEACON, OPEN_Z
 from two_engines import ENGINES, either
 
 from indexer.format.bundle import Bundle
+from service.engine import open_vocabulary
 from service.engine.filtering import open_phrase
-from service.engine.open_vocabulary import (
-    OpenVocabulary,
-    phrase_of,
-    phrase_scores,
+from service.engine.gallery_directions import (
+    centred_rows,
+    direction_scores,
+    gallery_moments,
     recovered_norms,
+    sampled_rows,
 )
+from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError
 from service.results import ConceptRef, SearchQuery
@@ -88,8 +91,28 @@ def test_the_rows_cosines_come_back_from_the_stored_prefix():
     n, distance = recovered_norms(
         p @ (g @ m), p @ (g @ (m - b)), float(m @ m), float((m - b) @ (m - b))
     )
-    found = phrase_scores(p @ (g @ direction), float((m - b) @ direction), n, distance)
+    found = direction_scores(p @ (g @ direction), float((m - b) @ direction), n, distance)
     assert np.allclose(found, unit_rows(x - b) @ direction, atol=1e-5)
+    centred, n_again, distance_again = centred_rows(p, g, m, b)
+    assert np.allclose(centred, unit_rows(x - b), atol=1e-5)
+    assert np.allclose(n_again, n, atol=1e-5) and np.allclose(distance_again, distance, atol=1e-5)
+
+
+def test_a_cut_from_the_moments_is_the_scores_own():
+    """μ + z·σ of ⟨x̃, t̃⟩ over the rows, from x̄ and mean(x̃ x̃ᵀ) alone, blocks or not."""
+    rng = np.random.default_rng(2)
+    x = unit_rows(rng.normal(size=(500, 16)) + 0.3)
+    t = unit_rows(rng.normal(size=(1, 16)))[0]
+    moments = gallery_moments([x[:200], x[200:]], rows=500)
+    assert moments.cut(t, 2.5) == pytest.approx(standardised_cut(x @ t, 2.5), abs=1e-5)
+    assert moments.expected(t, -2.0) == pytest.approx(500)  # every row passes a cut of −2
+
+
+def test_every_row_is_sampled_up_to_the_limit_then_a_seeded_sorted_draw():
+    assert np.array_equal(sampled_rows(10, 16), np.arange(10))
+    drawn = sampled_rows(1000, 64)
+    assert len(np.unique(drawn)) == 64 and np.all(np.diff(drawn) > 0) and drawn.max() < 1000
+    assert np.array_equal(drawn, sampled_rows(1000, 64))
 
 
 def test_a_cut_in_standard_units_goes_back_to_the_same_z():
@@ -178,3 +201,54 @@ def test_a_readout_zero_shot_word_is_cut_on_the_gallery_like_any_phrase(word_bun
     assert open_phrase(bundle, ConceptRef(name=BEACON), "any", vocabulary) == BEACON
     assert open_phrase(bundle, ConceptRef(name=BEACON), "local", vocabulary) is None
     assert open_phrase(bundle, ConceptRef(name=BEACON), "any", None) is None
+
+
+def scanned_rows(vocabulary: OpenVocabulary, phrase: str, cut: float) -> set[int]:
+    direction = vocabulary.directions(vocabulary.embed([phrase]))[0]
+    return set(np.flatnonzero(vocabulary.scores(direction) >= cut).tolist())
+
+
+def test_past_the_scan_limit_a_phrase_is_searched_in_the_sketch(
+    word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
+):
+    """Asked for more candidates than the gallery holds, the sketch's search scores every row
+    exactly: the scan's rows, found by the search."""
+    monkeypatch.setattr(open_vocabulary, "SEARCH_SHARE", 1)  # a search may score every row
+    vocabulary = OpenVocabulary(Bundle.open(word_bundle), minilm.encode_text, scan_rows=0)
+    assert vocabulary.searches and vocabulary.prepare().sketch is not None
+    made = vocabulary.concept("giraffe")
+    assert made.found == "search"
+    assert set(made.rows.materialise().tolist()) == scanned_rows(vocabulary, "giraffe", made.cut)
+
+
+def test_a_narrow_search_keeps_only_rows_past_the_cut(
+    word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
+):
+    """A few candidates at a time: whatever the sketch ranks, a row is kept only when its
+    exact score passes the cut, and every passing row of the first candidates scored is kept."""
+    monkeypatch.setattr(open_vocabulary, "SEARCH_WIDTH", 16)
+    monkeypatch.setattr(open_vocabulary, "SEARCH_MIN", 4)
+    monkeypatch.setattr(open_vocabulary, "SEARCH_SHARE", 1)
+    bundle = Bundle.open(word_bundle)
+    vocabulary = OpenVocabulary(bundle, minilm.encode_text, scan_rows=0)
+    state = vocabulary.prepare()
+    direction = vocabulary.directions(vocabulary.embed(["giraffe"]))[0]
+    cut = state.moments.cut(direction, state.z)
+    found = vocabulary.searched(state, direction, cut, 0.0, bundle.rows)
+    assert found is not None
+    passing = set(np.flatnonzero(vocabulary.scores(direction) >= cut).tolist())
+    assert set(found.tolist()) <= passing
+    _, first = state.sketch.search(direction[None, :].astype(np.float32), 4)
+    assert passing & set(first[0].tolist()) <= set(found.tolist())
+
+
+def test_a_failed_background_preparation_is_raised_by_the_phrase_that_needs_it(
+    word_bundle: Path, minilm, caplog: pytest.LogCaptureFixture
+):
+    bundle = Bundle.open(word_bundle)  # its own coder: the readout dropped here only
+    bundle.coder.readout = None
+    vocabulary = OpenVocabulary(bundle, minilm.encode_text, scan_rows=0)
+    vocabulary.prepare_in_background().join()
+    assert "open vocabulary not prepared" in caplog.text
+    with pytest.raises(QueryError, match="vocabulary readout"):
+        vocabulary.concept("giraffe")
