@@ -211,6 +211,8 @@ class OpenVocabulary:
                     or scored == self.bundle.rows
                 ):
                     return np.sort(np.concatenate(passing)).astype(np.int64)
+            if wanted >= self.bundle.rows:  # every row was a candidate
+                break
             wanted = min(self.bundle.rows, wanted * SEARCH_SLACK)
         return None
 
