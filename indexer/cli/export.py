@@ -54,7 +54,12 @@ def export_command(
         typer.Option(help="seconds a retired version stays before an export drops it", min=0),
     ] = DEFAULT_GRACE_S,
     timeout: Annotated[
-        float, typer.Option(help="deadline of every engine call, seconds", min=0.001)
+        float,
+        typer.Option(
+            help="deadline of every engine call, seconds; flushing, building the indexes and "
+            "loading get it once per 100,000 rows",
+            min=0.001,
+        ),
     ] = 60.0,
     batch_rows: Annotated[int, typer.Option(help="rows per insert call", min=1)] = INSERT_ROWS,
     verbose: Annotated[

@@ -35,6 +35,17 @@ from indexer.milvus.store import (
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
 
+BULK_ROWS = (
+    100_000  # a call over every row (flush, index build, load) gets the deadline per this many
+)
+
+
+def bulk_deadline(timeout_s: float, rows: int) -> float:
+    """The deadline of a call whose work grows with the collection (flush, building the
+    indexes, loading): the per-call deadline for every BULK_ROWS rows, at least once (Milvus
+    Lite built a 1M-row collection's indexes past a flat 60 s)."""
+    return timeout_s * max(1.0, rows / BULK_ROWS)
+
 
 def metadata_columns(schema: pa.Schema) -> dict[str, str]:
     """ids.parquet's metadata columns → Milvus scalar kinds ("varchar", "int64", "double",
@@ -256,9 +267,16 @@ def export_bundle(
             done += len(batch)
             if progress is not None:
                 progress(done)
-        store.call("flushing", client.flush, collection)
-        store.call("building the indexes", client.create_index, collection, index_params)
-        store.call("loading", client.load_collection, collection)
+        bulk = bulk_deadline(store.timeout_s, bundle.rows)
+        store.call("flushing", client.flush, collection, deadline_s=bulk)
+        store.call(
+            "building the indexes",
+            client.create_index,
+            collection,
+            index_params,
+            deadline_s=bulk,
+        )
+        store.call("loading", client.load_collection, collection, deadline_s=bulk)
         counted = store.call(
             "counting rows", client.query, collection, filter="", output_fields=["count(*)"]
         )[0]["count(*)"]

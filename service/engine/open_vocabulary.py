@@ -29,10 +29,11 @@ Which rows pass the cut, each row's s read back from the bundle's full-length st
 (gallery_directions.py):
 
 - **scan** (a gallery of at most SCAN_ROWS rows): every row's s, exactly;
-- **search** (a larger gallery): every row's x̃ is held in a sketch (product-quantized, D/8
-  bytes a row: gallery_directions.py) that ranks all rows by an estimate of s in a few
-  milliseconds. The sketch is asked for its best SEARCH_WIDTH rows (more when the moments'
-  kept sample expects more past the cut), which are then scored exactly in the sketch's
+- **search** (a larger gallery, once its sketch is built): every row's x̃ is held in a sketch
+  (product-quantized, D/8 bytes a row, its codebooks trained on the moments' kept sample:
+  gallery_directions.py) that ranks all rows by an estimate of s in a few milliseconds.
+  The sketch is asked for its best SEARCH_WIDTH rows (more when the moments' kept sample
+  expects more past the cut), which are then scored exactly in the sketch's
   order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of the rows scored holds none
   past the cut: the boundary is behind. A search can miss a row, never add one (every kept
   row passed the exact cut); its recall against the scan is measured by
@@ -40,11 +41,12 @@ Which rows pass the cut, each row's s read back from the bundle's full-length st
   sample expects on more than 1/SEARCH_SHARE of the gallery, or whose search would score as
   many, is scanned.
 
-The once-per-bundle part (moments, z, and for a search the sketch) runs at the first
-zero-shot request, or ahead of it with `prepare` (the engine starts it on a background thread
-for a gallery past SCAN_ROWS, so a phrase's first use then costs its search alone). A phrase's
-allowed rows are then kept (the last KEPT phrases): a later filter on the phrase costs one
-look-up, as a catalog concept's postings do.
+The once-per-bundle part runs when a phrase first needs it: the moments and z at the first
+phrase (one pass over the sampled rows), and on a gallery past SCAN_ROWS the sketch on a
+background thread that the first phrase starts (a pass over every row, D/8 bytes a row kept):
+phrases scan until it is built, then search. Nothing is spent on a gallery no phrase is asked
+of. A phrase's allowed rows are kept (the last KEPT phrases): a later filter on the phrase
+costs one look-up, as a catalog concept's postings do.
 """
 
 from __future__ import annotations
@@ -122,12 +124,10 @@ class ZeroShotConcept:
 
 @dataclass(frozen=True)
 class GalleryState:
-    """What every phrase on one bundle reads (module doc): the moments of x̃, z, and the
-    sketch a search ranks the rows by (None: phrases scan)."""
+    """What every phrase on one bundle reads (module doc): the moments of x̃ and z."""
 
     moments: GalleryMoments
     z: float
-    sketch: Any  # a FAISS index of every row's x̃ (gallery_directions.sketched), or None
 
 
 class OpenVocabulary:
@@ -150,6 +150,9 @@ class OpenVocabulary:
         self._lock = threading.Lock()
         self._state: GalleryState | None = None
         self._preparing = threading.Lock()
+        self._sketch: Any = None  # gallery_directions.sketched, once built
+        self._sketching: threading.Thread | None = None
+        self._building = threading.Lock()
 
     @property
     def searches(self) -> bool:
@@ -175,21 +178,25 @@ class OpenVocabulary:
             return phrase in self._kept
 
     def make(self, phrase: str) -> ZeroShotConcept:
-        """The phrase's cut from the gallery's moments, its rows by a search or a scan."""
+        """The phrase's cut from the gallery's moments; its rows by a search of the sketch once
+        it is built (the first phrase on a large gallery starts it), else by a scan."""
         direction = self.directions(self.embed([phrase]))[0]
         state = self.prepare()
         cut = state.moments.cut(direction, state.z)
-        limit = self.bundle.rows // SEARCH_SHARE
-        expected = state.moments.expected(direction, cut)
-        if state.sketch is not None and expected <= limit:
-            rows = self.searched(state, direction, cut, expected, limit)
-            if rows is not None:
-                return ZeroShotConcept(phrase, cut, AllowedRows(self.bundle.rows, rows), "search")
+        if self.searches:
+            self.sketch_in_background()
+            limit = self.bundle.rows // SEARCH_SHARE
+            expected = state.moments.expected(direction, cut)
+            if self._sketch is not None and expected <= limit:
+                rows = self.searched(self._sketch, direction, cut, expected, limit)
+                if rows is not None:
+                    allowed = AllowedRows(self.bundle.rows, rows)
+                    return ZeroShotConcept(phrase, cut, allowed, "search")
         rows = np.flatnonzero(self.scores(direction) >= cut).astype(np.int64)
         return ZeroShotConcept(phrase, cut, AllowedRows(self.bundle.rows, rows))
 
     def searched(
-        self, state: GalleryState, direction: np.ndarray, cut: float, expected: float, limit: int
+        self, sketch: Any, direction: np.ndarray, cut: float, expected: float, limit: int
     ) -> np.ndarray | None:
         """The rows past the cut among the sketch's best candidates for the direction, scored
         exactly in the sketch's order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of
@@ -197,7 +204,7 @@ class OpenVocabulary:
         query = np.asarray(direction, dtype=np.float32)[None, :]
         wanted = min(self.bundle.rows, max(SEARCH_WIDTH, int(SEARCH_SLACK**2 * expected)))
         while wanted <= limit:
-            _, found = state.sketch.search(query, wanted)
+            _, found = sketch.search(query, wanted)
             candidates = found[0][found[0] >= 0]
             passing, deepest = [], -1
             for start in range(0, len(candidates), SEARCH_MIN):
@@ -253,9 +260,8 @@ class OpenVocabulary:
         return self.prepare().z
 
     def prepare(self) -> GalleryState:
-        """The gallery's state, measured now if no phrase or earlier call did (module doc):
-        one pass over the sampled rows (moments, z, the sketch's training) and, for a search,
-        one over every row (its x̃ into the sketch)."""
+        """The gallery's moments and z, measured now if no phrase or earlier call did: one pass
+        over the sampled rows (module doc)."""
         if self._state is not None:
             return self._state
         with self._preparing:  # once, however many phrases arrive together
@@ -263,25 +269,40 @@ class OpenVocabulary:
                 self._state = self._measured()
             return self._state
 
-    def prepare_in_background(self) -> threading.Thread:
-        """`prepare` on a daemon thread (a phrase that arrives first waits for it); a failure
-        is logged, and the phrase that needs the state then raises it."""
+    def sketch(self) -> Any:
+        """The gallery's sketch (module doc), built now if no earlier call did: a pass over
+        every row; None for a gallery a phrase scans."""
+        if not self.searches:
+            return None
+        if self._sketch is None:
+            with self._building:
+                if self._sketch is None:
+                    started = time.perf_counter()
+                    self._sketch = sketched(self.prepare().moments.sizing, self.centred())
+                    log.info(
+                        "open vocabulary: the sketch of %d rows built in %.1f s",
+                        self.bundle.rows,
+                        time.perf_counter() - started,
+                    )
+        return self._sketch
 
-        def run() -> None:
-            try:
-                started = time.perf_counter()
-                self.prepare()
-                log.info(
-                    "open vocabulary of %d rows prepared in %.1f s",
-                    self.bundle.rows,
-                    time.perf_counter() - started,
+    def sketch_in_background(self) -> threading.Thread:
+        """`sketch` on a daemon thread, started once (the first phrase on a large gallery
+        starts it; phrases scan until it is built); a failure is logged, and phrases go on
+        scanning."""
+        with self._lock:
+            if self._sketching is None:
+                self._sketching = threading.Thread(
+                    target=self._build_sketch, name="open-vocabulary-sketch", daemon=True
                 )
-            except Exception as exc:  # reported here, raised again by the phrase that needs it
-                log.warning("open vocabulary not prepared: %s", exc)
+                self._sketching.start()
+            return self._sketching
 
-        thread = threading.Thread(target=run, name="open-vocabulary", daemon=True)
-        thread.start()
-        return thread
+    def _build_sketch(self) -> None:
+        try:
+            self.sketch()
+        except Exception as exc:  # logged here: a phrase scans without it
+            log.warning("open vocabulary: no sketch, phrases scan: %s", exc)
 
     def _measured(self) -> GalleryState:
         readout = self.bundle.coder.readout
@@ -306,12 +327,7 @@ class OpenVocabulary:
             scores.append(blocks[-1] @ words.T.astype(np.float32))
         moments = gallery_moments(blocks, self.bundle.rows)
         z = self.pick_z(readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
-        sketch = None
-        if self.searches:
-            sample = np.concatenate(blocks)
-            del blocks
-            sketch = sketched(sample, self.centred())
-        return GalleryState(moments, z, sketch)
+        return GalleryState(moments, z)
 
     def centred(self) -> Iterator[np.ndarray]:
         """Every row's x̃, block by block in row order: one pass over the stored rows."""

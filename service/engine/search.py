@@ -117,8 +117,6 @@ class SearchEngine:
             self.bundle, self.config, self.image_root, self.vocabulary
         )
         self.scorer.vocabulary = self.vocabulary
-        if self.vocabulary is not None and self.vocabulary.searches:
-            self.vocabulary.prepare_in_background()  # a large gallery's zero-shot state
         self.metadata = self.scorer.metadata
         self.metadata_fields = self.scorer.metadata_fields
 

@@ -23,7 +23,7 @@ from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST, read_current, version_name
-from indexer.milvus.export import export_bundle, row_concepts_csr
+from indexer.milvus.export import bulk_deadline, export_bundle, row_concepts_csr
 from indexer.milvus.store import ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
@@ -291,6 +291,13 @@ def test_a_lite_file_gets_a_longer_engine_deadline_than_a_server() -> None:
     is the longer."""
     assert engine_deadline("./rows.db") == LITE_DEADLINE_S > engine_deadline("milvus://h:19530")
     assert engine_deadline("milvus://h:19530") == SERVER_DEADLINE_S
+
+
+def test_an_exports_calls_over_every_row_get_the_deadline_per_100k_rows() -> None:
+    """Flushing, building the indexes and loading work on every row: a 1M-row collection's
+    index build on Milvus Lite passed a flat 60 s."""
+    assert bulk_deadline(60.0, 5_000) == 60.0  # never below a call's own
+    assert bulk_deadline(60.0, 1_000_000) == 600.0
 
 
 def test_alias_switch_under_load_fails_no_request(

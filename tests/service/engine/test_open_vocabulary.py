@@ -211,14 +211,19 @@ def scanned_rows(vocabulary: OpenVocabulary, phrase: str, cut: float) -> set[int
 def test_past_the_scan_limit_a_phrase_is_searched_in_the_sketch(
     word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
 ):
-    """Asked for more candidates than the gallery holds, the sketch's search scores every row
-    exactly: the scan's rows, found by the search."""
+    """The first phrase scans and starts the sketch; once it is built, a phrase is searched
+    for there, and, asked for more candidates than the gallery holds, the search scores every
+    row exactly: the scan's rows."""
     monkeypatch.setattr(open_vocabulary, "SEARCH_SHARE", 1)  # a search may score every row
     vocabulary = OpenVocabulary(Bundle.open(word_bundle), minilm.encode_text, scan_rows=0)
-    assert vocabulary.searches and vocabulary.prepare().sketch is not None
-    made = vocabulary.concept("giraffe")
+    assert vocabulary.searches
+    first = vocabulary.concept("giraffe")
+    assert set(first.rows.materialise().tolist()) == scanned_rows(vocabulary, "giraffe", first.cut)
+    vocabulary.sketch_in_background().join()  # the thread the first phrase started
+    assert vocabulary.sketch() is not None
+    made = vocabulary.concept("teddy bear")
     assert made.found == "search"
-    assert set(made.rows.materialise().tolist()) == scanned_rows(vocabulary, "giraffe", made.cut)
+    assert set(made.rows.materialise().tolist()) == scanned_rows(vocabulary, "teddy bear", made.cut)
 
 
 def test_a_narrow_search_keeps_only_rows_past_the_cut(
@@ -228,27 +233,20 @@ def test_a_narrow_search_keeps_only_rows_past_the_cut(
     exact score passes the cut, and every passing row of the first candidates scored is kept."""
     monkeypatch.setattr(open_vocabulary, "SEARCH_WIDTH", 16)
     monkeypatch.setattr(open_vocabulary, "SEARCH_MIN", 4)
-    monkeypatch.setattr(open_vocabulary, "SEARCH_SHARE", 1)
     bundle = Bundle.open(word_bundle)
     vocabulary = OpenVocabulary(bundle, minilm.encode_text, scan_rows=0)
-    state = vocabulary.prepare()
+    state, sketch = vocabulary.prepare(), vocabulary.sketch()
     direction = vocabulary.directions(vocabulary.embed(["giraffe"]))[0]
     cut = state.moments.cut(direction, state.z)
-    found = vocabulary.searched(state, direction, cut, 0.0, bundle.rows)
+    found = vocabulary.searched(sketch, direction, cut, 0.0, bundle.rows)
     assert found is not None
     passing = set(np.flatnonzero(vocabulary.scores(direction) >= cut).tolist())
     assert set(found.tolist()) <= passing
-    _, first = state.sketch.search(direction[None, :].astype(np.float32), 4)
+    _, first = sketch.search(direction[None, :].astype(np.float32), 4)
     assert passing & set(first[0].tolist()) <= set(found.tolist())
 
 
-def test_a_failed_background_preparation_is_raised_by_the_phrase_that_needs_it(
-    word_bundle: Path, minilm, caplog: pytest.LogCaptureFixture
-):
-    bundle = Bundle.open(word_bundle)  # its own coder: the readout dropped here only
-    bundle.coder.readout = None
-    vocabulary = OpenVocabulary(bundle, minilm.encode_text, scan_rows=0)
-    vocabulary.prepare_in_background().join()
-    assert "open vocabulary not prepared" in caplog.text
-    with pytest.raises(QueryError, match="vocabulary readout"):
-        vocabulary.concept("giraffe")
+def test_a_small_gallery_has_no_sketch(word_bundle: Path, minilm):
+    vocabulary = OpenVocabulary(Bundle.open(word_bundle), minilm.encode_text)
+    assert not vocabulary.searches and vocabulary.sketch() is None
+    assert vocabulary.concept("giraffe").found == "scan"
