@@ -10,18 +10,18 @@ for a unit direction t̃
     ⟨x_i − b, t̃⟩ = ⟨m − b, t̃⟩ + n_i ⟨p_i, Gt̃⟩
     ‖x_i − b‖²   = ‖m − b‖² + 2 n_i ⟨p_i, G(m − b)⟩ + n_i²
 
-and s_i = ⟨x̃_i, t̃⟩ costs one inner product at full length once n_i and ‖x_i − b‖ are known
-(`recovered_norms`, `direction_scores`).
+and s_i = ⟨x̃_i, t̃⟩ costs three inner products at full length (`recovered_norms`,
+`direction_scores`).
 
 Moments. s is linear in x̃, so its mean and spread over the gallery are μ_s = ⟨x̄, t̃⟩ and
 σ_s² = t̃ᵀ C t̃ − μ_s², with x̄ and C = mean(x̃ x̃ᵀ) (`GalleryMoments`): D² operations per
 direction once they are measured.
 
-Sketch. The rows past a high cut on s lie where x̃ points along t̃, which no short prefix
-tells (a zero-shot phrase's direction keeps a tenth to a sixth of its weight in the shortest
-prefix, and its top rows rank in the tens of thousands there), nor a few principal directions,
-nor a coarse partition (rows just past the cut lie in lists far down a direction's order). So
-x̃ itself is sketched at full length: product quantization, one 4-bit code per SKETCH_WIDTH
+Sketch. The rows past a high cut on s lie where x̃ points along t̃. A phrase's direction keeps
+little of its weight in the shortest GraSP-VL prefix, so the shortlist codes rank its rows
+poorly; a few principal directions miss the rare phrases, whose rows lie in the spectrum's
+tail; and a coarse partition of x̃ puts rows just past the cut in lists far down a direction's
+order. So x̃ itself is sketched at full length: product quantization, one 4-bit code per SKETCH_WIDTH
 coordinates (D/8 bytes a row), scanned by FAISS's fast-scan kernels (`sketch_index`), which
 rank every row by ⟨x̃_i, t̃⟩ approximately in a few milliseconds per million rows; the
 approximate best rows are then scored exactly (service/engine/open_vocabulary.py).
@@ -41,7 +41,7 @@ from indexer.format.store import SCAN_FLOATS, StoreIndex
 from service.engine.exact_scan import stored_rows
 
 CHUNK = 1 << 16  # rows per product pass of a FAISS storage
-SIZING_ROWS = 1 << 13  # sampled x̃ kept to estimate how many rows pass a direction's cut
+SIZING_ROWS = 1 << 13  # sampled x̃ kept: the rows a cut expects, and the sketch's codebooks
 SKETCH_WIDTH = 4  # coordinates per 4-bit code of the sketch
 
 
