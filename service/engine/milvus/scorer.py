@@ -28,6 +28,7 @@ alias moves (a hot swap without Redis).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -192,8 +193,8 @@ class MilvusScorer:
                 allowed,
                 self.config.exact_max,
             )
-            if run.shortlist_rows:
-                run.shortlist_rows = min(run.shortlist_rows, TOPK_MAX)
+            if run.shortlist_rows > TOPK_MAX:  # PlanRun is frozen: a new one
+                run = dataclasses.replace(run, shortlist_rows=TOPK_MAX)
             return run
         below = sorted(n for n in self.bundle.prefix_lengths if n < length)
         if not below:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from search_gallery import BEACON, MANY_WORDS, beacon_words
 from serving_helpers import Searching
-from two_engines import LiteServer
+from two_engines import LiteServer, configured
 from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
@@ -284,6 +284,22 @@ def test_auto_funnel_is_calibrated_on_milvus_as_locally_in_small_calls(
     assert len(CountingScorer.calls) > 3 and max(CountingScorer.calls) <= CALIBRATION_CHUNK
     # no request waits on the calibration: its calls get the longer deadline, not the store's
     assert set(CountingScorer.deadlines) == {CALIBRATION_DEADLINE_S}
+
+
+def test_an_auto_funnel_serves_on_milvus_as_locally(
+    milvus_engine: SearchEngine, engine: SearchEngine
+) -> None:
+    """Where the calibration chose a funnel, an AUTO search on Milvus runs it (its plan says
+    so) and finds the local engine's hits."""
+    funnel = FunnelConfig(min_rows=100, queries=3 * CALIBRATION_CHUNK, max_cost_share=1.0)
+    remote = configured(milvus_engine, EngineConfig(funnel=funnel))
+    local = configured(engine, EngineConfig(funnel=funnel))
+    length = min(remote.scorer.choices)  # type: ignore[attr-defined]
+    [granularity] = [g for g, n in remote.bundle.contract.items() if n == length]
+    query = SearchQuery.of("a dog runs on the beach", granularity=granularity.value, k=10)
+    found, wanted = remote.search(query), local.search(query)
+    assert found.plan.kind == "funnel" and found.plan.shortlist_rows > 0
+    assert [h.row for h in found.hits] == [h.row for h in wanted.hits]
 
 
 def test_a_lite_file_gets_a_longer_engine_deadline_than_a_server() -> None:
