@@ -23,7 +23,6 @@ scanning until it is built. Reported, on the one worker the client's connection 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.service.filter_latency import word_bundle
 from benchmarks.service.workers import START_S, Served
 from service.api.grpc.client import StrataClient
+from service.cli.serve_setup import worker_count
 from service.results import SearchResult
 
 BUILT = "open vocabulary: the sketch of"
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--grasp", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=Path("runs/bench/zero-shot-served"))
     parser.add_argument("--rows", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=worker_count(None, "faiss"))
     parser.add_argument("--first", default="zebra", help="the phrase that starts the state")
     parser.add_argument("--phrases", default="giraffe,fire hydrant,teddy bear,sink,broccoli")
     parser.add_argument("--repeats", type=int, default=20)

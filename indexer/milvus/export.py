@@ -35,9 +35,8 @@ from indexer.milvus.store import (
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
 
-BULK_ROWS = (
-    100_000  # a call over every row (flush, index build, load) gets the deadline per this many
-)
+# a call over every row (flush, index build, load) gets the deadline once per this many rows
+BULK_ROWS = 100_000
 
 
 def bulk_deadline(timeout_s: float, rows: int) -> float:

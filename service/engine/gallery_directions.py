@@ -90,8 +90,8 @@ def sampled_rows(total: int, most: int, seed: int = 0) -> np.ndarray:
 
 def centred_rows(
     stored: np.ndarray, rotation: np.ndarray, grasp_mean: np.ndarray, cedar_mean: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x̃ float32 [n, D], n_i, ‖x_i − b‖) of stored rows p [n, D] (module doc)."""
+) -> np.ndarray:
+    """x̃ of stored rows p [n, D] (module doc), float32 [n, D]."""
     p = np.asarray(stored, dtype=np.float32)
     m = np.asarray(grasp_mean, dtype=np.float64)
     g = np.asarray(rotation, dtype=np.float64)
@@ -100,7 +100,7 @@ def centred_rows(
         p @ (g @ m).astype(np.float32), p @ (g @ gap).astype(np.float32), float(m @ m), gap @ gap
     )
     x = gap.astype(np.float32) + n[:, None].astype(np.float32) * (p @ g.astype(np.float32))
-    return x / distance[:, None].astype(np.float32), n, distance
+    return x / distance[:, None].astype(np.float32)
 
 
 def recovered_norms(

@@ -323,7 +323,7 @@ class OpenVocabulary:
         for start in range(0, len(rows), SAMPLE_BLOCK):
             taken = rows[start : start + SAMPLE_BLOCK]
             stored = stored_rows(self.storage, taken)
-            blocks.append(centred_rows(stored, grasp.rotation, grasp.mean, b)[0])
+            blocks.append(centred_rows(stored, grasp.rotation, grasp.mean, b))
             scores.append(blocks[-1] @ words.T.astype(np.float32))
         moments = gallery_moments(blocks, self.bundle.rows)
         z = self.pick_z(readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
@@ -333,7 +333,7 @@ class OpenVocabulary:
         """Every row's x̃, block by block in row order: one pass over the stored rows."""
         grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
         for _, stored in decoded_blocks(self.storage):
-            yield centred_rows(stored, grasp.rotation, grasp.mean, b)[0]
+            yield centred_rows(stored, grasp.rotation, grasp.mean, b)
 
     def teachers(self, readout: VocabularyReadout) -> np.ndarray:
         first = self.bundle.coder.axis_concepts
