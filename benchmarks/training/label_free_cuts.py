@@ -14,6 +14,8 @@ learnt words (margin m_w = logit_w − θ_w on each row)
   its prior on the training rows, so a word rarer on the gallery is cut higher;
 - `standardised`: the cut kept in standard units of the word's logits (z_w on the training
   rows, μ + z_w·σ on the gallery);
+- `null q`: m_w ≥ 0 raised to the null of the word's margins on the gallery, as a zero-shot
+  cut is (below);
 
 zero-shot words (cosine s = ⟨x̃, t̃⟩)
 - `z trained`: μ + z·σ, z recorded at training;
@@ -21,6 +23,9 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
   the learnt words' text directions best agree (macro F1) with those words' own learnt filters
   on the gallery (training.cedar.readout.agreeing_z, its teachers `teacher_words`): the
   readout teaches the cut, no label is read;
+- `z from learnt, null q`: that cut, raised where the word's own scores need it to keep the
+  rows its null (a normal fitted to their bulk) accounts for to about q of those kept
+  (training.cedar.readout.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
 - `τ`: the training corpus's absolute cosine cut.
 
 Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
@@ -45,14 +50,27 @@ from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.readout import (
+    NULL_FDR,
     agreeing_z,
+    empirical_null,
     margins,
+    null_cut,
     readout_input,
     teacher_words,
     text_directions,
+    zero_shot_cuts,
 )
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
+
+FDR_GRID = (0.05, 0.1, 0.2)
+
+
+def null_raised(margin: np.ndarray) -> np.ndarray:
+    """[W, N]: each learnt word's filter m ≥ 0, raised as a zero-shot cut is to its margins'
+    null (training.cedar.readout.null_cut)."""
+    cuts = [null_cut(m[m >= 0], len(m), empirical_null(m)) for m in np.asarray(margin).T]
+    return (np.asarray(margin) >= np.asarray(cuts)).T
 
 
 def log_odds(p: np.ndarray) -> np.ndarray:
@@ -129,6 +147,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "trained": (g_margin >= 0).T,
         "prior shift": (g_margin + shift >= 0).T,
         "standardised": (g_logit >= g_logit.mean(0) + z_word * g_logit.std(0)).T,
+        f"null q {NULL_FDR}": null_raised(g_margin),
     }
 
     # every judged word's cosine with its text direction
@@ -157,6 +176,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"z from learnt ({z_learnt:.2f})": (s >= mu + z_learnt * sigma).T,
         f"τ ({tau:.2f})": (s >= tau).T,
     }
+    for fdr in FDR_GRID:  # the default (service/engine/open_vocabulary.py) picked among these
+        cuts = zero_shot_cuts(s, z_learnt, fdr)
+        zero_rules[f"z from learnt ({z_learnt:.2f}), null q {fdr}"] = (s >= cuts).T
     result: dict[str, Any] = {
         "gallery": str(args.gallery),
         "split": args.split,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -262,6 +263,50 @@ def standardised_cut(scores: np.ndarray, z: float) -> float:
     """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
     values = np.asarray(scores, dtype=np.float64)
     return float(values.mean() + z * values.std())
+
+
+NULL_FDR = 0.1  # the share of a zero-shot filter's rows that its scores' bulk may account for
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def empirical_null(scores: np.ndarray) -> tuple[float, float]:
+    """The bulk of one direction's scores over a gallery as a normal null (Efron's empirical
+    null): centred on their median, its spread the root mean square of the distances below
+    it. The rows below the median are ones the direction does not describe; above it they mix
+    with the rows it does, so only the lower half measures the spread."""
+    values = np.asarray(scores, dtype=np.float64)
+    centre = float(np.median(values))
+    below = centre - values[values < centre]
+    return centre, float(np.sqrt(np.mean(below**2))) if len(below) else 0.0
+
+
+def null_cut(
+    passing: np.ndarray, rows: int, null: tuple[float, float], fdr: float = NULL_FDR
+) -> float:
+    """The lowest of the scores `passing` (one direction's scores of every row of a gallery of
+    `rows` rows past a first cut) at which the rows at or past it are at least 1/fdr times as
+    many as the null (`empirical_null`) expects there: Benjamini–Hochberg's step-up against
+    the gallery's own bulk, so at most about `fdr` of the rows kept are ones the bulk puts
+    there by chance. +inf where no score qualifies (the filter keeps no row)."""
+    values = np.sort(np.asarray(passing, dtype=np.float64))[::-1]
+    centre, spread = null
+    tail = _ERFC((values - centre) / (max(spread, 1e-12) * math.sqrt(2))).astype(np.float64)
+    expected = rows * 0.5 * tail  # rows the null puts at or past each score
+    qualifying = np.flatnonzero(expected <= fdr * np.arange(1, len(values) + 1))
+    return float(values[qualifying[-1]]) if len(qualifying) else math.inf
+
+
+def zero_shot_cuts(scores: np.ndarray, z: float, fdr: float = NULL_FDR) -> np.ndarray:
+    """Per column of `scores` [N, W] (each zero-shot direction's scores on a gallery): its cut,
+    μ + z·σ (`standardised_cut`) raised where needed to the null's (`null_cut`), as the
+    service cuts a phrase (service/engine/open_vocabulary.py)."""
+    s = np.asarray(scores, dtype=np.float64)
+    cuts = np.empty(s.shape[1])
+    for w in range(s.shape[1]):
+        column = s[:, w]
+        first = standardised_cut(column, z)
+        cuts[w] = null_cut(column[column >= first], len(column), empirical_null(column), fdr)
+    return cuts
 
 
 def with_zero_shot(

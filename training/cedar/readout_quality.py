@@ -25,6 +25,7 @@ import numpy as np
 from training.cedar.data import SplitRows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.readout import (
+    NULL_FDR,
     ReadoutConfig,
     VocabularyReadout,
     agreeing_z,
@@ -35,6 +36,7 @@ from training.cedar.readout import (
     readout_input,
     teacher_words,
     text_directions,
+    zero_shot_cuts,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
@@ -197,17 +199,17 @@ def served_quality(
     features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
     z = served_z(readout, cedar, x, embed)
     open_scores = features @ np.asarray(directions, dtype=np.float32).T  # [N, W]
-    standardised = (open_scores >= open_scores.mean(0) + z * open_scores.std(0)).T
+    standardised = (open_scores >= zero_shot_cuts(open_scores, z)).T
     allowed = np.where(learnt[:, None], scores >= 0, standardised)
     everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
-    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ (no gallery labels)"
+    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ, null q {NULL_FDR}"
     out = {label: filter_quality(allowed, everything, wanted, classes, ranking)}
     for part, mask in (("learnt words", learnt), ("other words (zero-shot)", ~learnt)):
         if mask.any():
             out[f"{label}: {part}"] = filter_quality(
                 allowed[mask], everything[mask], wanted[mask], labels[mask], ranking
             )
-    out[f"every word zero-shot at μ + {z:.2f}σ"] = filter_quality(
+    out[f"every word zero-shot at μ + {z:.2f}σ, null q {NULL_FDR}"] = filter_quality(
         standardised, everything, wanted, classes
     )
     return out

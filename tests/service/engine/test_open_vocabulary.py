@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 from search_gallery import BEACON, OPEN_Z
 from two_engines import ENGINES, either
 
@@ -32,7 +33,14 @@ from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError
 from service.results import ConceptRef, SearchQuery
 from training.cedar.data import load_split_rows
-from training.cedar.readout import cut_in_standard_units, standardised_cut
+from training.cedar.readout import (
+    NULL_FDR,
+    cut_in_standard_units,
+    empirical_null,
+    null_cut,
+    standardised_cut,
+    zero_shot_cuts,
+)
 from training.core.metrics import unit_rows
 from training.core.rotations import random_rotation
 
@@ -66,10 +74,19 @@ def taught_premise(engine: SearchEngine, word_bundle: Path) -> float:
 
 
 def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:
-    """The premise: s ≥ μ + z·σ at the z BEACON teaches."""
+    """The premise: s ≥ μ + z·σ at the z BEACON teaches, then the lowest such s at which the
+    rows at or past it are at least 1/q times those a normal null expects there, the null
+    centred on the median of s with the root mean square spread of the rows below it."""
     scores = cache_scores(engine, word_bundle, phrase)
     z = taught_premise(engine, word_bundle)
-    return set(np.flatnonzero(scores >= scores.mean() + z * scores.std()).tolist())
+    past = np.flatnonzero(scores >= scores.mean() + z * scores.std())
+    centre = np.median(scores)
+    spread = np.sqrt(np.mean((scores[scores < centre] - centre) ** 2))
+    kept: set[int] = set()
+    for k, row in enumerate(past[np.argsort(-scores[past])], start=1):
+        if len(scores) * stats.norm.sf(scores[row], centre, spread) <= NULL_FDR * k:
+            kept = {int(r) for r in past if scores[r] >= scores[row]}
+    return kept
 
 
 def test_a_phrase_is_one_to_three_words():
@@ -116,6 +133,27 @@ def test_every_row_is_sampled_up_to_the_limit_then_a_seeded_sorted_draw():
 def test_a_cut_in_standard_units_goes_back_to_the_same_z():
     scores = np.random.default_rng(1).normal(0.2, 0.05, size=(500, 1))
     assert cut_in_standard_units(scores, standardised_cut(scores[:, 0], 1.7)) == pytest.approx(1.7)
+
+
+def test_the_null_keeps_a_separated_cluster_and_few_of_the_bulk():
+    """A bulk of 20,000 rows and 200 rows well past it: the null's cut keeps the cluster,
+    and of the rows kept at most about q come from the bulk."""
+    rng = np.random.default_rng(4)
+    bulk, cluster = rng.normal(0.0, 1.0, 20_000), rng.normal(4.5, 0.3, 200)
+    scores = np.concatenate([bulk, cluster])
+    cut = null_cut(scores[scores >= 1.0], len(scores), empirical_null(scores))
+    assert cut >= 1.0 and np.mean(cluster >= cut) > 0.9
+    assert np.sum(bulk >= cut) <= 2 * NULL_FDR * np.sum(scores >= cut)
+
+
+def test_the_null_only_raises_a_cut_and_may_keep_nothing():
+    """The cut is one of the scores past the first cut, or +inf: on a bulk alone, past a low
+    first cut, the rows kept are none or the very top."""
+    rng = np.random.default_rng(6)
+    scores = rng.normal(0.0, 1.0, 5_000)
+    [cut] = zero_shot_cuts(scores[:, None], z=0.5)
+    assert cut == np.inf or (cut >= standardised_cut(scores, 0.5) and np.sum(scores >= cut) <= 3)
+    assert null_cut(np.array([]), 100, (0.0, 1.0)) == np.inf
 
 
 def test_a_word_the_catalog_lacks_is_filtered_on_as_a_zero_shot_concept(
@@ -236,10 +274,13 @@ def test_a_narrow_search_keeps_only_rows_past_the_cut(
     state, sketch = vocabulary.prepare(), vocabulary.sketch()
     direction = vocabulary.directions(vocabulary.embed(["giraffe"]))[0]
     cut = state.moments.cut(direction, state.z)
-    found = vocabulary.searched(sketch, direction, cut, 0.0, bundle.rows)
-    assert found is not None
-    passing = set(np.flatnonzero(vocabulary.scores(direction) >= cut).tolist())
+    searched = vocabulary.searched(sketch, direction, cut, 0.0, bundle.rows)
+    assert searched is not None
+    found, scores = searched
+    every = vocabulary.scores(direction)
+    passing = set(np.flatnonzero(every >= cut).tolist())
     assert set(found.tolist()) <= passing
+    assert np.allclose(scores, every[found])  # each kept row with its exact score
     _, first = sketch.search(direction[None, :].astype(np.float32), 4)
     assert passing & set(first[0].tolist()) <= set(found.tolist())
 

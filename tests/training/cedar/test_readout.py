@@ -26,6 +26,7 @@ from training.cedar.readout import (
     teacher_words,
     text_directions,
     with_zero_shot,
+    zero_shot_cuts,
 )
 from training.cedar.readout_quality import (
     gallery_shift,
@@ -240,21 +241,23 @@ def test_a_gallery_shift_moves_every_threshold_to_where_the_gallery_labels_say()
 
 def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     """Premise built in: the learnt word's relevant rows are those its margin allows, the other
-    word's those at μ + z·σ of its own scores (z as the artifact records it, the learnt word
-    teaching nothing: no held-out precision): served, both filters are exact."""
+    word's those at μ + z·σ of its own scores raised to its null's cut (z as the artifact
+    records it, the learnt word teaching nothing: no held-out precision): served, both filters
+    are exact."""
     rng = np.random.default_rng(6)
     cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=1)
     learnt = readout(16, 1, rng)
     learnt.precision = [None]
     cedar.extra["readout"] = {**readout_record(learnt), "training": {"zero_shot_z": 1.0}}
     cedar.tensors = readout_tensors(learnt)
-    x = rng.normal(size=(400, 16)).astype(np.float32)
     direction = unit_rows(rng.normal(size=(1, 16)))
+    x = rng.normal(size=(400, 16)).astype(np.float32)
+    x[:40] += 4 * direction[0].astype(np.float32)  # the other word's rows
     features = unit_rows(x - cedar.mean)
     other = (features @ direction.T)[:, 0]
-    wanted = np.stack(
-        [word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0, other >= other.mean() + other.std()]
-    )
+    [cut] = zero_shot_cuts(other[:, None], 1.0)
+    assert other.mean() + other.std() < cut < np.inf  # the null raises μ + σ, and keeps rows
+    wanted = np.stack([word_margins(learnt, cedar, x, ["w0"])[0][0] >= 0, other >= cut])
     found = served_quality(
         learnt,
         cedar,
@@ -273,10 +276,12 @@ def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
 def test_the_learnt_words_teach_a_gallery_its_zero_shot_cut():
     """Premise built in: on this gallery the learnt words' filters are their text directions
     cut at z = 2.5 (whatever z the artifact recorded): the taught z is 2.5, and a zero-shot
-    word whose relevant rows stand there is served exactly."""
+    word whose relevant rows stand there (raised to its null's cut) is served exactly."""
     rng = np.random.default_rng(11)
     cedar = random_cedar_artifact(16, 4, rng.normal(size=(50, 16)), seed=2)
     x = rng.normal(size=(3000, 16)).astype(np.float32)
+    direction = unit_rows(np.random.default_rng(12).normal(size=(1, 16)))
+    x[:100] += 8 * direction[0].astype(np.float32)  # the zero-shot word's rows
     taught, texts = taught_readout(cedar, x, 2.5, rng)
     cedar.extra["readout"] = {**readout_record(taught), "training": {"zero_shot_z": 0.5}}
     cedar.tensors = readout_tensors(taught)
@@ -288,9 +293,9 @@ def test_the_learnt_words_teach_a_gallery_its_zero_shot_cut():
 
     assert served_z(taught, cedar, x, embed) == pytest.approx(2.5, abs=0.05)
     assert asked == [["w0", "w1", "w2"]]  # by held-out precision
-    direction = unit_rows(rng.normal(size=(1, 16)))
     other = (unit_rows(x - cedar.mean) @ direction.T)[:, 0]
-    wanted = (other >= other.mean() + 2.5 * other.std())[None, :]
+    wanted = (other >= zero_shot_cuts(other[:, None], 2.5)[0])[None, :]
+    assert wanted.sum() >= 50
     found = served_quality(taught, cedar, x, ["other"], ["noun"], wanted, direction, embed)
     served = next(iter(found.values()))
     assert served["all"]["f1"] > 0.95
