@@ -3,6 +3,7 @@ collection, then the alias switch (the layout and the publishing: indexer/milvus
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -100,6 +101,14 @@ def exact_sources(bundle: Bundle) -> dict[int, tuple[int, Any]]:
             "are compressed): export needs a Flat, HNSW or refined index there"
         )
     return sources
+
+
+def holds_vector_fields(release: str, fields: int) -> bool:
+    """Whether a Milvus of this release (as `get_server_version` gives it: "v2.4.5",
+    "v2.3.5-lite", "milvus_lite-3.2.2") holds `fields` vector fields in one collection: one
+    before 2.4; Milvus Lite, and a release this cannot read, are taken to."""
+    found = re.match(r"v?(\d+)\.(\d+)", release.strip())
+    return fields <= 1 or found is None or (int(found[1]), int(found[2])) >= (2, 4)
 
 
 def index_params_for(factory: str) -> tuple[str, dict[str, Any]]:
@@ -234,6 +243,13 @@ def export_bundle(
     if store.current(name) == collection:
         raise ExportError(f"{collection} is already published as {name}: nothing to export")
     client = store.client
+    release = store.call("reading its release", client.get_server_version)
+    if not holds_vector_fields(release, len(bundle.manifest.prefixes)):
+        raise ExportError(
+            f"Milvus {release} at {store.target} holds one vector field a collection, and a "
+            f"version is one collection with a field per prefix ({len(bundle.manifest.prefixes)}"
+            "): use Milvus 2.4 or later, or Milvus Lite"
+        )
     if collection in store.versions(name):
         store.call("dropping an unfinished export", client.drop_collection, collection)
     record = ExportRecord(

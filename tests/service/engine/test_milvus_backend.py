@@ -23,7 +23,12 @@ from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST, read_current, version_name
-from indexer.milvus.export import bulk_deadline, export_bundle, row_concepts_csr
+from indexer.milvus.export import (
+    bulk_deadline,
+    export_bundle,
+    holds_vector_fields,
+    row_concepts_csr,
+)
 from indexer.milvus.store import ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
@@ -314,6 +319,17 @@ def test_an_exports_calls_over_every_row_get_the_deadline_per_100k_rows() -> Non
     index build on Milvus Lite passed a flat 60 s."""
     assert bulk_deadline(60.0, 5_000) == 60.0  # never below a call's own
     assert bulk_deadline(60.0, 1_000_000) == 600.0
+
+
+def test_a_release_before_2_4_is_refused_for_its_one_vector_field() -> None:
+    """A version is one collection with a vector field per prefix; Milvus 2.3 (the pip
+    package `milvus`, "v2.3.5-lite") holds one and refused the export halfway, at the
+    collection, with "multiple vector fields is not supported"."""
+    assert not holds_vector_fields("v2.3.5-lite", 5)
+    assert not holds_vector_fields("v2.3.5", 2)
+    assert holds_vector_fields("v2.3.5", 1)
+    assert holds_vector_fields("v2.4.0", 5) and holds_vector_fields("v2.6.1", 5)
+    assert holds_vector_fields("milvus_lite-3.2.2", 5)  # Milvus Lite: many fields
 
 
 def test_alias_switch_under_load_fails_no_request(
