@@ -33,8 +33,10 @@ Zero-shot words. A word the training captions use too rarely to learn from (fewe
 `vocabulary_min_count` times, or never: the caption lexicon's words) is still a concept, the
 cosine filter of its text direction: margin_w = ⟨x̃, t̃_w⟩ − τ, with t̃_w = (t_w − b)/‖t_w − b‖
 and τ the one cut of best mean F1 on the val rows over the learnt words' own text directions
-(`cosine_cut`). It has no held-out precision, and says so. Pure functions; the caller does the
-I/O.
+(`cosine_cut`). It has no held-out precision, and says so. On a gallery the service cuts any
+word outside the learnt ones at μ + z·σ of its own scores there, raised until the bulk of those
+scores accounts for at most NULL_FDR of the rows kept (`zero_shot_cuts`; the rule in
+service/engine/open_vocabulary.py). Pure functions; the caller does the I/O.
 """
 
 from __future__ import annotations
