@@ -21,11 +21,11 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
 - `z trained`: μ + z·σ, z recorded at training;
 - `z from learnt`: z picked on the gallery itself, as the one standardised cut whose filters of
   the learnt words' text directions best agree (macro F1) with those words' own learnt filters
-  on the gallery (training.cedar.readout.agreeing_z, its teachers `teacher_words`): the
+  on the gallery (training.cedar.gallery_cuts.agreeing_z, its teachers `teacher_words`): the
   readout teaches the cut, no label is read;
 - `z from learnt, null q`: that cut, raised where the word's own scores need it to keep the
   rows its null (a normal fitted to their bulk) accounts for to about q of those kept
-  (training.cedar.readout.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
+  (training.cedar.gallery_cuts.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
 - `τ`: the training corpus's absolute cosine cut.
 
 Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
@@ -48,18 +48,15 @@ import numpy as np
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
-from training.cedar.gallery_quality import embed_words, judged_words
-from training.cedar.readout import (
+from training.cedar.gallery_cuts import (
     NULL_FDR,
     agreeing_z,
     empirical_null,
-    margins,
     null_cut,
-    readout_input,
-    teacher_words,
-    text_directions,
     zero_shot_cuts,
 )
+from training.cedar.gallery_quality import embed_words, judged_words
+from training.cedar.readout import margins, readout_input, teacher_words, text_directions
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 
@@ -68,7 +65,7 @@ FDR_GRID = (0.05, 0.1, 0.2)
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
     """[W, N]: each learnt word's filter m ≥ 0, raised as a zero-shot cut is to its margins'
-    null (training.cedar.readout.null_cut)."""
+    null (training.cedar.gallery_cuts.null_cut)."""
     cuts = [null_cut(m[m >= 0], len(m), empirical_null(m)) for m in np.asarray(margin).T]
     return (np.asarray(margin) >= np.asarray(cuts)).T
 

@@ -17,7 +17,7 @@ of SAMPLE_ROWS above that many): a phrase's cut then costs D² operations, not a
 gallery. z is one number per gallery, taught by the readout's learnt words on the same rows:
 their filters on this gallery (the bundle's postings) are the teachers, and z is the one
 standardised cut at which the filters of their *text* directions agree best with them
-(training.cedar.readout.agreeing_z; teachers: the up to 64 learnt words of highest held-out
+(training.cedar.gallery_cuts.agreeing_z; teachers: the up to 64 learnt words of highest held-out
 precision that allow between 10 rows and half the gallery, `teacher_words`). So z follows the
 gallery's own score distribution: on a gallery of another corpus the training corpus's z
 (`zero_shot_z`) cut nothing or everything; measured on dev splits by
@@ -31,7 +31,7 @@ unlike their own corpus; a phrase rare there then keeps mostly rows it does not 
 each phrase's cut is also held to its own scores: their bulk, fitted as a normal null (centred
 on the median, its spread from the rows below it, measured on the moments' kept sample), must
 account for at most NULL_FDR of the rows kept: Benjamini–Hochberg's step-up against that null
-(training.cedar.readout.null_cut, NULL_FDR), c_null the lowest score past μ_s + z·σ_s where
+(training.cedar.gallery_cuts.null_cut, NULL_FDR), c_null the lowest score past μ_s + z·σ_s where
 it holds. The null only raises a cut. Picked on the dev splits by
 benchmarks/training/label_free_cuts.py, it leaves the filters where the learnt words hold
 (Flickr8k in-corpus, Flickr8k → the compositional corpus) as they were, and triples the
@@ -92,15 +92,8 @@ from service.engine.gallery_directions import (
     sketched,
 )
 from service.errors import QueryError
-from training.cedar.readout import (
-    VocabularyReadout,
-    agreeing_z,
-    calibration_words,
-    cut_in_standard_units,
-    empirical_null,
-    null_cut,
-    teacher_words,
-)
+from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, empirical_null, null_cut
+from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
 
 log = logging.getLogger(__name__)
 

@@ -24,19 +24,16 @@ import numpy as np
 
 from training.cedar.data import SplitRows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
+from training.cedar.gallery_cuts import NULL_FDR, agreeing_z, cut_in_standard_units, zero_shot_cuts
 from training.cedar.readout import (
-    NULL_FDR,
     ReadoutConfig,
     VocabularyReadout,
-    agreeing_z,
     calibration_words,
-    cut_in_standard_units,
     margins,
     named_margins,
     readout_input,
     teacher_words,
     text_directions,
-    zero_shot_cuts,
 )
 from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
@@ -142,7 +139,7 @@ def served_z(
 ) -> float:
     """z of the open vocabulary on rows x as the service picks it
     (service/engine/open_vocabulary.py): taught by the learnt words' filters on these rows
-    (training.cedar.readout.agreeing_z), else the artifact's `zero_shot_z`, else measured on
+    (training.cedar.gallery_cuts.agreeing_z), else the artifact's `zero_shot_z`, else measured on
     these rows from the readout's zero-shot words."""
     features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
     learnt = np.array([w for w in range(len(readout.words)) if not readout.is_zero_shot(w)])

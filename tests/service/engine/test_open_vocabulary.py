@@ -33,7 +33,7 @@ from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError
 from service.results import ConceptRef, SearchQuery
 from training.cedar.data import load_split_rows
-from training.cedar.readout import (
+from training.cedar.gallery_cuts import (
     NULL_FDR,
     cut_in_standard_units,
     empirical_null,

@@ -11,10 +11,10 @@ from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import code_run
 from indexer.format.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
+from training.cedar.gallery_cuts import agreeing_z, zero_shot_cuts
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
     VocabularyReadout,
-    agreeing_z,
     best_cuts,
     calibrate,
     calibration_words,
@@ -26,7 +26,6 @@ from training.cedar.readout import (
     teacher_words,
     text_directions,
     with_zero_shot,
-    zero_shot_cuts,
 )
 from training.cedar.readout_quality import (
     gallery_shift,

@@ -1,0 +1,110 @@
+"""Where a word's cut stands on a gallery of rows whose labels nobody has: the rules the open
+vocabulary serves (service/engine/open_vocabulary.py) and the evaluation scores
+(training/cedar/readout_quality.py), on one word's scores s = ⟨x̃, t̃⟩ over the gallery's rows.
+
+- **Standard units.** A cut τ is kept as z = (τ − μ)/σ of the scores (`cut_in_standard_units`)
+  and put back on another gallery at μ + z·σ (`standardised_cut`).
+- **z taught by the learnt words.** The one z at which the learnt words' *text* directions,
+  cut at μ + z·σ, agree best with those words' own learnt filters on the gallery
+  (`agreeing_z`; the teachers are training.cedar.readout.teacher_words); without teachers,
+  where the readout's zero-shot words' τ stands there (training.cedar.readout's
+  `calibration_words`, in standard units).
+- **The empirical null.** One z serves every word, and learnt words loose on a gallery teach a
+  loose one; so a word's cut is raised until the bulk of its own scores, fitted as a normal
+  (`empirical_null`), accounts for at most NULL_FDR of the rows kept: Benjamini–Hochberg's
+  step-up against that null (`null_cut`, `zero_shot_cuts`). Picked on the dev splits by
+  benchmarks/training/label_free_cuts.py.
+
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def cut_in_standard_units(scores: np.ndarray, cut: float) -> float:
+    """The median over the columns (words) of (τ − μ_w) / σ_w, from their scores [N, W]."""
+    scores = np.asarray(scores, dtype=np.float64)
+    spread = scores.std(axis=0)
+    usable = spread > 0
+    if not usable.any():
+        return 0.0
+    z = (cut - scores.mean(axis=0)[usable]) / spread[usable]
+    return float(np.median(z))
+
+
+Z_GRID = tuple(round(float(z), 2) for z in np.arange(0.0, 8.01, 0.05))
+
+
+def agreeing_z(scores: np.ndarray, teacher: np.ndarray) -> float | None:
+    """The one cut in standard units whose filters — each column of `scores` [N, W] (the
+    teachers' text directions on a gallery) cut at μ + z·σ — best agree, macro F1, with the
+    teachers' own learnt filters there (`teacher` [N, W] bool): the readout teaches the gallery
+    where a zero-shot concept's cut stands, and no label is read. None without teachers."""
+    s = np.asarray(scores, dtype=np.float32)
+    wanted = np.asarray(teacher, dtype=bool)
+    if s.ndim != 2 or s.shape[1] == 0:
+        return None
+    mu, sigma = s.mean(axis=0), s.std(axis=0)
+    relevant = wanted.sum(axis=0)
+    best, best_f1 = Z_GRID[0], -1.0
+    for z in Z_GRID:
+        allowed = s >= mu + np.float32(z) * sigma
+        hits = (allowed & wanted).sum(axis=0)
+        f1 = float((2 * hits / np.maximum(allowed.sum(axis=0) + relevant, 1)).mean())
+        if f1 > best_f1:
+            best, best_f1 = z, f1
+    return float(best)
+
+
+def standardised_cut(scores: np.ndarray, z: float) -> float:
+    """A zero-shot concept's cut on a gallery, from its scores there alone: μ + z·σ."""
+    values = np.asarray(scores, dtype=np.float64)
+    return float(values.mean() + z * values.std())
+
+
+NULL_FDR = 0.1  # the share of a zero-shot filter's rows that its scores' bulk may account for
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def empirical_null(scores: np.ndarray) -> tuple[float, float]:
+    """The bulk of one direction's scores over a gallery as a normal null (Efron's empirical
+    null): centred on their median, its spread the root mean square of the distances below
+    it. The rows below the median are ones the direction does not describe; above it they mix
+    with the rows it does, so only the lower half measures the spread."""
+    values = np.asarray(scores, dtype=np.float64)
+    centre = float(np.median(values))
+    below = centre - values[values < centre]
+    return centre, float(np.sqrt(np.mean(below**2))) if len(below) else 0.0
+
+
+def null_cut(
+    passing: np.ndarray, rows: int, null: tuple[float, float], fdr: float = NULL_FDR
+) -> float:
+    """The lowest of the scores `passing` (one direction's scores of every row of a gallery of
+    `rows` rows past a first cut) at which the rows at or past it are at least 1/fdr times as
+    many as the null (`empirical_null`) expects there: Benjamini–Hochberg's step-up against
+    the gallery's own bulk, so at most about `fdr` of the rows kept are ones the bulk puts
+    there by chance. +inf where no score qualifies (the filter keeps no row)."""
+    values = np.sort(np.asarray(passing, dtype=np.float64))[::-1]
+    centre, spread = null
+    tail = _ERFC((values - centre) / (max(spread, 1e-12) * math.sqrt(2))).astype(np.float64)
+    expected = rows * 0.5 * tail  # rows the null puts at or past each score
+    qualifying = np.flatnonzero(expected <= fdr * np.arange(1, len(values) + 1))
+    return float(values[qualifying[-1]]) if len(qualifying) else math.inf
+
+
+def zero_shot_cuts(scores: np.ndarray, z: float, fdr: float = NULL_FDR) -> np.ndarray:
+    """Per column of `scores` [N, W] (each zero-shot direction's scores on a gallery): its cut,
+    μ + z·σ (`standardised_cut`) raised where needed to the null's (`null_cut`), as the
+    service cuts a phrase (service/engine/open_vocabulary.py)."""
+    s = np.asarray(scores, dtype=np.float64)
+    cuts = np.empty(s.shape[1])
+    for w in range(s.shape[1]):
+        column = s[:, w]
+        first = standardised_cut(column, z)
+        cuts[w] = null_cut(column[column >= first], len(column), empirical_null(column), fdr)
+    return cuts
