@@ -171,6 +171,22 @@ def test_a_word_the_catalog_lacks_is_filtered_on_as_a_zero_shot_concept(
     assert result.warnings and "zero-shot" in result.warnings[0]
 
 
+def test_a_phrase_whose_null_keeps_no_row_allows_none(
+    word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
+):
+    """Where no score passes the null (its cut +inf), the phrase allows no row: required, the
+    answer has no hits; excluded, it removes nothing."""
+    monkeypatch.setattr(open_vocabulary, "null_cut", lambda *_args, **_kw: np.inf)
+    engine = SearchEngine(Bundle.open(word_bundle), minilm)
+    made = engine.vocabulary.concept("giraffe")
+    assert made.cut == np.inf and made.rows.count == 0
+    required = engine.search(SearchQuery.of("an animal", k=5, require=["giraffe"]))
+    assert required.filtered_rows == 0 and not required.hits
+    excluded = engine.search(SearchQuery.of("an animal", k=5, exclude=["giraffe"]))
+    unfiltered = engine.search(SearchQuery.of("an animal", k=5))
+    assert [h.row for h in excluded.hits] == [h.row for h in unfiltered.hits]
+
+
 def test_a_phrase_is_made_once_then_looked_up(open_engine: SearchEngine):
     vocabulary = open_engine.vocabulary
     first = open_engine.search(SearchQuery.of("people", k=5, require=["fire hydrant"]))
