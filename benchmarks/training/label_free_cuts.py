@@ -51,8 +51,7 @@ from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.gallery_cuts import (
     NULL_FDR,
     agreeing_z,
-    empirical_null,
-    null_cut,
+    raised_cuts,
     zero_shot_cuts,
 )
 from training.cedar.gallery_quality import embed_words, judged_words
@@ -65,9 +64,9 @@ FDR_GRID = (0.05, 0.1, 0.2)
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
     """[W, N]: each learnt word's filter m ≥ 0, raised as a zero-shot cut is to its margins'
-    null (training.cedar.gallery_cuts.null_cut)."""
-    cuts = [null_cut(m[m >= 0], len(m), empirical_null(m)) for m in np.asarray(margin).T]
-    return (np.asarray(margin) >= np.asarray(cuts)).T
+    null (training.cedar.gallery_cuts.raised_cuts)."""
+    m = np.asarray(margin)
+    return (m >= raised_cuts(m, np.zeros(m.shape[1]))).T
 
 
 def log_odds(p: np.ndarray) -> np.ndarray:

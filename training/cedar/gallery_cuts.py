@@ -97,14 +97,20 @@ def null_cut(
     return float(values[qualifying[-1]]) if len(qualifying) else math.inf
 
 
-def zero_shot_cuts(scores: np.ndarray, z: float, fdr: float = NULL_FDR) -> np.ndarray:
-    """Per column of `scores` [N, W] (each zero-shot direction's scores on a gallery): its cut,
-    μ + z·σ (`standardised_cut`) raised where needed to the null's (`null_cut`), as the
-    service cuts a phrase (service/engine/open_vocabulary.py)."""
+def raised_cuts(scores: np.ndarray, first: np.ndarray, fdr: float = NULL_FDR) -> np.ndarray:
+    """Per column of `scores` [N, W] (each direction's scores on a gallery): its first cut
+    (`first` [W]) raised where needed to its own null's (`null_cut`)."""
     s = np.asarray(scores, dtype=np.float64)
     cuts = np.empty(s.shape[1])
-    for w in range(s.shape[1]):
+    for w, cut in enumerate(np.asarray(first, dtype=np.float64)):
         column = s[:, w]
-        first = standardised_cut(column, z)
-        cuts[w] = null_cut(column[column >= first], len(column), empirical_null(column), fdr)
+        cuts[w] = null_cut(column[column >= cut], len(column), empirical_null(column), fdr)
     return cuts
+
+
+def zero_shot_cuts(scores: np.ndarray, z: float, fdr: float = NULL_FDR) -> np.ndarray:
+    """Per column of `scores` [N, W] (each zero-shot direction's scores on a gallery): its cut,
+    μ + z·σ (`standardised_cut`) raised where needed to the null's, as the service cuts a
+    phrase (service/engine/open_vocabulary.py)."""
+    s = np.asarray(scores, dtype=np.float64)
+    return raised_cuts(s, s.mean(axis=0) + z * s.std(axis=0), fdr)
