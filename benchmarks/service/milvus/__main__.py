@@ -32,38 +32,24 @@
     python -m benchmarks.service.milvus --parts words --bundles runs/demo/bundles-flickr8k \
         --cache runs/demo/cache-flickr8k-minilm
 
-4. `kinds`: the index kinds Milvus offers for compressed shortlist codes (IVF_SQ8, IVF_RABITQ,
-   HNSW_SQ) beside FLAT and HNSW, on --kinds-rows spectrum rows × --dim (α = 1, the rows the
-   serve part uses): one collection a kind, --queries held-out rows searched at a narrow
-   setting (nprobe 4 of 128 lists, ef 16), recall@10 against exact search and ms a query.
-   An engine that builds the index it is given loses recall at that setting; one that scans
-   every row whatever the kind says (recall 1.000 for every kind) cannot tell the kinds apart.
-   Then the shortlist codes' candidates at the settings an export would use (`kinds`): run it
-   with --dim 32, the shortest prefix of a 512-d bundle, which the codes index.
-
-    python -m benchmarks.service.milvus --parts kinds
-    python -m benchmarks.service.milvus --parts kinds --to milvus://milvus:19530
-
 Milvus Lite is Milvus's single-process engine (pure Python in milvus-lite 3): its figures say
 what a replica pays per engine round trip and scan here, not what a cluster's query nodes do.
 """
 
 from __future__ import annotations
 
-import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pymilvus import DataType, MilvusException
 
 from benchmarks.harness import benchmark_parser, interleaved, publish
 from benchmarks.indexer.synthetic import spectrum_rows
 from benchmarks.service.funnel import spectrum_bundle
+from benchmarks.service.milvus import lite_server
 from indexer.format.bundle import Bundle
-from indexer.format.index_plan import ivf_lists
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
 from service.engine.milvus.backend import milvus_engine
@@ -74,26 +60,6 @@ from service.query.cache import QueryCache
 from service.results import SearchQuery
 
 FILTERS = ("unfiltered", "filtered")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def lite_server(data: Path) -> tuple[str, Any]:
-    """A Milvus Lite gRPC server in this process: (its milvus:// URI, a stop function)."""
-    from milvus_lite.adapter.grpc.server import start_server_in_thread
-
-    port = free_port()
-    server, db, _ = start_server_in_thread(str(data), port=port)
-
-    def stop() -> None:
-        server.stop(grace=0)
-        db.close()
-
-    return f"milvus://127.0.0.1:{port}", stop
 
 
 def filters_of(bundle: Bundle) -> dict[str, dict[str, Any]]:
@@ -361,88 +327,6 @@ def milvus_rows(store: MilvusStore, collection: str, expression: str) -> np.ndar
     return np.asarray(rows, dtype=np.int64)
 
 
-NARROW = (  # a narrow setting: an engine that builds the index it is given loses recall here
-    ("FLAT", {}, {}),
-    ("HNSW", {"M": 16, "efConstruction": 64}, {"ef": 16}),
-    ("IVF_SQ8", {"nlist": 128}, {"nprobe": 4}),
-    ("IVF_RABITQ", {"nlist": 128}, {"nprobe": 4}),
-    ("HNSW_SQ", {"M": 16, "efConstruction": 64, "sq_type": "SQ8"}, {"ef": 16}),
-)
-
-
-def kinds(rows: int, dim: int) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
-    """(label, kind, build, search): the narrow settings (IVF_PQ with a code a dim/8 bytes),
-    then the shortlist codes' candidates as an export would build them over `rows` rows: HNSW
-    as exported (M 32, efConstruction 200, ef 64) against IVF_SQ8 at the local rule's nlist,
-    nprobe 8 (the local codes' tuned setting, which reranks from the store) to 128."""
-    lists = ivf_lists(rows)
-    pq = ("IVF_PQ", {"nlist": 128, "m": max(1, dim // 8), "nbits": 8}, {"nprobe": 4})
-    return [
-        *((f"{kind} narrow", kind, build, search) for kind, build, search in (*NARROW, pq)),
-        ("HNSW as exported", "HNSW", {"M": 32, "efConstruction": 200}, {"ef": 64}),
-        *(
-            (f"IVF_SQ8 nlist {lists} nprobe {n}", "IVF_SQ8", {"nlist": lists}, {"nprobe": n})
-            for n in (8, 32, 128)
-        ),
-    ]
-
-
-def kinds_part(args: Any, work: Path) -> dict[str, Any]:
-    """Recall@10 and ms a query of each index kind at a narrow setting (module docstring, 4)."""
-    rows = spectrum_rows(args.kinds_rows + args.queries, args.dim, 1.0, seed=0)
-    gallery, queries = rows[: args.kinds_rows], rows[args.kinds_rows :]
-    truth = np.argsort(-(queries @ gallery.T), axis=1)[:, :10]
-    target, stop = (args.to, None) if args.to else lite_server(work / "kinds.db")
-    result: dict[str, Any] = {"rows": args.kinds_rows, "dim": args.dim, "kinds": {}}
-    try:
-        store = MilvusStore(target, timeout_s=3600)
-        client = store.client
-        for label, kind, build, search in kinds(len(gallery), args.dim):
-            name = f"bench_kind_{kind.lower()}"
-            if client.has_collection(name):
-                client.drop_collection(name)
-            schema = client.create_schema(auto_id=False)
-            schema.add_field("id", DataType.INT64, is_primary=True)
-            schema.add_field("v", DataType.FLOAT_VECTOR, dim=args.dim)
-            client.create_collection(name, schema=schema)
-            for start in range(0, len(gallery), 5000):
-                part = gallery[start : start + 5000]
-                client.insert(
-                    name, [{"id": start + i, "v": v} for i, v in enumerate(part.tolist())]
-                )
-            client.flush(name)  # sealed: a growing segment is searched without the index
-            index = client.prepare_index_params()
-            index.add_index("v", index_type=kind, metric_type="IP", params=build)
-            try:
-                client.create_index(name, index)
-            except MilvusException as exc:  # a kind this engine's release lacks
-                result["kinds"][label] = {"refused": str(exc.message)}
-                client.drop_collection(name)
-                continue
-            client.load_collection(name)
-            started = time.perf_counter()
-            found = client.search(
-                name, queries.tolist(), limit=10, anns_field="v", search_params={"params": search}
-            )
-            ms = (time.perf_counter() - started) * 1e3 / len(queries)
-            recall = np.mean(
-                [
-                    len({h["id"] for h in hits} & set(truth[q].tolist())) / 10
-                    for q, hits in enumerate(found)
-                ]
-            )
-            result["kinds"][label] = {
-                "recall@10": round(float(recall), 4),
-                "ms_per_query": round(ms, 2),
-            }
-            client.drop_collection(name)
-        store.close()
-    finally:
-        if stop is not None:
-            stop()
-    return result
-
-
 def folder_bytes(folder: Path) -> int:
     """Bytes of every file under a Milvus Lite data folder."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
@@ -453,7 +337,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--parts", default="serve,export")
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--export-rows", type=int, default=100_000)
-    parser.add_argument("--kinds-rows", type=int, default=20_000)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
@@ -474,8 +357,6 @@ def main(argv: list[str] | None = None) -> dict:
             result["export"] = export_part(args, Path(work))
         if args.bundles is not None and "words" not in parts:
             result["text"] = text_part(args, Path(work))
-        if "kinds" in parts:
-            result["kinds"] = kinds_part(args, Path(work))
         if "words" in parts:
             if args.bundles is None or args.cache is None:
                 raise SystemExit("milvus: --parts words needs --bundles and --cache")
