@@ -26,6 +26,7 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
 - `z from learnt, null q`: that cut, raised where the word's own scores need it to keep the
   rows its null (a normal fitted to their bulk) accounts for to about q of those kept
   (training.cedar.gallery_cuts.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
+- `null q alone`: the null's cut with no first cut under it;
 - `τ`: the training corpus's absolute cosine cut.
 
 Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
@@ -172,6 +173,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"z from learnt ({z_learnt:.2f})": (s >= mu + z_learnt * sigma).T,
         f"τ ({tau:.2f})": (s >= tau).T,
     }
+    alone = raised_cuts(s, np.full(s.shape[1], -np.inf))  # the null with no first cut
+    zero_rules[f"null q {NULL_FDR} alone"] = (s >= alone).T
     for fdr in FDR_GRID:  # the default (service/engine/open_vocabulary.py) picked among these
         cuts = zero_shot_cuts(s, z_learnt, fdr)
         zero_rules[f"z from learnt ({z_learnt:.2f}), null q {fdr}"] = (s >= cuts).T
