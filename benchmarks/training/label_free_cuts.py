@@ -27,6 +27,9 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
   rows its null (a normal fitted to their bulk) accounts for to about q of those kept
   (training.cedar.gallery_cuts.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
 - `null q alone`: the null's cut with no first cut under it;
+- `… null q 0.1, spread below the median`: the served rule with the null's spread read as the
+  root mean square of the scores below their median (`lower_half_null`), not from their
+  median absolute deviation (training.cedar.gallery_cuts.empirical_null);
 - `τ`: the training corpus's absolute cosine cut.
 
 Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
@@ -68,6 +71,15 @@ def null_raised(margin: np.ndarray) -> np.ndarray:
     null (training.cedar.gallery_cuts.raised_cuts)."""
     m = np.asarray(margin)
     return (m >= raised_cuts(m, np.zeros(m.shape[1]))).T
+
+
+def lower_half_null(scores: np.ndarray) -> tuple[float, float]:
+    """The empirical null with its spread from the rows below the median alone: the root mean
+    square of their distances to it (the spread compared with the served one)."""
+    values = np.asarray(scores, dtype=np.float64)
+    centre = float(np.median(values))
+    below = centre - values[values < centre]
+    return centre, float(np.sqrt(np.mean(below**2))) if len(below) else 0.0
 
 
 def log_odds(p: np.ndarray) -> np.ndarray:
@@ -178,6 +190,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for fdr in FDR_GRID:  # the default (service/engine/open_vocabulary.py) picked among these
         cuts = zero_shot_cuts(s, z_learnt, fdr)
         zero_rules[f"z from learnt ({z_learnt:.2f}), null q {fdr}"] = (s >= cuts).T
+    first = mu + z_learnt * sigma
+    lower = raised_cuts(s, first, NULL_FDR, null=lower_half_null)
+    zero_rules[f"z from learnt ({z_learnt:.2f}), null q {NULL_FDR}, spread below the median"] = (
+        s >= lower
+    ).T
     result: dict[str, Any] = {
         "gallery": str(args.gallery),
         "split": args.split,

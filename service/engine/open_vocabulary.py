@@ -29,10 +29,10 @@ here: it resolves to its learnt row (service/engine/filtering.py).
 z is one number for every phrase, and the learnt words that teach it can be loose on a gallery
 unlike their own corpus; a phrase rare there then keeps mostly rows it does not describe. So
 each phrase's cut is also held to its own scores: their bulk, fitted as a normal null (centred
-on the median, its spread from the rows below it, measured on the moments' kept sample), must
-account for at most NULL_FDR of the rows kept: Benjamini–Hochberg's step-up against that null
-(training.cedar.gallery_cuts.null_cut, NULL_FDR), c_null the lowest score past μ_s + z·σ_s where
-it holds. The null only raises a cut. Picked on the dev splits by
+on the median, its spread the median absolute deviation's, measured on the moments' kept
+sample), must account for at most NULL_FDR of the rows kept: Benjamini–Hochberg's step-up
+against that null (training.cedar.gallery_cuts.null_cut, NULL_FDR), c_null the lowest score
+past μ_s + z·σ_s where it holds. The null only raises a cut. Picked on the dev splits by
 benchmarks/training/label_free_cuts.py, it leaves the filters where the learnt words hold
 (Flickr8k in-corpus, Flickr8k → the compositional corpus) as they were, and triples the
 zero-shot words' precision where they do not (the compositional corpus → Flickr8k).
