@@ -45,6 +45,7 @@ from service.api.grpc.admin_auth import AdminAuthInterceptor
 from service.api.grpc.request_decoding import UndecodableRequestInterceptor
 from service.api.grpc.requests import MAX_MESSAGE_BYTES
 from service.api.grpc.rpc_errors import ErrorStatusInterceptor
+from service.api.grpc.rpc_handlers import HandlerChain, HandlerInterceptor
 from service.api.grpc.rpc_metrics import MetricsInterceptor
 from service.api.grpc.servicer import SearchServicer
 from service.engine.search import SearchEngine
@@ -199,16 +200,16 @@ class StrataServer:
             # a busy port is an error, not a silently shared one, unless the pool shares it
             ("grpc.so_reuseport", 1 if self.config.reuse_port else 0),
         ]
-        interceptors: list[grpc.aio.ServerInterceptor] = [
+        links: list[HandlerInterceptor] = [
             MetricsInterceptor(self.metrics),  # outermost: it sees every status, aborts included
             UndecodableRequestInterceptor(),
         ]
         if self.config.admin_token is not None:
-            interceptors.append(AdminAuthInterceptor(ADMIN_SERVICE_NAME, self.config.admin_token))
-        interceptors.append(ErrorStatusInterceptor({SERVICE_NAME, ADMIN_SERVICE_NAME}))
+            links.append(AdminAuthInterceptor(ADMIN_SERVICE_NAME, self.config.admin_token))
+        links.append(ErrorStatusInterceptor({SERVICE_NAME, ADMIN_SERVICE_NAME}))
         server = grpc.aio.server(
             options=options,
-            interceptors=interceptors,
+            interceptors=[HandlerChain(links)],  # one of grpc's per call, not four
             maximum_concurrent_rpcs=self.config.max_concurrent_rpcs,
         )
         search_pb2_grpc.add_SearchServiceServicer_to_server(self.servicer, server)

@@ -10,7 +10,7 @@ swaps the behaviour for `wrap(behaviour)`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -47,6 +47,22 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
     def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         """The handler to run for `method` ("/package.Service/Method") instead of `handler`."""
         raise NotImplementedError
+
+
+class HandlerChain(HandlerInterceptor):
+    """Several handler interceptors as one, `links` outermost first: each method's handler is
+    rewritten by all of them once, and a call passes one interceptor of grpc's instead of one
+    per link (grpc.aio awaits each interceptor of its list on every call, to find the
+    handler)."""
+
+    def __init__(self, links: Sequence[HandlerInterceptor]) -> None:
+        super().__init__()
+        self.links = tuple(links)
+
+    def intercept(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        for link in reversed(self.links):
+            handler = link.intercept(handler, method)
+        return handler
 
 
 async def run_behavior(behavior: Behavior, request: Any, context: grpc.aio.ServicerContext) -> Any:
