@@ -6,11 +6,18 @@ servers are started once, as a user starts them (`--workers 1` is one process; `
 a parent, its forkserver and two workers), and kept; they idle while the other is measured.
 
 1. **QPS** at each `--concurrency` C, vector queries at object and AUTO text queries (query-cache
-   hits after each connection's warm round: the path, not the encoder): C callers, each on a
-   connection of its own (as C clients), from one load process on the same machine (service/
-   benchmarks/load.py). The two servers alternate arm by arm, `--repeats` rounds; medians, and
-   the ratio 2 workers / 1. The load process's CPU seconds per wall second say what the
-   generator itself takes of the two cores.
+   hits after each connection's warm-up: the path, not the encoder), C callers each on a
+   connection of its own (as C clients), from two generators on the same machine:
+   - **h2load** (nghttp2's, in C: benchmarks/service/h2load.py), `--seconds` a round after a
+     second's warm-up; each process sends one request, so the vector arm sends H2LOAD_VECTORS
+     distinct vectors and the text arm the ten texts, the connections dealt over them (at C
+     below their number, the first C of them);
+   - **python**: one load process of grpc channels (benchmarks/service/load.py), every caller
+     cycling through all the requests.
+   Each call is checked: the server's own count of calls by gRPC code (its /metrics, the
+   parent's sum over its workers). The two servers alternate arm by arm, `--repeats` rounds;
+   medians, and the ratio 2 workers / 1. The generator's CPU seconds per wall second say what
+   it takes of the two cores.
 2. **Memory**: PSS (`/proc/PID/smaps_rollup`: a page shared by n processes counts 1/n) of each
    server's whole process tree, after the QPS part, and what one encoder costs (the growth of
    this process's own anonymous memory when it loads one). Target: 2 workers ≤ 1.25 × 1 worker
@@ -43,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
+from benchmarks.service.h2load import h2load_arm, handled
 from benchmarks.service.load import QUERIES
-from benchmarks.service.redis_server import RedisServer
+from benchmarks.service.redis_server import RedisServer, free_port
 from benchmarks.service.request_path import (
     gallery,
     qps_arm,
@@ -58,14 +66,18 @@ from indexer.versions.publish import RedisPublisher
 from service.api.grpc.client import StrataClient, StrataClientError
 
 START_S = 600.0
+GENERATORS = ("h2load", "python")
+H2LOAD_VECTORS = 8  # distinct vector requests h2load sends (one process each: module doc)
 
 
 class Served:
-    """`strata serve --workers N` in a subprocess: its target, its log lines (stderr, kept)."""
+    """`strata serve --workers N` in a subprocess: its target, its log lines (stderr, kept),
+    and its /metrics (the parent's sum over its workers)."""
 
     def __init__(self, bundles: Path, workers: int, *extra: str) -> None:
         env = {**os.environ, "STRATA_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
         self.workers = workers
+        self.metrics_url = f"http://127.0.0.1:{(port := free_port())}/metrics"
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -82,6 +94,8 @@ class Served:
                 str(workers),
                 "--max-wait-ms",
                 "0",
+                "--metrics-port",
+                str(port),
                 *extra,
             ],
             stdout=subprocess.PIPE,
@@ -99,6 +113,10 @@ class Served:
             raise RuntimeError(f"strata serve did not start: {line!r} {''.join(self.log[-5:])}")
         self.target = found.group(1)
         threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
+
+    def handled(self) -> dict[str, float]:
+        """Search calls completed so far, by gRPC code."""
+        return handled(self.metrics_url)
 
     def said(self, text: str) -> bool:
         return any(text in line for line in list(self.log))
@@ -153,9 +171,17 @@ def encoder_mb(spec: str) -> float:
 
 
 def qps_part(
-    servers: list[Served], vectors: np.ndarray, levels: list[int], queries: int, repeats: int
+    servers: list[Served],
+    vectors: np.ndarray,
+    levels: list[int],
+    queries: int,
+    repeats: int,
+    seconds: float,
 ) -> dict[str, Any]:
+    """QPS of each server at each concurrency, for both generators (module doc), the arms
+    interleaved round by round; medians, and the ratios 2 workers / 1."""
     kinds = qps_requests(vectors)
+    h2load_requests = {"vector": kinds["vector"][:H2LOAD_VECTORS], "text": kinds["text"]}
     runs: dict[str, list[dict[str, float]]] = {}
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
@@ -163,14 +189,21 @@ def qps_part(
             for c in levels:
                 for kind, requests in kinds.items():
                     for served in servers:  # C callers, each a connection of its own
+                        h2 = h2load_arm(
+                            served.target, h2load_requests[kind], c, seconds, served.handled
+                        )
+                        runs.setdefault(f"h2load {kind} c={c} workers={served.workers}", [])
+                        runs[f"h2load {kind} c={c} workers={served.workers}"].append(h2)
                         arm = qps_arm(load, served.target, c, queries, requests, c)
-                        runs.setdefault(f"{kind} c={c} workers={served.workers}", []).append(arm)
+                        runs.setdefault(f"python {kind} c={c} workers={served.workers}", [])
+                        runs[f"python {kind} c={c} workers={served.workers}"].append(arm)
     summary = qps_medians(runs)
     ratios = {}
-    for c in levels:
-        for kind in kinds:
-            one, two = (summary[f"{kind} c={c} workers={w}"]["qps"] for w in (1, 2))
-            ratios[f"{kind} c={c}"] = round(two / one, 2)
+    for generator in GENERATORS:
+        for c in levels:
+            for kind in kinds:
+                one, two = (summary[f"{generator} {kind} c={c} workers={w}"]["qps"] for w in (1, 2))
+                ratios[f"{generator} {kind} c={c}"] = round(two / one, 2)
     return {"arms": summary, "qps_2_over_1": ratios}
 
 
@@ -257,6 +290,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--qps-queries", type=int, default=600, help="searches per QPS arm")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the QPS part")
+    parser.add_argument("--seconds", type=float, default=5.0, help="each h2load arm's count")
     parser.add_argument("--swaps", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("runs/bench/request-path"))
     parser.add_argument("--json", type=Path, default=Path("runs/bench/workers.json"))
@@ -266,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     servers = [Served(bundles, 1), Served(bundles, 2)]
     try:
         levels = [int(c) for c in args.concurrency.split(",")]
-        qps = qps_part(servers, vectors, levels, args.qps_queries, args.repeats)
+        qps = qps_part(servers, vectors, levels, args.qps_queries, args.repeats, args.seconds)
         pss = {f"workers={s.workers}": round(s.pss_mb(), 1) for s in servers}
     finally:
         for served in servers:
