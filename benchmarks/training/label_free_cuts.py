@@ -27,6 +27,9 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
   rows its null (a normal fitted to their bulk) accounts for to about q of those kept
   (training.cedar.gallery_cuts.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
 - `null q alone`: the null's cut with no first cut under it;
+- `hubness-corrected …`: the served rule on s minus the mean of the row's HUB_WORDS best
+  scores over every word of the readout (cross-domain similarity local scaling, Conneau et al.
+  2018: a row near many words' directions, a generic caption, no longer passes every cut);
 - `… null q 0.1, spread below the median`: the served rule with the null's spread read as the
   root mean square of the scores below their median (`lower_half_null`), not from their
   median absolute deviation (training.cedar.gallery_cuts.empirical_null);
@@ -65,6 +68,7 @@ from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 
 FDR_GRID = (0.05, 0.1, 0.2)
+HUB_WORDS = 10  # a row's best scores over the readout's words that measure its hubness
 
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
@@ -196,6 +200,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     zero_rules[f"z from learnt ({z_learnt:.2f}), null q {NULL_FDR}, spread below the median"] = (
         s >= lower
     ).T
+    # hubness: a row near many words' directions scores high for all of them; corrected as
+    # CSLS does, by the mean of the row's HUB_WORDS best scores over the readout's words
+    every_word = text_directions(embed_words(list(readout.words), g.encoder), cedar.mean)
+    hub = np.sort(features @ every_word.T, axis=1)[:, -HUB_WORDS:].mean(axis=1)
+    corrected = s - hub[:, None]
+    for fdr in (0.02, *FDR_GRID[:2]):
+        cuts = zero_shot_cuts(corrected, z_learnt, fdr)
+        zero_rules[f"hubness-corrected, z from learnt ({z_learnt:.2f}), null q {fdr}"] = (
+            corrected >= cuts
+        ).T
     result: dict[str, Any] = {
         "gallery": str(args.gallery),
         "split": args.split,
