@@ -103,6 +103,7 @@ def drive_load(
     backoff_ms: float = 20.0,
     requests: list[bytes] | None = None,
     connections: int = 1,
+    seconds: float | None = None,
 ) -> tuple[list[float], float, dict[str, list[float]], float]:
     """In the load process: `concurrency` coroutines share `queries` searches over
     `connections` channels (each a TCP connection of its own: a pool's workers each take some;
@@ -112,7 +113,9 @@ def drive_load(
     code (RESOURCE_EXHAUSTED: the client waits `backoff_ms` before its next search), and the
     CPU seconds this load process spent while timed (what the generator itself costs). The
     searches cycle through `requests` (serialised SearchRequests), by default text queries
-    of QUERIES with top_k 10."""
+    of QUERIES with top_k 10. With `seconds`, each coroutine instead keeps searching until
+    that long has passed (a closed loop over a window: a round then ends for every caller at
+    once, rather than when the slowest caller has made its share)."""
     import asyncio
 
     import grpc
@@ -138,10 +141,13 @@ def drive_load(
         async def worker(index: int) -> list[float]:
             stub = stubs[index % len(stubs)]
             own = []
-            for i in range(per_worker):
+            i = 0
+            while (i < per_worker) if deadline is None else (time.perf_counter() < deadline):
+                message = messages[(index + i) % len(messages)]
+                i += 1
                 started = time.perf_counter()
                 try:
-                    await stub.Search(messages[(index + i) % len(messages)], timeout=60)
+                    await stub.Search(message, timeout=60)
                 except grpc.aio.AioRpcError as exc:
                     others.setdefault(exc.code().name, []).append(time.perf_counter() - started)
                     if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -151,6 +157,7 @@ def drive_load(
             return own
 
         cpu, started = time.process_time(), time.perf_counter()
+        deadline = None if seconds is None else started + seconds
         done = await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         for channel in channels:

@@ -276,12 +276,14 @@ def qps_arm(
     queries: int,
     requests: list[bytes],
     connections: int = 1,
+    seconds: float | None = None,
 ) -> dict[str, float]:
     """One arm of the load process (benchmarks/service/load.py): QPS, p50, failed calls, and
-    the cores the load process itself took."""
+    the cores the load process itself took; with `seconds`, over a window of that length
+    rather than a count of searches."""
     count = max(queries, 8 * concurrency)
     latencies, elapsed, others, cpu = load.submit(
-        drive_load, target, concurrency, count, 20.0, requests, connections
+        drive_load, target, concurrency, count, 20.0, requests, connections, seconds
     ).result()
     return {
         "qps": len(latencies) / elapsed,

@@ -13,7 +13,8 @@ a parent, its forkserver and two workers), and kept; they idle while the other i
      distinct vectors and the text arm the ten texts, the connections dealt over them (at C
      below their number, the first C of them);
    - **python**: one load process of grpc channels (benchmarks/service/load.py), every caller
-     cycling through all the requests.
+     cycling through all the requests for `--seconds` a round (a window, as h2load's: with a
+     count of searches each, a round would last as long as its slowest caller).
    Each call is checked: the server's own count of calls by gRPC code (its /metrics, the
    parent's sum over its workers). The two servers alternate arm by arm, `--repeats` rounds;
    medians, and the ratio 2 workers / 1. The generator's CPU seconds per wall second say what
@@ -174,7 +175,6 @@ def qps_part(
     servers: list[Served],
     vectors: np.ndarray,
     levels: list[int],
-    queries: int,
     repeats: int,
     seconds: float,
 ) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def qps_part(
                         )
                         runs.setdefault(f"h2load {kind} c={c} workers={served.workers}", [])
                         runs[f"h2load {kind} c={c} workers={served.workers}"].append(h2)
-                        arm = qps_arm(load, served.target, c, queries, requests, c)
+                        arm = qps_arm(load, served.target, c, 0, requests, c, seconds)
                         runs.setdefault(f"python {kind} c={c} workers={served.workers}", [])
                         runs[f"python {kind} c={c} workers={served.workers}"].append(arm)
     summary = qps_medians(runs)
@@ -288,9 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200, help="distinct query vectors")
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--qps-queries", type=int, default=600, help="searches per QPS arm")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the QPS part")
-    parser.add_argument("--seconds", type=float, default=5.0, help="each h2load arm's count")
+    parser.add_argument("--seconds", type=float, default=5.0, help="each QPS arm's window")
     parser.add_argument("--swaps", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("runs/bench/request-path"))
     parser.add_argument("--json", type=Path, default=Path("runs/bench/workers.json"))
@@ -300,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     servers = [Served(bundles, 1), Served(bundles, 2)]
     try:
         levels = [int(c) for c in args.concurrency.split(",")]
-        qps = qps_part(servers, vectors, levels, args.qps_queries, args.repeats, args.seconds)
+        qps = qps_part(servers, vectors, levels, args.repeats, args.seconds)
         pss = {f"workers={s.workers}": round(s.pss_mb(), 1) for s in servers}
     finally:
         for served in servers:
