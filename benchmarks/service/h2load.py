@@ -127,7 +127,8 @@ def h2load_arm(
                 raise RuntimeError(f"h2load exited with {process.returncode} against {target}")
         elapsed = time.perf_counter() - began
         after = count_handled()
-        latencies = [ms for log in logs for ms in _logged_ms(log)]
+        per_request = [_logged_ms(log) for log in logs]
+        latencies = [ms for logged in per_request for ms in logged]
     answered = {code: after.get(code, 0.0) - before.get(code, 0.0) for code in after}
     cut_off = answered.get("CANCELLED", 0.0)  # in flight when h2load stopped: at most one each
     return {
@@ -137,6 +138,10 @@ def h2load_arm(
         + max(0.0, cut_off - concurrency),
         "cut_off_at_the_end": cut_off,
         "generator_cores": cpu / elapsed,
+        # each request's share of the calls: a closed loop repeats a cheap request more often
+        "share_per_request": [
+            round(len(logged) / max(1, len(latencies)), 3) for logged in per_request
+        ],
     }
 
 

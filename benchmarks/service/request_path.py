@@ -302,6 +302,11 @@ def qps_medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, 
             "qps_per_round": [round(r["qps"], 1) for r in rs],
             "failed": sum(int(r["failed"]) for r in rs),
             "generator_cores": round(statistics.median(r["generator_cores"] for r in rs), 2),
+            **(
+                {"share_per_request": rs[-1]["share_per_request"]}
+                if "share_per_request" in rs[-1]
+                else {}
+            ),
         }
         for key, rs in runs.items()
     }
