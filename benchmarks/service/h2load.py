@@ -23,7 +23,6 @@ h2load's per-request log. The generator's own CPU is its processes' user and sys
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import statistics
 import struct
@@ -34,13 +33,10 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 SEARCH = "/strata.v1.SearchService/Search"
 WARM_UP_S = 1.0
-_HANDLED = re.compile(
-    r'^grpc_server_handled_total\{(?=[^}]*grpc_method="(\w+)")(?=[^}]*grpc_code="(\w+)")[^}]*\}'
-    r"\s+([0-9.e+]+)$",
-    re.MULTILINE,
-)
 
 
 def grpc_frame(body: bytes) -> bytes:
@@ -62,9 +58,13 @@ def handled(metrics_url: str, method: str = "Search") -> dict[str, float]:
     with urllib.request.urlopen(metrics_url, timeout=10) as answer:
         text = answer.read().decode()
     counts: dict[str, float] = {}
-    for found_method, code, value in _HANDLED.findall(text):
-        if found_method == method:
-            counts[code] = counts.get(code, 0.0) + float(value)
+    for family in text_string_to_metric_families(text):
+        if family.name != "grpc_server_handled":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels.get("grpc_method") == method:
+                code = sample.labels["grpc_code"]
+                counts[code] = counts.get(code, 0.0) + sample.value
     return counts
 
 

@@ -60,9 +60,9 @@ from benchmarks.indexer.synthetic import (
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from benchmarks.service.fuzz import start_server
 from benchmarks.service.load import QUERIES, drive_load
 from benchmarks.service.request_profile import AROUND, handoff_us, stage_profile
+from benchmarks.service.robustness.fuzz import start_server
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -302,11 +302,6 @@ def qps_medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, 
             "qps_per_round": [round(r["qps"], 1) for r in rs],
             "failed": sum(int(r["failed"]) for r in rs),
             "generator_cores": round(statistics.median(r["generator_cores"] for r in rs), 2),
-            **(
-                {"share_per_request": rs[-1]["share_per_request"]}
-                if "share_per_request" in rs[-1]
-                else {}
-            ),
         }
         for key, rs in runs.items()
     }

@@ -182,22 +182,26 @@ def qps_part(
     interleaved round by round; medians, and the ratios 2 workers / 1."""
     kinds = qps_requests(vectors)
     h2load_requests = {"vector": kinds["vector"][:H2LOAD_VECTORS], "text": kinds["text"]}
-    runs: dict[str, list[dict[str, float]]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as load:
         for _ in range(repeats):
             for c in levels:
                 for kind, requests in kinds.items():
                     for served in servers:  # C callers, each a connection of its own
-                        h2 = h2load_arm(
-                            served.target, h2load_requests[kind], c, seconds, served.handled
-                        )
-                        runs.setdefault(f"h2load {kind} c={c} workers={served.workers}", [])
-                        runs[f"h2load {kind} c={c} workers={served.workers}"].append(h2)
-                        arm = qps_arm(load, served.target, c, 0, requests, c, seconds)
-                        runs.setdefault(f"python {kind} c={c} workers={served.workers}", [])
-                        runs[f"python {kind} c={c} workers={served.workers}"].append(arm)
+                        arms = {
+                            "h2load": h2load_arm(
+                                served.target, h2load_requests[kind], c, seconds, served.handled
+                            ),
+                            "python": qps_arm(load, served.target, c, 0, requests, c, seconds),
+                        }
+                        for generator, arm in arms.items():
+                            key = f"{generator} {kind} c={c} workers={served.workers}"
+                            runs.setdefault(key, []).append(arm)
     summary = qps_medians(runs)
+    for key, rounds in runs.items():  # h2load's mix: each request's share, the last round
+        if "share_per_request" in rounds[-1]:
+            summary[key]["share_per_request"] = rounds[-1]["share_per_request"]
     ratios = {}
     for generator in GENERATORS:
         for c in levels:

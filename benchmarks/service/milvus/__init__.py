@@ -5,15 +5,26 @@ Milvus Lite in this process unless --to names a server."""
 
 from __future__ import annotations
 
-import socket
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.service.redis_server import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+@contextlib.contextmanager
+def milvus_target(to: str | None, data: Path) -> Iterator[str]:
+    """The Milvus a benchmark part talks to: `to` (a milvus:// URI, --to) as given, else a
+    Milvus Lite server in this process over `data`, stopped when the part ends."""
+    if to:
+        yield to
+        return
+    target, stop = lite_server(data)
+    try:
+        yield target
+    finally:
+        stop()
 
 
 def lite_server(data: Path) -> tuple[str, Any]:

@@ -48,7 +48,7 @@ import numpy as np
 from benchmarks.harness import benchmark_parser, interleaved, publish
 from benchmarks.indexer.synthetic import spectrum_rows
 from benchmarks.service.funnel import spectrum_bundle
-from benchmarks.service.milvus import lite_server
+from benchmarks.service.milvus import milvus_target
 from indexer.format.bundle import Bundle
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
@@ -160,8 +160,7 @@ def text_part(args: Any, work: Path) -> dict[str, Any]:
     column = "caption" if "caption" in table.column_names else "text"
     picked = np.random.default_rng(7).choice(bundle.rows, min(args.queries, bundle.rows), False)
     texts = [str(t) for t in table.column(column).take(np.sort(picked)).to_pylist()]
-    target, stop = (args.to, None) if args.to else lite_server(work / "text.db")
-    try:
+    with milvus_target(args.to, work / "text.db") as target:
         store = MilvusStore(target, timeout_s=600)
         summary = export_bundle(bundle, store, "bench-text")
         remote = milvus_engine(
@@ -176,9 +175,6 @@ def text_part(args: Any, work: Path) -> dict[str, Any]:
             "timing": timing(local, remote, texts, args.rounds, 1),
         }
         store.close()
-    finally:
-        if stop is not None:
-            stop()
     return result
 
 
@@ -189,8 +185,7 @@ def serve_part(args: Any, work: Path) -> dict[str, Any]:
     bundle = Bundle.open(bundles)
     config = EngineConfig(funnel=FunnelConfig(enabled=False))  # direct, as the engine scans
     local = SearchEngine(bundle, None, config)
-    target, stop = (args.to, None) if args.to else lite_server(work / "lite.db")
-    try:
+    with milvus_target(args.to, work / "lite.db") as target:
         store = MilvusStore(target, timeout_s=600)
         flat = export_bundle(bundle, store, "bench", index_kind="FLAT")
         remote = milvus_engine(bundle, None, store, flat.collection, config, name="bench")
@@ -198,7 +193,7 @@ def serve_part(args: Any, work: Path) -> dict[str, Any]:
         result: dict[str, Any] = {
             "rows": args.rows,
             "dim": args.dim,
-            "engine": "milvus-lite (in-process gRPC server)" if stop else args.to,
+            "engine": args.to or "milvus-lite (in-process gRPC server)",
             "build_seconds": built,
             "export_seconds": flat.seconds,
             "parity_flat": parity(local, remote, queries),
@@ -214,9 +209,6 @@ def serve_part(args: Any, work: Path) -> dict[str, Any]:
         }
         result["hnsw_export_seconds"] = hnsw.seconds
         store.close()
-    finally:
-        if stop is not None:
-            stop()
     return result
 
 
@@ -224,15 +216,11 @@ def export_part(args: Any, work: Path) -> dict[str, Any]:
     started = time.perf_counter()
     bundles = spectrum_bundle(work / "export", args.export_rows, args.dim, 1.0)
     built = time.perf_counter() - started
-    target, stop = (args.to, None) if args.to else lite_server(work / "export.db")
-    try:
+    with milvus_target(args.to, work / "export.db") as target:
         store = MilvusStore(target, timeout_s=3600)
         summary = export_bundle(Bundle.open(bundles), store, "bench-export", index_kind="FLAT")
         store.close()
-    finally:
-        if stop is not None:
-            stop()
-    size = folder_bytes(work / "export.db") if stop is not None else None
+    size = folder_bytes(work / "export.db") if not args.to else None
     per = 100_000 / args.export_rows
     return {
         "rows": args.export_rows,
@@ -264,8 +252,7 @@ def words_part(args: Any, work: Path) -> dict[str, Any]:
     names = [vocab.words[w] for w in words]
     wanted = relevant[:, words].T.toarray().astype(bool)
     local = SearchEngine(bundle, None, EngineConfig(funnel=FunnelConfig(enabled=False)))
-    target, stop = (args.to, None) if args.to else lite_server(work / "words.db")
-    try:
+    with milvus_target(args.to, work / "words.db") as target:
         store = MilvusStore(target, timeout_s=600)
         summary = export_bundle(bundle, store, "bench-words")
         remote = milvus_engine(
@@ -295,9 +282,6 @@ def words_part(args: Any, work: Path) -> dict[str, Any]:
             n for w, n in enumerate(names) if (allowed["local"][w] != allowed["milvus"][w]).any()
         ]
         store.close()
-    finally:
-        if stop is not None:
-            stop()
     gap = {m: abs(quality["local"][m] - quality["milvus"][m]) for m in ("precision", "recall")}
     return {
         "bundle": str(bundle.path),

@@ -36,7 +36,7 @@ from pymilvus import DataType, MilvusException
 
 from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.synthetic import spectrum_rows
-from benchmarks.service.milvus import lite_server
+from benchmarks.service.milvus import milvus_target
 from indexer.format.index_plan import ivf_lists
 from indexer.milvus.store import MilvusStore
 
@@ -78,9 +78,8 @@ def kinds_part(args: Any, work: Path) -> dict[str, Any]:
     rows = spectrum_rows(args.rows + args.queries, args.dim, 1.0, seed=0)
     gallery, queries = rows[: args.rows], rows[args.rows :]
     truth = np.argsort(-(queries @ gallery.T), axis=1)[:, :10]
-    target, stop = (args.to, None) if args.to else lite_server(work / "kinds.db")
     result: dict[str, Any] = {"rows": args.rows, "dim": args.dim, "kinds": {}}
-    try:
+    with milvus_target(args.to, work / "kinds.db") as target:
         store = MilvusStore(target, timeout_s=3600)
         client = store.client
         for label, kind, build, search in kinds(len(gallery), args.dim):
@@ -123,9 +122,6 @@ def kinds_part(args: Any, work: Path) -> dict[str, Any]:
             }
             client.drop_collection(name)
         store.close()
-    finally:
-        if stop is not None:
-            stop()
     return result
 
 
