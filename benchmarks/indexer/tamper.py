@@ -1,7 +1,7 @@
 """Damage done to a copy of a bundle version, the way corruption or an operator would: a byte
 flipped, a file truncated, a manifest edited to match a tampered file. The refusal tests and
-`benchmarks.service.refusals` use the same damages, so the table the benchmark prints is the
-table the tests check.
+`benchmarks.service.robustness.refusals` use the same damages, so the table the benchmark prints is
+the table the tests check.
 
 Every damage takes a version folder and changes it in place (work on a copy)."""
 

@@ -36,7 +36,7 @@ def stored_products(
     """float32 [len(rows)]: the inner product of `query` [d] with the stored vectors of the
     int64 `rows`. On an IndexFlat, scored where they lie in its code array by FAISS
     (`fvec_inner_products_by_idx`: one pass, no copy of the rows first; a word on 37,077 of
-    1M rows at 24 dims, `benchmarks.service.filter_latency`: 7.8 → 5.6 ms a search); on the
+    1M rows at 24 dims, `benchmarks.service.filters.filter_latency`: 7.8 → 5.6 ms a search); on the
     shared store, each head's product over its norm; else gathered, then multiplied."""
     if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
         if rows.min() < 0 or rows.max() >= storage.ntotal:  # FAISS reads them unchecked

@@ -1,11 +1,11 @@
 """A frequent filter's allowed rows kept together, so that its next search scans them in order.
 
 An exact scan of a filter's allowed rows reads each row where the prefix index stores it: at a
-million rows those reads are scattered, each waiting on the memory, so a word on 37,077 of 1M
-rows took 5.6 ms a search at 24 dimensions (`benchmarks.service.filter_latency --rows 1000000`),
-where the unfiltered HNSW search takes 0.5 ms. A graph traversal that skips the other rows does
-not find such a filter's top k (FAISS's selector keeps the graph's links, which lead mostly to
-rows the filter excludes), and an IVF one needs nearly every list.
+million rows those reads are scattered, each waiting on the memory, so a word on 37,077 of 1M rows
+took 5.6 ms a search at 24 dimensions (`benchmarks.service.filters.filter_latency --rows 1000000`),
+where the unfiltered HNSW search takes 0.5 ms. A graph traversal that skips the other rows does not
+find such a filter's top k (FAISS's selector keeps the graph's links, which lead mostly to rows the
+filter excludes), and an IVF one needs nearly every list.
 
 So the first search of a filter at a prefix copies its allowed rows' stored vectors into a block
 of their own (float16, FAISS's scalar quantizer: [n, L] codes, with the rows it holds), and

@@ -49,7 +49,7 @@ Which rows pass the cut, each row's s read back from the bundle's full-length st
   order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of the rows scored holds none
   past the cut: the boundary is behind. A search can miss a row, never add one (every kept
   row passed the exact cut); its recall against the scan is measured by
-  benchmarks/service/filter_latency.py (1.000 on its phrases at 1M rows). A phrase the
+  benchmarks/service/filters/filter_latency.py (1.000 on its phrases at 1M rows). A phrase the
   sample expects on more than 1/SEARCH_SHARE of the gallery, or whose search would score as
   many, is scanned.
 

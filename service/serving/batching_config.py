@@ -24,8 +24,8 @@ class BatchingConfig(ConfigModel):
     chunk_ms: float = 20.0
     # two: a small query runs beside the heaviest request instead of after it (on two CPU cores
     # its p99 beside back-to-back Explains went from 9.4x to 1.7x idle, beside the largest
-    # BatchSearch of Explains from 6.2x to 2.7x: python -m benchmarks.service.heavy --rows
-    # 20000 --small 100 --threads 1)
+    # BatchSearch of Explains from 6.2x to 2.7x: python -m benchmarks.service.robustness.heavy
+    # --rows 20000 --small 100 --threads 1)
     lanes: int = 2
     # a lone query the server marks cheap (no encoder call: a raw vector, a cached text) that
     # finds nothing queued runs on the event loop itself, without the two thread hand-offs of

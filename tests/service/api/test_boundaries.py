@@ -1,14 +1,14 @@
-"""Every RPC at its boundaries through a real server (benchmarks/service/boundaries.py's table):
-each bound answered at the bound and refused just past it with the documented code, and a
-BatchSearch of every size the limits allow (0, 1, 2, 256) answered OK with one response per
-request, one past the limit (257) refused INVALID_ARGUMENT."""
+"""Every RPC at its boundaries through a real server (benchmarks/service/robustness/boundaries.py's
+table): each bound answered at the bound and refused just past it with the documented code, and a
+BatchSearch of every size the limits allow (0, 1, 2, 256) answered OK with one response per request,
+one past the limit (257) refused INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from benchmarks.service import boundaries
+from benchmarks.service.robustness import boundaries
 from service.api.background import BackgroundServer
 
 

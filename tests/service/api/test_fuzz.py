@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.service import fuzz
-from benchmarks.service.fuzz import run_fuzz
-from benchmarks.service.fuzz_requests import KINDS, Target, draw_requests
+from benchmarks.service.robustness import fuzz
+from benchmarks.service.robustness.fuzz import run_fuzz
+from benchmarks.service.robustness.fuzz_requests import KINDS, Target, draw_requests
 from service.api.background import BackgroundServer
 from service.api.server import ServerConfig
 from service.engine.search import SearchEngine

@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
-from benchmarks.service.fuzz import run_fuzz
 from benchmarks.service.redis_server import RedisServer
+from benchmarks.service.robustness.fuzz import run_fuzz
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher

@@ -1,7 +1,7 @@
 """A seeded fuzz of malformed requests against a live server: how each kind of bad input was
 answered, and whether the server still answers a good query correctly afterwards.
 
-Every request is one of the KINDS of benchmarks/service/fuzz_requests.py (mutated Search,
+Every request is one of the KINDS of benchmarks/service/robustness/fuzz_requests.py (mutated Search,
 BatchSearch, Explain, ListConcepts and GetConcept requests, and raw bytes); raw bytes go
 through a generic `channel.unary_unary` with identity serializers. Requests are drawn from
 `random.Random(seed)` up front (the same seed, the same requests), then sent by `concurrency`
@@ -12,9 +12,9 @@ anything else (INTERNAL, UNKNOWN, UNAVAILABLE, ...) is reported under `unexpecte
 the good query must return the hits it returned before the fuzz, health must say SERVING, and
 — when the fuzz started the server itself — the server process must still be running.
 
-    python -m benchmarks.service.fuzz --requests 10000 --seed 0 --max-seconds 120
-    python -m benchmarks.service.fuzz --target 127.0.0.1:50051     # a server already running
-    python -m benchmarks.service.fuzz --bundles runs/bundles       # serve this bundle and fuzz it
+    python -m benchmarks.service.robustness.fuzz --requests 10000 --seed 0 --max-seconds 120
+    python -m benchmarks.service.robustness.fuzz --target 127.0.0.1:50051  # a running server
+    python -m benchmarks.service.robustness.fuzz --bundles runs/bundles  # serve it, fuzz it
 
 `run_fuzz(target, requests, seed, max_seconds)` is the importable core (the soak script's).
 """
@@ -38,7 +38,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.harness import publish
-from benchmarks.service.fuzz_requests import KINDS, Target, draw_requests
+from benchmarks.service.robustness.fuzz_requests import KINDS, Target, draw_requests
 from service._generated.strata.v1 import search_pb2 as pb
 from service.api.grpc.requests import MAX_MESSAGE_BYTES
 

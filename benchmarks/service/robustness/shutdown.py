@@ -1,16 +1,16 @@
 """Exit time after SIGTERM with the largest allowed request in flight, against `--grace`.
 
-A real `strata serve` process (`--grace G`) over the load benchmark's gallery; once it says it
-is serving, a client sends the most expensive request the limits allow (a BatchSearch of 256
-searches at every limit, with explain: benchmarks/service/heavy.py) and, `--after` seconds
-later, the server gets SIGTERM. Measured: seconds from the signal to the process's exit, and
-how the call ended. The goal: exit within grace + 1 s (the batch is cancelled at the grace,
-between two of its chunks). The server runs with OMP_NUM_THREADS=1 (see load.set_threads), as
-one process and as a pool of two workers (`--workers`: SIGTERM reaches the parent, which stops
-every worker at once; the grace is theirs together).
+A real `strata serve` process (`--grace G`) over the load benchmark's gallery; once it says it is
+serving, a client sends the most expensive request the limits allow (a BatchSearch of 256 searches
+at every limit, with explain: benchmarks/service/robustness/heavy.py) and, `--after` seconds later,
+the server gets SIGTERM. Measured: seconds from the signal to the process's exit, and how the call
+ended. The goal: exit within grace + 1 s (the batch is cancelled at the grace, between two of its
+chunks). The server runs with OMP_NUM_THREADS=1 (see load.set_threads), as one process and as a pool
+of two workers (`--workers`: SIGTERM reaches the parent, which stops every worker at once; the grace
+is theirs together).
 
-    python -m benchmarks.service.shutdown                  # grace 1 s and 4 s, 1 and 2 workers
-    python -m benchmarks.service.shutdown --grace 2 --rows 20000
+    python -m benchmarks.service.robustness.shutdown  # grace 1 s and 4 s, 1 and 2 workers
+    python -m benchmarks.service.robustness.shutdown --grace 2 --rows 20000
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 import grpc
 
 from benchmarks.harness import publish
-from benchmarks.service.heavy import heavy_request
 from benchmarks.service.load import build_gallery
+from benchmarks.service.robustness.heavy import heavy_request
 from indexer.format.bundle import Bundle
 from service.limits import LIMITS
 

@@ -3,17 +3,17 @@ thumbnail and static URLs. Counts sent / 2xx / 4xx / 5xx (5xx must be 0), checks
 outside the image root or the static folder leaked, and that the server still answers the
 good query as before and says SERVING.
 
-The gRPC fuzz's generators (benchmarks/service/fuzz_requests.py) make the body mutations: each
-drawn request that parses as its message is sent in the proto's JSON mapping (its wrong values
-then arrive as JSON), and those that do not (raw, truncated, bit-flipped bytes) as the body
-itself. Beside them, HTTP's own kinds (HTTP_KINDS): malformed JSON, values of the wrong JSON
-type, unknown fields, bodies over the limit (declared or sent), paths that climb out of the
-thumbnail and static routes (`..`, encoded, double-encoded, NUL, backslashes, absolute, very
-long), verbs a route does not take, and bad headers.
+The gRPC fuzz's generators (benchmarks/service/robustness/fuzz_requests.py) make the body mutations:
+each drawn request that parses as its message is sent in the proto's JSON mapping (its wrong values
+then arrive as JSON), and those that do not (raw, truncated, bit-flipped bytes) as the body itself.
+Beside them, HTTP's own kinds (HTTP_KINDS): malformed JSON, values of the wrong JSON type, unknown
+fields, bodies over the limit (declared or sent), paths that climb out of the thumbnail and static
+routes (`..`, encoded, double-encoded, NUL, backslashes, absolute, very long), verbs a route does
+not take, and bad headers.
 
-    python -m benchmarks.service.http_fuzz --requests 5000 --seed 0 --max-seconds 120
-    python -m benchmarks.service.http_fuzz --bundles runs/bundles    # serve this bundle
-    python -m benchmarks.service.http_fuzz --target 127.0.0.1:8080   # a server already running
+    python -m benchmarks.service.robustness.http_fuzz --requests 5000 --seed 0 --max-seconds 120
+    python -m benchmarks.service.robustness.http_fuzz --bundles runs/bundles  # serve this bundle
+    python -m benchmarks.service.robustness.http_fuzz --target 127.0.0.1:8080  # a running server
 
 `run_http_fuzz(target, requests, seed, max_seconds)` is the importable core.
 """
@@ -37,7 +37,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.service.fuzz_requests import WORDS, Target, draw_requests
+from benchmarks.service.robustness.fuzz_requests import WORDS, Target, draw_requests
 from service._generated.strata.v1 import search_pb2 as pb
 from service.limits import MAX_REQUEST_BYTES
 
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run = (args.requests, args.seed, args.max_seconds, args.concurrency)
     if args.target:
         return publish(run_http_fuzz(args.target, *run), args.json)
-    from benchmarks.service.fuzz import start_server
+    from benchmarks.service.robustness.fuzz import start_server
 
     with tempfile.TemporaryDirectory(prefix="strata-http-fuzz-") as folder:
         bundles = args.bundles

@@ -16,7 +16,7 @@ scanning until it is built. Reported, on the one worker the client's connection 
   search), then `--repeats` filtered and unfiltered searches, interleaved: p50 of each and the
   ratio. One client, one connection.
 
-    python -m benchmarks.service.zero_shot_served --cache runs/demo/cache-flickr8k-minilm \\
+    python -m benchmarks.service.filters.zero_shot_served --cache runs/demo/cache-flickr8k-minilm \\
         --cedar runs/demo/cedar-flickr8k --grasp runs/demo/grasp-flickr8k \\
         --work runs/bench/fl-1m --rows 1000000
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.service.filter_latency import word_bundle
+from benchmarks.service.filters.filter_latency import word_bundle
 from benchmarks.service.workers import START_S, Served
 from service.api.grpc.client import StrataClient
 from service.cli.serve_setup import worker_count

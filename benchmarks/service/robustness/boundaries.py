@@ -8,8 +8,8 @@ when its code is the expected one (and an OK BatchSearch holds one response per 
 report lists every case with its code, the BatchSearch size table (size → code)
 and the mismatches.
 
-    python -m benchmarks.service.boundaries                        # a synthetic gallery served
-    python -m benchmarks.service.boundaries --target 127.0.0.1:50051
+    python -m benchmarks.service.robustness.boundaries  # a synthetic gallery served
+    python -m benchmarks.service.robustness.boundaries --target 127.0.0.1:50051
 
 `run_boundaries(target)` is the importable core (tests/service/api/test_boundaries.py runs it).
 """
@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.target:
         return publish(run_boundaries(args.target), args.json)
-    from benchmarks.service.fuzz import start_server
     from benchmarks.service.load import build_gallery
+    from benchmarks.service.robustness.fuzz import start_server
 
     with tempfile.TemporaryDirectory(prefix="strata-boundaries-") as folder:
         process, target, _ = start_server(build_gallery(Path(folder), args.rows, 384))

@@ -29,10 +29,11 @@ query by query, unfiltered against `require` the phrase, warm: the p50 ratio (wi
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
 noise: benchmarks.indexer.synthetic.write_tiled_cache), so the postings keep their real density.
 
-    python -m benchmarks.service.filter_latency
-    python -m benchmarks.service.filter_latency --cache runs/flickr-minilm --cedar runs/cedar-flickr
-    python -m benchmarks.service.filter_latency --rows 1000000 --queries 100
-    python -m benchmarks.service.filter_latency --phrases giraffe,"fire hydrant",sink
+    python -m benchmarks.service.filters.filter_latency
+    python -m benchmarks.service.filters.filter_latency --cache runs/flickr-minilm \
+        --cedar runs/cedar-flickr
+    python -m benchmarks.service.filters.filter_latency --rows 1000000 --queries 100
+    python -m benchmarks.service.filters.filter_latency --phrases giraffe,"fire hydrant",sink
 """
 
 from __future__ import annotations

@@ -12,14 +12,15 @@ that completed in it and the ones that failed:
   redis_outage   redis-server killed, held down `--outage-seconds`, restarted; the query cache
                  must go disconnected → connected and its Redis hits resume, and a version
                  published after the restart must still be swapped in;
-  fuzz           benchmarks/service/fuzz.py's `run_fuzz(target, requests, seed, max_seconds)`
-                 against the same server (skipped when that module is absent);
+  fuzz           benchmarks/service/robustness/fuzz.py's
+                 `run_fuzz(target, requests, seed, max_seconds)` against the same server
+                 (skipped when that module is absent);
 
 then the server must still answer correctly: a vector query's hits equal a fresh in-process
 search of the served version, and GetIndexInfo names that version.
 
-    python -m benchmarks.service.soak                   # 5,000 rows, 4 clients, 10,000 fuzzed
-    python -m benchmarks.service.soak --swaps 20 --threads 8 --json runs/bench/soak.json
+    python -m benchmarks.service.robustness.soak  # 5,000 rows, 4 clients, 10,000 fuzzed
+    python -m benchmarks.service.robustness.soak --swaps 20 --threads 8 --json runs/bench/soak.json
 
 Exits 1 when any request failed or a check did not hold.
 """
@@ -174,9 +175,9 @@ def publish_delete(bundles: Path, row_id: str, redis_url: str) -> str:
 
 def fuzz_phase(target: str, requests: int, seconds: float) -> dict[str, Any]:
     try:
-        from benchmarks.service.fuzz import run_fuzz  # type: ignore[import-not-found]
+        from benchmarks.service.robustness.fuzz import run_fuzz  # type: ignore[import-not-found]
     except ImportError as exc:
-        return {"skipped": f"benchmarks.service.fuzz not available ({exc})"}
+        return {"skipped": f"benchmarks.service.robustness.fuzz not available ({exc})"}
     names = list(inspect.signature(run_fuzz).parameters)
     values = {"target": target, "requests": requests, "seed": 0, "max_seconds": seconds}
     try:

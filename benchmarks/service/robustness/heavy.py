@@ -15,8 +15,8 @@ The slowest is the most expensive; then it runs back to back in one coroutine wh
 sends small queries ("a dog" and the like, AUTO, top_k 10) one after the other, for
 `--small` queries; their p99 is compared with the idle p99 of the same small queries.
 
-    python -m benchmarks.service.heavy
-    python -m benchmarks.service.heavy --rows 20000 --small 100
+    python -m benchmarks.service.robustness.heavy
+    python -m benchmarks.service.robustness.heavy --rows 20000 --small 100
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Ten concept-filtered searches, as a user sees them, each hit judged.
 
-On the bundle of `benchmarks.service.filter_latency` (Flickr8k's captions, a CEDAR artifact with
-a vocabulary readout), one text query per word, `require` the word, top 5. Each hit is judged as
-the filter benchmark judges rows (training.cedar.naming.word_relevance): relevant when at least
-2 *other* captions of its image use the word, so the hit's own caption does not count.
+On the bundle of `benchmarks.service.filters.filter_latency` (Flickr8k's captions, a CEDAR artifact
+with a vocabulary readout), one text query per word, `require` the word, top 5. Each hit is judged
+as the filter benchmark judges rows (training.cedar.naming.word_relevance): relevant when at least 2
+*other* captions of its image use the word, so the hit's own caption does not count.
 
-    python -m benchmarks.service.filter_examples
+    python -m benchmarks.service.filters.filter_examples
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.service.filter_latency import word_bundle
+from benchmarks.service.filters.filter_latency import word_bundle
 from indexer.format.bundle import Bundle
 from service.engine.search import SearchEngine
 from service.results import SearchQuery

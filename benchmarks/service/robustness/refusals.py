@@ -9,7 +9,7 @@ line in a subprocess; hot swap and Reload go to one live server (in this process
 intact v000001, following a Redis of its own key prefix), which must still serve v000001 after
 every refusal. Needs Redis (STRATA_REDIS_URL, default redis://127.0.0.1:6379/0).
 
-    python -m benchmarks.service.refusals
+    python -m benchmarks.service.robustness.refusals
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ rows of the cache drawn with `--seed`, sent as vectors through `SearchEngine.sea
    images tie exactly, which FAISS may order either way — the same scores); the query whose
    ungrouped top 5 held the fewest images, shown in full; with `--text`, one text query too.
 
-    python -m benchmarks.service.metadata_search
-    python -m benchmarks.service.metadata_search --queries 200 --text "a dog runs on the beach"
+    python -m benchmarks.service.filters.metadata_search
+    python -m benchmarks.service.filters.metadata_search --queries 200 \
+        --text "a dog runs on the beach"
 """
 
 from __future__ import annotations

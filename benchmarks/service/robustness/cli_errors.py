@@ -1,7 +1,7 @@
 """The bad-input table of the `strata` command: every input a user can get wrong, its message
 and its exit code, each run as a real `strata` subprocess.
 
-    python -m benchmarks.service.cli_errors [--json runs/bench/cli_errors.json]
+    python -m benchmarks.service.robustness.cli_errors [--json runs/bench/cli_errors.json]
 
 Prints a Markdown table and writes it as JSON. A small synthetic bundle is built in a temporary
 folder (one copy missing its first vector file, one with it truncated); a busy port is a socket of

@@ -27,7 +27,7 @@ The bundle: `--bundles DIR`, or built here from `--cache` and `--cedar` into `--
 searched by does not depend on the rotation, and the identity keeps it the plain cosine.
 
     strata train cedar --cache runs/flickr-minilm --out runs/cedar-flickr --epochs 10
-    python -m benchmarks.service.descriptions --cache runs/flickr-minilm \\
+    python -m benchmarks.service.filters.descriptions --cache runs/flickr-minilm \\
         --cedar runs/cedar-flickr --work runs/bench/descriptions
 """
 
