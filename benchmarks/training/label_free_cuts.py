@@ -25,13 +25,17 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
   readout teaches the cut, no label is read;
 - `z from learnt, null q`: that cut, raised where the word's own scores need it to keep the
   rows its null (a normal fitted to their bulk) accounts for to about q of those kept
-  (training.cedar.gallery_cuts.zero_shot_cuts): the rule served, q picked here among FDR_GRID;
+  (training.cedar.gallery_cuts.zero_shot_cuts), q among FDR_GRID: the rule served before
+  hubness was corrected for;
 - `null q alone`: the null's cut with no first cut under it;
-- `hubness-corrected …`: the served rule on s minus the mean of the row's HUB_WORDS best
-  scores over every word of the readout (cross-domain similarity local scaling, Conneau et al.
-  2018: a row near many words' directions, a generic caption, no longer passes every cut);
-- `… null q 0.1, spread below the median`: the served rule with the null's spread read as the
-  root mean square of the scores below their median (`lower_half_null`), not from their
+- `hubness-corrected …`: the same rule on s minus the row's hub value, the mean of its
+  HUB_WORDS best scores over the readout's HUB_VOCABULARY words most often active in training
+  (`--hub-words`; training.cedar.gallery_cuts.hub_scores, hub_words;
+  cross-domain similarity local scaling, Conneau et al. 2018: a row near many words'
+  directions, a generic caption, no longer passes every cut): the rule served, at q NULL_FDR,
+  picked here among HUB_FDR_GRID;
+- `… null q 0.1, spread below the median`: the uncorrected rule with the null's spread read as
+  the root mean square of the scores below their median (`lower_half_null`), not from their
   median absolute deviation (training.cedar.gallery_cuts.empirical_null);
 - `τ`: the training corpus's absolute cosine cut.
 
@@ -57,8 +61,11 @@ from training.cedar.concepts import ConceptCoder
 from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.gallery_cuts import (
+    HUB_VOCABULARY,
     NULL_FDR,
     agreeing_z,
+    hub_scores,
+    hub_words,
     raised_cuts,
     zero_shot_cuts,
 )
@@ -67,15 +74,16 @@ from training.cedar.readout import margins, readout_input, teacher_words, text_d
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 
-FDR_GRID = (0.05, 0.1, 0.2)
-HUB_WORDS = 10  # a row's best scores over the readout's words that measure its hubness
+FDR_GRID = (0.05, 0.1, 0.2)  # q of the rules uncorrected for hubness
+UNCORRECTED_FDR = 0.1  # their q as served before the correction (the best of FDR_GRID on dev)
+HUB_FDR_GRID = (0.01, 0.02, 0.05, 0.1)  # q of the hubness-corrected rule, NULL_FDR among them
 
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
     """[W, N]: each learnt word's filter m ≥ 0, raised as a zero-shot cut is to its margins'
     null (training.cedar.gallery_cuts.raised_cuts)."""
     m = np.asarray(margin)
-    return (m >= raised_cuts(m, np.zeros(m.shape[1]))).T
+    return (m >= raised_cuts(m, np.zeros(m.shape[1]), UNCORRECTED_FDR)).T
 
 
 def lower_half_null(scores: np.ndarray) -> tuple[float, float]:
@@ -120,6 +128,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         choices=("training", "gallery"),
         help="b: the CEDAR training mean, or the gallery rows' own mean (label-free)",
     )
+    parser.add_argument(
+        "--hub-words",
+        type=int,
+        default=HUB_VOCABULARY,
+        help="read a row's hub value over the readout's N words most often active in training "
+        "(default: as served)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench/label-free-cuts.json"))
     args = parser.parse_args(argv)
 
@@ -161,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "trained": (g_margin >= 0).T,
         "prior shift": (g_margin + shift >= 0).T,
         "standardised": (g_logit >= g_logit.mean(0) + z_word * g_logit.std(0)).T,
-        f"null q {NULL_FDR}": null_raised(g_margin),
+        f"null q {UNCORRECTED_FDR}": null_raised(g_margin),
     }
 
     # every judged word's cosine with its text direction
@@ -190,26 +205,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"z from learnt ({z_learnt:.2f})": (s >= mu + z_learnt * sigma).T,
         f"τ ({tau:.2f})": (s >= tau).T,
     }
-    alone = raised_cuts(s, np.full(s.shape[1], -np.inf))  # the null with no first cut
-    zero_rules[f"null q {NULL_FDR} alone"] = (s >= alone).T
-    for fdr in FDR_GRID:  # the default (service/engine/open_vocabulary.py) picked among these
+    alone = raised_cuts(s, np.full(s.shape[1], -np.inf), UNCORRECTED_FDR)  # no first cut
+    zero_rules[f"null q {UNCORRECTED_FDR} alone"] = (s >= alone).T
+    for fdr in FDR_GRID:
         cuts = zero_shot_cuts(s, z_learnt, fdr)
         zero_rules[f"z from learnt ({z_learnt:.2f}), null q {fdr}"] = (s >= cuts).T
     first = mu + z_learnt * sigma
-    lower = raised_cuts(s, first, NULL_FDR, null=lower_half_null)
-    zero_rules[f"z from learnt ({z_learnt:.2f}), null q {NULL_FDR}, spread below the median"] = (
-        s >= lower
-    ).T
+    lower = raised_cuts(s, first, UNCORRECTED_FDR, null=lower_half_null)
+    lower_name = f"z from learnt ({z_learnt:.2f}), null q {UNCORRECTED_FDR}, spread below median"
+    zero_rules[lower_name] = (s >= lower).T
     # hubness: a row near many words' directions scores high for all of them; corrected as
     # CSLS does, by the mean of the row's HUB_WORDS best scores over the readout's words
-    every_word = text_directions(embed_words(list(readout.words), g.encoder), cedar.mean)
-    hub = np.sort(features @ every_word.T, axis=1)[:, -HUB_WORDS:].mean(axis=1)
-    corrected = s - hub[:, None]
-    for fdr in (0.02, *FDR_GRID[:2]):
-        cuts = zero_shot_cuts(corrected, z_learnt, fdr)
-        zero_rules[f"hubness-corrected, z from learnt ({z_learnt:.2f}), null q {fdr}"] = (
-            corrected >= cuts
-        ).T
+    if vocabulary := hub_words(readout.words, readout.frequency, args.hub_words):
+        every_word = text_directions(embed_words(vocabulary, g.encoder), cedar.mean)
+        corrected = s - hub_scores(features, every_word)[:, None]
+        for fdr in HUB_FDR_GRID:
+            cuts = zero_shot_cuts(corrected, z_learnt, fdr)
+            served = " (served)" if fdr == NULL_FDR else ""
+            name = f"hubness-corrected, z from learnt ({z_learnt:.2f}), null q {fdr}{served}"
+            zero_rules[name] = (corrected >= cuts).T
     result: dict[str, Any] = {
         "gallery": str(args.gallery),
         "split": args.split,

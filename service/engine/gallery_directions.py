@@ -17,14 +17,20 @@ Moments. s is linear in x̃, so its mean and spread over the gallery are μ_s = 
 σ_s² = t̃ᵀ C t̃ − μ_s², with x̄ and C = mean(x̃ x̃ᵀ) (`GalleryMoments`): D² operations per
 direction once they are measured.
 
+Hubness. The open vocabulary cuts s − h_i, h_i the row's hub value (the mean of its best
+scores over the readout's words: training.cedar.gallery_cuts.hub_scores), the inner product of
+[x̃_i, h_i] with [t̃, −1] (`with_hubs`, `corrected_direction`): the moments and the sketch hold
+those augmented rows, so both read the corrected score as they read s.
+
 Sketch. The rows past a high cut on s lie where x̃ points along t̃. A phrase's direction keeps
 little of its weight in the shortest GraSP-VL prefix, so the shortlist codes rank its rows
 poorly; a few principal directions miss the rare phrases, whose rows lie in the spectrum's
 tail; and a coarse partition of x̃ puts rows just past the cut in lists far down a direction's
-order. So x̃ itself is sketched at full length: product quantization, one 4-bit code per SKETCH_WIDTH
-coordinates (D/8 bytes a row), scanned by FAISS's fast-scan kernels (`sketch_index`), which
-rank every row by ⟨x̃_i, t̃⟩ approximately in a few milliseconds per million rows; the
-approximate best rows are then scored exactly (service/engine/open_vocabulary.py).
+order. So [x̃, h] itself is sketched at full length: product quantization, one 4-bit code per
+SKETCH_WIDTH coordinates (the rows padded with zeros to a multiple of SKETCH_WIDTH: about D/8
+bytes a row), scanned by FAISS's fast-scan kernels (`sketch_index`), which rank every row by
+its corrected score approximately in a few milliseconds per million rows; the approximate best
+rows are then scored exactly (service/engine/open_vocabulary.py).
 """
 
 from __future__ import annotations
@@ -160,18 +166,44 @@ def row_products(storage: Any, rows: np.ndarray, queries: np.ndarray) -> np.ndar
     return stored_rows(storage, rows) @ q.T
 
 
+def with_hubs(features: np.ndarray, hubs: np.ndarray) -> np.ndarray:
+    """Rows [x̃, h] [n, D + 1] of rows x̃ [n, D] and their hub values h [n], float32: a
+    direction's hubness-corrected score s − h is their inner product with [t̃, −1]
+    (`corrected_direction`)."""
+    return np.hstack([np.asarray(features, np.float32), np.asarray(hubs, np.float32)[:, None]])
+
+
+def corrected_direction(direction: np.ndarray) -> np.ndarray:
+    """[t̃, −1] of a unit direction t̃ [D], float64 [D + 1] (`with_hubs`)."""
+    return np.append(np.asarray(direction, dtype=np.float64), -1.0)
+
+
+def sketch_width(dim: int) -> int:
+    """The sketch's width for rows of `dim` coordinates: the next multiple of SKETCH_WIDTH (the
+    rows and queries padded with zeros, `sketch_padded`)."""
+    return -(-dim // SKETCH_WIDTH) * SKETCH_WIDTH
+
+
+def sketch_padded(rows: np.ndarray) -> np.ndarray:
+    """Rows [n, d] padded with zero coordinates to `sketch_width(d)`, float32, contiguous."""
+    values = np.asarray(rows, dtype=np.float32)
+    extra = sketch_width(values.shape[1]) - values.shape[1]
+    return np.ascontiguousarray(np.pad(values, ((0, 0), (0, extra))) if extra else values)
+
+
 def sketch_index(dim: int) -> faiss.Index:
-    """An empty sketch of D-dimensional unit rows for inner products (module doc)."""
+    """An empty sketch of `dim`-dimensional rows (a multiple of SKETCH_WIDTH) for inner
+    products (module doc)."""
     index = faiss.IndexPQFastScan(dim, max(1, dim // SKETCH_WIDTH), 4, faiss.METRIC_INNER_PRODUCT)
     index.pq.cp.min_points_per_centroid = 1  # a small sample trains it too, without FAISS's warning
     return index
 
 
 def sketched(sample: np.ndarray, blocks: Iterator[np.ndarray]) -> faiss.Index:
-    """The sketch trained on `sample` [n, D] (x̃ of sampled rows), then holding every row's x̃
-    from `blocks`, in row order."""
-    index = sketch_index(sample.shape[1])
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    """The sketch trained on `sample` [n, d] (sampled rows), then holding every row from
+    `blocks`, in row order; rows and the queries it is searched with are `sketch_padded`."""
+    index = sketch_index(sketch_width(sample.shape[1]))
+    index.train(sketch_padded(sample))
     for block in blocks:
-        index.add(np.ascontiguousarray(block, dtype=np.float32))
+        index.add(sketch_padded(block))
     return index

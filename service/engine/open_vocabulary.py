@@ -7,11 +7,16 @@ readout's own map (training.cedar.readout), made on its first use:
     t̃   = (t − b) / ‖t − b‖                t the phrase's text embedding (the engine's encoder),
                                               b the CEDAR mean
     s_i = ⟨x̃_i, t̃⟩                          x̃_i = (x_i − b) / ‖x_i − b‖, every gallery row
-    active where s_i ≥ μ_s + z · σ_s          μ_s, σ_s: the phrase's scores' mean and spread on
-                                              this gallery
-    and s_i ≥ c_null                          the null's cut (below)
+    c_i = s_i − h_i                           h_i the row's hub value (below)
+    active where c_i ≥ μ_c + z · σ_c          μ_c, σ_c: the phrase's corrected scores' mean and
+                                              spread on this gallery
+    and c_i ≥ c_null                          the null's cut (below)
 
-so the cut is calibrated without labels. μ_s and σ_s come from the gallery's moments of x̃
+so the cut is calibrated without labels. A generic row (a caption near many words' directions)
+scores high for every phrase; its hub value h_i, the mean of its HUB_WORDS best scores over the
+readout's words (training.cedar.gallery_cuts.hub_scores, as cross-domain similarity local
+scaling corrects nearest neighbours), is taken off every phrase's score, so such a row passes
+only the phrases it stands out for. μ_c and σ_c come from the gallery's moments of [x̃, h]
 (service/engine/gallery_directions.py), measured once per bundle on its rows (a seeded sample
 of SAMPLE_ROWS above that many): a phrase's cut then costs D² operations, not a pass over the
 gallery. z is one number per gallery, taught by the readout's learnt words on the same rows:
@@ -32,18 +37,18 @@ each phrase's cut is also held to its own scores: their bulk, fitted as a normal
 on the median, its spread the median absolute deviation's, measured on the moments' kept
 sample), must account for at most NULL_FDR of the rows kept: Benjamini–Hochberg's step-up
 against that null (training.cedar.gallery_cuts.null_cut, NULL_FDR), c_null the lowest score
-past μ_s + z·σ_s where it holds. The null only raises a cut. Picked on the dev splits by
+past μ_c + z·σ_c where it holds. The null only raises a cut. Picked on the dev splits by
 benchmarks/training/label_free_cuts.py, it leaves the filters where the learnt words hold
 (Flickr8k in-corpus, Flickr8k → the compositional corpus) as they were, and triples the
 zero-shot words' precision where they do not (the compositional corpus → Flickr8k).
 
 Which rows pass the cut, each row's s read back from the bundle's full-length stored rows
-(gallery_directions.py):
+(gallery_directions.py) and its h kept in memory (4 bytes a row):
 
-- **scan** (a gallery of at most SCAN_ROWS rows): every row's s, exactly;
-- **search** (a larger gallery, once its sketch is built): every row's x̃ is held in a sketch
-  (product-quantized, D/8 bytes a row, its codebooks trained on the moments' kept sample:
-  gallery_directions.py) that ranks all rows by an estimate of s in a few milliseconds.
+- **scan** (a gallery of at most SCAN_ROWS rows): every row's c, exactly;
+- **search** (a larger gallery, once its sketch is built): every row's [x̃, h] is held in a
+  sketch (product-quantized, about D/8 bytes a row, its codebooks trained on the moments' kept
+  sample: gallery_directions.py) that ranks all rows by an estimate of c in a few milliseconds.
   The sketch is asked for its best SEARCH_WIDTH rows (more when the moments' kept sample
   expects more past the cut), which are then scored exactly in the sketch's
   order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of the rows scored holds none
@@ -53,9 +58,11 @@ Which rows pass the cut, each row's s read back from the bundle's full-length st
   sample expects on more than 1/SEARCH_SHARE of the gallery, or whose search would score as
   many, is scanned.
 
-The once-per-bundle part runs when a phrase first needs it: the moments and z at the first
-phrase (one pass over the sampled rows), and on a gallery past SCAN_ROWS the sketch on a
-background thread that the first phrase starts (a pass over every row, D/8 bytes a row kept):
+The once-per-bundle part runs when a phrase first needs it: at the first phrase the readout's
+words embedded, the moments and z (one pass over the sampled rows) and every row's hub value
+(a pass over every row, each scored against the hub words: HUB_WORDS best of them kept), and
+on a gallery past SCAN_ROWS the sketch on a background thread that the first phrase starts (a
+pass over every row, about D/8 bytes a row kept):
 phrases scan until it is built, then search. Nothing is spent on a gallery no phrase is asked
 of. A phrase's allowed rows are kept (the last KEPT phrases): a later filter on the phrase
 costs one look-up, as a catalog concept's postings do.
@@ -82,6 +89,7 @@ from service.engine.exact_scan import stored_rows
 from service.engine.gallery_directions import (
     GalleryMoments,
     centred_rows,
+    corrected_direction,
     decoded_blocks,
     direction_scores,
     gallery_moments,
@@ -89,10 +97,19 @@ from service.engine.gallery_directions import (
     recovered_norms,
     row_products,
     sampled_rows,
+    sketch_padded,
     sketched,
+    with_hubs,
 )
 from service.errors import QueryError
-from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, empirical_null, null_cut
+from training.cedar.gallery_cuts import (
+    agreeing_z,
+    cut_in_standard_units,
+    empirical_null,
+    hub_scores,
+    hub_words,
+    null_cut,
+)
 from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
 
 log = logging.getLogger(__name__)
@@ -131,10 +148,12 @@ class ZeroShotConcept:
 
 @dataclass(frozen=True)
 class GalleryState:
-    """What every phrase on one bundle reads (module doc): the moments of x̃ and z."""
+    """What every phrase on one bundle reads (module doc): the moments of [x̃, h], z, and
+    every row's hub value h."""
 
     moments: GalleryMoments
     z: float
+    hubs: np.ndarray  # float32 [N]
 
 
 class OpenVocabulary:
@@ -190,20 +209,21 @@ class OpenVocabulary:
         scan; then the cut raised where the null asks (module doc)."""
         direction = self.directions(self.embed([phrase]))[0]
         state = self.prepare()
-        first = state.moments.cut(direction, state.z)
-        null = empirical_null(state.moments.sizing @ direction.astype(np.float32))
+        corrected = corrected_direction(direction)
+        first = state.moments.cut(corrected, state.z)
+        null = empirical_null(state.moments.sizing @ corrected.astype(np.float32))
         found = "scan"
         rows: np.ndarray | None = None
         if self.searches:
             self.sketch_in_background()
             limit = self.bundle.rows // SEARCH_SHARE
-            expected = state.moments.expected(direction, first)
+            expected = state.moments.expected(corrected, first)
             if self._sketch is not None and expected <= limit:
                 searched = self.searched(self._sketch, direction, first, expected, limit)
                 if searched is not None:
                     (rows, scores), found = searched, "search"
         if rows is None:
-            every = self.scores(direction)
+            every = self.corrected_scores(direction)
             rows = np.flatnonzero(every >= first).astype(np.int64)
             scores = every[rows]
         cut = null_cut(scores, self.bundle.rows, null)
@@ -213,11 +233,11 @@ class OpenVocabulary:
     def searched(
         self, sketch: Any, direction: np.ndarray, cut: float, expected: float, limit: int
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The rows past the cut among the sketch's best candidates for the direction, scored
-        exactly in the sketch's order, SEARCH_MIN at a time, until the last 1/SEARCH_SLACK of
-        those scored holds none (module doc): ascending, and their scores. None past `limit`
-        candidates."""
-        query = np.asarray(direction, dtype=np.float32)[None, :]
+        """The rows past the cut (on the corrected score) among the sketch's best candidates for
+        the direction, scored exactly in the sketch's order, SEARCH_MIN at a time, until the
+        last 1/SEARCH_SLACK of those scored holds none (module doc): ascending, and their
+        corrected scores. None past `limit` candidates."""
+        query = sketch_padded(corrected_direction(direction)[None, :])
         wanted = min(self.bundle.rows, max(SEARCH_WIDTH, int(SEARCH_SLACK**2 * expected)))
         while wanted <= limit:
             _, found = sketch.search(query, wanted)
@@ -225,7 +245,7 @@ class OpenVocabulary:
             passing, passing_scores, deepest = [], [], -1
             for start in range(0, len(candidates), SEARCH_MIN):
                 block = candidates[start : start + SEARCH_MIN]
-                scores = self.scores(direction, block)
+                scores = self.corrected_scores(direction, block)
                 hits = np.flatnonzero(scores >= cut)
                 passing.append(block[hits])
                 passing_scores.append(scores[hits])
@@ -265,6 +285,11 @@ class OpenVocabulary:
         )
         return direction_scores(products[:, 0], float((m - b) @ t), n, distance)
 
+    def corrected_scores(self, direction: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """s_i − h_i of one t̃ [D] (`scores` less each row's hub value): what a cut reads."""
+        hubs = self.prepare().hubs
+        return self.scores(direction, rows) - (hubs if rows is None else hubs[rows])
+
     @cached_property
     def storage(self) -> Any:  # a FAISS index, or the shared store's StoreIndex
         storage = exact_storage(self.bundle.index(self.bundle.dim))
@@ -298,7 +323,8 @@ class OpenVocabulary:
             with self._building:
                 if self._sketch is None:
                     started = time.perf_counter()
-                    self._sketch = sketched(self.prepare().moments.sizing, self.centred())
+                    state = self.prepare()
+                    self._sketch = sketched(state.moments.sizing, self.augmented(state.hubs))
                     log.info(
                         "open vocabulary: the sketch of %d rows built in %.1f s",
                         self.bundle.rows,
@@ -339,21 +365,37 @@ class OpenVocabulary:
             words = self.directions(self.embed([readout.words[w] for w in teachers]))
         else:
             words = np.asarray(readout.weight[fallback], dtype=np.float64)
-        blocks, scores = [], []
+        hub_directions = np.zeros((0, self.bundle.dim))  # too few words to read hubness from
+        if vocabulary := hub_words(readout.words, readout.frequency):
+            hub_directions = self.directions(self.embed(vocabulary))
+        blocks, hubs, scores = [], [], []
         for start in range(0, len(rows), SAMPLE_BLOCK):
             taken = rows[start : start + SAMPLE_BLOCK]
             stored = stored_rows(self.storage, taken)
-            blocks.append(centred_rows(stored, grasp.rotation, grasp.mean, b))
-            scores.append(blocks[-1] @ words.T.astype(np.float32))
+            centred = centred_rows(stored, grasp.rotation, grasp.mean, b)
+            hubs.append(hub_scores(centred, hub_directions))
+            blocks.append(with_hubs(centred, hubs[-1]))
+            scores.append(centred @ words.T.astype(np.float32))
         moments = gallery_moments(blocks, self.bundle.rows)
         z = self.pick_z(readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
-        return GalleryState(moments, z)
+        if len(rows) == self.bundle.rows:  # every row was sampled, in order
+            every_hub = np.concatenate(hubs)
+        else:
+            every_hub = np.concatenate([hub_scores(x, hub_directions) for x in self.centred()])
+        return GalleryState(moments, z, every_hub)
 
     def centred(self) -> Iterator[np.ndarray]:
         """Every row's x̃, block by block in row order: one pass over the stored rows."""
         grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
         for _, stored in decoded_blocks(self.storage):
             yield centred_rows(stored, grasp.rotation, grasp.mean, b)
+
+    def augmented(self, hubs: np.ndarray) -> Iterator[np.ndarray]:
+        """Every row's [x̃, h] (gallery_directions.with_hubs), block by block in row order."""
+        start = 0
+        for centred in self.centred():
+            yield with_hubs(centred, hubs[start : start + len(centred)])
+            start += len(centred)
 
     def teachers(self, readout: VocabularyReadout) -> np.ndarray:
         first = self.bundle.coder.axis_concepts

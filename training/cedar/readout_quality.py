@@ -24,7 +24,14 @@ import numpy as np
 
 from training.cedar.data import SplitRows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
-from training.cedar.gallery_cuts import NULL_FDR, agreeing_z, cut_in_standard_units, zero_shot_cuts
+from training.cedar.gallery_cuts import (
+    NULL_FDR,
+    agreeing_z,
+    cut_in_standard_units,
+    hub_scores,
+    hub_words,
+    zero_shot_cuts,
+)
 from training.cedar.readout import (
     ReadoutConfig,
     VocabularyReadout,
@@ -186,8 +193,9 @@ def served_quality(
 ) -> dict[str, dict[str, Any]]:
     """The concept filter as the service runs it on rows x (no gallery labels): a word the
     readout learnt reads its learnt row, any other word (the readout's zero-shot words too) its
-    text direction t̃ (`directions` [W, D]) at μ + z·σ of its own scores on these rows, z
-    taught there by the learnt words (service/engine/open_vocabulary.py); every word, then the
+    text direction t̃ (`directions` [W, D]), its scores less each row's hub value (over the
+    readout's words), cut at μ + z·σ of them on these rows and raised to their null, z taught
+    there by the learnt words (service/engine/open_vocabulary.py); every word, then the
     readout's learnt words and the others apart, with P@10 where `ranking` (the rows in a
     neutral query's order) is given. Beside it, every word at μ + z·σ, and z itself."""
     scores, _ = word_margins(readout, cedar, x, words)
@@ -195,18 +203,21 @@ def served_quality(
     learnt = np.array([w in index and not readout.is_zero_shot(index[w]) for w in words])
     features = unit_rows(np.asarray(x, dtype=np.float32) - cedar.mean)
     z = served_z(readout, cedar, x, embed)
-    open_scores = features @ np.asarray(directions, dtype=np.float32).T  # [N, W]
+    hubs = np.zeros(len(features), dtype=np.float32)  # too few words to read hubness from
+    if vocabulary := hub_words(readout.words, readout.frequency):
+        hubs = hub_scores(features, text_directions(embed(vocabulary), cedar.mean))
+    open_scores = features @ np.asarray(directions, dtype=np.float32).T - hubs[:, None]  # [N, W]
     standardised = (open_scores >= zero_shot_cuts(open_scores, z)).T
     allowed = np.where(learnt[:, None], scores >= 0, standardised)
     everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
-    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ, null q {NULL_FDR}"
+    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ less hubness, null q {NULL_FDR}"
     out = {label: filter_quality(allowed, everything, wanted, classes, ranking)}
     for part, mask in (("learnt words", learnt), ("other words (zero-shot)", ~learnt)):
         if mask.any():
             out[f"{label}: {part}"] = filter_quality(
                 allowed[mask], everything[mask], wanted[mask], labels[mask], ranking
             )
-    out[f"every word zero-shot at μ + {z:.2f}σ, null q {NULL_FDR}"] = filter_quality(
+    out[f"every word zero-shot at μ + {z:.2f}σ less hubness, null q {NULL_FDR}"] = filter_quality(
         standardised, everything, wanted, classes
     )
     return out

@@ -20,7 +20,8 @@ recall@10 against an exact search of the same rows at the queries' prefix (every
 scored), the unfiltered arm's included for reference.
 `--phrases` (comma list) times words and phrases the catalog lacks, as zero-shot concepts
 (service/engine/open_vocabulary.py; the engine then loads the cache's encoder): the bundle's
-one-off state, timed apart (`prepare`: the moments and z; `sketch`: past 131,072 rows, the
+one-off state, timed apart (`prepare`: the readout's words embedded, the moments, z and every
+row's hub value; `sketch`: past 131,072 rows, the
 sketch, which the first phrase starts on a background thread when served), each phrase's
 first use (embedded, its cut, its rows by a scan or the sketch's search, kept), whether a
 scan or a search found them and the search's recall against a scan at the same cut, and then,
@@ -154,7 +155,7 @@ def phrase_latency(
         raise InputError("no open vocabulary: the bundle's CEDAR artifact has no readout")
     started = time.perf_counter()
     vocabulary.prepare()
-    out: dict = {"moments_and_z_ms": round((time.perf_counter() - started) * 1e3, 1)}
+    out: dict = {"moments_z_and_hubs_ms": round((time.perf_counter() - started) * 1e3, 1)}
     started = time.perf_counter()
     vocabulary.sketch()
     out["sketch_ms"] = round((time.perf_counter() - started) * 1e3, 1)
@@ -165,7 +166,7 @@ def phrase_latency(
         started = time.perf_counter()
         direction = vocabulary.directions(vocabulary.embed([phrase]))[0]
         embed = (time.perf_counter() - started) * 1e3  # the encoder's share, timed again
-        scanned = np.flatnonzero(vocabulary.scores(direction) >= made.cut)
+        scanned = np.flatnonzero(vocabulary.corrected_scores(direction) >= made.cut)
         found = made.rows.materialise()
         times: dict[str, list[float]] = {"unfiltered": [], "require": []}
         for row in rows:

@@ -23,10 +23,12 @@ from service.engine import open_vocabulary
 from service.engine.filtering import open_phrase
 from service.engine.gallery_directions import (
     centred_rows,
+    corrected_direction,
     direction_scores,
     gallery_moments,
     recovered_norms,
     sampled_rows,
+    sketch_padded,
 )
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.engine.search import SearchEngine
@@ -73,12 +75,29 @@ def taught_premise(engine: SearchEngine, word_bundle: Path) -> float:
     return best
 
 
+def hub_values(engine: SearchEngine, word_bundle: Path) -> np.ndarray:
+    """Each row's hub value: the mean of its 10 best ⟨x̃, t̃_w⟩ over the readout's words; 0
+    with fewer than 10 words."""
+    x = load_split_rows(word_bundle.parent / "cache").embeddings
+    b = engine.coder.artifact.mean
+    assert engine.coder.readout is not None
+    if len(engine.coder.readout.words) < 10:
+        return np.zeros(len(x))
+    t = engine.encoder.encode_text(list(engine.coder.readout.words))
+    every = unit_rows(x - b) @ unit_rows(t - b).T
+    return np.sort(every, axis=1)[:, -10:].mean(axis=1)
+
+
 def expected_rows(engine: SearchEngine, word_bundle: Path, phrase: str) -> set[int]:
-    """The premise: s ≥ μ + z·σ at the z BEACON teaches, then the lowest such s at which the
-    rows at or past it are at least 1/q times those a normal null expects there, the null
-    centred on the median of s, its spread 1.4826 times the median absolute deviation."""
-    scores = cache_scores(engine, word_bundle, phrase)
-    z = taught_premise(engine, word_bundle)
+    """The premise, on c = s less the row's hub value, at the z BEACON teaches (on s)."""
+    scores = cache_scores(engine, word_bundle, phrase) - hub_values(engine, word_bundle)
+    return null_premise(scores, taught_premise(engine, word_bundle))
+
+
+def null_premise(scores: np.ndarray, z: float) -> set[int]:
+    """c ≥ μ + z·σ of the scores c, then the lowest such c at which the rows at or past it are
+    at least 1/q times those a normal null expects there, the null centred on the median of
+    c, its spread 1.4826 times the median absolute deviation."""
     past = np.flatnonzero(scores >= scores.mean() + z * scores.std())
     centre = np.median(scores)
     spread = stats.median_abs_deviation(scores, scale="normal")
@@ -177,6 +196,45 @@ def test_a_word_the_catalog_lacks_is_filtered_on_as_a_zero_shot_concept(
     assert result.warnings and "zero-shot" in result.warnings[0]
 
 
+HUB_WORDS = ["dog", "car", "tree", "house", "music", "water", "food", "city", "beach", "sky"]
+HUB_WORDS += ["book", "phone"]
+
+
+def test_a_phrase_is_cut_on_its_scores_less_each_rows_hubness(word_bundle: Path, minilm):
+    """With a readout of 12 words (none taught: the artifact's z), a phrase's rows are the
+    premise on s less each row's hub value (the mean of its 10 best scores over the 12 words),
+    not the premise on s itself: the test fails without the correction."""
+    bundle = Bundle.open(word_bundle)  # its own coder: the readout changed here only
+    readout = bundle.coder.readout
+    assert readout is not None
+    words = len(HUB_WORDS)
+    bundle.coder.readout = dataclasses.replace(
+        readout,
+        words=HUB_WORDS,
+        classes=["noun"] * words,
+        weight=np.repeat(readout.weight[:1], words, axis=0),
+        offset=np.repeat(readout.offset[:1], words),
+        threshold=np.repeat(readout.threshold[:1], words),
+        own_threshold=np.ones(words, dtype=bool),
+        precision=[None] * words,
+        recall=[None] * words,
+        support=[0] * words,
+        frequency=[0.0] * words,
+        zero_shot=None,
+    )
+    engine = SearchEngine(bundle, minilm)
+    assert engine.vocabulary is not None and engine.vocabulary.z == OPEN_Z
+    phrase = "yellow"
+    scores = cache_scores(engine, word_bundle, phrase)
+    hubs = hub_values(engine, word_bundle)
+    assert hubs.std() > 0
+    wanted = null_premise(scores - hubs, OPEN_Z)
+    uncorrected = null_premise(scores, OPEN_Z)
+    found = set(engine.vocabulary.concept(phrase).rows.materialise().tolist())
+    assert wanted and len(found ^ wanted) <= max(2, len(wanted) // 50)
+    assert len(wanted ^ uncorrected) > max(2, len(wanted) // 50) * 2
+
+
 def test_a_phrase_whose_null_keeps_no_row_allows_none(
     word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
 ):
@@ -263,7 +321,7 @@ def test_a_readout_zero_shot_word_is_cut_on_the_gallery_like_any_phrase(word_bun
 
 def scanned_rows(vocabulary: OpenVocabulary, phrase: str, cut: float) -> set[int]:
     direction = vocabulary.directions(vocabulary.embed([phrase]))[0]
-    return set(np.flatnonzero(vocabulary.scores(direction) >= cut).tolist())
+    return set(np.flatnonzero(vocabulary.corrected_scores(direction) >= cut).tolist())
 
 
 def test_past_the_scan_limit_a_phrase_is_searched_in_the_sketch(
@@ -295,15 +353,15 @@ def test_a_narrow_search_keeps_only_rows_past_the_cut(
     vocabulary = OpenVocabulary(bundle, minilm.encode_text, scan_rows=0)
     state, sketch = vocabulary.prepare(), vocabulary.sketch()
     direction = vocabulary.directions(vocabulary.embed(["giraffe"]))[0]
-    cut = state.moments.cut(direction, state.z)
+    cut = state.moments.cut(corrected_direction(direction), state.z)
     searched = vocabulary.searched(sketch, direction, cut, 0.0, bundle.rows)
     assert searched is not None
     found, scores = searched
-    every = vocabulary.scores(direction)
+    every = vocabulary.corrected_scores(direction)
     passing = set(np.flatnonzero(every >= cut).tolist())
     assert set(found.tolist()) <= passing
     assert np.allclose(scores, every[found])  # each kept row with its exact score
-    _, first = sketch.search(direction[None, :].astype(np.float32), 4)
+    _, first = sketch.search(sketch_padded(corrected_direction(direction)[None, :]), 4)
     assert passing & set(first[0].tolist()) <= set(found.tolist())
 
 

@@ -11,7 +11,13 @@ from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import code_run
 from indexer.format.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
-from training.cedar.gallery_cuts import agreeing_z, zero_shot_cuts
+from training.cedar.gallery_cuts import (
+    HUB_BLOCK,
+    agreeing_z,
+    hub_scores,
+    hub_words,
+    zero_shot_cuts,
+)
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
     VocabularyReadout,
@@ -251,7 +257,7 @@ def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     cedar.tensors = readout_tensors(learnt)
     direction = unit_rows(rng.normal(size=(1, 16)))
     x = rng.normal(size=(400, 16)).astype(np.float32)
-    x[:40] += 4 * direction[0].astype(np.float32)  # the other word's rows
+    x[:40] += 16 * direction[0].astype(np.float32)  # the other word's rows
     features = unit_rows(x - cedar.mean)
     other = (features @ direction.T)[:, 0]
     [cut] = zero_shot_cuts(other[:, None], 1.0)
@@ -270,6 +276,25 @@ def test_the_served_filter_reads_the_learnt_row_and_standardises_the_rest():
     served = next(iter(found.values()))  # every word, as served
     assert served["all"]["precision"] == served["all"]["recall"] == 1.0
     assert calibration_words(learnt)[0].size == 0  # no zero-shot words to measure z from
+
+
+def test_a_rows_hub_value_is_the_mean_of_its_best_scores_over_the_words():
+    """Across blocks: the mean of each row's 10 best of 30 words' scores; with fewer words
+    than that, no hubness (0)."""
+    rng = np.random.default_rng(3)
+    rows = unit_rows(rng.normal(size=(HUB_BLOCK + 7, 8))).astype(np.float32)
+    words = unit_rows(rng.normal(size=(30, 8))).astype(np.float32)
+    best = np.sort(rows @ words.T, axis=1)[:, -10:].mean(axis=1)
+    assert np.allclose(hub_scores(rows, words, 10), best, atol=1e-6)
+    assert not hub_scores(rows, words[:9], 10).any()
+
+
+def test_hubness_is_read_over_the_words_most_often_active_in_training():
+    words = [f"w{j}" for j in range(12)]
+    frequency = [0.1, 0.5, 0.0, 0.5, 0.3, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.9]
+    assert hub_words(words, frequency, most=4, least=10) == ["w1", "w3", "w4", "w11"]
+    assert hub_words(words, None, most=3, least=10) == ["w0", "w1", "w2"]
+    assert hub_words(words[:9], frequency[:9], most=4, least=10) == []
 
 
 def test_the_learnt_words_teach_a_gallery_its_zero_shot_cut():
