@@ -15,7 +15,10 @@ learnt words (margin m_w = logit_w − θ_w on each row)
 - `standardised`: the cut kept in standard units of the word's logits (z_w on the training
   rows, μ + z_w·σ on the gallery);
 - `null q`: m_w ≥ 0 raised to the null of the word's margins on the gallery, as a zero-shot
-  cut is (below);
+  cut is (below); `… where it removes ≥ share`: only for the words whose raise removes at least
+  that share of their rows on the gallery;
+- `less hubness`: m_w − ‖W_w‖ (h − median h) ≥ 0, the row's hub value h (below) about the
+  gallery's median, in the word's own scale;
 
 zero-shot words (cosine s = ⟨x̃, t̃⟩)
 - `z trained`: μ + z·σ, z recorded at training;
@@ -77,6 +80,7 @@ from training.core.metrics import unit_rows
 FDR_GRID = (0.05, 0.1, 0.2)  # q of the rules uncorrected for hubness
 UNCORRECTED_FDR = 0.1  # their q as served before the correction (the best of FDR_GRID on dev)
 HUB_FDR_GRID = (0.01, 0.02, 0.05, 0.1)  # q of the hubness-corrected rule, NULL_FDR among them
+LOOSE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of a learnt word's rows, removed by its null's raise
 
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
@@ -178,6 +182,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "standardised": (g_logit >= g_logit.mean(0) + z_word * g_logit.std(0)).T,
         f"null q {UNCORRECTED_FDR}": null_raised(g_margin),
     }
+    # the raise only where it is evidence of a loose cut: it removes at least `share` of the
+    # word's rows on the gallery
+    raised, trained = learnt_rules[f"null q {UNCORRECTED_FDR}"], learnt_rules["trained"]
+    removed = 1 - raised.sum(axis=1) / np.maximum(trained.sum(axis=1), 1)
+    for share in LOOSE_SHARES:
+        loose = removed >= share
+        learnt_rules[f"null q {UNCORRECTED_FDR} where it removes ≥ {share}"] = np.where(
+            loose[:, None], raised, trained
+        )
 
     # every judged word's cosine with its text direction
     t = text_directions(embed_words(names, g.encoder), cedar.mean)
@@ -218,7 +231,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # CSLS does, by the mean of the row's HUB_WORDS best scores over the readout's words
     if vocabulary := hub_words(readout.words, readout.frequency, args.hub_words):
         every_word = text_directions(embed_words(vocabulary, g.encoder), cedar.mean)
-        corrected = s - hub_scores(features, every_word)[:, None]
+        hubs = hub_scores(features, every_word)
+        corrected = s - hubs[:, None]
+        # the learnt words' margins corrected alike, in each word's own scale (‖W_w‖ turns a
+        # cosine into logit units), about the gallery's median hub value
+        scale = np.linalg.norm(readout.weight[learnt_cols], axis=1)
+        shifted = g_margin - scale[None, :] * (hubs - np.median(hubs))[:, None]
+        learnt_rules["less hubness"] = (shifted >= 0).T
         for fdr in HUB_FDR_GRID:
             cuts = zero_shot_cuts(corrected, z_learnt, fdr)
             served = " (served)" if fdr == NULL_FDR else ""
