@@ -19,6 +19,8 @@ learnt words (margin m_w = logit_w − θ_w on each row)
   that share of their rows on the gallery;
 - `less hubness`: m_w − ‖W_w‖ (h − median h) ≥ 0, the row's hub value h (below) about the
   gallery's median, in the word's own scale;
+- `zero-shot where > r× its rows` (`both where …`): where the learnt filter allows more than
+  r times the rows of the word's served zero-shot filter, that filter instead (or both);
 
 zero-shot words (cosine s = ⟨x̃, t̃⟩)
 - `z trained`: μ + z·σ, z recorded at training;
@@ -81,6 +83,7 @@ FDR_GRID = (0.05, 0.1, 0.2)  # q of the rules uncorrected for hubness
 UNCORRECTED_FDR = 0.1  # their q as served before the correction (the best of FDR_GRID on dev)
 HUB_FDR_GRID = (0.01, 0.02, 0.05, 0.1)  # q of the hubness-corrected rule, NULL_FDR among them
 LOOSE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of a learnt word's rows, removed by its null's raise
+WIDE_RATIOS = (1.5, 2, 3, 5)  # a learnt filter's rows over its zero-shot filter's
 
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
@@ -243,6 +246,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             served = " (served)" if fdr == NULL_FDR else ""
             name = f"hubness-corrected, z from learnt ({z_learnt:.2f}), null q {fdr}{served}"
             zero_rules[name] = (corrected >= cuts).T
+        # a learnt word whose filter allows many times the rows of its own zero-shot filter
+        # (the served rule) on the gallery: its text direction read instead, or both
+        [served_name] = [n for n in zero_rules if n.endswith("(served)")]
+        text_filter, trained = zero_rules[served_name][learnt], learnt_rules["trained"]
+        ratio = trained.sum(axis=1) / np.maximum(text_filter.sum(axis=1), 1)
+        for times in WIDE_RATIOS:
+            wide = (ratio > times)[:, None]
+            learnt_rules[f"zero-shot where > {times}× its rows"] = np.where(
+                wide, text_filter, trained
+            )
+            learnt_rules[f"both where > {times}× its rows"] = np.where(
+                wide, text_filter & trained, trained
+            )
     result: dict[str, Any] = {
         "gallery": str(args.gallery),
         "split": args.split,
