@@ -12,7 +12,8 @@ readout's own map (training.cedar.readout), made on its first use:
                                               spread on this gallery
     and c_i ≥ c_null                          the null's cut (below)
 
-so the cut is calibrated without labels. A generic row (a caption near many words' directions)
+so the cut is calibrated without labels (what every phrase reads is measured once per bundle:
+service/engine/gallery_state.py). A generic row (a caption near many words' directions)
 scores high for every phrase; its hub value h_i, the mean of its HUB_WORDS best scores over the
 readout's words (training.cedar.gallery_cuts.hub_scores, as cross-domain similarity local
 scaling corrects nearest neighbours), is taken off every phrase's score, so such a row passes
@@ -75,7 +76,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -85,40 +86,28 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.exact_scan import stored_rows
 from service.engine.gallery_directions import (
-    GalleryMoments,
-    centred_rows,
     corrected_direction,
-    decoded_blocks,
     direction_scores,
-    gallery_moments,
     product_blocks,
     recovered_norms,
     row_products,
-    sampled_rows,
     sketch_padded,
     sketched,
-    with_hubs,
+)
+from service.engine.gallery_state import (
+    GalleryState,
+    augmented_blocks,
+    measured_state,
 )
 from service.errors import QueryError
-from training.cedar.gallery_cuts import (
-    agreeing_z,
-    cut_in_standard_units,
-    empirical_null,
-    hub_scores,
-    hub_words,
-    null_cut,
-)
-from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
+from training.cedar.gallery_cuts import empirical_null, null_cut
 
 log = logging.getLogger(__name__)
 
 MAX_WORDS = 3
 KEPT = 4096  # phrases whose allowed rows are kept
-CALIBRATION_WORDS = 64  # zero-shot words measured for z where the artifact records none
 SAMPLE_ROWS = 1 << 16  # rows the moments, z and the sketch's codebooks are measured on, at most
-SAMPLE_BLOCK = 1 << 14  # sampled rows decoded at once
 SCAN_ROWS = 1 << 17  # up to this many rows a phrase scans the gallery, past it it searches
 SEARCH_WIDTH = 1 << 15  # candidates a phrase's search asks the sketch for, at least
 SEARCH_MIN = 4096  # candidates scored exactly at a time
@@ -144,16 +133,6 @@ class ZeroShotConcept:
     cut: float
     rows: AllowedRows
     found: str = "scan"
-
-
-@dataclass(frozen=True)
-class GalleryState:
-    """What every phrase on one bundle reads (module doc): the moments of [x̃, h], z, and
-    every row's hub value h."""
-
-    moments: GalleryMoments
-    z: float
-    hubs: np.ndarray  # float32 [N]
 
 
 class OpenVocabulary:
@@ -311,7 +290,12 @@ class OpenVocabulary:
             return self._state
         with self._preparing:  # once, however many phrases arrive together
             if self._state is None:
-                self._state = self._measured()
+                self._state = measured_state(
+                    self.bundle,
+                    self.storage,
+                    lambda texts: self.directions(self.embed(texts)),
+                    self.sample_rows,
+                )
             return self._state
 
     def sketch(self) -> Any:
@@ -324,7 +308,8 @@ class OpenVocabulary:
                 if self._sketch is None:
                     started = time.perf_counter()
                     state = self.prepare()
-                    self._sketch = sketched(state.moments.sizing, self.augmented(state.hubs))
+                    rows = augmented_blocks(self.bundle, self.storage, state.hubs)
+                    self._sketch = sketched(state.moments.sizing, rows)
                     log.info(
                         "open vocabulary: the sketch of %d rows built in %.1f s",
                         self.bundle.rows,
@@ -349,90 +334,3 @@ class OpenVocabulary:
             self.sketch()
         except Exception as exc:  # logged here: a phrase scans without it
             log.warning("open vocabulary: no sketch, phrases scan: %s", exc)
-
-    def _measured(self) -> GalleryState:
-        readout = self.bundle.coder.readout
-        if readout is None:
-            raise QueryError(
-                "a word or phrase outside the catalog needs a vocabulary readout in the "
-                "bundle's CEDAR artifact"
-            )
-        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
-        rows = sampled_rows(self.bundle.rows, self.sample_rows)
-        teachers = self.teachers(readout)
-        fallback, tau = calibration_words(readout, CALIBRATION_WORDS)
-        if len(teachers):
-            words = self.directions(self.embed([readout.words[w] for w in teachers]))
-        else:
-            words = np.asarray(readout.weight[fallback], dtype=np.float64)
-        hub_directions = np.zeros((0, self.bundle.dim))  # too few words to read hubness from
-        if vocabulary := hub_words(readout.words, readout.frequency):
-            hub_directions = self.directions(self.embed(vocabulary))
-        blocks, hubs, scores = [], [], []
-        for start in range(0, len(rows), SAMPLE_BLOCK):
-            taken = rows[start : start + SAMPLE_BLOCK]
-            stored = stored_rows(self.storage, taken)
-            centred = centred_rows(stored, grasp.rotation, grasp.mean, b)
-            hubs.append(hub_scores(centred, hub_directions))
-            blocks.append(with_hubs(centred, hubs[-1]))
-            scores.append(centred @ words.T.astype(np.float32))
-        moments = gallery_moments(blocks, self.bundle.rows)
-        z = self.pick_z(readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
-        if len(rows) == self.bundle.rows:  # every row was sampled, in order
-            every_hub = np.concatenate(hubs)
-        else:
-            every_hub = np.concatenate([hub_scores(x, hub_directions) for x in self.centred()])
-        return GalleryState(moments, z, every_hub)
-
-    def centred(self) -> Iterator[np.ndarray]:
-        """Every row's x̃, block by block in row order: one pass over the stored rows."""
-        grasp, b = self.bundle.grasp, self.bundle.coder.artifact.mean
-        for _, stored in decoded_blocks(self.storage):
-            yield centred_rows(stored, grasp.rotation, grasp.mean, b)
-
-    def augmented(self, hubs: np.ndarray) -> Iterator[np.ndarray]:
-        """Every row's [x̃, h] (gallery_directions.with_hubs), block by block in row order."""
-        start = 0
-        for centred in self.centred():
-            yield with_hubs(centred, hubs[start : start + len(centred)])
-            start += len(centred)
-
-    def teachers(self, readout: VocabularyReadout) -> np.ndarray:
-        first = self.bundle.coder.axis_concepts
-        bitmaps = self.bundle.concept_bitmaps
-        counts = np.zeros(len(readout.words), dtype=np.int64)  # only learnt words can teach
-        for w in range(len(readout.words)):
-            if not readout.is_zero_shot(w) and readout.precision[w] is not None:
-                counts[w] = len(bitmaps.rows_of(first + w))
-        return teacher_words(readout, counts, self.bundle.rows)
-
-    def pick_z(
-        self,
-        readout: VocabularyReadout,
-        teachers: np.ndarray,
-        rows: np.ndarray,
-        scores: np.ndarray,
-        fallbacks: int,
-        tau: float,
-    ) -> float:
-        """z from the sampled rows' scores [n, W] of the teachers' text directions (or, without
-        teachers, of the readout's zero-shot words): module doc."""
-        if len(teachers):
-            first = self.bundle.coder.axis_concepts
-            bitmaps = self.bundle.concept_bitmaps
-            teacher = np.empty(scores.shape, dtype=bool)
-            for column, w in enumerate(teachers):
-                found, bits = bitmaps.get(first + int(w))
-                teacher[:, column] = AllowedRows(self.bundle.rows, found, bits).mask()[rows]
-            taught = agreeing_z(scores, teacher)
-            if taught is not None:
-                return taught
-        training = self.bundle.coder.artifact.extra.get("readout", {}).get("training", {})
-        if training.get("zero_shot_z") is not None:
-            return float(training["zero_shot_z"])
-        if not fallbacks:
-            raise QueryError(
-                "a word or phrase outside the catalog needs a calibrated zero-shot cut, and "
-                "this bundle's readout has no zero-shot words to measure it from"
-            )
-        return cut_in_standard_units(scores, tau)

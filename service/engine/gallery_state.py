@@ -1,0 +1,151 @@
+"""What every zero-shot phrase on one bundle reads, measured once (the rules are in
+service/engine/open_vocabulary.py's module doc):
+
+- the moments of [x̃, h] over a seeded sample of the rows (gallery_directions.GalleryMoments),
+  so that a phrase's μ + z·σ and the rows it expects cost no pass over the gallery;
+- z, taught by the readout's learnt words on those rows (their filters, the bundle's postings,
+  against their text directions: training.cedar.gallery_cuts.agreeing_z), else the artifact's
+  `zero_shot_z`, else measured from the readout's zero-shot words;
+- every row's hub value h (training.cedar.gallery_cuts.hub_scores over the readout's
+  `hub_words`), kept in memory: a pass over every row unless the sample holds them all.
+
+`measured_state` does the I/O: it reads the bundle's stored rows and embeds words through the
+callable it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from indexer.format.bundle import Bundle
+from indexer.format.row_bitmaps import AllowedRows
+from service.engine.exact_scan import stored_rows
+from service.engine.gallery_directions import (
+    GalleryMoments,
+    centred_rows,
+    decoded_blocks,
+    gallery_moments,
+    sampled_rows,
+    with_hubs,
+)
+from service.errors import QueryError
+from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, hub_scores, hub_words
+from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
+
+CALIBRATION_WORDS = 64  # zero-shot words measured for z where the artifact records none
+SAMPLE_BLOCK = 1 << 14  # sampled rows decoded at once
+
+
+@dataclass(frozen=True)
+class GalleryState:
+    """The moments of [x̃, h], z, and every row's hub value h (module doc)."""
+
+    moments: GalleryMoments
+    z: float
+    hubs: np.ndarray  # float32 [N]
+
+
+def measured_state(
+    bundle: Bundle,
+    storage: Any,
+    directions: Callable[[list[str]], np.ndarray],
+    sample_rows: int,
+) -> GalleryState:
+    """The bundle's state from its full-length stored rows (`storage`) and the unit text
+    directions t̃ of words (`directions`): one pass over at most `sample_rows` sampled rows,
+    and one over every row for the hub values where the sample is not every row."""
+    readout = bundle.coder.readout
+    if readout is None:
+        raise QueryError(
+            "a word or phrase outside the catalog needs a vocabulary readout in the bundle's "
+            "CEDAR artifact"
+        )
+    grasp, b = bundle.grasp, bundle.coder.artifact.mean
+    rows = sampled_rows(bundle.rows, sample_rows)
+    teachers = bundle_teachers(bundle, readout)
+    fallback, tau = calibration_words(readout, CALIBRATION_WORDS)
+    if len(teachers):
+        words = directions([readout.words[w] for w in teachers])
+    else:
+        words = np.asarray(readout.weight[fallback], dtype=np.float64)
+    hub_directions = np.zeros((0, bundle.dim))  # too few words to read hubness from
+    if vocabulary := hub_words(readout.words, readout.frequency):
+        hub_directions = directions(vocabulary)
+    blocks, hubs, scores = [], [], []
+    for start in range(0, len(rows), SAMPLE_BLOCK):
+        stored = stored_rows(storage, rows[start : start + SAMPLE_BLOCK])
+        centred = centred_rows(stored, grasp.rotation, grasp.mean, b)
+        hubs.append(hub_scores(centred, hub_directions))
+        blocks.append(with_hubs(centred, hubs[-1]))
+        scores.append(centred @ words.T.astype(np.float32))
+    moments = gallery_moments(blocks, bundle.rows)
+    z = taught_z(bundle, readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
+    if len(rows) == bundle.rows:  # every row was sampled, in order
+        every_hub = np.concatenate(hubs)
+    else:
+        every = centred_blocks(bundle, storage)
+        every_hub = np.concatenate([hub_scores(x, hub_directions) for x in every])
+    return GalleryState(moments, z, every_hub)
+
+
+def centred_blocks(bundle: Bundle, storage: Any) -> Iterator[np.ndarray]:
+    """Every row's x̃, block by block in row order: one pass over the stored rows."""
+    grasp, b = bundle.grasp, bundle.coder.artifact.mean
+    for _, stored in decoded_blocks(storage):
+        yield centred_rows(stored, grasp.rotation, grasp.mean, b)
+
+
+def augmented_blocks(bundle: Bundle, storage: Any, hubs: np.ndarray) -> Iterator[np.ndarray]:
+    """Every row's [x̃, h] (gallery_directions.with_hubs), block by block in row order."""
+    start = 0
+    for centred in centred_blocks(bundle, storage):
+        yield with_hubs(centred, hubs[start : start + len(centred)])
+        start += len(centred)
+
+
+def bundle_teachers(bundle: Bundle, readout: VocabularyReadout) -> np.ndarray:
+    """The learnt words that teach z on this bundle (training.cedar.readout.teacher_words),
+    counted on its postings."""
+    first = bundle.coder.axis_concepts
+    bitmaps = bundle.concept_bitmaps
+    counts = np.zeros(len(readout.words), dtype=np.int64)  # only learnt words can teach
+    for w in range(len(readout.words)):
+        if not readout.is_zero_shot(w) and readout.precision[w] is not None:
+            counts[w] = len(bitmaps.rows_of(first + w))
+    return teacher_words(readout, counts, bundle.rows)
+
+
+def taught_z(
+    bundle: Bundle,
+    readout: VocabularyReadout,
+    teachers: np.ndarray,
+    rows: np.ndarray,
+    scores: np.ndarray,
+    fallbacks: int,
+    tau: float,
+) -> float:
+    """z from the sampled rows' scores [n, W] of the teachers' text directions (or, without
+    teachers, of the readout's zero-shot words): module doc."""
+    if len(teachers):
+        first = bundle.coder.axis_concepts
+        bitmaps = bundle.concept_bitmaps
+        teacher = np.empty(scores.shape, dtype=bool)
+        for column, w in enumerate(teachers):
+            found, bits = bitmaps.get(first + int(w))
+            teacher[:, column] = AllowedRows(bundle.rows, found, bits).mask()[rows]
+        taught = agreeing_z(scores, teacher)
+        if taught is not None:
+            return taught
+    training = bundle.coder.artifact.extra.get("readout", {}).get("training", {})
+    if training.get("zero_shot_z") is not None:
+        return float(training["zero_shot_z"])
+    if not fallbacks:
+        raise QueryError(
+            "a word or phrase outside the catalog needs a calibrated zero-shot cut, and this "
+            "bundle's readout has no zero-shot words to measure it from"
+        )
+    return cut_in_standard_units(scores, tau)
