@@ -19,6 +19,8 @@ learnt words (margin m_w = logit_w − θ_w on each row)
   that share of their rows on the gallery;
 - `less hubness`: m_w − ‖W_w‖ (h − median h) ≥ 0, the row's hub value h (below) about the
   gallery's median, in the word's own scale;
+- `zero-shot (every word by its text direction)`: the served zero-shot filter for the learnt
+  words too;
 - `zero-shot where > r× its rows` (`both where …`): where the learnt filter allows more than
   r times the rows of the word's served zero-shot filter, that filter instead (or both);
 
@@ -47,7 +49,8 @@ zero-shot words (cosine s = ⟨x̃, t̃⟩)
 Each rule is scored with the one metric code (training.cedar.filter_quality) over the split's
 judged words, learnt and zero-shot apart, beside the keyword on the row's own caption and the
 cosine cut picked on the gallery's labelled val rows, and how far the gallery sits from the
-training corpus (the length of its rows' mean x̃). Prints a table and writes JSON.
+training corpus (the length of its rows' mean x̃) and how far the teachers' text directions agree
+with their learnt filters there (`agreement` at the taught z). Prints a table and writes JSON.
 
     python -m benchmarks.training.label_free_cuts --artifact runs/cedar-flickr \
         --cache runs/flickr-minilm --gallery runs/comp20k-minilm --split val
@@ -69,6 +72,7 @@ from training.cedar.gallery_cuts import (
     HUB_VOCABULARY,
     NULL_FDR,
     agreeing_z,
+    agreement,
     hub_scores,
     hub_words,
     raised_cuts,
@@ -214,8 +218,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     teacher_t = text_directions(
         embed_words([readout.words[w] for w in teachers], g.encoder), cedar.mean
     )
-    z_learnt = agreeing_z(features @ teacher_t.T, all_active[:, [position[w] for w in teachers]])
+    teacher_scores = features @ teacher_t.T
+    teacher_filters = all_active[:, [position[w] for w in teachers]]
+    z_learnt = agreeing_z(teacher_scores, teacher_filters)
     z_learnt = z_trained if z_learnt is None else z_learnt
+    # how far the teachers' text directions agree with their learnt filters on the gallery
+    taught_agreement = agreement(teacher_scores, teacher_filters, z_learnt)
     zero_rules = {
         f"z trained ({z_trained:.2f})": (s >= mu + z_trained * sigma).T,
         f"z from learnt ({z_learnt:.2f})": (s >= mu + z_learnt * sigma).T,
@@ -250,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # (the served rule) on the gallery: its text direction read instead, or both
         [served_name] = [n for n in zero_rules if n.endswith("(served)")]
         text_filter, trained = zero_rules[served_name][learnt], learnt_rules["trained"]
+        learnt_rules["zero-shot (every word by its text direction)"] = text_filter
         ratio = trained.sum(axis=1) / np.maximum(text_filter.sum(axis=1), 1)
         for times in WIDE_RATIOS:
             wide = (ratio > times)[:, None]
@@ -265,6 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # how far the gallery sits from the training corpus: the length of its rows' mean x̃
         # (x centred on the CEDAR training mean, unit), near 0 on rows like the training ones
         "mean_direction_length": round(float(np.linalg.norm(features.mean(axis=0))), 4),
+        "teacher_agreement_f1": round(taught_agreement, 4),
         "words": len(names),
         "learnt": int(learnt.sum()),
         "zero_shot": int((~learnt).sum()),
@@ -296,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "all": scored((s >= cut).T, wanted, classes)
     }
     print(f"the gallery rows' mean x̃ is {result['mean_direction_length']:.3f} long")
+    print(f"the teachers' text directions agree with their filters at F1 {taught_agreement:.3f}")
     for name, r in result["rules"].items():
         parts = "  ".join(
             f"{part} {v['precision']:.3f}/{v['recall']:.3f}/{v['f1']:.3f}"

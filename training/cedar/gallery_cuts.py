@@ -50,19 +50,25 @@ def agreeing_z(scores: np.ndarray, teacher: np.ndarray) -> float | None:
     teachers' own learnt filters there (`teacher` [N, W] bool): the readout teaches the gallery
     where a zero-shot concept's cut stands, and no label is read. None without teachers."""
     s = np.asarray(scores, dtype=np.float32)
-    wanted = np.asarray(teacher, dtype=bool)
     if s.ndim != 2 or s.shape[1] == 0:
         return None
-    mu, sigma = s.mean(axis=0), s.std(axis=0)
-    relevant = wanted.sum(axis=0)
     best, best_f1 = Z_GRID[0], -1.0
     for z in Z_GRID:
-        allowed = s >= mu + np.float32(z) * sigma
-        hits = (allowed & wanted).sum(axis=0)
-        f1 = float((2 * hits / np.maximum(allowed.sum(axis=0) + relevant, 1)).mean())
+        f1 = agreement(s, teacher, z)
         if f1 > best_f1:
             best, best_f1 = z, f1
     return float(best)
+
+
+def agreement(scores: np.ndarray, teacher: np.ndarray, z: float) -> float:
+    """Macro F1 of the columns of `scores` [N, W] cut at μ + z·σ against the teachers' own
+    filters `teacher` [N, W] (`agreeing_z`): how far the learnt words' text directions and
+    their learnt filters agree on a gallery."""
+    s = np.asarray(scores, dtype=np.float32)
+    wanted = np.asarray(teacher, dtype=bool)
+    allowed = s >= s.mean(axis=0) + np.float32(z) * s.std(axis=0)
+    hits = (allowed & wanted).sum(axis=0)
+    return float((2 * hits / np.maximum(allowed.sum(axis=0) + wanted.sum(axis=0), 1)).mean())
 
 
 def standardised_cut(scores: np.ndarray, z: float) -> float:
