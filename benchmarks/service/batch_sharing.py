@@ -27,7 +27,7 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.service.load import QUERIES
 from benchmarks.service.request_path import ENCODER, gallery
 from indexer.format.bundle import Bundle
-from service.cli.pool.worker import limit_threads
+from service.engine.compute_threads import limit_threads
 from service.engine.search import SearchEngine
 from service.query.cache import QueryCache
 from service.results import SearchQuery

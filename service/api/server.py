@@ -48,6 +48,7 @@ from service.api.grpc.rpc_errors import ErrorStatusInterceptor
 from service.api.grpc.rpc_handlers import HandlerChain, HandlerInterceptor
 from service.api.grpc.rpc_metrics import MetricsInterceptor
 from service.api.grpc.servicer import SearchServicer
+from service.engine.compute_threads import same_threads
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
@@ -125,7 +126,9 @@ class StrataServer:
         self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
         self.executor = ThreadPoolExecutor(
-            max_workers=self.config.batching.lanes, thread_name_prefix="strata-engine"
+            max_workers=self.config.batching.lanes,
+            thread_name_prefix="strata-engine",
+            initializer=same_threads(),
         )
         # each query on the engine its call leased; encoder calls timed into this server's metrics
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(

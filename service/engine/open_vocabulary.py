@@ -86,6 +86,7 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
+from service.engine.compute_threads import same_threads
 from service.engine.gallery_directions import (
     corrected_direction,
     direction_scores,
@@ -324,12 +325,16 @@ class OpenVocabulary:
         with self._lock:
             if self._sketching is None:
                 self._sketching = threading.Thread(
-                    target=self._build_sketch, name="open-vocabulary-sketch", daemon=True
+                    target=self._build_sketch,
+                    args=(same_threads(),),
+                    name="open-vocabulary-sketch",
+                    daemon=True,
                 )
                 self._sketching.start()
             return self._sketching
 
-    def _build_sketch(self) -> None:
+    def _build_sketch(self, threads: Callable[[], None]) -> None:
+        threads()  # the starting thread's count (compute_threads.py)
         try:
             self.sketch()
         except Exception as exc:  # logged here: a phrase scans without it

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from service.engine.compute_threads import same_threads
+
 T = TypeVar("T")
 
 
@@ -34,7 +36,10 @@ async def on_daemon_thread(call: Callable[[], T], name: str = "strata-daemon-wor
         else:
             future.set_result(result)  # type: ignore[arg-type]
 
+    threads = same_threads()  # a load calibrates plans: with this thread's count
+
     def run() -> None:
+        threads()
         try:
             result, error = call(), None
         except BaseException as exc:  # handed to the caller, whatever it is

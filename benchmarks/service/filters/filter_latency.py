@@ -51,7 +51,7 @@ from benchmarks.indexer.synthetic import write_tiled_cache
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
-from service.cli.pool.worker import limit_threads
+from service.engine.compute_threads import limit_threads
 from service.engine.filtering import allowed_rows
 from service.engine.funnel import exact_rows_for
 from service.engine.search import SearchEngine

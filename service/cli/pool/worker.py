@@ -189,6 +189,7 @@ def run_worker(spec: WorkerSpec, index: int, connection: Connection) -> None:
 def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
     from service.api.server import serve
     from service.cli.serve_setup import Announcement, open_engine
+    from service.engine.compute_threads import limit_threads
     from service.query.cache import open_cache
     from service.serving.metrics import ServerMetrics
     from training.core.encoders import resolve_device
@@ -236,15 +237,3 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
         asyncio.run(serve(engine, spec.config, on_ready=ready, metrics=metrics))
     finally:
         cache.close()
-
-
-def limit_threads(threads: int) -> None:
-    """FAISS's and torch's threads in this worker (the cores shared out among the workers)."""
-    import faiss
-
-    faiss.omp_set_num_threads(threads)
-    try:
-        import torch
-    except ImportError:
-        return
-    torch.set_num_threads(threads)

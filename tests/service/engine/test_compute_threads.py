@@ -1,0 +1,89 @@
+"""The engine's compute threads: a worker's share of the cores holds in every thread it starts
+(service/engine/compute_threads.py). The premise is built in: the count set here is one more
+than OpenMP's default, so a thread that did not take it differs on any machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+
+import faiss
+import pytest
+
+from service.api.server import StrataServer
+from service.engine.compute_threads import same_threads
+from service.engine.search import SearchEngine
+from service.serving.daemon_work import on_daemon_thread
+
+
+@pytest.fixture
+def threads_set() -> Iterator[int]:
+    """This thread's OpenMP count set to one more than a new thread's default, then restored."""
+    before = faiss.omp_get_max_threads()
+    default: list[int] = []
+    probe = threading.Thread(target=lambda: default.append(faiss.omp_get_max_threads()))
+    probe.start()
+    probe.join()
+    faiss.omp_set_num_threads(default[0] + 1)
+    try:
+        yield default[0] + 1
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def in_new_thread(first: Callable[[], None] | None = None) -> int:
+    """OpenMP's count in a new thread, after `first` if given."""
+    found: list[int] = []
+
+    def run() -> None:
+        if first is not None:
+            first()
+        found.append(faiss.omp_get_max_threads())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+def test_a_thread_started_with_same_threads_takes_its_starters_count(threads_set: int):
+    assert in_new_thread() == threads_set - 1  # the default: the premise
+    assert in_new_thread(same_threads()) == threads_set
+
+
+def test_the_servers_lanes_and_daemon_work_compute_with_the_workers_count(
+    threads_set: int, engine: SearchEngine
+):
+    server = StrataServer(engine)
+    try:
+        lanes = {server.executor.submit(faiss.omp_get_max_threads).result() for _ in range(4)}
+    finally:
+        server.executor.shutdown()
+    assert lanes == {threads_set}
+
+    async def loaded() -> int:
+        return await on_daemon_thread(faiss.omp_get_max_threads)
+
+    assert asyncio.run(loaded()) == threads_set
+
+
+def test_a_workers_limit_holds_blas_too():
+    """In a process of its own (the limit lasts for the process): every BLAS library the
+    process loaded (numpy's, FAISS's) and OpenMP run one thread after limit_threads(1)."""
+    script = (
+        "import json, numpy, faiss, threadpoolctl\n"
+        "from service.engine.compute_threads import limit_threads\n"
+        "limit_threads(1)\n"
+        "print(json.dumps([(p['user_api'], p['num_threads']) "
+        "for p in threadpoolctl.threadpool_info()]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    pools = json.loads(out.stdout.strip().splitlines()[-1])
+    assert any(api == "blas" for api, _ in pools)
+    assert all(count == 1 for _, count in pools)
