@@ -262,15 +262,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.target:
         return publish(run_boundaries(args.target), args.json)
     from benchmarks.service.load import build_gallery
-    from benchmarks.service.robustness.fuzz import start_server
+    from benchmarks.service.robustness.fuzz import served_process
 
     with tempfile.TemporaryDirectory(prefix="strata-boundaries-") as folder:
-        process, target, _ = start_server(build_gallery(Path(folder), args.rows, 384))
-        try:
+        bundles = build_gallery(Path(folder), args.rows, 384)
+        with served_process(bundles) as (_, target, _):
             result = run_boundaries(target)
-        finally:
-            process.terminate()
-            process.wait(30)
     return publish(result, args.json)
 
 

@@ -21,7 +21,7 @@ the good query must return the hits it returned before the fuzz, health must say
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
 import re
 import subprocess
@@ -29,7 +29,9 @@ import sys
 import tempfile
 import threading
 import time
+from argparse import ArgumentParser
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks.harness import publish
+from benchmarks.harness import benchmark_parser, publish
 from benchmarks.service.robustness.fuzz_requests import KINDS, Target, draw_requests
 from service._generated.strata.v1 import search_pb2 as pb
 from service.api.grpc.requests import MAX_MESSAGE_BYTES
@@ -210,40 +212,59 @@ def start_server(
     raise RuntimeError("the server did not start:\n" + "".join(lines[-20:]))
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--requests", type=int, default=10_000)
+@contextlib.contextmanager
+def served_process(
+    bundles: Path, http: bool = False
+) -> Iterator[tuple[subprocess.Popen[str], str, str | None]]:
+    """`start_server` for the length of the block, then terminated (killed after 30 s)."""
+    process, target, http_target = start_server(bundles, http=http)
+    try:
+        yield process, target, http_target
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def fuzz_parser(doc: str | None, requests: int, target_help: str, json: Path) -> ArgumentParser:
+    """The options of a fuzz of a live server: --requests, --seed, --max-seconds,
+    --concurrency, --target or --bundles (else a synthetic gallery of --rows), --json."""
+    parser = benchmark_parser(doc)
+    parser.add_argument("--requests", type=int, default=requests)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-seconds", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--target", help="host:port of a running server (else one is started)")
+    where.add_argument("--target", help=target_help)
     where.add_argument("--bundles", type=Path, help="bundle directory to serve and fuzz")
     parser.add_argument("--rows", type=int, default=5000, help="synthetic gallery rows")
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/service_fuzz.json"))
+    parser.add_argument("--json", type=Path, default=json)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = fuzz_parser(
+        __doc__,
+        10_000,
+        "host:port of a running server (else one is started)",
+        Path("runs/bench/service_fuzz.json"),
+    )
     args = parser.parse_args(argv)
+    run = (args.requests, args.seed, args.max_seconds, args.concurrency)
     if args.target:
-        result = run_fuzz(args.target, args.requests, args.seed, args.max_seconds, args.concurrency)
-        return publish(result, args.json)
+        return publish(run_fuzz(args.target, *run), args.json)
     with tempfile.TemporaryDirectory(prefix="strata-fuzz-") as folder:
         bundles = args.bundles
         if bundles is None:
             from benchmarks.service.load import build_gallery
 
             bundles = build_gallery(Path(folder), args.rows, 384)
-        process, target, _ = start_server(bundles)
-        try:
-            result = run_fuzz(target, args.requests, args.seed, args.max_seconds, args.concurrency)
+        with served_process(bundles) as (process, target, _):
+            result = run_fuzz(target, *run)
             result["after"]["process_alive"] = process.poll() is None
             result["ok"] = result["ok"] and result["after"]["process_alive"]
-        finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
     return publish(result, args.json)
 
 

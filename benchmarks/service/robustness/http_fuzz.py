@@ -36,7 +36,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from benchmarks.harness import benchmark_parser, publish
+from benchmarks.harness import publish
 from benchmarks.service.robustness.fuzz_requests import WORDS, Target, draw_requests
 from service._generated.strata.v1 import search_pb2 as pb
 from service.limits import MAX_REQUEST_BYTES
@@ -353,22 +353,18 @@ def run_http_fuzz(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = benchmark_parser(__doc__)
-    parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-seconds", type=float, default=120.0)
-    parser.add_argument("--concurrency", type=int, default=8)
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--target", help="host:port of a running server's HTTP API")
-    where.add_argument("--bundles", type=Path, help="bundle directory to serve and fuzz")
-    parser.add_argument("--rows", type=int, default=5000, help="synthetic gallery rows")
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/http_fuzz.json"))
+    from benchmarks.service.robustness.fuzz import fuzz_parser, served_process
+
+    parser = fuzz_parser(
+        __doc__,
+        5000,
+        "host:port of a running server's HTTP API",
+        Path("runs/bench/http_fuzz.json"),
+    )
     args = parser.parse_args(argv)
     run = (args.requests, args.seed, args.max_seconds, args.concurrency)
     if args.target:
         return publish(run_http_fuzz(args.target, *run), args.json)
-    from benchmarks.service.robustness.fuzz import start_server
-
     with tempfile.TemporaryDirectory(prefix="strata-http-fuzz-") as folder:
         bundles = args.bundles
         if bundles is None:
@@ -376,15 +372,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             bundles = build_gallery(Path(folder), args.rows, 384)
         (Path(folder) / "secret.txt").write_text("STRATA-FUZZ-SECRET\n")  # beside the bundle
-        process, _, target = start_server(bundles, http=True)
-        assert target is not None
-        try:
+        with served_process(bundles, http=True) as (process, _, target):
+            assert target is not None
             result = run_http_fuzz(target, *run)
             result["after"]["process_alive"] = process.poll() is None
             result["ok"] = result["ok"] and result["after"]["process_alive"]
-        finally:
-            process.terminate()
-            process.wait(30)
     return publish(result, args.json)
 
 
