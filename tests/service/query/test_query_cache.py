@@ -199,9 +199,8 @@ def test_bad_cache_settings_are_one_line_errors(monkeypatch, capsys, tmp_path: P
 
     from service.cli import main
 
-    monkeypatch.setattr(
-        sys, "argv", ["strata", "serve", "--bundles", str(tmp_path), "--redis-url", "nowhere"]
-    )
+    argv = ["strata", "serve", "--bundles", str(tmp_path), "--redis-url", "nowhere"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--port", "0"])  # whatever holds the default port
     with pytest.raises(SystemExit) as exited:
         main()
     assert exited.value.code == 2
