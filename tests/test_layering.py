@@ -286,7 +286,7 @@ TRAINING_ORDER = (
     "cds",
     "cli",
 )
-INDEXER_ORDER = ("format", "verify", "versions", "build", "update", "milvus", "cli")
+INDEXER_ORDER = ("format", "vocabulary", "verify", "versions", "build", "update", "milvus", "cli")
 STAGE_ORDERS = {"training": TRAINING_ORDER, "indexer": INDEXER_ORDER}
 INDEXER_FOLDER_LIMIT = 20  # modules in one folder
 

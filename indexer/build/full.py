@@ -215,7 +215,7 @@ def write_version(
         )
     if written is not None:
         written.update(writer.written)
-    return writer.finish(
+    manifest = writer.open_vocabulary(
         BundleManifest(
             version=version,
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -244,6 +244,7 @@ def write_version(
             },
         )
     )
+    return writer.finish(manifest)
 
 
 def build_bundle(

@@ -14,6 +14,8 @@ owns what every version shares:
 - the tuning of the approximate indexes' search parameters on the files written
   (`tune`, indexer/format/tuning.py);
 - the artifact copies, byte for byte;
+- the open vocabulary's gallery state, measured on the version's rows (`open_vocabulary`,
+  indexer/vocabulary/stored_state.py);
 - last, manifest.json, then an fsync of every file and folder (`finish`).
 
 The order of the records is the order the files are written, so the same calls write the same
@@ -34,6 +36,7 @@ from tqdm import tqdm
 
 from indexer.build.engines import ShardEngine
 from indexer.build.shard_step import ShardBatch, ShardSource
+from indexer.format.bundle import Bundle
 from indexer.format.ids import IdsWriter
 from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES
@@ -44,6 +47,7 @@ from indexer.format.prefixes import ROW_BLOCK
 from indexer.format.store import VectorStore
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
 from indexer.versions.crashpoints import crash_point
+from indexer.vocabulary.stored_state import write_state
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
 from training.core.metrics import prefix_vectors
@@ -162,6 +166,17 @@ class VersionWriter:
             search = p.search if tuning.status == "untuned" else tuning.chosen
             entries.append(replace(p, search=search, tuning=tuning))
         return entries, round(time.perf_counter() - started, 3)
+
+    def open_vocabulary(self, manifest: BundleManifest) -> BundleManifest:
+        """The manifest with the open vocabulary's gallery state measured on the files written so
+        far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py);
+        its `open_vocabulary` null where the version gets none."""
+        opened = Bundle(self.staging, replace(manifest, files=dict(self.files)))
+        record, files = write_state(self.staging, opened)
+        del opened
+        for path, rows in files.items():
+            self.record({path: None}, rows)
+        return replace(manifest, files=self.files, open_vocabulary=record)
 
     def finish(self, manifest: BundleManifest) -> BundleManifest:
         """Write manifest.json last, then fsync every file and folder of the version."""

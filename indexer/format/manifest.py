@@ -104,6 +104,9 @@ class BundleManifest:
     build: dict[str, Any] = field(default_factory=dict)
     format: str = BUNDLE_FORMAT
     store: dict[str, Any] | None = None  # the shared vector store (format/store.py); None before
+    # the open vocabulary's gallery state (indexer/vocabulary/stored_state.py); None: measured by
+    # the service at the first phrase (as in every bundle before it)
+    open_vocabulary: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:

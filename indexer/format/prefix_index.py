@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import faiss
+import numpy as np
 
 from indexer.format.index_plan import new_index
 from indexer.format.store import StoreIndex
@@ -164,3 +165,14 @@ def exact_storage(
         refine = faiss.downcast_index(index.refine_index)
         return refine if isinstance(refine, faiss.IndexFlat) else None
     return None
+
+
+def stored_rows(storage: faiss.Index | StoreIndex, rows: np.ndarray) -> np.ndarray:
+    """float32 [len(rows), d]: the stored vectors of `rows` in an `exact_storage`; read straight
+    off an IndexFlat's code array (a numpy gather, no per-row FAISS call), else through
+    `reconstruct_batch`."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
+        codes = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d)
+        return codes.reshape(storage.ntotal, storage.d)[rows]
+    return storage.reconstruct_batch(rows)

@@ -81,16 +81,18 @@ def new_manifest(
         "operation": operation,
         "actions": dict(actions),
     }
-    return replace(
-        manifest,
-        version=version,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        rows=rows,
-        source=source,
-        prefixes=prefixes,
-        postings={**manifest.postings, "entries": writer.files[ROWS].rows},
-        files=writer.files,
-        build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
+    return writer.open_vocabulary(
+        replace(
+            manifest,
+            version=version,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            rows=rows,
+            source=source,
+            prefixes=prefixes,
+            postings={**manifest.postings, "entries": writer.files[ROWS].rows},
+            files=writer.files,
+            build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
+        )
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from indexer.format.prefix_index import exact_storage
+from indexer.format.prefix_index import exact_storage, stored_rows
 from indexer.format.store import StoreIndex
 
 
@@ -58,13 +58,3 @@ def stored_products(
     # einsum, not a BLAS gemv: a threaded gemv over a few thousand rows costs more in thread
     # hand-offs than the product (16 ms against 0.5 ms at 1,501 × 384 on a busy 2-core machine)
     return np.einsum("ij,j->i", stored_rows(storage, rows), query)
-
-
-def stored_rows(storage: faiss.Index | StoreIndex, rows: np.ndarray) -> np.ndarray:
-    """float32 [len(rows), d]: the stored vectors of `rows`; read straight off an IndexFlat's
-    code array (a numpy gather, no per-row FAISS call), else through `reconstruct_batch`."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    if isinstance(storage, faiss.IndexFlat) and storage.ntotal:
-        codes = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d)
-        return codes.reshape(storage.ntotal, storage.d)[rows]
-    return storage.reconstruct_batch(rows)

@@ -67,11 +67,11 @@ import faiss
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import exact_storage, search_parameters
+from indexer.format.prefix_index import exact_storage, search_parameters, stored_rows
 from indexer.format.row_bitmaps import AllowedRows, bits_of_rows
 from indexer.format.store import StoreIndex
 from indexer.format.store_rerank import StoreRerank, rerank_top_k, split_k_factor
-from service.engine.exact_scan import exact_scores, stored_products, stored_rows
+from service.engine.exact_scan import exact_scores, stored_products
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded

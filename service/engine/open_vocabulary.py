@@ -13,12 +13,12 @@ readout's own map (training.cedar.readout), made on its first use:
     and c_i ≥ c_null                          the null's cut (below)
 
 so the cut is calibrated without labels (what every phrase reads is measured once per bundle:
-service/engine/gallery_state.py). A generic row (a caption near many words' directions)
+indexer/vocabulary/gallery_state.py). A generic row (a caption near many words' directions)
 scores high for every phrase; its hub value h_i, the mean of its HUB_WORDS best scores over the
 readout's words (training.cedar.gallery_cuts.hub_scores, as cross-domain similarity local
 scaling corrects nearest neighbours), is taken off every phrase's score, so such a row passes
 only the phrases it stands out for. μ_c and σ_c come from the gallery's moments of [x̃, h]
-(service/engine/gallery_directions.py), measured once per bundle on its rows (a seeded sample
+(indexer/vocabulary/gallery_directions.py), measured once per bundle on its rows (a seeded sample
 of SAMPLE_ROWS above that many): a phrase's cut then costs D² operations, not a pass over the
 gallery. z is one number per gallery, taught by the readout's learnt words on the same rows:
 their filters on this gallery (the bundle's postings) are the teachers, and z is the one
@@ -59,14 +59,19 @@ Which rows pass the cut, each row's s read back from the bundle's full-length st
   sample expects on more than 1/SEARCH_SHARE of the gallery, or whose search would score as
   many, is scanned.
 
-The once-per-bundle part runs when a phrase first needs it: at the first phrase the readout's
-words embedded, the moments and z (one pass over the sampled rows) and every row's hub value
-(a pass over every row, each scored against the hub words: HUB_WORDS best of them kept), and
-on a gallery past SCAN_ROWS the sketch on a background thread that the first phrase starts (a
-pass over every row, about D/8 bytes a row kept):
-phrases scan until it is built, then search. Nothing is spent on a gallery no phrase is asked
-of. A phrase's allowed rows are kept (the last KEPT phrases): a later filter on the phrase
-costs one look-up, as a catalog concept's postings do.
+What every phrase reads is measured once per bundle version. A version written with a CEDAR
+artifact that keeps its words' text directions holds it already (indexer/vocabulary/
+stored_state.py: measured by `strata index build | add | delete`): the moments, z, every row's
+hub value (memory-mapped, one copy for every worker) and, past SCAN_ROWS rows, the sketch; its
+first phrase costs what any phrase costs. Otherwise it runs when a phrase first needs it: at
+the first phrase the readout's words embedded, the moments and z (one pass over the sampled
+rows) and every row's hub value (a pass over every row, each scored against the hub words:
+HUB_WORDS best of them kept), and on a gallery past SCAN_ROWS the sketch on a background thread
+that the first phrase starts (a pass over every row, about D/8 bytes a row kept): phrases scan
+until it is built, then search. Nothing is spent on such a gallery no phrase is asked of.
+
+A phrase's allowed rows are kept (the last KEPT phrases): a later filter on the phrase costs one
+look-up, as a catalog concept's postings do.
 """
 
 from __future__ import annotations
@@ -86,8 +91,7 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.compute_threads import same_threads
-from service.engine.gallery_directions import (
+from indexer.vocabulary.gallery_directions import (
     corrected_direction,
     direction_scores,
     product_blocks,
@@ -96,11 +100,15 @@ from service.engine.gallery_directions import (
     sketch_padded,
     sketched,
 )
-from service.engine.gallery_state import (
+from indexer.vocabulary.gallery_state import (
     GalleryState,
+    VocabularyError,
     augmented_blocks,
     measured_state,
+    readout_directions,
 )
+from indexer.vocabulary.stored_state import SAMPLE_ROWS, SKETCH_ROWS, stored_sketch, stored_state
+from service.engine.compute_threads import same_threads
 from service.errors import QueryError
 from training.cedar.gallery_cuts import empirical_null, null_cut
 
@@ -108,8 +116,7 @@ log = logging.getLogger(__name__)
 
 MAX_WORDS = 3
 KEPT = 4096  # phrases whose allowed rows are kept
-SAMPLE_ROWS = 1 << 16  # rows the moments, z and the sketch's codebooks are measured on, at most
-SCAN_ROWS = 1 << 17  # up to this many rows a phrase scans the gallery, past it it searches
+SCAN_ROWS = SKETCH_ROWS  # up to this many rows a phrase scans the gallery, past it it searches
 SEARCH_WIDTH = 1 << 15  # candidates a phrase's search asks the sketch for, at least
 SEARCH_MIN = 4096  # candidates scored exactly at a time
 SEARCH_SLACK = 4  # the last 1/SEARCH_SLACK of the candidates scored holds no row: done
@@ -195,11 +202,11 @@ class OpenVocabulary:
         found = "scan"
         rows: np.ndarray | None = None
         if self.searches:
-            self.sketch_in_background()
+            sketch = self.ready_sketch()
             limit = self.bundle.rows // SEARCH_SHARE
             expected = state.moments.expected(corrected, first)
-            if self._sketch is not None and expected <= limit:
-                searched = self.searched(self._sketch, direction, first, expected, limit)
+            if sketch is not None and expected <= limit:
+                searched = self.searched(sketch, direction, first, expected, limit)
                 if searched is not None:
                     (rows, scores), found = searched, "search"
         if rows is None:
@@ -285,19 +292,37 @@ class OpenVocabulary:
         return self.prepare().z
 
     def prepare(self) -> GalleryState:
-        """The gallery's moments and z, measured now if no phrase or earlier call did: one pass
-        over the sampled rows (module doc)."""
+        """The gallery's moments, z and hub values: the version's own (module doc), else
+        measured now if no phrase or earlier call did (one pass over the sampled rows, one
+        over every row for the hub values)."""
         if self._state is not None:
             return self._state
         with self._preparing:  # once, however many phrases arrive together
             if self._state is None:
-                self._state = measured_state(
-                    self.bundle,
-                    self.storage,
-                    lambda texts: self.directions(self.embed(texts)),
-                    self.sample_rows,
-                )
+                self._state = stored_state(self.bundle) or self.measured()
             return self._state
+
+    def measured(self) -> GalleryState:
+        """The state measured on the bundle's rows, the words' text directions the artifact's
+        own where it keeps them (as the index build measures it), else embedded now."""
+        readout = self.bundle.coder.readout
+        directions = None if readout is None else readout_directions(readout)
+        started = time.perf_counter()
+        try:
+            state = measured_state(
+                self.bundle,
+                self.storage,
+                directions or (lambda texts: self.directions(self.embed(texts))),
+                self.sample_rows,
+            )
+        except VocabularyError as exc:
+            raise QueryError(str(exc)) from None
+        log.info(
+            "open vocabulary: the state of %d rows measured in %.1f s (the version keeps none)",
+            self.bundle.rows,
+            time.perf_counter() - started,
+        )
+        return state
 
     def sketch(self) -> Any:
         """The gallery's sketch (module doc), built now if no earlier call did: a pass over
@@ -306,6 +331,8 @@ class OpenVocabulary:
             return None
         if self._sketch is None:
             with self._building:
+                if self._sketch is None:
+                    self._sketch = stored_sketch(self.bundle)
                 if self._sketch is None:
                     started = time.perf_counter()
                     state = self.prepare()
@@ -316,6 +343,15 @@ class OpenVocabulary:
                         self.bundle.rows,
                         time.perf_counter() - started,
                     )
+        return self._sketch
+
+    def ready_sketch(self) -> Any:
+        """The sketch if it is ready to search: built, or kept by the version (read now);
+        else None, and its build started in the background (`sketch_in_background`)."""
+        if self._sketch is None and self.bundle.manifest.open_vocabulary is not None:
+            self.sketch()  # the version's own, or none: then it is built below
+        if self._sketch is None:
+            self.sketch_in_background()
         return self._sketch
 
     def sketch_in_background(self) -> threading.Thread:

@@ -10,7 +10,7 @@ from pathlib import Path
 import faiss
 import pytest
 import redis
-from search_gallery import MANY_WORDS, WORD_FLOOR, build_text_bundle
+from search_gallery import MANY_WORDS, STATED_WORDS, WORD_FLOOR, build_text_bundle
 from serving_helpers import REDIS_URL
 
 from indexer.format.bundle import Bundle
@@ -49,6 +49,26 @@ def word_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
     try:
         return build_text_bundle(
             tmp_path_factory.mktemp("word-bundle"), minilm, words=True, floor=WORD_FLOOR
+        )
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def stated_bundle(tmp_path_factory: pytest.TempPathFactory, minilm) -> Path:
+    """BUNDLES folder: the word bundle's scenes, its readout of BEACON and STATED_WORDS more
+    words keeping their text directions, so that its build measured the open vocabulary's
+    state (indexer/vocabulary/stored_state.py)."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return build_text_bundle(
+            tmp_path_factory.mktemp("stated-bundle"),
+            minilm,
+            words=True,
+            floor=WORD_FLOOR,
+            extra_words=STATED_WORDS,
+            text=True,
         )
     finally:
         faiss.omp_set_num_threads(before)

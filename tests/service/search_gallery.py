@@ -37,6 +37,7 @@ from training.cedar.readout import (
     readout_input,
     readout_record,
     readout_tensors,
+    text_directions,
 )
 from training.cedar.train import CedarConfig, train_cedar
 from training.core.artifacts import TransformArtifact
@@ -83,13 +84,19 @@ WORD_FLOOR = 0.5
 OPEN_Z = 1.5
 # The many-words bundle's words beyond BEACON: its first row holds CEDAR_K axes and 41 words
 MANY_WORDS = 40
+# The stated bundle's words beyond BEACON: enough for every row's hub value to be read
+STATED_WORDS = 12
 
 
-def beacon_readout(x: np.ndarray, mean: np.ndarray, extra: int = 0) -> VocabularyReadout:
+def beacon_readout(
+    x: np.ndarray, mean: np.ndarray, extra: int = 0, encoder: Encoder | None = None
+) -> VocabularyReadout:
     """A one-word readout: margin = cos(x − b, x₀ − b) − t, t midway between the BEACON_ROWS-th
     and the next cosine, so that exactly those rows are active (the premise of the word-concept
     tests). With `extra`, EXTRA_WORDS[j] (the same direction) is active on the BEACON_ROWS + 2j + 2
-    nearest rows: the first row then carries 1 + extra word concepts beside its k axes."""
+    nearest rows: the first row then carries 1 + extra word concepts beside its k axes. With an
+    `encoder`, the readout keeps its words' text directions (an index build then measures the
+    open vocabulary's state)."""
     features = readout_input(x, "dense", np.eye(x.shape[1]), mean, x.shape[1])
     direction = features[0]
     cosines = np.sort(features @ direction)[::-1]
@@ -107,6 +114,7 @@ def beacon_readout(x: np.ndarray, mean: np.ndarray, extra: int = 0) -> Vocabular
         recall=[0.5] * len(words),
         support=active,
         frequency=[n / len(x) for n in active],
+        text=None if encoder is None else text_directions(encoder.encode_text(words), mean),
     )
 
 
@@ -124,11 +132,13 @@ def build_text_bundle(
     words: bool = False,
     floor: float | None = None,
     extra_words: int = 0,
+    text: bool = False,
 ) -> Path:
     """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions; with `words`, its
     CEDAR artifact carries the one-word readout `beacon_readout` (and `extra_words` more words
     on the same rows). Its precision floor is `floor` (None: no floor, every concept shown, as
-    the mechanics of concepts are tested)."""
+    the mechanics of concepts are tested). With `text`, the readout keeps its words' text
+    directions, and the build measures the open vocabulary's state (indexer/vocabulary/)."""
     cache = root / "cache"
     embed_corpus(
         CompositionalCorpus(scenes=scenes, seed=seed),
@@ -163,7 +173,7 @@ def build_text_bundle(
     extra: dict = {"k": CEDAR_K, "catalog": catalog_json(catalog), "floor": {"value": floor}}
     tensors = {}
     if words:
-        readout = beacon_readout(x, result.mean, extra_words)
+        readout = beacon_readout(x, result.mean, extra_words, encoder if text else None)
         extra["readout"], tensors = readout_record(readout), readout_tensors(readout)
         extra["readout"]["training"] = {"zero_shot_z": OPEN_Z}
     TransformArtifact(

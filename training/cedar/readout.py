@@ -36,7 +36,9 @@ and τ the one cut of best mean F1 on the val rows over the learnt words' own te
 (`cosine_cut`). It has no held-out precision, and says so. On a gallery the service cuts any
 word outside the learnt ones at μ + z·σ of its own scores there, raised until the bulk of those
 scores accounts for at most NULL_FDR of the rows kept (training/cedar/gallery_cuts.py; the rule
-in service/engine/open_vocabulary.py). Pure functions; the caller does the I/O.
+in service/engine/open_vocabulary.py). The artifact also keeps every word's t̃_w (`text`), so that
+an index build measures what the service's zero-shot cuts read on its gallery without an encoder
+(indexer/vocabulary/). Pure functions; the caller does the I/O.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from training.core.errors import InputError
 from training.core.metrics import unit_rows
 
 WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
+TEXT = "readout.text"  # the words' unit text directions t̃_w (absent in older artifacts)
 SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
 
 
@@ -102,12 +105,18 @@ class VocabularyReadout:
     source: str = "dense"
     frequency: list[float] | None = None  # share of training rows where the word is active
     zero_shot: list[bool] | None = None  # True: no labels, the cosine filter (module doc)
+    text: np.ndarray | None = None  # float32 [V, D]: each word's t̃_w; None in older artifacts
 
     def __post_init__(self) -> None:
         v = len(self.words)
         if self.weight.ndim != 2 or self.weight.shape[0] != v or self.offset.shape != (v,):
             raise InputError(
                 f"readout of {v} words has weight {self.weight.shape}, offset {self.offset.shape}"
+            )
+        if self.text is not None and self.text.shape != self.weight.shape:
+            raise InputError(
+                f"readout of {v} words has text directions {self.text.shape}, "
+                f"weight {self.weight.shape}"
             )
 
     def is_zero_shot(self, word: int) -> bool:
@@ -256,6 +265,9 @@ def with_zero_shot(
         support=[*readout.support, *[0] * n],
         frequency=None,
         zero_shot=[*flags, *[True] * n],
+        text=None
+        if readout.text is None
+        else np.concatenate([readout.text, np.asarray(directions, np.float32)]),
     )
 
 
@@ -353,7 +365,8 @@ class ReadoutRows:
 
 def readout_tensors(readout: VocabularyReadout) -> dict[str, np.ndarray]:
     """The readout's tensors, for the CEDAR artifact's weights file."""
-    return {WEIGHT: readout.weight, OFFSET: readout.offset}
+    text = {} if readout.text is None else {TEXT: readout.text}
+    return {WEIGHT: readout.weight, OFFSET: readout.offset, **text}
 
 
 def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
@@ -412,6 +425,7 @@ def readout_of(
             source=str(record.get("source", "dense")),
             frequency=[float(w.get("frequency", 0.0)) for w in words],
             zero_shot=[bool(w.get("zero_shot", False)) for w in words],
+            text=np.asarray(tensors[TEXT], dtype=np.float32) if TEXT in tensors else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed vocabulary in the CEDAR artifact: {exc}") from exc

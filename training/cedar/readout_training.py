@@ -131,6 +131,7 @@ def fit_readout(
         recall=[None if np.isnan(r) else round(float(r), 4) for r in found["recall"]],
         support=[int(s) for s in rows.train_support],
         source=config.source,
+        text=text_directions(rows.word_embeddings, mean),
     )
     readout.frequency = active_share(readout, rows.train_x)
     info = {

@@ -19,9 +19,7 @@ from search_gallery import BEACON, OPEN_Z
 from two_engines import ENGINES, either
 
 from indexer.format.bundle import Bundle
-from service.engine import open_vocabulary
-from service.engine.filtering import open_phrase
-from service.engine.gallery_directions import (
+from indexer.vocabulary.gallery_directions import (
     centred_rows,
     corrected_direction,
     direction_scores,
@@ -30,6 +28,8 @@ from service.engine.gallery_directions import (
     sampled_rows,
     sketch_padded,
 )
+from service.engine import open_vocabulary
+from service.engine.filtering import open_phrase
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.engine.search import SearchEngine
 from service.errors import NotFoundError, QueryError

@@ -43,8 +43,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from indexer.format.prefix_index import stored_rows
 from indexer.format.store import SCAN_FLOATS, StoreIndex
-from service.engine.exact_scan import stored_rows
 
 CHUNK = 1 << 16  # rows per product pass of a FAISS storage
 SIZING_ROWS = 1 << 13  # sampled x̃ kept: the rows a cut expects, and the sketch's codebooks

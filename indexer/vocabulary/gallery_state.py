@@ -1,5 +1,7 @@
 """What every zero-shot phrase on one bundle reads, measured once (the rules are in
-service/engine/open_vocabulary.py's module doc):
+service/engine/open_vocabulary.py's module doc): at index build where the CEDAR artifact holds its
+words' text directions (indexer/vocabulary/stored_state.py keeps it in the version), else by the
+service at the first phrase:
 
 - the moments of [x̃, h] over a seeded sample of the rows (gallery_directions.GalleryMoments),
   so that a phrase's μ + z·σ and the rows it expects cost no pass over the gallery;
@@ -9,8 +11,9 @@ service/engine/open_vocabulary.py's module doc):
 - every row's hub value h (training.cedar.gallery_cuts.hub_scores over the readout's
   `hub_words`), kept in memory: a pass over every row unless the sample holds them all.
 
-`measured_state` does the I/O: it reads the bundle's stored rows and embeds words through the
-callable it is given.
+`measured_state` does the I/O: it reads the bundle's stored rows and the words' unit text
+directions through the callable it is given (`readout_directions`: the artifact's own, so that
+the build and the service measure the same state; else the service's encoder).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from indexer.format.bundle import Bundle
+from indexer.format.prefix_index import stored_rows
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.exact_scan import stored_rows
-from service.engine.gallery_directions import (
+from indexer.vocabulary.gallery_directions import (
     GalleryMoments,
     centred_rows,
     decoded_blocks,
@@ -32,12 +35,17 @@ from service.engine.gallery_directions import (
     sampled_rows,
     with_hubs,
 )
-from service.errors import QueryError
 from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, hub_scores, hub_words
 from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
+from training.core.errors import InputError
 
 CALIBRATION_WORDS = 64  # zero-shot words measured for z where the artifact records none
 SAMPLE_BLOCK = 1 << 14  # sampled rows decoded at once
+
+
+class VocabularyError(InputError):
+    """A bundle whose readout cannot make a zero-shot concept (the service answers
+    INVALID_ARGUMENT with its message)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ def measured_state(
     and one over every row for the hub values where the sample is not every row."""
     readout = bundle.coder.readout
     if readout is None:
-        raise QueryError(
+        raise VocabularyError(
             "a word or phrase outside the catalog needs a vocabulary readout in the bundle's "
             "CEDAR artifact"
         )
@@ -90,6 +98,16 @@ def measured_state(
         every = centred_blocks(bundle, storage)
         every_hub = np.concatenate([hub_scores(x, hub_directions) for x in every])
     return GalleryState(moments, z, every_hub)
+
+
+def readout_directions(readout: VocabularyReadout) -> Callable[[list[str]], np.ndarray] | None:
+    """The unit text directions t̃ of the readout's own words, by word, from the artifact
+    (`VocabularyReadout.text`); None for an artifact that does not hold them."""
+    if readout.text is None:
+        return None
+    text = readout.text
+    index = {word: w for w, word in enumerate(readout.words)}
+    return lambda words: np.asarray(text[[index[w] for w in words]], dtype=np.float64)
 
 
 def centred_blocks(bundle: Bundle, storage: Any) -> Iterator[np.ndarray]:
@@ -144,7 +162,7 @@ def taught_z(
     if training.get("zero_shot_z") is not None:
         return float(training["zero_shot_z"])
     if not fallbacks:
-        raise QueryError(
+        raise VocabularyError(
             "a word or phrase outside the catalog needs a calibrated zero-shot cut, and this "
             "bundle's readout has no zero-shot words to measure it from"
         )
