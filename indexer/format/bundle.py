@@ -28,6 +28,11 @@ A bundle directory holds versions, and a pointer to the published one:
                                   before: no chunk table, absolute row ids (int32, the narrowest
                                   type; int64 before), float32 activations: 8 B an entry
       ids.parquet                 row r = gallery row r: `id` and the cache's metadata columns
+      vocabulary_*.npy            the open vocabulary's gallery state, where the CEDAR artifact
+      vocabulary_sketch.faiss     keeps its words' text directions: every row's hub value, the
+                                  moments of [x̃, h], and past 131,072 rows the sketch
+                                  (indexer/vocabulary/stored_state.py, which reads and writes
+                                  them; the manifest's `open_vocabulary` record)
       artifacts/grasp/            copies of the two transform artifacts (manifest.json +
       artifacts/cedar/            weights.safetensors), so a bundle is self-contained
 

@@ -1,7 +1,8 @@
 """What a bundle version costs per row, part by part: on disk, and resident in a replica.
 
 Parts: `store` (the shared vectors and their head norms, indexer/format/store/), `prefix_L` (a
-prefix's own index file, with its .ivfdata), `postings`, `ids` and `artifacts`. On disk is
+prefix's own index file, with its .ivfdata), `postings`, `ids`, `artifacts` and `vocabulary` (the
+open vocabulary's gallery state: indexer/vocabulary/stored_state.py). On disk is
 the files' bytes (the manifest's records). Resident is what a serving replica keeps in RAM
 once its working set is paged in: every mapped file a search or a filter reads through, i.e.
 all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe) and a store
@@ -32,6 +33,8 @@ def part_of(name: str) -> str:
         return name.split(".")[0]
     if name.startswith("postings_"):
         return "postings"
+    if name.startswith("vocabulary_"):
+        return "vocabulary"
     if name.startswith("artifacts/"):
         return "artifacts"
     return name.split(".")[0]
