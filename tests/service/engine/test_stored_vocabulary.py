@@ -99,3 +99,17 @@ def test_a_delete_measures_the_state_again_and_keeps_each_rows_hub_value(
     direction = vocabulary.directions(vocabulary.embed(["teddy bear"]))[0]
     scanned = np.flatnonzero(vocabulary.corrected_scores(direction) >= made.cut)
     assert np.array_equal(made.rows.materialise(), scanned)
+
+
+def test_the_same_version_gets_the_same_state_bytes(
+    stated_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(stored, "SKETCH_ROWS", 0)  # the sketch too
+    bundle = Bundle.open(stated_bundle)
+    written = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        record, files = stored.write_state(tmp_path / name, bundle)
+        assert record is not None and (tmp_path / name / stored.SKETCH) in files
+        written.append({path.name: path.read_bytes() for path in files})
+    assert written[0] == written[1]
