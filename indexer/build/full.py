@@ -97,6 +97,7 @@ class BuildSummary:
     training_rows: int = 0
     engine: str = "local"
     announced: str | None = None  # where the version was announced (Redis), None: CURRENT only
+    vocabulary: dict | None = None  # the manifest's open_vocabulary record (None: none kept)
 
     @property
     def bytes_on_disk(self) -> int:
@@ -298,4 +299,5 @@ def build_bundle(
         training_rows=release.manifest.build["training_rows"],
         engine=config.engine,
         announced=release.announced,
+        vocabulary=release.manifest.open_vocabulary,
     )

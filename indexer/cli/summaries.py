@@ -32,6 +32,7 @@ def format_build_summary(summary: BuildSummary) -> str:
         ),
         f"time         {summary.seconds:.1f} s, {summary.rows_per_second:.0f} rows/s"
         + (f" (shards on {summary.engine})" if summary.engine != "local" else ""),
+        vocabulary_line(summary.vocabulary),
         *file_lines(summary.files),
     ]
     tuned = [p for p in summary.prefixes if p.tuning is not None and p.tuning.status != "untuned"]
@@ -48,6 +49,20 @@ def format_build_summary(summary: BuildSummary) -> str:
         )
     lines += tail_lines(summary.announced, summary.removed_versions, summary.cleaned)
     return "\n".join(lines)
+
+
+def vocabulary_line(record: dict | None) -> str:
+    """What the version keeps for the open vocabulary (indexer/vocabulary/stored_state.py)."""
+    if record is None:
+        return (
+            "vocabulary   no state kept (the CEDAR artifact keeps no words' text directions): "
+            "the service measures it at the first phrase"
+        )
+    sketch = ", a sketch" if record.get("sketch") else ""
+    return (
+        f"vocabulary   zero-shot state measured in {record['seconds']:.1f} s "
+        f"(z {record['z']:.2f}, {record['hub_words']} hub words{sketch})"
+    )
 
 
 def tail_lines(announced: str | None, removed: list[str], cleaned: list[Path]) -> list[str]:

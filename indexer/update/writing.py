@@ -81,7 +81,7 @@ def new_manifest(
         "operation": operation,
         "actions": dict(actions),
     }
-    return writer.open_vocabulary(
+    written = writer.open_vocabulary(
         replace(
             manifest,
             version=version,
@@ -94,6 +94,10 @@ def new_manifest(
             build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
         )
     )
+    if written.open_vocabulary is not None:
+        actions["vocabulary_*"] = "the open vocabulary's state measured again on the new rows"
+        written.build["actions"] = dict(actions)
+    return written
 
 
 def recall_target(manifest: BundleManifest) -> float:
