@@ -18,7 +18,9 @@ a parent, its forkserver and two workers), and kept; they idle while the other i
    Each call is checked: the server's own count of calls by gRPC code (its /metrics, the
    parent's sum over its workers). The two servers alternate arm by arm, `--repeats` rounds;
    medians, and the ratio 2 workers / 1. The generator's CPU seconds per wall second say what
-   it takes of the two cores.
+   it takes of the two cores, and the server's (its whole process tree's, over the arm's wall
+   time, warm-up included: `server_cores`) what one worker can use and so how far a second
+   can add on this machine.
 2. **Memory**: PSS (`/proc/PID/smaps_rollup`: a page shared by n processes counts 1/n) of each
    server's whole process tree, after the QPS part, and what one encoder costs (the growth of
    this process's own anonymous memory when it loads one). Target: 2 workers ≤ 1.25 × 1 worker
@@ -40,6 +42,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -122,6 +125,10 @@ class Served:
     def said(self, text: str) -> bool:
         return any(text in line for line in list(self.log))
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the server's whole process tree has used so far."""
+        return sum(_cpu_seconds(pid) for pid in _tree(self.process.pid))
+
     def pss_mb(self) -> float:
         """PSS of the server's whole process tree, MiB."""
         return sum(_pss_kb(pid) for pid in _tree(self.process.pid)) / 1024
@@ -146,6 +153,14 @@ def _tree(root: int) -> list[int]:
         found.append(pid)
         todo += children.get(pid, [])
     return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _pss_kb(pid: int, field: str = "Pss") -> int:
@@ -189,18 +204,23 @@ def qps_part(
             for c in levels:
                 for kind, requests in kinds.items():
                     for served in servers:  # C callers, each a connection of its own
-                        arms = {
-                            "h2load": h2load_arm(
-                                served.target, h2load_requests[kind], c, seconds, served.handled
-                            ),
-                            "python": qps_arm(load, served.target, c, 0, requests, c, seconds),
-                        }
-                        for generator, arm in arms.items():
+                        for generator in GENERATORS:
+                            cpu, began = served.cpu_seconds(), time.perf_counter()
+                            if generator == "h2load":
+                                arm = h2load_arm(
+                                    served.target, h2load_requests[kind], c, seconds, served.handled
+                                )
+                            else:
+                                arm = qps_arm(load, served.target, c, 0, requests, c, seconds)
+                            took = time.perf_counter() - began
+                            arm["server_cores"] = (served.cpu_seconds() - cpu) / took
                             key = f"{generator} {kind} c={c} workers={served.workers}"
                             runs.setdefault(key, []).append(arm)
     summary = qps_medians(runs)
-    for key, rounds in runs.items():  # h2load's mix: each request's share, the last round
-        if "share_per_request" in rounds[-1]:
+    for key, rounds in runs.items():
+        cores = statistics.median(r["server_cores"] for r in rounds)
+        summary[key]["server_cores"] = round(cores, 2)
+        if "share_per_request" in rounds[-1]:  # h2load's mix: each request's share, last round
             summary[key]["share_per_request"] = rounds[-1]["share_per_request"]
     ratios = {}
     for generator in GENERATORS:
