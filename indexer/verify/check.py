@@ -15,6 +15,9 @@ Checks, each fault one line that names the file:
   through that table, or the older absolute ids) in [0, N), strictly increasing within a
   concept, each row exactly k times; activations finite, ≥ 0;
 - ids.parquet: N rows, ids unique and not null;
+- the open vocabulary's kept state, where the manifest records one (indexer/verify/
+  vocabulary.py): its files listed, the hub values [N], the moments [D + 1] and
+  [D + 1, D + 1] finite, the kept sample at most N rows, the sketch every row;
 - both artifact copies load (TransformArtifact.load checks their checksums and that the
   rotations are orthogonal) and match the hashes, dim, contract and k the manifest records;
 - a seeded sample of rows against the source cache (when it is still there and unchanged:
@@ -77,6 +80,7 @@ from indexer.verify.faults import Fault, VerifyReport, VersionRefusedError
 from indexer.verify.indexes import check_indexes, check_prefix_consistency, consistency_rows
 from indexer.verify.sample import check_sample
 from indexer.verify.store import check_store
+from indexer.verify.vocabulary import check_vocabulary
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import MANIFEST as ARTIFACT_MANIFEST
 from training.core.artifacts import WEIGHTS as ARTIFACT_WEIGHTS
@@ -116,6 +120,7 @@ def verify_bundle(
             indexes[entry.length] = StoreIndex(store, entry.length)
     check_postings(path, manifest, intact, report.faults)
     check_ids(path, manifest, intact, report.faults)
+    check_vocabulary(path, manifest, intact, report.faults)
     if consistency > 0:
         check_prefix_consistency(manifest, indexes, consistency, seed, report.faults)
         if store is not None and store.on_disk:

@@ -16,12 +16,14 @@ import numpy as np
 import pytest
 
 from indexer.format.bundle import Bundle
+from indexer.format.manifest import MANIFEST
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.verify.check import verify_bundle
 from indexer.vocabulary import stored_state as stored
 from indexer.vocabulary.gallery_directions import SIZING_ROWS
 from service.engine import open_vocabulary
 from service.engine.open_vocabulary import OpenVocabulary
+from training.core.files import sha256_file
 
 PHRASES = ("giraffe", "teddy bear", "a red ball")
 
@@ -113,3 +115,23 @@ def test_the_same_version_gets_the_same_state_bytes(
         assert record is not None and (tmp_path / name / stored.SKETCH) in files
         written.append({path.name: path.read_bytes() for path in files})
     assert written[0] == written[1]
+
+
+def test_verify_refuses_a_state_that_is_not_the_versions(stated_bundle: Path, tmp_path: Path):
+    """Hub values of another row count, re-listed in the manifest with their own digest (so that
+    only a check of what the file holds can see it), and a z that is no number."""
+    out = tmp_path / "bundles"
+    shutil.copytree(stated_bundle, out)
+    bundle = Bundle.open(out)
+    hubs = bundle.path / stored.HUBS
+    np.save(hubs, np.zeros(bundle.rows - 1, dtype=np.float32), allow_pickle=False)
+    files = dict(bundle.manifest.files)
+    files[stored.HUBS] = dataclasses.replace(
+        files[stored.HUBS], sha256=sha256_file(hubs), bytes=hubs.stat().st_size
+    )
+    record = {**bundle.manifest.open_vocabulary, "z": None}
+    manifest = dataclasses.replace(bundle.manifest, files=files, open_vocabulary=record)
+    (bundle.path / MANIFEST).write_text(manifest.to_json())
+    faults = verify_bundle(bundle.path).faults
+    assert any(f.kind == "rows" and stored.HUBS in f for f in faults), faults
+    assert any(f.kind == "manifest" and "z None" in f for f in faults), faults
