@@ -21,6 +21,8 @@ learnt words (margin m_w = logit_w − θ_w on each row)
   gallery's median, in the word's own scale;
 - `zero-shot (every word by its text direction)`: the served zero-shot filter for the learnt
   words too;
+- `gated at μ + gσ …`: the trained filter, only on the rows where the word's text direction's
+  hubness-corrected score (below) reaches μ + g·σ of its own scores on the gallery (g in GATES);
 - `zero-shot where > r× its rows` (`both where …`): where the learnt filter allows more than
   r times the rows of the word's served zero-shot filter, that filter instead (or both);
 
@@ -88,6 +90,7 @@ UNCORRECTED_FDR = 0.1  # their q as served before the correction (the best of FD
 HUB_FDR_GRID = (0.01, 0.02, 0.05, 0.1)  # q of the hubness-corrected rule, NULL_FDR among them
 LOOSE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of a learnt word's rows, removed by its null's raise
 WIDE_RATIOS = (1.5, 2, 3, 5)  # a learnt filter's rows over its zero-shot filter's
+GATES = (0.0, 0.5, 1.0, 1.5, 2.0)  # g of a learnt filter gated by its text direction
 
 
 def null_raised(margin: np.ndarray) -> np.ndarray:
@@ -260,6 +263,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         text_filter, trained = zero_rules[served_name][learnt], learnt_rules["trained"]
         learnt_rules["zero-shot (every word by its text direction)"] = text_filter
         ratio = trained.sum(axis=1) / np.maximum(text_filter.sum(axis=1), 1)
+        # a learnt word's rows kept only where its text direction's corrected score is past
+        # μ + g·σ of its own scores on the gallery: a loose gate that leaves the rows the text
+        # direction cannot rule out and drops those it places in the word's bulk or below
+        gate_mu, gate_sigma = corrected.mean(0)[learnt], corrected.std(0)[learnt]
+        for g_cut in GATES:
+            passes = (corrected[:, learnt] >= gate_mu + g_cut * gate_sigma).T
+            learnt_rules[f"gated at μ + {g_cut}σ of its corrected text score"] = trained & passes
         for times in WIDE_RATIOS:
             wide = (ratio > times)[:, None]
             learnt_rules[f"zero-shot where > {times}× its rows"] = np.where(

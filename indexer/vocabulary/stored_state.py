@@ -20,7 +20,8 @@ in milliseconds on every worker, the hub values are memory-mapped (one copy for 
 and a hot swap carries the new version's state with it.
 
 A version whose CEDAR artifact lacks the text directions (made before they were kept), whose
-readout is missing, or whose full-length prefix keeps no exact vectors gets no state
+readout is missing or cannot cut a phrase (no teacher, no recorded z, no zero-shot word), or
+whose full-length prefix keeps no exact vectors gets no state
 (`open_vocabulary` null): the service measures it at the first phrase, as before.
 """
 
@@ -41,6 +42,7 @@ from indexer.format.prefix_index import exact_storage
 from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
 from indexer.vocabulary.gallery_state import (
     GalleryState,
+    VocabularyError,
     augmented_blocks,
     measured_state,
     readout_directions,
@@ -74,7 +76,11 @@ def write_state(
     if storage is None:
         return None, {}
     started = time.perf_counter()
-    state = measured_state(bundle, storage, directions, SAMPLE_ROWS)
+    try:
+        state = measured_state(bundle, storage, directions, SAMPLE_ROWS)
+    except VocabularyError as exc:  # no phrase can be cut here: the service says why, per call
+        log.warning("open vocabulary: no state kept: %s", exc)
+        return None, {}
     moments = state.moments
     files: dict[Path, int | None] = {}
     for name, values in (

@@ -135,3 +135,14 @@ def test_verify_refuses_a_state_that_is_not_the_versions(stated_bundle: Path, tm
     faults = verify_bundle(bundle.path).faults
     assert any(f.kind == "rows" and stored.HUBS in f for f in faults), faults
     assert any(f.kind == "manifest" and "z None" in f for f in faults), faults
+
+
+def test_a_readout_that_cannot_cut_a_phrase_keeps_no_state(stated_bundle: Path, tmp_path: Path):
+    """No teacher, no recorded z, no zero-shot word: the version is still written, without a
+    state (the service then refuses each phrase with the reason)."""
+    bundle = Bundle.open(stated_bundle)  # its own coder: the readout changed here only
+    readout = bundle.coder.readout
+    readout.precision = [None] * len(readout.words)
+    bundle.coder.artifact.extra["readout"]["training"].pop("zero_shot_z")
+    assert stored.write_state(tmp_path, bundle) == (None, {})
+    assert list(tmp_path.iterdir()) == []
