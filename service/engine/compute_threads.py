@@ -1,7 +1,15 @@
 """How many threads the engine computes with: FAISS's OpenMP threads, the BLAS libraries'
 (numpy's OpenBLAS, and the one FAISS calls for a batch of queries) and torch's.
 
-A worker of `strata serve --workers N` takes its share of the cores (`limit_threads`); every
+A server process takes its share of the cores for FAISS and torch (`limit_threads`: `strata
+serve` alone, every core it may use; each worker of `--workers N`, 1/N of them), and one thread
+for BLAS. The engine's matrix products are one query's or one batch's, small, and OpenBLAS
+keeps its threads spinning for about 0.1 s after each call: on two cores that spin took the core
+the next query's encoder (torch) needed: a text query (embedded, then searched) on the demo's
+bundle took p50 21.6 ms, p90 86 ms, 31 of 120 queries past 50 ms with every library on both
+cores; with numpy's BLAS on one thread (FAISS and torch on both), p50 11.4 ms, p90 12.5 ms,
+none past 17 ms (everything on one thread: 13.3 ms; `python -m benchmarks.service.blas_spin`).
+A BLAS built on OpenMP (FAISS's) follows OpenMP's count, whose idle threads sleep soon. Every
 thread the engine then starts (the server's lanes, the open vocabulary's sketch) begins with
 `same_threads()`, because OpenMP's count is a setting of each thread, and a new thread would
 otherwise take one a core. With two workers on two cores, threads a core in each worker's
@@ -14,15 +22,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+BLAS_THREADS = 1  # a serving process's BLAS threads (module doc)
+
 
 def limit_threads(threads: int) -> None:
-    """This process's FAISS, BLAS and torch threads: `threads` each (BLAS's for the rest of
-    the process; OpenMP's for this thread and those that start with `same_threads`)."""
+    """This process's FAISS and torch threads: `threads` each (OpenMP's for this thread and
+    those that start with `same_threads`); a BLAS on threads of its own (numpy's), BLAS_THREADS
+    for the rest of the process (module doc)."""
     import faiss
     from threadpoolctl import threadpool_limits
 
+    # BLAS first: FAISS's OpenBLAS is built on OpenMP, and its limit sets OpenMP's count too
+    threadpool_limits(limits=BLAS_THREADS, user_api="blas")
     faiss.omp_set_num_threads(threads)
-    threadpool_limits(limits=threads, user_api="blas")
     try:
         import torch
     except ImportError:

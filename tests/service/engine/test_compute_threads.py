@@ -87,3 +87,23 @@ def test_a_workers_limit_holds_blas_too():
     pools = json.loads(out.stdout.strip().splitlines()[-1])
     assert any(api == "blas" for api, _ in pools)
     assert all(count == 1 for _, count in pools)
+
+
+def test_a_server_computes_on_its_share_and_runs_blas_on_one_thread():
+    """limit_threads(2), in a process of its own: FAISS's and torch's counts are 2, and every
+    BLAS library on its own threads (numpy's OpenBLAS, whose threads spin after each call and
+    would take the cores the encoder needs) runs 1; one built on OpenMP follows OpenMP's."""
+    script = (
+        "import json, numpy, faiss, torch, threadpoolctl\n"
+        "from service.engine.compute_threads import limit_threads\n"
+        "limit_threads(2)\n"
+        "print(json.dumps([faiss.omp_get_max_threads(), torch.get_num_threads(), "
+        "[p['num_threads'] for p in threadpoolctl.threadpool_info() "
+        "if p['user_api'] == 'blas' and p.get('threading_layer') != 'openmp']]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (omp, torch_threads) == (2, 2)
+    assert blas and all(count == 1 for count in blas)
