@@ -243,7 +243,8 @@ def write_version(
                 "seed": config.seed,
                 "engine": config.engine,
             },
-        )
+        ),
+        config.progress,
     )
     return writer.finish(manifest)
 

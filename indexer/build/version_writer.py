@@ -167,12 +167,12 @@ class VersionWriter:
             entries.append(replace(p, search=search, tuning=tuning))
         return entries, round(time.perf_counter() - started, 3)
 
-    def open_vocabulary(self, manifest: BundleManifest) -> BundleManifest:
+    def open_vocabulary(self, manifest: BundleManifest, progress: bool = False) -> BundleManifest:
         """The manifest with the open vocabulary's gallery state measured on the files written so
         far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py);
         its `open_vocabulary` null where the version gets none."""
         opened = Bundle(self.staging, replace(manifest, files=dict(self.files)))
-        record, files = write_state(self.staging, opened)
+        record, files = write_state(self.staging, opened, progress)
         del opened
         for path, rows in files.items():
             self.record({path: None}, rows)

@@ -66,10 +66,12 @@ def new_manifest(
     operation: str,
     actions: dict[str, str],
     started: float,
+    progress: bool = False,
 ) -> BundleManifest:
     """The base's manifest for the new version: its rows, source, files, its approximate
     indexes re-tuned to the base's recall target on the new version's rows (their recall at a
-    fixed setting changes with the rows they hold), and how it was made."""
+    fixed setting changes with the rows they hold), the open vocabulary's state measured on
+    them (`progress`: its bar), and how it was made."""
     manifest = base.manifest
     target = recall_target(manifest)
     prefixes, tuning_seconds = writer.tune(manifest.prefixes, target, store=manifest.store)
@@ -92,7 +94,8 @@ def new_manifest(
             postings={**manifest.postings, "entries": writer.files[ROWS].rows},
             files=writer.files,
             build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
-        )
+        ),
+        progress,
     )
     if written.open_vocabulary is not None:
         actions["vocabulary_*"] = "the open vocabulary's state measured again on the new rows"
@@ -174,7 +177,9 @@ def write_added(
             },
         ),
     }
-    return writer.finish(new_manifest(base, version, rows, writer, record, "add", actions, started))
+    return writer.finish(
+        new_manifest(base, version, rows, writer, record, "add", actions, started, progress)
+    )
 
 
 def write_deleted(

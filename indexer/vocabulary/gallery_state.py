@@ -62,6 +62,7 @@ def measured_state(
     storage: Any,
     directions: Callable[[list[str]], np.ndarray],
     sample_rows: int,
+    advance: Callable[[int], object] | None = None,
 ) -> GalleryState:
     """The bundle's state from its full-length stored rows (`storage`) and the unit text
     directions t̃ of words (`directions`): one pass over at most `sample_rows` sampled rows,
@@ -95,9 +96,20 @@ def measured_state(
     if len(rows) == bundle.rows:  # every row was sampled, in order
         every_hub = np.concatenate(hubs)
     else:
-        every = centred_blocks(bundle, storage)
-        every_hub = np.concatenate([hub_scores(x, hub_directions) for x in every])
+        every_hub = np.concatenate(
+            [
+                scored(hub_scores(x, hub_directions), advance)
+                for x in centred_blocks(bundle, storage)
+            ]
+        )
     return GalleryState(moments, z, every_hub)
+
+
+def scored(hubs: np.ndarray, advance: Callable[[int], object] | None) -> np.ndarray:
+    """A block's hub values, its rows told to `advance` (if any)."""
+    if advance is not None:
+        advance(len(hubs))
+    return hubs
 
 
 def readout_directions(readout: VocabularyReadout) -> Callable[[list[str]], np.ndarray] | None:

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
+from tqdm import tqdm
 
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BundleError
@@ -62,12 +64,12 @@ STATE_FILES = (HUBS, MEAN, SECOND, SIZING)
 
 
 def write_state(
-    staging: Path, bundle: Bundle
+    staging: Path, bundle: Bundle, progress: bool = False
 ) -> tuple[dict[str, Any] | None, dict[Path, int | None]]:
     """Measure the open vocabulary's state of the version being written in `staging` (`bundle`:
     its files so far, opened there) and write it: the manifest's `open_vocabulary` record and
     the files written (path → rows, None for the sketch); (None, {}) where the version gets no
-    state (module doc)."""
+    state (module doc). `progress`: a bar over the passes over every row."""
     readout = bundle.coder.readout
     directions = None if readout is None else readout_directions(readout)
     if readout is None or directions is None:
@@ -76,11 +78,21 @@ def write_state(
     if storage is None:
         return None, {}
     started = time.perf_counter()
-    try:
-        state = measured_state(bundle, storage, directions, SAMPLE_ROWS)
-    except VocabularyError as exc:  # no phrase can be cut here: the service says why, per call
-        log.warning("open vocabulary: no state kept: %s", exc)
-        return None, {}
+    sketch = bundle.rows > SKETCH_ROWS
+    passes = (bundle.rows if bundle.rows > SAMPLE_ROWS else 0) + (bundle.rows if sketch else 0)
+    shown = progress and passes > 0
+    with tqdm(total=passes, desc="open vocabulary", unit="row", disable=not shown) as bar:
+        try:
+            state = measured_state(bundle, storage, directions, SAMPLE_ROWS, bar.update)
+        except VocabularyError as exc:  # no phrase can be cut: the service says why, per call
+            log.warning("open vocabulary: no state kept: %s", exc)
+            return None, {}
+        sketch_index = None
+        if sketch:
+            rows = (
+                told(block, bar.update) for block in augmented_blocks(bundle, storage, state.hubs)
+            )
+            sketch_index = sketched(state.moments.sizing, rows)
     moments = state.moments
     files: dict[Path, int | None] = {}
     for name, values in (
@@ -91,10 +103,8 @@ def write_state(
     ):
         np.save(staging / name, values, allow_pickle=False)
         files[staging / name] = len(values)
-    sketch = bundle.rows > SKETCH_ROWS
-    if sketch:
-        rows = augmented_blocks(bundle, storage, state.hubs)
-        faiss.write_index(sketched(moments.sizing, rows), str(staging / SKETCH))
+    if sketch_index is not None:
+        faiss.write_index(sketch_index, str(staging / SKETCH))
         files[staging / SKETCH] = None
     seconds = time.perf_counter() - started
     log.info("open vocabulary: the state of %d rows measured in %.1f s", bundle.rows, seconds)
@@ -106,6 +116,12 @@ def write_state(
         "seconds": round(seconds, 3),
     }
     return record, files
+
+
+def told(block: np.ndarray, advance: Callable[[int], object]) -> np.ndarray:
+    """A block of rows, its count told to `advance` (a progress bar's)."""
+    advance(len(block))
+    return block
 
 
 def stored_state(bundle: Bundle) -> GalleryState | None:
