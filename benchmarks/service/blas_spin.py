@@ -8,8 +8,8 @@ then times `--queries` text searches of distinct texts (each embedded: no query 
 AUTO granularity; the first is dropped. Arms, alternated round by round (`--rounds`):
 
 - `defaults`: no limit (every library takes every core: a server before this setting);
-- `served`: `limit_threads(usable_cores())`, what `strata serve` sets in its process (FAISS and
-  torch on every core, BLAS on one: service/engine/compute_threads.py);
+- `served`: `limit_blas()`, what `strata serve` sets in its process (numpy's BLAS on one
+  thread, FAISS and torch on every core: service/engine/compute_threads.py);
 - `one thread`: FAISS, torch and BLAS on one thread each (a worker of `--workers` = cores).
 
 Prints and writes p50, p90, max and the count past 50 ms per arm (every round's times pooled).
@@ -35,13 +35,12 @@ SLOW_MS = 50.0
 
 def arm_times(bundles: Path, arm: str, queries: int) -> list[float]:
     """One arm in this process: the text searches' wall times, ms (the first dropped)."""
-    from service.cli.serve_setup import usable_cores
-    from service.engine.compute_threads import limit_threads
+    from service.engine.compute_threads import limit_blas, limit_threads
     from service.engine.search import SearchEngine
     from service.results import SearchQuery
 
     if arm == "served":
-        limit_threads(usable_cores())
+        limit_blas()
     elif arm == "one thread":
         limit_threads(1)
     engine = SearchEngine.open(bundles, device="cpu", verify=False)

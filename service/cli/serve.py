@@ -211,13 +211,13 @@ def serve_command(
         typer.echo("stopped")
         exit_now()
     from service.api.server import serve
-    from service.cli.serve_setup import Announcement, open_engine, usable_cores
-    from service.engine.compute_threads import limit_threads
+    from service.cli.serve_setup import Announcement, open_engine
+    from service.engine.compute_threads import limit_blas
     from service.query.cache import open_cache
     from service.serving.metrics import ServerMetrics
     from training.core.encoders import resolve_device
 
-    limit_threads(usable_cores())  # every core for FAISS and torch, one thread for BLAS
+    limit_blas()  # numpy's BLAS on one thread (compute_threads.py); FAISS and torch as they are
     device = resolve_device(device or settings.device)
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early

@@ -1,14 +1,16 @@
 """How many threads the engine computes with: FAISS's OpenMP threads, the BLAS libraries'
 (numpy's OpenBLAS, and the one FAISS calls for a batch of queries) and torch's.
 
-A server process takes its share of the cores for FAISS and torch (`limit_threads`: `strata
-serve` alone, every core it may use; each worker of `--workers N`, 1/N of them), and one thread
-for BLAS. The engine's matrix products are one query's or one batch's, small, and OpenBLAS
-keeps its threads spinning for about 0.1 s after each call: on two cores that spin took the core
-the next query's encoder (torch) needed: a text query (embedded, then searched) on the demo's
-bundle took p50 21.6 ms, p90 86 ms, 31 of 120 queries past 50 ms with every library on both
-cores; with numpy's BLAS on one thread (FAISS and torch on both), p50 11.4 ms, p90 12.5 ms,
-none past 17 ms (everything on one thread: 13.3 ms; `python -m benchmarks.service.blas_spin`).
+Each worker of `strata serve --workers N` takes its share of the cores for FAISS and torch
+(`limit_threads`); every serving process, one worker or many, runs numpy's BLAS on one thread
+(`limit_blas`; a single server leaves FAISS and torch as OMP_NUM_THREADS or the cores say).
+The engine's matrix products are one query's or one batch's, small, and OpenBLAS keeps its
+threads spinning for about 0.1 s after each call: on two cores that spin took the core the next
+query's encoder (torch) needed: a text query (embedded, then searched) on the demo's
+bundle took p50 21.6–27.2 ms, p90 86–129 ms, 31–47 of 120 queries past 50 ms with every library
+on both cores; with numpy's BLAS on one thread (FAISS and torch on both), p50 9.4–11.4 ms, p90
+10.4–12.5 ms, none past 17 ms (everything on one thread: 13.3–15.2 ms; three runs of `python -m
+benchmarks.service.blas_spin`).
 A BLAS built on OpenMP (FAISS's) follows OpenMP's count, whose idle threads sleep soon. Every
 thread the engine then starts (the server's lanes, the open vocabulary's sketch) begins with
 `same_threads()`, because OpenMP's count is a setting of each thread, and a new thread would
@@ -27,19 +29,28 @@ BLAS_THREADS = 1  # a serving process's BLAS threads (module doc)
 
 def limit_threads(threads: int) -> None:
     """This process's FAISS and torch threads: `threads` each (OpenMP's for this thread and
-    those that start with `same_threads`); a BLAS on threads of its own (numpy's), BLAS_THREADS
-    for the rest of the process (module doc)."""
+    those that start with `same_threads`), and its BLAS's (`limit_blas`)."""
     import faiss
-    from threadpoolctl import threadpool_limits
 
-    # BLAS first: FAISS's OpenBLAS is built on OpenMP, and its limit sets OpenMP's count too
-    threadpool_limits(limits=BLAS_THREADS, user_api="blas")
+    limit_blas()
     faiss.omp_set_num_threads(threads)
     try:
         import torch
     except ImportError:
         return
     torch.set_num_threads(threads)
+
+
+def limit_blas() -> None:
+    """BLAS_THREADS for every BLAS on threads of its own (numpy's), for the rest of the process
+    (module doc); FAISS's OpenMP count as it was (FAISS's BLAS is built on OpenMP, and limiting
+    it sets OpenMP's count too)."""
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    threads = faiss.omp_get_max_threads()
+    threadpool_limits(limits=BLAS_THREADS, user_api="blas")
+    faiss.omp_set_num_threads(threads)
 
 
 def same_threads() -> Callable[[], None]:

@@ -107,3 +107,23 @@ def test_a_server_computes_on_its_share_and_runs_blas_on_one_thread():
     omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
     assert (omp, torch_threads) == (2, 2)
     assert blas and all(count == 1 for count in blas)
+
+
+def test_a_single_server_limits_blas_and_keeps_faiss_and_torch_as_set():
+    """limit_blas, in a process of its own with OpenMP's count set to 2 first (the premise, as
+    OMP_NUM_THREADS would): FAISS and torch keep 2, every BLAS on threads of its own runs 1."""
+    script = (
+        "import json, numpy, faiss, torch, threadpoolctl\n"
+        "faiss.omp_set_num_threads(2); torch.set_num_threads(2)\n"
+        "from service.engine.compute_threads import limit_blas\n"
+        "limit_blas()\n"
+        "print(json.dumps([faiss.omp_get_max_threads(), torch.get_num_threads(), "
+        "[p['num_threads'] for p in threadpoolctl.threadpool_info() "
+        "if p['user_api'] == 'blas' and p.get('threading_layer') != 'openmp']]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (omp, torch_threads) == (2, 2)
+    assert blas and all(count == 1 for count in blas)
