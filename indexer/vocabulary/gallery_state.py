@@ -97,19 +97,16 @@ def measured_state(
         every_hub = np.concatenate(hubs)
     else:
         every_hub = np.concatenate(
-            [
-                scored(hub_scores(x, hub_directions), advance)
-                for x in centred_blocks(bundle, storage)
-            ]
+            [told(hub_scores(x, hub_directions), advance) for x in centred_blocks(bundle, storage)]
         )
     return GalleryState(moments, z, every_hub)
 
 
-def scored(hubs: np.ndarray, advance: Callable[[int], object] | None) -> np.ndarray:
-    """A block's hub values, its rows told to `advance` (if any)."""
+def told(rows: np.ndarray, advance: Callable[[int], object] | None) -> np.ndarray:
+    """A block of per-row values, its row count told to `advance` (a progress bar's), if any."""
     if advance is not None:
-        advance(len(hubs))
-    return hubs
+        advance(len(rows))
+    return rows
 
 
 def readout_directions(readout: VocabularyReadout) -> Callable[[list[str]], np.ndarray] | None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from indexer.vocabulary.gallery_state import (
     augmented_blocks,
     measured_state,
     readout_directions,
+    told,
 )
 from training.cedar.gallery_cuts import hub_words
 
@@ -116,12 +116,6 @@ def write_state(
         "seconds": round(seconds, 3),
     }
     return record, files
-
-
-def told(block: np.ndarray, advance: Callable[[int], object]) -> np.ndarray:
-    """A block of rows, its count told to `advance` (a progress bar's)."""
-    advance(len(block))
-    return block
 
 
 def stored_state(bundle: Bundle) -> GalleryState | None:

@@ -348,8 +348,9 @@ class OpenVocabulary:
     def ready_sketch(self) -> Any:
         """The sketch if it is ready to search: built, or kept by the version (read now);
         else None, and its build started in the background (`sketch_in_background`)."""
-        if self._sketch is None and self.bundle.manifest.open_vocabulary is not None:
-            self.sketch()  # the version's own, or none: then it is built below
+        kept = (self.bundle.manifest.open_vocabulary or {}).get("sketch")
+        if self._sketch is None and kept:
+            self.sketch()  # the version's own, read (never built on the caller's thread)
         if self._sketch is None:
             self.sketch_in_background()
         return self._sketch

@@ -41,7 +41,8 @@ from training.cedar.naming import (
     with_precision,
 )
 from training.cedar.near_misses import suggestion
-from training.cedar.readout import VocabularyReadout, margins, readout_input, readout_of
+from training.cedar.readout import VocabularyReadout, margins, readout_input
+from training.cedar.readout_artifact import readout_of
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,
@@ -437,7 +438,7 @@ def merged_by_name(
 
 
 def word_entry(concept: int, record: dict[str, Any]) -> CatalogEntry:
-    """The catalog entry of a readout word (training.cedar.readout.readout_record)."""
+    """The catalog entry of a readout word (training.cedar.readout_artifact.readout_record)."""
     word = str(record["word"])
     precision = record.get("precision")
     return CatalogEntry(

@@ -14,13 +14,8 @@ import typer
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.floor import OTHER_CAPTIONS, SHOWN, dev_floor
 from training.cedar.gallery_quality import embed_words
-from training.cedar.readout import (
-    calibration_words,
-    readout_input,
-    readout_of,
-    text_directions,
-    zero_shot_z,
-)
+from training.cedar.readout import calibration_words, readout_input, text_directions, zero_shot_z
+from training.cedar.readout_artifact import readout_of
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 

@@ -38,7 +38,8 @@ word outside the learnt ones at μ + z·σ of its own scores there, raised until
 scores accounts for at most NULL_FDR of the rows kept (training/cedar/gallery_cuts.py; the rule
 in service/engine/open_vocabulary.py). The artifact also keeps every word's t̃_w (`text`), so that
 an index build measures what the service's zero-shot cuts read on its gallery without an encoder
-(indexer/vocabulary/). Pure functions; the caller does the I/O.
+(indexer/vocabulary/). How an artifact stores a readout: training/cedar/readout_artifact.py. Pure
+functions; the caller does the I/O.
 """
 
 from __future__ import annotations
@@ -58,8 +59,6 @@ from training.core.config import ConfigModel
 from training.core.errors import InputError
 from training.core.metrics import unit_rows
 
-WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
-TEXT = "readout.text"  # the words' unit text directions t̃_w (absent in older artifacts)
 SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
 
 
@@ -361,74 +360,6 @@ class ReadoutRows:
     val_targets: np.ndarray
     val_relevant: np.ndarray  # bool [M, V], strict
     calibration: np.ndarray  # bool [M]: the first cross-fitting half of the val rows
-
-
-def readout_tensors(readout: VocabularyReadout) -> dict[str, np.ndarray]:
-    """The readout's tensors, for the CEDAR artifact's weights file."""
-    text = {} if readout.text is None else {TEXT: readout.text}
-    return {WEIGHT: readout.weight, OFFSET: readout.offset, **text}
-
-
-def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
-    """The readout's words and figures, for the CEDAR artifact's manifest (`extra["readout"]`)."""
-    return {
-        "source": readout.source,
-        "words": [
-            {
-                "word": w,
-                "class": c,
-                "threshold": round(float(t), 6),
-                "own_threshold": bool(o),
-                "precision": p,
-                "recall": r,
-                "support": s,
-                "frequency": f,
-                **({"zero_shot": True} if z else {}),
-            }
-            for w, c, t, o, p, r, s, f, z in zip(
-                readout.words,
-                readout.classes,
-                readout.threshold,
-                readout.own_threshold,
-                readout.precision,
-                readout.recall,
-                readout.support,
-                readout.frequency or [0.0] * len(readout.words),
-                readout.zero_shot or [False] * len(readout.words),
-                strict=True,
-            )
-        ],
-    }
-
-
-def readout_of(
-    record: dict[str, Any] | None, tensors: dict[str, np.ndarray]
-) -> VocabularyReadout | None:
-    """The readout stored in an artifact (`extra["readout"]` and its tensors); None for an
-    artifact made before readouts (its concepts are its axes alone)."""
-    if record is None:
-        return None
-    if WEIGHT not in tensors or OFFSET not in tensors:
-        raise InputError(f"the artifact's vocabulary lacks its tensors {WEIGHT}, {OFFSET}")
-    try:
-        words = record["words"]
-        return VocabularyReadout(
-            words=[str(w["word"]) for w in words],
-            classes=[str(w["class"]) for w in words],
-            weight=np.asarray(tensors[WEIGHT], dtype=np.float32),
-            offset=np.asarray(tensors[OFFSET], dtype=np.float32),
-            threshold=np.array([float(w["threshold"]) for w in words], dtype=np.float32),
-            own_threshold=np.array([bool(w["own_threshold"]) for w in words]),
-            precision=[None if w["precision"] is None else float(w["precision"]) for w in words],
-            recall=[None if w["recall"] is None else float(w["recall"]) for w in words],
-            support=[int(w["support"]) for w in words],
-            source=str(record.get("source", "dense")),
-            frequency=[float(w.get("frequency", 0.0)) for w in words],
-            zero_shot=[bool(w.get("zero_shot", False)) for w in words],
-            text=np.asarray(tensors[TEXT], dtype=np.float32) if TEXT in tensors else None,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"malformed vocabulary in the CEDAR artifact: {exc}") from exc
 
 
 def mean_held_out(readout: VocabularyReadout) -> dict[str, float]:

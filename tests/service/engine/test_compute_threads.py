@@ -71,59 +71,44 @@ def test_the_servers_lanes_and_daemon_work_compute_with_the_workers_count(
     assert asyncio.run(loaded()) == threads_set
 
 
-def test_a_workers_limit_holds_blas_too():
-    """In a process of its own (the limit lasts for the process): every BLAS library the
-    process loaded (numpy's, FAISS's) and OpenMP run one thread after limit_threads(1)."""
+def thread_counts(setup: str) -> tuple[int, int, list[int]]:
+    """In a process of its own (thread limits last for the process): after `setup`, FAISS's
+    OpenMP count, torch's, and the counts of the BLAS libraries on threads of their own (numpy's;
+    one built on OpenMP follows OpenMP's)."""
     script = (
-        "import json, numpy, faiss, threadpoolctl\n"
-        "from service.engine.compute_threads import limit_threads\n"
-        "limit_threads(1)\n"
-        "print(json.dumps([(p['user_api'], p['num_threads']) "
-        "for p in threadpoolctl.threadpool_info()]))\n"
+        "import json, numpy, faiss, torch, threadpoolctl\n"
+        "from service.engine.compute_threads import limit_blas, limit_threads\n"
+        f"{setup}\n"
+        "print(json.dumps([faiss.omp_get_max_threads(), torch.get_num_threads(), "
+        "[p['num_threads'] for p in threadpoolctl.threadpool_info() "
+        "if p['user_api'] == 'blas' and p.get('threading_layer') != 'openmp']]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
-    pools = json.loads(out.stdout.strip().splitlines()[-1])
-    assert any(api == "blas" for api, _ in pools)
-    assert all(count == 1 for _, count in pools)
+    omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
+    assert blas, "no BLAS on threads of its own: numpy's was expected"
+    return omp, torch_threads, blas
+
+
+def test_a_workers_limit_holds_blas_too():
+    """limit_threads(1): FAISS, torch and every BLAS (numpy's, FAISS's) run one thread."""
+    omp, torch_threads, blas = thread_counts("limit_threads(1)")
+    assert (omp, torch_threads) == (1, 1) and all(count == 1 for count in blas)
 
 
 def test_a_server_computes_on_its_share_and_runs_blas_on_one_thread():
-    """limit_threads(2), in a process of its own: FAISS's and torch's counts are 2, and every
-    BLAS library on its own threads (numpy's OpenBLAS, whose threads spin after each call and
-    would take the cores the encoder needs) runs 1; one built on OpenMP follows OpenMP's."""
-    script = (
-        "import json, numpy, faiss, torch, threadpoolctl\n"
-        "from service.engine.compute_threads import limit_threads\n"
-        "limit_threads(2)\n"
-        "print(json.dumps([faiss.omp_get_max_threads(), torch.get_num_threads(), "
-        "[p['num_threads'] for p in threadpoolctl.threadpool_info() "
-        "if p['user_api'] == 'blas' and p.get('threading_layer') != 'openmp']]))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
-    )
-    omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (omp, torch_threads) == (2, 2)
-    assert blas and all(count == 1 for count in blas)
+    """limit_threads(2): FAISS's and torch's counts are 2, numpy's BLAS 1 (its threads spin after
+    each call and would take the cores the encoder needs)."""
+    omp, torch_threads, blas = thread_counts("limit_threads(2)")
+    assert (omp, torch_threads) == (2, 2) and all(count == 1 for count in blas)
 
 
 def test_a_single_server_limits_blas_and_keeps_faiss_and_torch_as_set():
-    """limit_blas, in a process of its own with OpenMP's count set to 2 first (the premise, as
-    OMP_NUM_THREADS would): FAISS and torch keep 2, every BLAS on threads of its own runs 1."""
-    script = (
-        "import json, numpy, faiss, torch, threadpoolctl\n"
-        "faiss.omp_set_num_threads(2); torch.set_num_threads(2)\n"
-        "from service.engine.compute_threads import limit_blas\n"
-        "limit_blas()\n"
-        "print(json.dumps([faiss.omp_get_max_threads(), torch.get_num_threads(), "
-        "[p['num_threads'] for p in threadpoolctl.threadpool_info() "
-        "if p['user_api'] == 'blas' and p.get('threading_layer') != 'openmp']]))\n"
+    """limit_blas with OpenMP's and torch's counts set to 2 first (the premise, as
+    OMP_NUM_THREADS would): they keep 2 (FAISS's OpenMP-built BLAS would reset OpenMP's count),
+    numpy's BLAS runs 1."""
+    omp, torch_threads, blas = thread_counts(
+        "faiss.omp_set_num_threads(2); torch.set_num_threads(2); limit_blas()"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
-    )
-    omp, torch_threads, blas = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (omp, torch_threads) == (2, 2)
-    assert blas and all(count == 1 for count in blas)
+    assert (omp, torch_threads) == (2, 2) and all(count == 1 for count in blas)

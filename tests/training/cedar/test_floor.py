@@ -25,7 +25,8 @@ from training.cedar.floor import (
     shown_names,
     used_words,
 )
-from training.cedar.readout import VocabularyReadout, readout_record, readout_tensors
+from training.cedar.readout import VocabularyReadout
+from training.cedar.readout_artifact import readout_record, readout_tensors
 from training.core.errors import InputError
 
 DIM, K = 16, 4

@@ -25,14 +25,12 @@ from training.cedar.readout import (
     calibrate,
     calibration_words,
     margins,
-    readout_of,
-    readout_record,
-    readout_tensors,
     split_calibration,
     teacher_words,
     text_directions,
     with_zero_shot,
 )
+from training.cedar.readout_artifact import readout_of, readout_record, readout_tensors
 from training.cedar.readout_quality import (
     gallery_shift,
     served_quality,
