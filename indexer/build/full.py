@@ -214,8 +214,6 @@ def write_version(
         writer.copy_artifact(
             ARTIFACT_COPIES[role], (path / name for name in (ARTIFACT_MANIFEST, ARTIFACT_WEIGHTS))
         )
-    if written is not None:
-        written.update(writer.written)
     manifest = writer.open_vocabulary(
         BundleManifest(
             version=version,
@@ -246,6 +244,8 @@ def write_version(
         ),
         config.progress,
     )
+    if written is not None:  # after the gate, which writes the postings again
+        written.update(writer.written)
     return writer.finish(manifest)
 
 

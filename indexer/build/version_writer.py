@@ -14,8 +14,9 @@ owns what every version shares:
 - the tuning of the approximate indexes' search parameters on the files written
   (`tune`, indexer/format/tuning.py);
 - the artifact copies, byte for byte;
-- the open vocabulary's gallery state, measured on the version's rows (`open_vocabulary`,
-  indexer/vocabulary/stored_state.py);
+- the open vocabulary's gallery state, measured on the version's rows, and the gate on its
+  learnt words' postings, which rewrites them (`open_vocabulary`,
+  indexer/vocabulary/stored_state.py, indexer/vocabulary/word_gate.py);
 - last, manifest.json, then an fsync of every file and folder (`finish`).
 
 The order of the records is the order the files are written, so the same calls write the same
@@ -48,6 +49,7 @@ from indexer.format.store import VectorStore
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
 from indexer.versions.crashpoints import crash_point
 from indexer.vocabulary.stored_state import write_state
+from indexer.vocabulary.word_gate import MEASURED, GatePlan
 from training.core.errors import InputError
 from training.core.files import fsync_tree, sha256_file
 from training.core.metrics import prefix_vectors
@@ -72,6 +74,8 @@ class VersionWriter:
             self.files[name] = FileRecord(digest or sha256_file(path), path.stat().st_size, rows)
             if digest is not None:
                 self.written[name] = digest
+            else:  # read back: a file written again (the gated postings) drops its old digest
+                self.written.pop(name, None)
 
     def record_postings(
         self, files: Mapping[Path, str | None], concepts: int, entries: int
@@ -167,16 +171,20 @@ class VersionWriter:
             entries.append(replace(p, search=search, tuning=tuning))
         return entries, round(time.perf_counter() - started, 3)
 
-    def open_vocabulary(self, manifest: BundleManifest, progress: bool = False) -> BundleManifest:
+    def open_vocabulary(
+        self, manifest: BundleManifest, progress: bool = False, gate: GatePlan | None = MEASURED
+    ) -> BundleManifest:
         """The manifest with the open vocabulary's gallery state measured on the files written so
-        far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py);
-        its `open_vocabulary` null where the version gets none."""
+        far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py),
+        the learnt words' postings gated as `gate` says (indexer/vocabulary/word_gate.py); its
+        `open_vocabulary` null where the version gets none."""
         opened = Bundle(self.staging, replace(manifest, files=dict(self.files)))
-        record, files = write_state(self.staging, opened, progress)
+        record, files = write_state(self.staging, opened, progress, gate)
         del opened
         for path, rows in files.items():
             self.record({path: None}, rows)
-        return replace(manifest, files=self.files, open_vocabulary=record)
+        postings = {**manifest.postings, "entries": self.files[ROWS].rows}
+        return replace(manifest, files=self.files, open_vocabulary=record, postings=postings)
 
     def finish(self, manifest: BundleManifest) -> BundleManifest:
         """Write manifest.json last, then fsync every file and folder of the version."""

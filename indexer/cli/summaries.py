@@ -59,9 +59,16 @@ def vocabulary_line(record: dict | None) -> str:
             "the service measures it at the first phrase"
         )
     sketch = ", a sketch" if record.get("sketch") else ""
+    gate = record.get("gate")
+    gated = (
+        f"; learnt words gated at μ + {gate['z']:g}σ, {gate['entries_removed']:,} rows dropped "
+        f"from their postings"
+        if gate
+        else ""
+    )
     return (
         f"vocabulary   zero-shot state measured in {record['seconds']:.1f} s "
-        f"(z {record['z']:.2f}, {record['hub_words']} hub words{sketch})"
+        f"(z {record['z']:.2f}, {record['hub_words']} hub words{sketch}){gated}"
     )
 
 

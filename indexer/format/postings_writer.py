@@ -184,11 +184,14 @@ def merged_blocks(
         yield (c0, c1), rows, values
 
 
-def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[Path]:
+def filter_postings(
+    base: Postings, new_row: np.ndarray, folder: Path, entries_kept: np.ndarray | None = None
+) -> list[Path]:
     """Write the four CSR files of `base` without the rows whose `new_row` is −1, every other
-    row r renamed new_row[r] (new_row must be increasing over the kept rows). Two chunked
-    passes: count the kept entries per concept and chunk of their new rows (the chunk table),
-    then copy them in order."""
+    row r renamed new_row[r] (new_row must be increasing over the kept rows), and without the
+    entries `entries_kept` (bool [E], if given) marks False. Two chunked passes: count the kept
+    entries per concept and chunk of their new rows (the chunk table), then copy them in
+    order."""
     new_row = np.asarray(new_row, dtype=np.int64)
     indptr = np.asarray(base.indptr)
     entries = int(indptr[-1])
@@ -198,6 +201,8 @@ def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[P
         stop = min(start + CHECK_CHUNK, entries)
         renamed = new_row[base.rows[start:stop]]
         kept = renamed >= 0
+        if entries_kept is not None:
+            kept &= entries_kept[start:stop]
         slot = entry_concepts(indptr, start, stop)[kept] * chunks + (renamed[kept] >> CHUNK_BITS)
         per_chunk += np.bincount(slot, minlength=len(per_chunk))
     counts = per_chunk.reshape(base.concepts, chunks)
@@ -212,6 +217,8 @@ def filter_postings(base: Postings, new_row: np.ndarray, folder: Path) -> list[P
         stop = min(start + CHECK_CHUNK, entries)
         renamed = new_row[base.rows[start:stop]]
         kept = renamed >= 0
+        if entries_kept is not None:
+            kept &= entries_kept[start:stop]
         n = int(kept.sum())
         rows[at : at + n] = row_lows(renamed[kept])
         values[at : at + n] = stored_values(base.values[start:stop][kept])

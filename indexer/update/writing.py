@@ -32,6 +32,8 @@ from indexer.update.row_changes import (
     UpdateError,
 )
 from indexer.versions.crashpoints import crash_point
+from indexer.vocabulary.stored_state import kept_gate
+from indexer.vocabulary.word_gate import GatePlan
 from training.core.cache import EmbeddingCache
 from training.core.files import sha256_file
 
@@ -67,11 +69,13 @@ def new_manifest(
     actions: dict[str, str],
     started: float,
     progress: bool = False,
+    gated_from: int | None = None,
 ) -> BundleManifest:
     """The base's manifest for the new version: its rows, source, files, its approximate
     indexes re-tuned to the base's recall target on the new version's rows (their recall at a
     fixed setting changes with the rows they hold), the open vocabulary's state measured on
-    them (`progress`: its bar), and how it was made."""
+    them (`progress`: its bar), the rows from `gated_from` on gated at the base's kept cuts
+    (indexer/vocabulary/word_gate.py; None: every row is the base's), and how it was made."""
     manifest = base.manifest
     target = recall_target(manifest)
     prefixes, tuning_seconds = writer.tune(manifest.prefixes, target, store=manifest.store)
@@ -96,11 +100,24 @@ def new_manifest(
             build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
         ),
         progress,
+        base_gate(base, rows if gated_from is None else gated_from),
     )
     if written.open_vocabulary is not None:
         actions["vocabulary_*"] = "the open vocabulary's state measured again on the new rows"
+        gate = written.open_vocabulary.get("gate")
+        if gate and gate["entries_removed"]:
+            actions["postings_*.npy"] += (
+                f"; {gate['entries_removed']:,} word entries of the new rows gated out"
+            )
         written.build["actions"] = dict(actions)
     return written
+
+
+def base_gate(base: Bundle, from_row: int) -> GatePlan | None:
+    """The base's kept gate cuts, applied to the rows from `from_row` on; None (no gate) where
+    the base kept none."""
+    cuts = kept_gate(base)
+    return None if cuts is None else GatePlan(cuts, from_row)
 
 
 def recall_target(manifest: BundleManifest) -> float:
@@ -178,7 +195,7 @@ def write_added(
         ),
     }
     return writer.finish(
-        new_manifest(base, version, rows, writer, record, "add", actions, started, progress)
+        new_manifest(base, version, rows, writer, record, "add", actions, started, progress, old)
     )
 
 

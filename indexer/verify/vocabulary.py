@@ -4,8 +4,9 @@
 Its files are checksummed with every other file (verify.check_files); here, once they are
 intact: the manifest's `open_vocabulary` record lists them all and a finite z; the hub values
 are [rows] float32 and finite; the moments of [x̃, h] are [D + 1] and [D + 1, D + 1], finite,
-the second moment symmetric; the kept sample [n, D + 1] with n ≤ rows; and a sketch, where the
-record names one, holds every row at the sketch's width.
+the second moment symmetric; the kept sample [n, D + 1] with n ≤ rows; a sketch, where the
+record names one, holds every row at the sketch's width; and the gate's cuts, where the record
+names a gate, are float32, one per readout word, finite or NaN (a word not gated).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from indexer.format.manifest import BundleManifest
 from indexer.verify.faults import Fault
 from indexer.vocabulary.gallery_directions import sketch_width
 from indexer.vocabulary.stored_state import HUBS, MEAN, SECOND, SIZING, SKETCH, STATE_FILES
+from indexer.vocabulary.word_gate import GATES
 
 
 def check_vocabulary(
@@ -29,7 +31,12 @@ def check_vocabulary(
     record = manifest.open_vocabulary
     if record is None:
         return
-    names = [*STATE_FILES, *([SKETCH] if record.get("sketch") else [])]
+    gate = record.get("gate")
+    names = [
+        *STATE_FILES,
+        *([SKETCH] if record.get("sketch") else []),
+        *([GATES] if gate else []),
+    ]
     unlisted = [name for name in names if name not in manifest.files]
     if unlisted:
         faults.append(Fault("manifest", f"open_vocabulary: {', '.join(unlisted)} not listed"))
@@ -75,3 +82,18 @@ def check_vocabulary(
                     f"{manifest.rows} of {sketch_width(width)}",
                 )
             )
+    if gate:
+        check_gate(path, manifest, faults)
+
+
+def check_gate(path: Path, manifest: BundleManifest, faults: list[str]) -> None:
+    """The gate's cuts: float32 [V] (V the postings' concepts past the 2D signed axes), no
+    infinity (NaN: a word not gated)."""
+    cuts = np.load(path / GATES, mmap_mode="r")
+    words = int(manifest.postings["concepts"]) - 2 * manifest.dim
+    if cuts.shape != (words,) or cuts.dtype != np.float32:
+        faults.append(
+            Fault("rows", f"{GATES}: {cuts.dtype} {cuts.shape}, expected float32 ({words},)")
+        )
+    elif np.isinf(cuts).any():
+        faults.append(Fault("vectors", f"{GATES}: holds an infinite cut"))

@@ -5,9 +5,11 @@ service at the first phrase:
 
 - the moments of [x̃, h] over a seeded sample of the rows (gallery_directions.GalleryMoments),
   so that a phrase's μ + z·σ and the rows it expects cost no pass over the gallery;
-- z, taught by the readout's learnt words on those rows (their filters, the bundle's postings,
-  against their text directions: training.cedar.gallery_cuts.agreeing_z), else the artifact's
-  `zero_shot_z`, else measured from the readout's zero-shot words;
+- z, taught by the readout's learnt words on those rows (their filters as learnt, read from the
+  rows' own margins — not from the postings, which keep only the rows that pass each word's
+  gate, indexer/vocabulary/word_gate.py — against their text directions:
+  training.cedar.gallery_cuts.agreeing_z), else the artifact's `zero_shot_z`, else measured
+  from the readout's zero-shot words;
 - every row's hub value h (training.cedar.gallery_cuts.hub_scores over the readout's
   `hub_words`), kept in memory: a pass over every row unless the sample holds them all.
 
@@ -26,7 +28,6 @@ import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import stored_rows
-from indexer.format.row_bitmaps import AllowedRows
 from indexer.vocabulary.gallery_directions import (
     GalleryMoments,
     centred_rows,
@@ -36,7 +37,12 @@ from indexer.vocabulary.gallery_directions import (
     with_hubs,
 )
 from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, hub_scores, hub_words
-from training.cedar.readout import VocabularyReadout, calibration_words, teacher_words
+from training.cedar.readout import (
+    VocabularyReadout,
+    active_on,
+    calibration_words,
+    teacher_words,
+)
 from training.core.errors import InputError
 
 CALIBRATION_WORDS = 64  # zero-shot words measured for z where the artifact records none
@@ -73,26 +79,30 @@ def measured_state(
             "a word or phrase outside the catalog needs a vocabulary readout in the bundle's "
             "CEDAR artifact"
         )
-    grasp, b = bundle.grasp, bundle.coder.artifact.mean
+    grasp, cedar = bundle.grasp, bundle.coder.artifact
     rows = sampled_rows(bundle.rows, sample_rows)
-    teachers = bundle_teachers(bundle, readout)
-    fallback, tau = calibration_words(readout, CALIBRATION_WORDS)
-    if len(teachers):
-        words = directions([readout.words[w] for w in teachers])
-    else:
-        words = np.asarray(readout.weight[fallback], dtype=np.float64)
+    learnt = learnt_words(readout)
     hub_directions = np.zeros((0, bundle.dim))  # too few words to read hubness from
     if vocabulary := hub_words(readout.words, readout.frequency):
         hub_directions = directions(vocabulary)
-    blocks, hubs, scores = [], [], []
+    blocks, hubs, active = [], [], []
     for start in range(0, len(rows), SAMPLE_BLOCK):
         stored = stored_rows(storage, rows[start : start + SAMPLE_BLOCK])
-        centred = centred_rows(stored, grasp.rotation, grasp.mean, b)
+        centred = centred_rows(stored, grasp.rotation, grasp.mean, cedar.mean)
         hubs.append(hub_scores(centred, hub_directions))
         blocks.append(with_hubs(centred, hubs[-1]))
-        scores.append(centred @ words.T.astype(np.float32))
+        # x̃ + b has x̃ as its own centred unit row: the readout's input, whatever the row's norm
+        active.append(
+            active_on(
+                readout, centred + cedar.mean, cedar.rotation, cedar.mean, bundle.coder.k, learnt
+            )
+        )
     moments = gallery_moments(blocks, bundle.rows)
-    z = taught_z(bundle, readout, teachers, rows, np.concatenate(scores), len(fallback), tau)
+    features = np.concatenate(blocks)[:, :-1]
+    recorded = cedar.extra.get("readout", {}).get("training", {}).get("zero_shot_z")
+    z = taught_z(
+        readout, features, np.concatenate(active), learnt, bundle.rows, directions, recorded
+    )
     if len(rows) == bundle.rows:  # every row was sampled, in order
         every_hub = np.concatenate(hubs)
     else:
@@ -134,45 +144,51 @@ def augmented_blocks(bundle: Bundle, storage: Any, hubs: np.ndarray) -> Iterator
         start += len(centred)
 
 
-def bundle_teachers(bundle: Bundle, readout: VocabularyReadout) -> np.ndarray:
-    """The learnt words that teach z on this bundle (training.cedar.readout.teacher_words),
-    counted on its postings."""
-    first = bundle.coder.axis_concepts
-    bitmaps = bundle.concept_bitmaps
-    counts = np.zeros(len(readout.words), dtype=np.int64)  # only learnt words can teach
-    for w in range(len(readout.words)):
-        if not readout.is_zero_shot(w) and readout.precision[w] is not None:
-            counts[w] = len(bitmaps.rows_of(first + w))
-    return teacher_words(readout, counts, bundle.rows)
+def learnt_words(readout: VocabularyReadout) -> np.ndarray:
+    """The readout's learnt words with a held-out precision (those that may teach z)."""
+    return np.array(
+        [
+            w
+            for w in range(len(readout.words))
+            if not readout.is_zero_shot(w) and readout.precision[w] is not None
+        ],
+        dtype=np.int64,
+    )
 
 
 def taught_z(
-    bundle: Bundle,
     readout: VocabularyReadout,
-    teachers: np.ndarray,
-    rows: np.ndarray,
-    scores: np.ndarray,
-    fallbacks: int,
-    tau: float,
+    features: np.ndarray,
+    active: np.ndarray,
+    learnt: np.ndarray,
+    total_rows: int,
+    directions: Callable[[list[str]], np.ndarray],
+    recorded: float | None,
 ) -> float:
-    """z from the sampled rows' scores [n, W] of the teachers' text directions (or, without
-    teachers, of the readout's zero-shot words): module doc."""
+    """z from the sampled rows x̃ (`features` [n, D]) and where the `learnt` words are active on
+    them (`active` [n, L], their own margins: the filters as learnt, whatever the version's
+    postings keep): the teachers (training.cedar.readout.teacher_words, their rows counted on
+    the sample and scaled to the gallery's `total_rows`) teach it where there are any, else the
+    artifact's `zero_shot_z` (`recorded`), else the readout's zero-shot words' cut in standard
+    units."""
+    counts = np.zeros(len(readout.words), dtype=np.int64)
+    scale = total_rows / max(1, len(features))
+    counts[learnt] = np.rint(active.sum(axis=0) * scale).astype(np.int64)
+    teachers = teacher_words(readout, counts, total_rows)
     if len(teachers):
-        first = bundle.coder.axis_concepts
-        bitmaps = bundle.concept_bitmaps
-        teacher = np.empty(scores.shape, dtype=bool)
-        for column, w in enumerate(teachers):
-            found, bits = bitmaps.get(first + int(w))
-            teacher[:, column] = AllowedRows(bundle.rows, found, bits).mask()[rows]
-        taught = agreeing_z(scores, teacher)
+        column = {int(w): i for i, w in enumerate(learnt)}
+        words = directions([readout.words[w] for w in teachers]).astype(np.float32)
+        teacher = active[:, [column[int(w)] for w in teachers]]
+        taught = agreeing_z(features @ words.T, teacher)
         if taught is not None:
             return taught
-    training = bundle.coder.artifact.extra.get("readout", {}).get("training", {})
-    if training.get("zero_shot_z") is not None:
-        return float(training["zero_shot_z"])
-    if not fallbacks:
+    if recorded is not None:
+        return float(recorded)
+    fallback, tau = calibration_words(readout, CALIBRATION_WORDS)
+    if not len(fallback):
         raise VocabularyError(
             "a word or phrase outside the catalog needs a calibrated zero-shot cut, and this "
             "bundle's readout has no zero-shot words to measure it from"
         )
-    return cut_in_standard_units(scores, tau)
+    weights = np.asarray(readout.weight[fallback], dtype=np.float32)
+    return cut_in_standard_units(features @ weights.T, tau)

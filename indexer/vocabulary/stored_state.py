@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +40,27 @@ from tqdm import tqdm
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import BundleError
 from indexer.format.mapped import check_mapped_files
+from indexer.format.postings import CHUNKS, INDPTR, Postings
 from indexer.format.prefix_index import exact_storage
 from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
 from indexer.vocabulary.gallery_state import (
     GalleryState,
     VocabularyError,
     augmented_blocks,
+    centred_blocks,
     measured_state,
     readout_directions,
     told,
 )
-from training.cedar.gallery_cuts import hub_words
+from indexer.vocabulary.word_gate import (
+    GATES,
+    MEASURED,
+    GatePlan,
+    gate_cuts,
+    gated_entries,
+    write_gated,
+)
+from training.cedar.gallery_cuts import GATE_Z, hub_words
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +75,15 @@ STATE_FILES = (HUBS, MEAN, SECOND, SIZING)
 
 
 def write_state(
-    staging: Path, bundle: Bundle, progress: bool = False
+    staging: Path, bundle: Bundle, progress: bool = False, gate: GatePlan | None = MEASURED
 ) -> tuple[dict[str, Any] | None, dict[Path, int | None]]:
     """Measure the open vocabulary's state of the version being written in `staging` (`bundle`:
     its files so far, opened there) and write it: the manifest's `open_vocabulary` record and
-    the files written (path → rows, None for the sketch); (None, {}) where the version gets no
-    state (module doc). `progress`: a bar over the passes over every row."""
+    the files written (path → rows: its entries for a postings file, None for the sketch);
+    (None, {}) where the version gets no state (module doc). With a `gate`, the learnt words'
+    postings are gated (indexer/vocabulary/word_gate.py) and rewritten, and the cuts kept;
+    None: the base kept no cuts, nothing is gated. `progress`: a bar over the passes over every
+    row."""
     readout = bundle.coder.readout
     directions = None if readout is None else readout_directions(readout)
     if readout is None or directions is None:
@@ -79,7 +93,9 @@ def write_state(
         return None, {}
     started = time.perf_counter()
     sketch = bundle.rows > SKETCH_ROWS
+    gated = 0 if gate is None else bundle.rows - min(gate.from_row, bundle.rows)
     passes = (bundle.rows if bundle.rows > SAMPLE_ROWS else 0) + (bundle.rows if sketch else 0)
+    passes += gated
     shown = progress and passes > 0
     with tqdm(total=passes, desc="open vocabulary", unit="row", disable=not shown) as bar:
         try:
@@ -93,8 +109,12 @@ def write_state(
                 told(block, bar.update) for block in augmented_blocks(bundle, storage, state.hubs)
             )
             sketch_index = sketched(state.moments.sizing, rows)
+        files: dict[Path, int | None] = {}
+        gate_record = None
+        if gate is not None:
+            cuts = gate_cuts(state.moments, readout) if gate.cuts is None else gate.cuts
+            files, gate_record = gated_version(staging, bundle, storage, state, cuts, gate, bar)
     moments = state.moments
-    files: dict[Path, int | None] = {}
     for name, values in (
         (HUBS, np.asarray(state.hubs, dtype=np.float32)),
         (MEAN, np.asarray(moments.mean, dtype=np.float64)),
@@ -113,9 +133,74 @@ def write_state(
         "sample_rows": min(bundle.rows, SAMPLE_ROWS),
         "hub_words": len(hub_words(readout.words, readout.frequency)),
         "sketch": SKETCH if sketch else None,
+        "gate": gate_record,
         "seconds": round(seconds, 3),
     }
     return record, files
+
+
+def gated_version(
+    staging: Path,
+    bundle: Bundle,
+    storage: Any,
+    state: GalleryState,
+    cuts: np.ndarray,
+    gate: GatePlan,
+    bar: tqdm,
+) -> tuple[dict[Path, int | None], dict[str, Any]]:
+    """Gate the learnt words' entries of the rows from `gate.from_row` on at `cuts`, rewrite
+    the postings where any entry fails, and keep the cuts: the files written (path → rows or
+    entries) and the record's `gate` part."""
+    started = time.perf_counter()
+    postings = Postings(bundle.path)  # the version being written's (staging, when it is)
+    blocks = (
+        (start, features, state.hubs[start : start + len(features)])
+        for start, features in counted_blocks(bundle, storage, gate.from_row, bar.update)
+    )
+    assert bundle.coder.readout is not None and bundle.coder.readout.text is not None
+    keep = gated_entries(
+        postings, bundle.coder.axis_concepts, blocks, bundle.coder.readout.text, cuts, gate.from_row
+    )
+    removed = int(keep.size - np.count_nonzero(keep))
+    files: dict[Path, int | None] = {}
+    if removed:
+        entries = postings.entries - removed
+        counts = {INDPTR: postings.concepts + 1, CHUNKS: postings.concepts}
+        for path in write_gated(staging, postings, keep, bundle.rows):
+            files[path] = counts.get(path.name, entries)
+    np.save(staging / GATES, np.asarray(cuts, dtype=np.float32), allow_pickle=False)
+    files[staging / GATES] = len(cuts)
+    record = {
+        "z": GATE_Z,
+        "file": GATES,
+        "from_row": gate.from_row,
+        "entries_removed": removed,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return files, record
+
+
+def counted_blocks(
+    bundle: Bundle, storage: Any, from_row: int, advance: Callable[[int], object]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, x̃) of every block of rows in row order, the rows from `from_row` on told to
+    `advance` (a progress bar's update)."""
+    start = 0
+    for features in centred_blocks(bundle, storage):
+        stop = start + len(features)
+        yield start, features
+        advance(max(0, stop - max(start, from_row)))
+        start = stop
+
+
+def kept_gate(bundle: Bundle) -> np.ndarray | None:
+    """The gate cuts a version keeps (indexer/vocabulary/word_gate.py), checked against the
+    manifest; None where it keeps none."""
+    record = bundle.manifest.open_vocabulary
+    if record is None or not record.get("gate"):
+        return None
+    check_mapped_files(bundle.path, bundle.manifest.files, (GATES,), BundleError)
+    return np.load(bundle.path / GATES, allow_pickle=False)
 
 
 def stored_state(bundle: Bundle) -> GalleryState | None:

@@ -18,6 +18,12 @@ vocabulary serves (service/engine/open_vocabulary.py) and the evaluation scores
   word and passes many words' cuts. So the score a cut reads is s less the row's hub value,
   the mean of its HUB_WORDS best scores over the readout's words (`hub_scores`), as
   cross-domain similarity local scaling corrects nearest neighbours (Conneau et al. 2018).
+- **The gate on learnt words.** A learnt word's cut was set on its training corpus's rows; on
+  another corpus it lets through rows its own text direction places in the word's bulk. So a
+  learnt word keeps a row only where that direction's hubness-corrected score reaches
+  μ + GATE_Z·σ of the same score over the gallery (`gate_passes`): a loose gate, which leaves
+  the rows the text direction cannot rule out. Picked on the dev splits by
+  benchmarks/training/label_free_cuts.py (its `gated at μ + gσ` rules).
 
 Pure functions.
 """
@@ -85,6 +91,9 @@ HUB_WORDS = 10  # a row's best scores over the readout's words whose mean is its
 # cost of every row's hub value grows with them (dev F1 kept with 1,024, lost with 256)
 HUB_VOCABULARY = 1024
 HUB_BLOCK = 1 << 13  # rows scored against every word at once
+# g of the gate on learnt words, in standard units of their corrected text scores on the
+# gallery: the best mean F1 over the three dev pairs among 0, 0.5, 1, 1.5 and 2 (module doc)
+GATE_Z = 1.0
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 
 
@@ -171,3 +180,11 @@ def zero_shot_cuts(scores: np.ndarray, z: float, fdr: float = NULL_FDR) -> np.nd
     phrase (service/engine/open_vocabulary.py)."""
     s = np.asarray(scores, dtype=np.float64)
     return raised_cuts(s, s.mean(axis=0) + z * s.std(axis=0), fdr)
+
+
+def gate_passes(corrected: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """bool [n, W]: where rows' hubness-corrected scores [n, W] (⟨x̃, t̃_w⟩ − h) reach each
+    learnt word's gate cut [W] (μ_w + GATE_Z·σ_w of those scores on the gallery; NaN: the word
+    is not gated, every row passes)."""
+    c = np.asarray(cuts, dtype=np.float32)
+    return (np.asarray(corrected, dtype=np.float32) >= c) | np.isnan(c)

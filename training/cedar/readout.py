@@ -137,6 +137,20 @@ def margins(features: np.ndarray, weight: np.ndarray, offset: np.ndarray) -> np.
     return np.asarray(features, dtype=np.float32) @ weight.T + offset
 
 
+def active_on(
+    readout: VocabularyReadout,
+    x: np.ndarray,
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    k: int,
+    words: np.ndarray,
+) -> np.ndarray:
+    """bool [N, W]: where each of the readout's `words` is active on rows x (margin ≥ 0), the
+    CEDAR artifact's `rotation`, `mean` and `k` making its input."""
+    features = readout_input(x, readout.source, rotation, mean, k)
+    return margins(features, readout.weight[words], readout.offset[words]) >= 0
+
+
 def soft_targets(levels: Sequence[Any]) -> np.ndarray:
     """float32 [N, V]: the mean of the relevance matrices at each level (dense)."""
     return np.mean([np.asarray(m.toarray(), dtype=np.float32) for m in levels], axis=0)

@@ -25,9 +25,11 @@ import numpy as np
 from training.cedar.data import SplitRows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
 from training.cedar.gallery_cuts import (
+    GATE_Z,
     NULL_FDR,
     agreeing_z,
     cut_in_standard_units,
+    gate_passes,
     hub_scores,
     hub_words,
     zero_shot_cuts,
@@ -35,6 +37,7 @@ from training.cedar.gallery_cuts import (
 from training.cedar.readout import (
     ReadoutConfig,
     VocabularyReadout,
+    active_on,
     calibration_words,
     margins,
     named_margins,
@@ -174,10 +177,8 @@ def word_active(
     readout: VocabularyReadout, cedar: TransformArtifact, x: np.ndarray, words: np.ndarray
 ) -> np.ndarray:
     """bool [N, W]: where each of the readout's `words` is active on rows x (margin ≥ 0)."""
-    features = readout_input(
-        x, readout.source, cedar.rotation, cedar.mean, int(cedar.extra.get("k", 32))
-    )
-    return margins(features, readout.weight[words], readout.offset[words]) >= 0
+    k = int(cedar.extra.get("k", 32))
+    return active_on(readout, x, cedar.rotation, cedar.mean, k, words)
 
 
 def served_quality(
@@ -192,7 +193,8 @@ def served_quality(
     ranking: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The concept filter as the service runs it on rows x (no gallery labels): a word the
-    readout learnt reads its learnt row, any other word (the readout's zero-shot words too) its
+    readout learnt reads its learnt row, gated by its text direction (training.cedar.gallery_cuts:
+    its corrected score at μ + GATE_Z·σ), any other word (the readout's zero-shot words too) its
     text direction t̃ (`directions` [W, D]), its scores less each row's hub value (over the
     readout's words), cut at μ + z·σ of them on these rows and raised to their null, z taught
     there by the learnt words (service/engine/open_vocabulary.py); every word, then the
@@ -208,9 +210,14 @@ def served_quality(
         hubs = hub_scores(features, text_directions(embed(vocabulary), cedar.mean))
     open_scores = features @ np.asarray(directions, dtype=np.float32).T - hubs[:, None]  # [N, W]
     standardised = (open_scores >= zero_shot_cuts(open_scores, z)).T
-    allowed = np.where(learnt[:, None], scores >= 0, standardised)
+    gate = open_scores.mean(axis=0) + GATE_Z * open_scores.std(axis=0)
+    gated = (scores >= 0) & gate_passes(open_scores, gate).T
+    allowed = np.where(learnt[:, None], gated, standardised)
     everything, labels = np.ones(len(words), dtype=bool), np.asarray(classes)
-    label = f"as served: readout row, else zero-shot μ + {z:.2f}σ less hubness, null q {NULL_FDR}"
+    label = (
+        f"as served: readout row gated at μ + {GATE_Z:g}σ, else zero-shot μ + {z:.2f}σ less "
+        f"hubness, null q {NULL_FDR}"
+    )
     out = {label: filter_quality(allowed, everything, wanted, classes, ranking)}
     for part, mask in (("learnt words", learnt), ("other words (zero-shot)", ~learnt)):
         if mask.any():

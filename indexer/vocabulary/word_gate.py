@@ -1,0 +1,120 @@
+"""The gate on a version's learnt word concepts: a learnt word keeps a row in its postings only
+where the word's own text direction does not rule the row out.
+
+A learnt word w (training.cedar.readout) is active on a row where its margin is ≥ 0, a cut set
+on the training corpus's rows. On a gallery of another corpus that cut lets through rows which
+the word's text direction t̃_w places in the word's bulk. So the version keeps the entry (w, i)
+only where the row's hubness-corrected score along t̃_w reaches the word's gate cut:
+
+    ⟨x̃_i, t̃_w⟩ − h_i  ≥  μ_w + GATE_Z·σ_w
+
+μ_w and σ_w the mean and spread of that score over the gallery, read from the moments of
+[x̃, h] the version keeps (indexer/vocabulary/gallery_directions.GalleryMoments; h_i the row's hub
+value), GATE_Z from training.cedar.gallery_cuts (picked on the dev splits). Every reader of the
+postings — both engines' filters, a hit's concepts, the catalog's counts, a Milvus export — then
+sees the gated word, and nothing is decided per query.
+
+The cuts are measured by a full build on the version's own moments and kept beside them
+(vocabulary_gates.npy, float32 [V]: NaN where a word is not gated, a zero-shot word).
+`strata index add` gates its new rows at the base's kept cuts and `strata index delete` keeps
+them, so every row of a lineage is gated alike (re-measuring would gate the base's rows twice);
+the next full build measures them again. A version whose base kept no cuts (written before the
+gate, or with no open-vocabulary state) stays ungated.
+
+`gate_cuts` is pure; `gated_entries` reads the rows block by block; `write_gated` rewrites the
+postings of a version being written without the entries that fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.format.postings import CHUNK_BITS, Postings
+from indexer.format.postings_writer import filter_postings
+from indexer.vocabulary.gallery_directions import GalleryMoments, corrected_direction
+from training.cedar.gallery_cuts import GATE_Z, gate_passes
+from training.cedar.readout import VocabularyReadout
+
+GATES = "vocabulary_gates.npy"
+GATE_WORK = "gate-work"  # where the gated postings are written before they replace the others
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """How a version being written gates its learnt words: `cuts` None measures them on its own
+    moments (a full build), else the base's kept cuts (an add or a delete); only the rows from
+    `from_row` on are gated (the base's rows were, at the same cuts)."""
+
+    cuts: np.ndarray | None = None
+    from_row: int = 0
+
+
+MEASURED = GatePlan()  # a full build's: the cuts measured on its moments, every row gated
+
+
+def gate_cuts(moments: GalleryMoments, readout: VocabularyReadout) -> np.ndarray:
+    """float32 [V]: each learnt word's gate cut μ_w + GATE_Z·σ_w of its hubness-corrected score
+    over the gallery whose `moments` are given (module doc); NaN for a zero-shot word."""
+    if readout.text is None:
+        raise ValueError("the gate needs the readout's text directions")
+    cuts = np.full(len(readout.words), np.nan, dtype=np.float32)
+    for w in range(len(readout.words)):
+        if not readout.is_zero_shot(w):
+            cuts[w] = moments.cut(corrected_direction(readout.text[w]), GATE_Z)
+    return cuts
+
+
+def gated_entries(
+    postings: Postings,
+    first_word: int,
+    blocks: Iterable[tuple[int, np.ndarray, np.ndarray]],
+    text: np.ndarray,
+    cuts: np.ndarray,
+    from_row: int = 0,
+) -> np.ndarray:
+    """bool [E]: which postings entries stay — all but the word entries of rows ≥ `from_row`
+    that fail their word's gate. `blocks`: (first row, x̃ [n, D], h [n]) of every row in row
+    order; word w's concept is `first_word` + w; `text` [V, D] the words' t̃, `cuts` [V] their
+    gate cuts (`gate_cuts`). Each word's entries of a block are found through the chunk table,
+    so no word's rows are decoded past the block."""
+    if postings.chunks is None:
+        raise ValueError("the gate reads postings in the compact format (a chunk table)")
+    keep = np.ones(postings.entries, dtype=bool)
+    words = np.flatnonzero(~np.isnan(cuts))
+    directions = np.asarray(text, dtype=np.float32)
+    chunks = postings.chunks
+    for start, features, hubs in blocks:
+        stop = start + len(features)
+        first = max(start, from_row)
+        if first >= stop:
+            continue
+        low, high = first >> CHUNK_BITS, ((stop - 1) >> CHUNK_BITS) + 1
+        for w in words:
+            concept = first_word + int(w)
+            begin, end = int(chunks[concept, low]), int(chunks[concept, high])
+            if begin == end:
+                continue
+            rows = postings.rows[begin:end]
+            a, b = np.searchsorted(rows, (first, stop))
+            if a == b:
+                continue
+            local = rows[a:b] - start
+            corrected = features[local] @ directions[w] - hubs[local]
+            keep[begin + a : begin + b] = gate_passes(corrected[:, None], cuts[w : w + 1])[:, 0]
+    return keep
+
+
+def write_gated(staging: Path, postings: Postings, keep: np.ndarray, rows: int) -> list[Path]:
+    """Rewrite the postings of the version being written in `staging` with only the entries
+    `keep` marks (rows unchanged): written whole under GATE_WORK, then each file moved over the
+    one it replaces. The paths written."""
+    work = staging / GATE_WORK
+    work.mkdir()
+    written = filter_postings(postings, np.arange(rows, dtype=np.int64), work, keep)
+    moved = [path.replace(staging / path.name) for path in written]
+    work.rmdir()
+    return moved
