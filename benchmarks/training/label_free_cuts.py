@@ -22,7 +22,9 @@ learnt words (margin m_w = logit_w − θ_w on each row)
 - `zero-shot (every word by its text direction)`: the served zero-shot filter for the learnt
   words too;
 - `gated at μ + gσ …`: the trained filter, only on the rows where the word's text direction's
-  hubness-corrected score (below) reaches μ + g·σ of its own scores on the gallery (g in GATES);
+  hubness-corrected score (below) reaches μ + g·σ of its own scores on the gallery (g in GATES;
+  served at g = GATE_Z, training.cedar.gallery_cuts, picked here: the best mean F1 of the three
+  dev pairs);
 - `zero-shot where > r× its rows` (`both where …`): where the learnt filter allows more than
   r times the rows of the word's served zero-shot filter, that filter instead (or both);
 
