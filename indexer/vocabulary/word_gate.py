@@ -36,7 +36,7 @@ import numpy as np
 from indexer.format.postings import CHUNK_BITS, Postings
 from indexer.format.postings_writer import filter_postings
 from indexer.vocabulary.gallery_directions import GalleryMoments, corrected_direction
-from training.cedar.gallery_cuts import GATE_Z, gate_passes
+from training.cedar.gallery_cuts import GATE_Z
 from training.cedar.readout import VocabularyReadout
 
 GATES = "vocabulary_gates.npy"
@@ -87,24 +87,27 @@ def gated_entries(
     words = np.flatnonzero(~np.isnan(cuts))
     directions = np.asarray(text, dtype=np.float32)
     chunks = postings.chunks
+    lows = np.asarray(postings.stored_rows)  # a plain view: no memmap wrapping per slice
     for start, features, hubs in blocks:
         stop = start + len(features)
         first = max(start, from_row)
         if first >= stop:
             continue
         low, high = first >> CHUNK_BITS, ((stop - 1) >> CHUNK_BITS) + 1
-        for w in words:
-            concept = first_word + int(w)
-            begin, end = int(chunks[concept, low]), int(chunks[concept, high])
-            if begin == end:
-                continue
-            rows = postings.rows[begin:end]
+        begins = chunks[first_word + words, low]
+        ends = chunks[first_word + words, high]
+        for at in np.flatnonzero(ends > begins):
+            w, begin, end = int(words[at]), int(begins[at]), int(ends[at])
+            if high == low + 1:  # the block within one chunk: its low bits are the rows'
+                rows = lows[begin:end].astype(np.int64) + (low << CHUNK_BITS)
+            else:
+                rows = postings.rows[begin:end]
             a, b = np.searchsorted(rows, (first, stop))
             if a == b:
                 continue
             local = rows[a:b] - start
             corrected = features[local] @ directions[w] - hubs[local]
-            keep[begin + a : begin + b] = gate_passes(corrected[:, None], cuts[w : w + 1])[:, 0]
+            keep[begin + a : begin + b] = corrected >= cuts[w]  # words with a cut only
     return keep
 
 
