@@ -48,7 +48,7 @@ from service.api.grpc.rpc_errors import ErrorStatusInterceptor
 from service.api.grpc.rpc_handlers import HandlerChain, HandlerInterceptor
 from service.api.grpc.rpc_metrics import MetricsInterceptor
 from service.api.grpc.servicer import SearchServicer
-from service.engine.compute_threads import same_threads
+from service.engine.compute_threads import same_threads, warm_lane
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
@@ -196,7 +196,9 @@ class StrataServer:
         return f"{self.config.host}:{self.port}"
 
     async def start(self) -> int:
-        """Bind and start serving; the bound port (useful with port 0)."""
+        """Bind and start serving, the encoder warmed on the first lane (`warm_lane`); the
+        bound port (useful with port 0)."""
+        warm_lane(self.executor, self.served.engine.encoder)
         options = [
             ("grpc.max_receive_message_length", self.config.max_message_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -17,12 +17,20 @@ thread the engine then starts (the server's lanes, the open vocabulary's sketch)
 otherwise take one a core. With two workers on two cores, threads a core in each worker's
 lanes spun against each other: the even text mix of benchmarks.service.workers went from 0.64×
 one worker's QPS to 1.45× once both were held to the worker's share.
+Before a server listens, its first lane thread is started and makes the encoder's first text
+call (`warm_lane`): that call's lazy set-up is the thread's own, and the server's first text
+query paid it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor
 from functools import partial
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from training.core.encoders import Encoder
 
 BLAS_THREADS = 1  # a serving process's BLAS threads (module doc)
 
@@ -59,3 +67,19 @@ def same_threads() -> Callable[[], None]:
     import faiss
 
     return partial(faiss.omp_set_num_threads, faiss.omp_get_max_threads())
+
+
+WARM_TEXT = "a photo"  # embedded once on the first lane before a server listens
+
+
+def warm_lane(executor: Executor, encoder: Encoder | None) -> None:
+    """Make the encoder's first text call on the executor's first lane thread (started by it):
+    the first call on a thread pays the model's lazy set-up there (8.6 ms with MiniLM on two
+    cores, `python -m benchmarks.service.first_text`), which a server's first text query paid
+    before. One lane only: an idle pool hands each task to its longest-idle thread, so once two
+    lanes exist, one client's queries alternate between them, and with torch on more than one
+    thread (a single server) each lane's OpenMP team spins while the other's computes (5 ms a
+    query in `first_text --workers 1` with both lanes warmed). A second lane is started, and
+    pays its own set-up, when two queries first overlap. A hot swap keeps the encoder."""
+    if encoder is not None:
+        executor.submit(encoder.encode_text, [WARM_TEXT]).result()

@@ -31,7 +31,7 @@ import threading
 import time
 from argparse import ArgumentParser
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -182,17 +182,26 @@ def run_fuzz(
 
 
 def start_server(
-    bundles: Path, timeout: float = 300.0, http: bool = False
+    bundles: Path,
+    timeout: float = 300.0,
+    http: bool = False,
+    extra: Sequence[str] = (),
+    root: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str, str | None]:
-    """`strata serve --bundles DIR --port 0` in a subprocess (with `--http-port 0` when `http`);
+    """`strata serve --bundles DIR --port 0` in a subprocess (with `--http-port 0` when `http`,
+    then the `extra` arguments; the code of checkout `root` where given, else this one's);
     (process, gRPC host:port, HTTP host:port or None)."""
     command = [sys.executable, "-m", "service", "serve", "--bundles", str(bundles), "--port", "0"]
+    env = {**os.environ, "STRATA_DEVICE": os.environ.get("STRATA_DEVICE", "cpu")}
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
     process = subprocess.Popen(
-        [*command, *(["--http-port", "0"] if http else [])],
+        [*command, *(["--http-port", "0"] if http else []), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "STRATA_DEVICE": os.environ.get("STRATA_DEVICE", "cpu")},
+        env=env,
+        cwd=root,
     )
     assert process.stdout is not None
     deadline = time.monotonic() + timeout

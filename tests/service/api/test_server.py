@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from search_gallery import LANTERN, LANTERN_RUNNER_UPS, build_image_bundle
-from serving_helpers import HeldEncoder
+from serving_helpers import CountingEncoder, HeldEncoder
 from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
@@ -20,6 +21,7 @@ from service._generated.strata.v1 import search_pb2_grpc
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
+from service.engine.compute_threads import WARM_TEXT
 from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
@@ -218,6 +220,31 @@ def test_health_reports_serving(server: BackgroundServer):
         for name in ("", "strata.v1.SearchService"):
             response = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
             assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class ThreadRecordingEncoder(CountingEncoder):
+    """The real encoder, recording the thread and the texts of every text call."""
+
+    def __init__(self, encoder: object) -> None:
+        super().__init__(encoder)
+        self.seen: list[tuple[str, list[str]]] = []
+
+    def encode_text(self, texts):
+        self.seen.append((threading.current_thread().name, list(texts)))
+        return self.wrapped.encode_text(texts)
+
+
+def test_a_server_warms_its_encoder_on_its_first_lane_before_it_listens(text_bundle: Path, minilm):
+    """The first call on a thread pays the model's set-up there: the server makes it on the
+    lane its first query will run on, before any query can arrive."""
+    encoder = ThreadRecordingEncoder(minilm)
+    engine = SearchEngine(Bundle.open(text_bundle), encoder)
+    with BackgroundServer(engine, ServerConfig(port=0)) as server:
+        [(thread, texts)] = encoder.seen
+        assert texts == [WARM_TEXT] and thread.startswith("strata-engine")
+        with StrataClient(server.target, timeout=WAIT_S) as client:
+            client.search("a dog on the beach", k=3)
+        assert encoder.seen[1] == (thread, ["a dog on the beach"])
 
 
 def test_concurrent_searches_share_one_encoder_call(text_bundle: Path, minilm):
