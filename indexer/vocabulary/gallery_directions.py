@@ -144,16 +144,17 @@ def product_blocks(storage: Any, queries: np.ndarray) -> Iterator[tuple[int, np.
         yield start, stored_rows(storage, rows) @ q.T
 
 
-def decoded_blocks(storage: Any) -> Iterator[tuple[int, np.ndarray]]:
+def decoded_blocks(storage: Any, first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, float32 [n, d]) blocks of every stored row, in row order (the shared
-    store's p̂_D, `VectorStore.block`; a FAISS storage's rows, `stored_rows`)."""
+    store's p̂_D, `VectorStore.block`; a FAISS storage's rows, `stored_rows`), from the block
+    that holds row `first` on (the blocks before it not read)."""
     total = int(storage.ntotal)
     if isinstance(storage, StoreIndex):
         block = max(1024, SCAN_FLOATS // storage.length)
-        for start in range(0, total, block):
+        for start in range(first // block * block, total, block):
             yield start, storage.store.block(start, min(start + block, total), storage.length)
         return
-    for start in range(0, total, CHUNK):
+    for start in range(first // CHUNK * CHUNK, total, CHUNK):
         yield start, stored_rows(storage, np.arange(start, min(start + CHUNK, total)))
 
 

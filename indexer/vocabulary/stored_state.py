@@ -42,12 +42,16 @@ from indexer.format.manifest import BundleError
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import CHUNKS, INDPTR, Postings
 from indexer.format.prefix_index import exact_storage
-from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
+from indexer.vocabulary.gallery_directions import (
+    GalleryMoments,
+    centred_rows,
+    decoded_blocks,
+    sketched,
+)
 from indexer.vocabulary.gallery_state import (
     GalleryState,
     VocabularyError,
     augmented_blocks,
-    centred_blocks,
     measured_state,
     readout_directions,
     told,
@@ -183,14 +187,14 @@ def gated_version(
 def counted_blocks(
     bundle: Bundle, storage: Any, from_row: int, advance: Callable[[int], object]
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, x̃) of every block of rows in row order, the rows from `from_row` on told to
-    `advance` (a progress bar's update)."""
-    start = 0
-    for features in centred_blocks(bundle, storage):
-        stop = start + len(features)
-        yield start, features
+    """(first row, x̃) of the blocks of rows from the one holding `from_row` on, in row order
+    (those before it not read), the rows from `from_row` on told to `advance` (a progress
+    bar's update)."""
+    grasp, b = bundle.grasp, bundle.coder.artifact.mean
+    for start, stored in decoded_blocks(storage, from_row):
+        stop = start + len(stored)
+        yield start, centred_rows(stored, grasp.rotation, grasp.mean, b)
         advance(max(0, stop - max(start, from_row)))
-        start = stop
 
 
 def kept_gate(bundle: Bundle) -> np.ndarray | None:
