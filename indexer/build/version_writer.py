@@ -172,14 +172,19 @@ class VersionWriter:
         return entries, round(time.perf_counter() - started, 3)
 
     def open_vocabulary(
-        self, manifest: BundleManifest, progress: bool = False, gate: GatePlan | None = MEASURED
+        self,
+        manifest: BundleManifest,
+        progress: bool = False,
+        gate: GatePlan | None = MEASURED,
+        known_hubs: np.ndarray | None = None,
     ) -> BundleManifest:
         """The manifest with the open vocabulary's gallery state measured on the files written so
-        far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py),
-        the learnt words' postings gated as `gate` says (indexer/vocabulary/word_gate.py); its
-        `open_vocabulary` null where the version gets none."""
+        far (the artifacts copied) and written beside them (indexer/vocabulary/stored_state.py;
+        `known_hubs` the base's rows' hub values, carried), the learnt words' postings gated as
+        `gate` says (indexer/vocabulary/word_gate.py); its `open_vocabulary` null where the
+        version gets none."""
         opened = Bundle(self.staging, replace(manifest, files=dict(self.files)))
-        record, files = write_state(self.staging, opened, progress, gate)
+        record, files = write_state(self.staging, opened, progress, gate, known_hubs)
         del opened
         for path, rows in files.items():
             self.record({path: None}, rows)

@@ -32,7 +32,7 @@ from indexer.update.row_changes import (
     UpdateError,
 )
 from indexer.versions.crashpoints import crash_point
-from indexer.vocabulary.stored_state import kept_gate
+from indexer.vocabulary.stored_state import carried_hubs, kept_gate
 from indexer.vocabulary.word_gate import GatePlan
 from training.core.cache import EmbeddingCache
 from training.core.files import sha256_file
@@ -70,12 +70,14 @@ def new_manifest(
     started: float,
     progress: bool = False,
     gated_from: int | None = None,
+    known_hubs: np.ndarray | None = None,
 ) -> BundleManifest:
     """The base's manifest for the new version: its rows, source, files, its approximate
     indexes re-tuned to the base's recall target on the new version's rows (their recall at a
     fixed setting changes with the rows they hold), the open vocabulary's state measured on
-    them (`progress`: its bar), the rows from `gated_from` on gated at the base's kept cuts
-    (indexer/vocabulary/word_gate.py; None: every row is the base's), and how it was made."""
+    them (`progress`: its bar; `known_hubs` the base's rows' hub values, carried), the rows
+    from `gated_from` on gated at the base's kept cuts (indexer/vocabulary/word_gate.py; None:
+    every row is the base's), and how it was made."""
     manifest = base.manifest
     target = recall_target(manifest)
     prefixes, tuning_seconds = writer.tune(manifest.prefixes, target, store=manifest.store)
@@ -101,9 +103,13 @@ def new_manifest(
         ),
         progress,
         base_gate(base, rows if gated_from is None else gated_from),
+        known_hubs,
     )
     if written.open_vocabulary is not None:
-        actions["vocabulary_*"] = "the open vocabulary's state measured again on the new rows"
+        actions["vocabulary_*"] = (
+            "the open vocabulary's state measured again on the new rows (the base's rows' hub "
+            "values carried)"
+        )
         gate = written.open_vocabulary.get("gate")
         if gate and gate["entries_removed"]:
             actions["postings_*.npy"] += (
@@ -195,7 +201,19 @@ def write_added(
         ),
     }
     return writer.finish(
-        new_manifest(base, version, rows, writer, record, "add", actions, started, progress, old)
+        new_manifest(
+            base,
+            version,
+            rows,
+            writer,
+            record,
+            "add",
+            actions,
+            started,
+            progress,
+            old,
+            carried_hubs(base),
+        )
     )
 
 
@@ -249,5 +267,15 @@ def write_deleted(
         ),
     }
     return writer.finish(
-        new_manifest(base, version, rows, writer, source, "delete", actions, started)
+        new_manifest(
+            base,
+            version,
+            rows,
+            writer,
+            source,
+            "delete",
+            actions,
+            started,
+            known_hubs=carried_hubs(base, keep),
+        )
     )

@@ -69,10 +69,13 @@ def measured_state(
     directions: Callable[[list[str]], np.ndarray],
     sample_rows: int,
     advance: Callable[[int], object] | None = None,
+    known_hubs: np.ndarray | None = None,
 ) -> GalleryState:
     """The bundle's state from its full-length stored rows (`storage`) and the unit text
     directions t̃ of words (`directions`): one pass over at most `sample_rows` sampled rows,
-    and one over every row for the hub values where the sample is not every row."""
+    and one over every row for the hub values where the sample is not every row. `known_hubs`:
+    the hub values of the first rows, carried from a base version whose rows these are (a
+    row's hub value is a function of that row alone): only the rows past them are scored."""
     readout = bundle.coder.readout
     if readout is None:
         raise VocabularyError(
@@ -85,11 +88,15 @@ def measured_state(
     hub_directions = np.zeros((0, bundle.dim))  # too few words to read hubness from
     if vocabulary := hub_words(readout.words, readout.frequency):
         hub_directions = directions(vocabulary)
+    known = np.zeros(0, np.float32) if known_hubs is None else np.asarray(known_hubs, np.float32)
     blocks, hubs, active = [], [], []
     for start in range(0, len(rows), SAMPLE_BLOCK):
-        stored = stored_rows(storage, rows[start : start + SAMPLE_BLOCK])
+        block = rows[start : start + SAMPLE_BLOCK]
+        stored = stored_rows(storage, block)
         centred = centred_rows(stored, grasp.rotation, grasp.mean, cedar.mean)
         hubs.append(hub_scores(centred, hub_directions))
+        carried = block < len(known)
+        hubs[-1][carried] = known[block[carried]]
         blocks.append(with_hubs(centred, hubs[-1]))
         # x̃ + b has x̃ as its own centred unit row: the readout's input, whatever the row's norm
         active.append(
@@ -106,9 +113,13 @@ def measured_state(
     if len(rows) == bundle.rows:  # every row was sampled, in order
         every_hub = np.concatenate(hubs)
     else:
-        every_hub = np.concatenate(
-            [told(hub_scores(x, hub_directions), advance) for x in centred_blocks(bundle, storage)]
-        )
+        every_hub = np.empty(bundle.rows, dtype=np.float32)
+        every_hub[: len(known)] = known
+        for start, x in centred_blocks(bundle, storage, len(known)):
+            first = max(start, len(known))  # the block holding the first row past them
+            every_hub[first : start + len(x)] = told(
+                hub_scores(x[first - start :], hub_directions), advance
+            )
     return GalleryState(moments, z, every_hub)
 
 
@@ -129,19 +140,20 @@ def readout_directions(readout: VocabularyReadout) -> Callable[[list[str]], np.n
     return lambda words: np.asarray(text[[index[w] for w in words]], dtype=np.float64)
 
 
-def centred_blocks(bundle: Bundle, storage: Any) -> Iterator[np.ndarray]:
-    """Every row's x̃, block by block in row order: one pass over the stored rows."""
+def centred_blocks(
+    bundle: Bundle, storage: Any, first: int = 0
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, x̃) of every block of rows in row order, from the block holding row `first`
+    on (gallery_directions.decoded_blocks): one pass over the stored rows."""
     grasp, b = bundle.grasp, bundle.coder.artifact.mean
-    for _, stored in decoded_blocks(storage):
-        yield centred_rows(stored, grasp.rotation, grasp.mean, b)
+    for start, stored in decoded_blocks(storage, first):
+        yield start, centred_rows(stored, grasp.rotation, grasp.mean, b)
 
 
 def augmented_blocks(bundle: Bundle, storage: Any, hubs: np.ndarray) -> Iterator[np.ndarray]:
     """Every row's [x̃, h] (gallery_directions.with_hubs), block by block in row order."""
-    start = 0
-    for centred in centred_blocks(bundle, storage):
+    for start, centred in centred_blocks(bundle, storage):
         yield with_hubs(centred, hubs[start : start + len(centred)])
-        start += len(centred)
 
 
 def learnt_words(readout: VocabularyReadout) -> np.ndarray:

@@ -19,6 +19,10 @@ hub words' count, the files and the seconds it took. The service then makes a ph
 in milliseconds on every worker, the hub values are memory-mapped (one copy for all workers),
 and a hot swap carries the new version's state with it.
 
+`add` and `delete` carry the base's rows' hub values (`carried_hubs`: a row's hub value is a
+function of that row alone), so an add scores only its new rows against the hub words; the
+moments, z and the sketch are measured again.
+
 A version whose CEDAR artifact lacks the text directions (made before they were kept), whose
 readout is missing or cannot cut a phrase (no teacher, no recorded z, no zero-shot word), or
 whose full-length prefix keeps no exact vectors gets no state
@@ -44,14 +48,13 @@ from indexer.format.postings import CHUNKS, INDPTR, Postings
 from indexer.format.prefix_index import exact_storage
 from indexer.vocabulary.gallery_directions import (
     GalleryMoments,
-    centred_rows,
-    decoded_blocks,
     sketched,
 )
 from indexer.vocabulary.gallery_state import (
     GalleryState,
     VocabularyError,
     augmented_blocks,
+    centred_blocks,
     measured_state,
     readout_directions,
     told,
@@ -79,15 +82,20 @@ STATE_FILES = (HUBS, MEAN, SECOND, SIZING)
 
 
 def write_state(
-    staging: Path, bundle: Bundle, progress: bool = False, gate: GatePlan | None = MEASURED
+    staging: Path,
+    bundle: Bundle,
+    progress: bool = False,
+    gate: GatePlan | None = MEASURED,
+    known_hubs: np.ndarray | None = None,
 ) -> tuple[dict[str, Any] | None, dict[Path, int | None]]:
     """Measure the open vocabulary's state of the version being written in `staging` (`bundle`:
     its files so far, opened there) and write it: the manifest's `open_vocabulary` record and
     the files written (path → rows: its entries for a postings file, None for the sketch);
     (None, {}) where the version gets no state (module doc). With a `gate`, the learnt words'
     postings are gated (indexer/vocabulary/word_gate.py) and rewritten, and the cuts kept;
-    None: the base kept no cuts, nothing is gated. `progress`: a bar over the passes over every
-    row."""
+    None: the base kept no cuts, nothing is gated. `known_hubs`: the first rows' hub values,
+    carried from the base (`carried_hubs`), so that only the rows past them are scored.
+    `progress`: a bar over the passes over every row."""
     readout = bundle.coder.readout
     directions = None if readout is None else readout_directions(readout)
     if readout is None or directions is None:
@@ -98,12 +106,15 @@ def write_state(
     started = time.perf_counter()
     sketch = bundle.rows > SKETCH_ROWS
     gated = 0 if gate is None else bundle.rows - min(gate.from_row, bundle.rows)
-    passes = (bundle.rows if bundle.rows > SAMPLE_ROWS else 0) + (bundle.rows if sketch else 0)
+    carried = 0 if known_hubs is None else len(known_hubs)
+    passes = (bundle.rows - carried if bundle.rows > SAMPLE_ROWS else 0) + (
+        bundle.rows if sketch else 0
+    )
     passes += gated
     shown = progress and passes > 0
     with tqdm(total=passes, desc="open vocabulary", unit="row", disable=not shown) as bar:
         try:
-            state = measured_state(bundle, storage, directions, SAMPLE_ROWS, bar.update)
+            state = measured_state(bundle, storage, directions, SAMPLE_ROWS, bar.update, known_hubs)
         except VocabularyError as exc:  # no phrase can be cut: the service says why, per call
             log.warning("open vocabulary: no state kept: %s", exc)
             return None, {}
@@ -190,11 +201,9 @@ def counted_blocks(
     """(first row, x̃) of the blocks of rows from the one holding `from_row` on, in row order
     (those before it not read), the rows from `from_row` on told to `advance` (a progress
     bar's update)."""
-    grasp, b = bundle.grasp, bundle.coder.artifact.mean
-    for start, stored in decoded_blocks(storage, from_row):
-        stop = start + len(stored)
-        yield start, centred_rows(stored, grasp.rotation, grasp.mean, b)
-        advance(max(0, stop - max(start, from_row)))
+    for start, features in centred_blocks(bundle, storage, from_row):
+        yield start, features
+        advance(max(0, start + len(features) - max(start, from_row)))
 
 
 def kept_gate(bundle: Bundle) -> np.ndarray | None:
@@ -232,3 +241,14 @@ def stored_sketch(bundle: Bundle) -> faiss.Index | None:
         return None
     check_mapped_files(bundle.path, bundle.manifest.files, (SKETCH,), BundleError)
     return faiss.read_index(str(bundle.path / SKETCH))
+
+
+def carried_hubs(base: Bundle, kept: np.ndarray | None = None) -> np.ndarray | None:
+    """The hub values a new version of `base` carries for the base's rows, in order (those
+    `kept`, a bool mask, for a delete): its kept state's, since a row's hub value is a function
+    of that row alone; None where it keeps none."""
+    state = stored_state(base)
+    if state is None:
+        return None
+    hubs = np.asarray(state.hubs, dtype=np.float32)
+    return hubs if kept is None else hubs[kept]

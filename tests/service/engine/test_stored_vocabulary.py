@@ -146,3 +146,24 @@ def test_a_readout_that_cannot_cut_a_phrase_keeps_no_state(stated_bundle: Path, 
     bundle.coder.artifact.extra["readout"]["training"].pop("zero_shot_z")
     assert stored.write_state(tmp_path, bundle) == (None, {})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_known_hub_values_are_carried_and_only_the_rows_past_them_scored(
+    stated_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """An add or a delete carries its base's rows' hub values (each a function of its row
+    alone): given them for the first rows, the state keeps them as given (here shifted, so that
+    a value scored again would show) and scores the others as a full measurement does."""
+    monkeypatch.setattr(stored, "SAMPLE_ROWS", 64)  # the every-row pass, not the sample's
+    bundle = Bundle.open(stated_bundle)
+    for name in ("full", "carried"):
+        (tmp_path / name).mkdir()
+    full, _ = stored.write_state(tmp_path / "full", bundle)
+    measured = np.load(tmp_path / "full" / stored.HUBS)
+    first = bundle.rows // 2 + 7
+    known = measured[:first] + np.float32(0.5)
+    record, _ = stored.write_state(tmp_path / "carried", bundle, known_hubs=known)
+    assert full is not None and record is not None
+    carried = np.load(tmp_path / "carried" / stored.HUBS)
+    assert np.array_equal(carried[:first], known)
+    assert np.allclose(carried[first:], measured[first:], atol=1e-6)

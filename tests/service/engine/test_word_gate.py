@@ -40,7 +40,7 @@ def word_rows(bundle: Bundle, word: int) -> np.ndarray:
 def corrected_scores(bundle: Bundle) -> np.ndarray:
     """[N, V]: every row's ⟨x̃, t̃_w⟩ − h for every readout word, from the stored rows."""
     storage = exact_storage(bundle.index(bundle.dim))
-    features = np.concatenate(list(centred_blocks(bundle, storage)))
+    features = np.concatenate([x for _, x in centred_blocks(bundle, storage)])
     state = stored.stored_state(bundle)
     assert state is not None
     return features @ bundle.coder.readout.text.T - np.asarray(state.hubs)[:, None]
