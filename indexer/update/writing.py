@@ -69,15 +69,15 @@ def new_manifest(
     actions: dict[str, str],
     started: float,
     progress: bool = False,
-    gated_from: int | None = None,
-    known_hubs: np.ndarray | None = None,
+    kept: np.ndarray | None = None,
 ) -> BundleManifest:
     """The base's manifest for the new version: its rows, source, files, its approximate
     indexes re-tuned to the base's recall target on the new version's rows (their recall at a
     fixed setting changes with the rows they hold), the open vocabulary's state measured on
-    them (`progress`: its bar; `known_hubs` the base's rows' hub values, carried), the rows
-    from `gated_from` on gated at the base's kept cuts (indexer/vocabulary/word_gate.py; None:
-    every row is the base's), and how it was made."""
+    them (`progress`: its bar), each of the base's rows carrying its hub value and its gated
+    postings (`kept`: the base's rows the new version keeps, for a delete; None: every one, then
+    the rows past them, an add's, gated at the base's kept cuts: indexer/vocabulary/word_gate.py),
+    and how it was made."""
     manifest = base.manifest
     target = recall_target(manifest)
     prefixes, tuning_seconds = writer.tune(manifest.prefixes, target, store=manifest.store)
@@ -102,8 +102,8 @@ def new_manifest(
             build={"faiss": faiss.__version__, "gpu": False, "training_rows": 0, **build},
         ),
         progress,
-        base_gate(base, rows if gated_from is None else gated_from),
-        known_hubs,
+        base_gate(base, base.rows if kept is None else rows),
+        carried_hubs(base, kept),
     )
     if written.open_vocabulary is not None:
         actions["vocabulary_*"] = (
@@ -201,19 +201,7 @@ def write_added(
         ),
     }
     return writer.finish(
-        new_manifest(
-            base,
-            version,
-            rows,
-            writer,
-            record,
-            "add",
-            actions,
-            started,
-            progress,
-            old,
-            carried_hubs(base),
-        )
+        new_manifest(base, version, rows, writer, record, "add", actions, started, progress)
     )
 
 
@@ -267,15 +255,5 @@ def write_deleted(
         ),
     }
     return writer.finish(
-        new_manifest(
-            base,
-            version,
-            rows,
-            writer,
-            source,
-            "delete",
-            actions,
-            started,
-            known_hubs=carried_hubs(base, keep),
-        )
+        new_manifest(base, version, rows, writer, source, "delete", actions, started, kept=keep)
     )
