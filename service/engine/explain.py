@@ -17,8 +17,10 @@ item's) holds only the concepts that hold: named, with a held-out precision at o
 artifact's floor (`ConceptCoder.holds`, the floor picked on dev by training/cedar/floor.py).
 One name appears once: a word concept and the axes of its name are merged into one entry,
 their activations (contributions) summed, under the word concept's id
-(`ConceptCoder.shown`). A filter may still name a concept below the floor; the search then
-warns (service/engine/filtering.py's `filter_concepts`).
+(`ConceptCoder.shown`); and an axis named like a learnt word is shown only where that word
+concept is active too (on an item, in its gated postings), so Explain never names what
+"require" on that name would refuse. A filter may still name a concept below the floor; the
+search then warns (service/engine/filtering.py's `filter_concepts`).
 
 Contribution. For a concept c active in both query q and item x (same axis, same sign),
 

@@ -290,6 +290,7 @@ class ConceptCoder:
             self.catalog += [word_entry(first + w, r) for w, r in enumerate(record)]
             for w, word in enumerate(self.readout.words):  # a word's name is its word concept
                 self._by_name[word.lower()] = [first + w]
+        self._axis_word = axis_words(self.catalog, self.axis_concepts, self.readout)
         self.floor = display_floor(artifact.extra.get("floor"), self.catalog)
         self._holds = np.array([holds(e, self.floor) for e in self.catalog], dtype=bool)
 
@@ -319,11 +320,13 @@ class ConceptCoder:
         self, ids: np.ndarray, values: np.ndarray, limit: int | None = None
     ) -> list[tuple[int, float]]:
         """What a reader is shown of one code (concept ids, values; −1 skipped): the concepts
-        that hold, one per name (`merged_by_name`), at most `limit` (None: all)."""
+        that hold, one per name (`merged_by_name`), at most `limit` (None: all). An axis named
+        like a learnt word is left out where that word is not active in the code (`axis_words`)."""
+        present = {int(c) for c in ids}
         kept = [
             (int(c), float(v))
             for c, v in zip(ids, values, strict=True)
-            if c >= 0 and self._holds[int(c)]
+            if c >= 0 and self._holds[int(c)] and self._axis_word[int(c)] in present | {-1}
         ]
         merged = merged_by_name(kept, [self.catalog[c].name for c, _ in kept], self.axis_concepts)
         return merged[:limit] if limit is not None else merged
@@ -413,6 +416,28 @@ def holds(entry: CatalogEntry, floor: float | None) -> bool:
     if floor is None:
         return True
     return entry.named and entry.precision is not None and entry.precision >= floor
+
+
+def axis_words(
+    catalog: Sequence[CatalogEntry], axis_concepts: int, readout: VocabularyReadout | None
+) -> np.ndarray:
+    """int64 [concepts]: for each named axis, the id of the learnt word concept of its name (−1
+    for every other concept). The learnt word is the calibrated detector of that name, so
+    `ConceptCoder.shown` shows such an axis only on a code where its word is active too: where
+    the word's filter (its cut, and the index build's gate) rejects a row, the name is not
+    shown there under the axis either, and an Explain never names what "require" would refuse."""
+    out = np.full(len(catalog), -1, dtype=np.int64)
+    if readout is None:
+        return out
+    learnt = {
+        word.lower(): axis_concepts + w
+        for w, word in enumerate(readout.words)
+        if not readout.is_zero_shot(w)
+    }
+    for entry in catalog[:axis_concepts]:
+        if entry.named:
+            out[entry.concept] = learnt.get(entry.name.lower(), -1)
+    return out
 
 
 def merged_by_name(

@@ -154,3 +154,15 @@ def test_the_floor_is_where_showing_a_concept_is_right_more_often_than_wrong():
     assert shown_names(coder.at_floor(floor), rows)[0] == ["good"]
     assert curve[floor]["explanation_precision"] == 1.0
     assert curve[0.0]["explanation_precision"] == 0.5
+
+
+def test_an_axis_named_like_a_learnt_word_is_shown_only_where_that_word_is_active():
+    coder, _ = coder_with_words(None)
+    coder.artifact.extra["catalog"][2]["name"] = "w2"  # the zero-shot word's name
+    coder = ConceptCoder(coder.artifact)
+    word = coder.axis_concepts  # w0: learnt, and the name of axis 0
+    other = next(c for c in range(3, coder.axis_concepts) if coder.catalog[c].named)
+    alone = coder.shown(np.array([0, 2, other]), np.array([1.0, 0.75, 0.5]))
+    assert [c for c, _ in alone] == [2, other]  # w0's filter rejects the row; w2 learnt nothing
+    both = coder.shown(np.array([word, 0, other]), np.array([0.25, 1.0, 0.5]))
+    assert both[0] == (word, pytest.approx(1.25)) and [c for c, _ in both] == [word, other]
