@@ -41,7 +41,7 @@ functions for the arithmetic; `StoreWriter` (indexer/format/store/writer.py) str
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,17 +294,31 @@ class VectorStore:
             return self.integer_scan(q, length, k, allowed)
         best = (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
         block = max(1024, SCAN_FLOATS // length)
+        for scores, rows in self._scored_blocks(
+            block, lambda start, stop: self.block_scores(start, stop, length, q), allowed
+        ):
+            best = merge_top_k(best, scores, rows, k)
+        return pad(*best, k)
+
+    def _scored_blocks(
+        self,
+        block: int,
+        score: Callable[[int, int], np.ndarray],
+        allowed: np.ndarray | None,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(scores [Q, n], rows [n]) of every block of `block` rows in order, `score(start,
+        stop)` giving the block's [Q, stop − start]: only the rows the mask `allowed` keeps
+        (all without one), the block's pages let go after it on a store on disk."""
         for start in range(0, self.rows, block):
             stop = min(start + block, self.rows)
-            scores = self.block_scores(start, stop, length, q)
+            scores = score(start, stop)
             if self.on_disk:
                 self.release(start, stop)
             rows = np.arange(start, stop, dtype=np.int64)
             if allowed is not None:
                 mask = np.asarray(allowed[start:stop], dtype=bool)
                 scores, rows = scores[:, mask], rows[mask]
-            best = merge_top_k(best, scores, rows, k)
-        return pad(*best, k)
+            yield scores, rows
 
     def integer_scannable(self, length: int, k: int, queries: int = 1) -> bool:
         """Whether a scan of prefix `length` for `queries` queries reads the codes in integer
@@ -336,17 +350,13 @@ class VectorStore:
         running = (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         block = max(1024, BLOCK_BYTES // max(length, 4 * rounded.laid.shape[1]))
-        for start in range(0, self.rows, block):
-            stop = min(start + block, self.rows)
+
+        def rounded_scores(start: int, stop: int) -> np.ndarray:
             products = integer_products(self.codes, start, stop, length, rounded.laid)
             scales, norms = self.scales[start:stop], self.norms[start:stop, at]
-            approx = approximate_scores(products, scales, norms, rounded)
-            if self.on_disk:
-                self.release(start, stop)
-            rows = np.arange(start, stop, dtype=np.int64)
-            if allowed is not None:
-                mask = np.asarray(allowed[start:stop], dtype=bool)
-                approx, rows = approx[:, mask], rows[mask]
+            return approximate_scores(products, scales, norms, rounded)
+
+        for approx, rows in self._scored_blocks(block, rounded_scores, allowed):
             running = merge_top_k(running, approx, rows, k)
             kept.append(kept_candidates(approx, rows, kth_best(running, k), rounded.bound))
         which, rows, approx = (np.concatenate(part) for part in zip(*kept, strict=True))
