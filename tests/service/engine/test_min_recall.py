@@ -80,10 +80,14 @@ def test_asking_more_recall_picks_a_costlier_operating_point_and_gets_it(engine:
     assert tuning is not None and tuning.status == "tuned"
     assert setting_for(entry, tuning.target) == ""  # the tuned setting already reaches it
     wanted = max(p.recall_low for p in tuning.points)
-    setting = setting_for(entry, wanted)
+    # which point the tuning made the default is a matter of its timings (the fastest to reach
+    # the target): the premise, a default short of the most recall, is set here, not hoped for
+    cheapest = min(tuning.points, key=lambda p: p.recall_low)
+    assert cheapest.recall_low < wanted
+    setting = setting_for(replace(entry, search=cheapest.search), wanted)
     point = next(p for p in tuning.points if p.search == setting)
     assert point.latency_ms == min(p.latency_ms for p in tuning.points if p.recall_low >= wanted)
-    assert point.recall > tuning.recall  # more than the default gives
+    assert point.recall > cheapest.recall  # more than that default gives
     rows = np.arange(5, ROWS, 37)
     assert leave_one_out(engine, "full", rows, min_recall=wanted) >= wanted - 0.02
 
