@@ -326,8 +326,8 @@ class VectorStore:
         integer product takes, a torch that has it, and a head at least INTEGER_WIDTH times
         as long as the batch is large: the integer product saves work in proportion to L a
         row, and its own scoring costs work in proportion to Q (at 100,000 rows, one thread:
-        1.3× faster at L = 32 for one query, 0.8× for 16; 2.5–4.2× at L = 64 … 512 for one,
-        1.0–1.6× at 64 queries; `python -m benchmarks.indexer.direct_scan`)."""
+        1.3–1.4× faster at L = 32 for one query, 0.8× for 16; 2.1–4.2× at L = 64 … 512 for
+        one, 1.0–1.7× for 64; `python -m benchmarks.indexer.direct_scan`)."""
         return (
             queries * INTEGER_WIDTH <= length
             and self.dtype == "int8"

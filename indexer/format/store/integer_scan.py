@@ -33,6 +33,9 @@ import numpy as np
 
 COLUMNS = 8  # the integer product's columns come in multiples of this (torch._int_mm)
 BLOCK_BYTES = 2**23  # the codes a block of the scan reads (32,768 rows at 256 columns)
+# added to ε: both scores are sums of at most D float32 products of unit-sized terms, each
+# rounded (a relative 6·10⁻⁸ a term), so their own arithmetic may differ by far less than this
+FLOAT_SLACK = 1e-4
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class RoundedQueries:
 
     laid: np.ndarray  # int8 [L, C]: column b·Q + q holds query q's block b, zeros elsewhere
     steps: np.ndarray  # float32 [Q, B]: σ_b of each query's block
-    bound: np.ndarray  # float64 [Q]: ε, how far a(x) may be from s(x) for each query
+    bound: np.ndarray  # float64 [Q]: ε (+ FLOAT_SLACK), how far a(x) may be from s(x)
     blocks: int  # B: the blocks a head of length L spans
 
 
@@ -65,7 +68,7 @@ def rounded_queries(turned: np.ndarray, ends: Sequence[int]) -> RoundedQueries:
         laid[start:stop, block * count : (block + 1) * count] = codes.T
         steps[:, block] = step
         spread += (stop - start) * step.astype(np.float64) ** 2
-    return RoundedQueries(laid, steps, 0.5 * np.sqrt(spread), blocks)
+    return RoundedQueries(laid, steps, 0.5 * np.sqrt(spread) + FLOAT_SLACK, blocks)
 
 
 def approximate_scores(
