@@ -30,7 +30,6 @@ from benchmarks.indexer.ann_tuning import SHARD, spectrum_block
 from indexer.format.store import (
     encode_rows,
     heads,
-    merge_top_k,
 )
 from indexer.format.store.block_codes import (
     block_ends,
@@ -38,6 +37,7 @@ from indexer.format.store.block_codes import (
     decode_heads,
     encode_rotated,
 )
+from indexer.format.store.top_k import merge_top_k
 from indexer.format.tuning import drop_self
 from training.core.metrics import neighbour_recall, prefix_vectors
 

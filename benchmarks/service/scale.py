@@ -216,7 +216,7 @@ def serve(bundles: Path, rows: int, queries: int, rounds: int, out: Path) -> Non
 def exact_truth(rows: int, dim: int, lengths: list[int], selves: np.ndarray) -> dict[int, list]:
     """Exact float32 top-(k + 1) at every prefix over every row, the rows regenerated block by
     block (the rotation is the identity), each query's own row then dropped."""
-    from indexer.format.store import merge_top_k
+    from indexer.format.store.top_k import merge_top_k
     from indexer.format.tuning import drop_self
 
     queries = held_out_rows(selves, rows, dim)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from indexer.format.store import StoreIndex, pad
+from indexer.format.store import StoreIndex
+from indexer.format.store.top_k import pad
 
 DEFAULT_K_FACTOR = 4.0
 K_FACTOR = "k_factor_rf"

@@ -322,11 +322,11 @@ class ConceptCoder:
         """What a reader is shown of one code (concept ids, values; −1 skipped): the concepts
         that hold, one per name (`merged_by_name`), at most `limit` (None: all). An axis named
         like a learnt word is left out where that word is not active in the code (`axis_words`)."""
-        present = {int(c) for c in ids}
+        present = {int(c) for c in ids} | {-1}  # an axis of no learnt word's name: -1
         kept = [
             (int(c), float(v))
             for c, v in zip(ids, values, strict=True)
-            if c >= 0 and self._holds[int(c)] and self._axis_word[int(c)] in present | {-1}
+            if c >= 0 and self._holds[int(c)] and self._axis_word[int(c)] in present
         ]
         merged = merged_by_name(kept, [self.catalog[c].name for c, _ in kept], self.axis_concepts)
         return merged[:limit] if limit is not None else merged

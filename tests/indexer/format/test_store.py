@@ -34,7 +34,6 @@ from indexer.format.store import (
     encode_rows,
     head_norms,
     heads,
-    merge_top_k,
 )
 from indexer.format.store.block_codes import (
     block_ends,
@@ -42,6 +41,7 @@ from indexer.format.store.block_codes import (
     decode_heads,
     encode_rotated,
 )
+from indexer.format.store.top_k import merge_top_k
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.format.store_rerank import StoreRerank
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
