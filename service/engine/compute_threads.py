@@ -3,7 +3,8 @@
 
 Each worker of `strata serve --workers N` takes its share of the cores for FAISS and torch
 (`limit_threads`); every serving process, one worker or many, runs numpy's BLAS on one thread
-(`limit_blas`; a single server leaves FAISS and torch as OMP_NUM_THREADS or the cores say).
+(`limit_blas`; a single server leaves FAISS and torch as OMP_NUM_THREADS or the cores say), and
+so does any process that makes a SearchEngine (`engine_blas`).
 The engine's matrix products are one query's or one batch's, small, and OpenBLAS keeps its
 threads spinning for about 0.1 s after each call: on two cores that spin took the core the next
 query's encoder (torch) needed: a text query (embedded, then searched) on the demo's
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,6 +60,18 @@ def limit_blas() -> None:
     threads = faiss.omp_get_max_threads()
     threadpool_limits(limits=BLAS_THREADS, user_api="blas")
     faiss.omp_set_num_threads(threads)
+
+
+@cache
+def engine_blas() -> None:
+    """`limit_blas`, once a process: what making a SearchEngine does, so that an engine used
+    in-process (`SearchEngine.open` from Python, the demo) computes as a served one does. With
+    numpy's BLAS on every core, the spin after a funnel's small products took the cores its
+    integer scan asked torch for: a full-granularity vector query on the demo's bundle took
+    8.0 ms in-process against 2.3-2.5 ms so limited (two cores, `python -m
+    benchmarks.service.blas_spin --kind vector`). Once: a caller who raises BLAS's count again
+    afterwards keeps it."""
+    limit_blas()
 
 
 def same_threads() -> Callable[[], None]:

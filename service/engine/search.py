@@ -40,6 +40,7 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.verify.check import check_servable
 from service.engine.catalog import catalog_page, describe_index, find_concepts, zero_shot_info
+from service.engine.compute_threads import engine_blas
 from service.engine.descriptions import describe_codes, stack_codes
 from service.engine.explain import activations_of, prefix_similarities, shared_concepts, with_words
 from service.engine.filtering import filter_concepts, open_phrase
@@ -96,6 +97,7 @@ class SearchEngine:
         cache: QueryCache | None = None,
         scorer: Scorer | None = None,
     ):
+        engine_blas()  # numpy's BLAS on one thread, as a server runs it (compute_threads.py)
         self.bundle = bundle.load() if scorer is None else bundle
         self.encoder = encoder
         self.config = config or EngineConfig()

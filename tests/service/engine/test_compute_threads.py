@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import faiss
 import pytest
@@ -111,4 +112,24 @@ def test_a_single_server_limits_blas_and_keeps_faiss_and_torch_as_set():
     omp, torch_threads, blas = thread_counts(
         "faiss.omp_set_num_threads(2); torch.set_num_threads(2); limit_blas()"
     )
+    assert (omp, torch_threads) == (2, 2) and all(count == 1 for count in blas)
+
+
+def test_an_engine_made_in_process_runs_blas_on_one_thread_and_keeps_faiss_and_torch(
+    text_bundle: Path,
+):
+    """SearchEngine limits numpy's BLAS as a server does (engine_blas), from a process whose
+    every library was set to 2 threads first (the premise, checked without the engine)."""
+    every = (
+        "threadpoolctl.threadpool_limits(limits=2, user_api='blas'); "
+        "faiss.omp_set_num_threads(2); torch.set_num_threads(2)"
+    )
+    assert all(count == 2 for count in thread_counts(every)[2])  # the premise
+    opened = (
+        f"{every}\n"
+        "from indexer.format.bundle import Bundle\n"
+        "from service.engine.search import SearchEngine\n"
+        f"SearchEngine(Bundle.open({str(text_bundle)!r}), None)"
+    )
+    omp, torch_threads, blas = thread_counts(opened)
     assert (omp, torch_threads) == (2, 2) and all(count == 1 for count in blas)
