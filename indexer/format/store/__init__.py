@@ -58,12 +58,14 @@ from indexer.format.store.integer_scan import (
     BLOCK_BYTES,
     COLUMNS,
     approximate_scores,
+    best_values,
     integer_product,
     integer_products,
     kept_candidates,
+    kth_value,
     rounded_queries,
 )
-from indexer.format.store.top_k import kth_best, merge_top_k, pad
+from indexer.format.store.top_k import merge_top_k, pad
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
 
@@ -320,7 +322,7 @@ class VectorStore:
         q = np.asarray(queries, dtype=np.float32)
         rounded = rounded_queries(self._turned(q, length), self.ends)
         at = self.lengths.index(length)
-        running = (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
+        running = np.zeros((len(q), 0), np.float32)  # the k largest a so far
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         block = max(1024, BLOCK_BYTES // max(length, 4 * rounded.laid.shape[1]))
 
@@ -330,10 +332,10 @@ class VectorStore:
             return approximate_scores(products, scales, norms, rounded)
 
         for approx, rows in self._scored_blocks(block, rounded_scores, allowed):
-            running = merge_top_k(running, approx, rows, k)
-            kept.append(kept_candidates(approx, rows, kth_best(running, k), rounded.bound))
+            running = best_values(running, approx, k)
+            kept.append(kept_candidates(approx, rows, kth_value(running, k), rounded.bound))
         which, rows, approx = (np.concatenate(part) for part in zip(*kept, strict=True))
-        keep = approx >= kth_best(running, k)[which] - 2.0 * rounded.bound[which]
+        keep = approx >= kth_value(running, k)[which] - 2.0 * rounded.bound[which]
         which, rows = which[keep], rows[keep]
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         found = np.full((len(q), k), -1, dtype=np.int64)

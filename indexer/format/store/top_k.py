@@ -34,10 +34,3 @@ def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
         scores = np.concatenate([scores, np.full((q, missing), -np.inf, np.float32)], axis=1)
         rows = np.concatenate([rows, np.full((q, missing), -1, np.int64)], axis=1)
     return scores.astype(np.float32), rows.astype(np.int64)
-
-
-def kth_best(best: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
-    """float [Q]: each query's k-th best score so far (best first), −inf before k are seen."""
-    if best[0].shape[1] < k:
-        return np.full(len(best[0]), -np.inf)
-    return best[0][:, k - 1].astype(np.float64)

@@ -17,8 +17,10 @@ from indexer.format.store.block_codes import block_ends, block_rotation
 from indexer.format.store.integer_scan import (
     FLOAT_SLACK,
     approximate_scores,
+    best_values,
     integer_product,
     integer_products,
+    kth_value,
     rounded_queries,
 )
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
@@ -105,6 +107,38 @@ def test_the_integer_scan_reads_across_blocks(tmp_path: Path, monkeypatch: pytes
     np.testing.assert_array_equal(got[1][:, 0], [5, 1500, 2599])  # each row finds itself
     np.testing.assert_array_equal(got[1], float_scan(store, monkeypatch, queries, 32, 5)[1])
     allowed = np.arange(2600) % 3 == 0
+    np.testing.assert_array_equal(
+        store.scan(queries, 32, 5, allowed)[1],
+        float_scan(store, monkeypatch, queries, 32, 5, allowed)[1],
+    )
+
+
+def test_the_running_values_are_the_k_largest_of_every_block_so_far():
+    blocks = [
+        gaussian_unit_rows(3, n, seed).astype(np.float32) for n, seed in ((4, 1), (0, 2), (9, 3))
+    ]
+    best = np.zeros((3, 0), np.float32)
+    seen = np.zeros((3, 0), np.float32)
+    for block in blocks:
+        best = best_values(best, block, 6)
+        seen = np.concatenate([seen, block], axis=1)
+        expected = -np.sort(-seen, axis=1)[:, :6]
+        np.testing.assert_array_equal(best, expected)
+        kth = kth_value(best, 6)
+        if seen.shape[1] < 6:
+            assert np.isneginf(kth).all()
+        else:
+            np.testing.assert_array_equal(kth, expected[:, 5])
+
+
+def test_a_block_the_mask_empties_leaves_the_answer_as_the_float_scans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    rows = gaussian_unit_rows(2600, DIM, 6)
+    store = written_store(tmp_path, rows)
+    monkeypatch.setattr(store_module, "BLOCK_BYTES", 1)  # 1,024 rows a block: three blocks
+    allowed = np.arange(2600) >= 2100  # the first two blocks hold no allowed row
+    queries = prefix_vectors(rows[[5, 2300]], 32)
     np.testing.assert_array_equal(
         store.scan(queries, 32, 5, allowed)[1],
         float_scan(store, monkeypatch, queries, 32, 5, allowed)[1],
