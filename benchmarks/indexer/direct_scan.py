@@ -13,7 +13,16 @@ alike), medians:
 - `float`: the scan before, every block widened to float32 and multiplied in floats
   (`VectorStore.integer_scannable` off);
 - `faiss float32`: `IndexFlatIP.search` over the rows' decoded float32 heads (a bundle without
-  a store: 4 bytes a coordinate in RAM against the store's 1).
+  a store: 4 bytes a coordinate in RAM against the store's 1);
+- `product in place` and `product contiguous`: the integer scan's product alone, over the
+  heads as the store lays them (rows of D codes, the first L read) and over a copy of the heads
+  made before the timing (rows of L codes): what a layout that kept each prefix's codes
+  together would save the product (the store keeps rows whole, as FAISS and the rerank's
+  gathers want them);
+- `bf16 kernel contiguous`: torch's weight-only int8 kernel (`_weight_int8pack_mm`, bf16
+  queries times int8 rows with one scale a row) over that copy: what a kernel other than
+  `torch._int_mm` would take for the product (it wants the rows contiguous and one scale a
+  row, where the store has a scale a row and block, so it needs the layout above too).
 
 N × D spectrum rows (benchmarks.indexer.ann_tuning.spectrum_block), coded into an int8 store
 with the rotated blocks an index build writes; the queries are rows of another seed. The
@@ -37,6 +46,7 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.ann_tuning import SHARD, spectrum_block
 from indexer.format.store import VectorStore
 from indexer.format.store.block_codes import block_ends, block_rotation
+from indexer.format.store.integer_scan import integer_products, rounded_queries
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from service.engine.compute_threads import limit_threads
 from training.core.metrics import prefix_vectors
@@ -59,6 +69,17 @@ def write_store(folder: Path, rows: int, dim: int, lengths: list[int]) -> None:
         writer.add(spectrum_block(start, rows, dim, CLUSTERS, ALPHA, SEED))
     writer.close()
     write_rotation(folder, rotation)
+
+
+def weight_kernel(queries: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """[Q, N] from torch's weight-only int8 kernel: bf16 queries times contiguous int8 heads,
+    every row's scale 1 (the arm's cost, not an answer)."""
+    import torch
+
+    rows = torch.from_numpy(heads)
+    scales = torch.ones(len(heads), dtype=torch.bfloat16)
+    product = torch.ops.aten._weight_int8pack_mm
+    return product(torch.from_numpy(queries).to(torch.bfloat16), rows, scales).float().numpy()
 
 
 def timed(arms: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -96,8 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
         for length in lengths:
             flat = faiss.IndexFlatIP(length)
             flat.add(served.block(0, served.rows, length))
+            heads = np.ascontiguousarray(served.codes[:, :length])
             for batch in batches:
                 queries = prefix_vectors(held_out[:batch], length)
+                laid = rounded_queries(queries, served.ends).laid  # its shape is what counts
                 got = served.integer_scan(queries, length, K)
                 want = before.scan(queries, length, K)
                 np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
@@ -106,6 +129,13 @@ def main(argv: list[str] | None = None) -> dict:
                         "integer": lambda q=queries, n=length: served.integer_scan(q, n, K),
                         "float": lambda q=queries, n=length: before.scan(q, n, K),
                         "faiss float32": lambda q=queries, f=flat: f.search(q, K),
+                        "product in place": lambda n=length, a=laid: integer_products(
+                            served.codes, 0, served.rows, n, a
+                        ),
+                        "product contiguous": lambda n=length, a=laid, h=heads: integer_products(
+                            h, 0, len(h), n, a
+                        ),
+                        "bf16 kernel contiguous": lambda q=queries, h=heads: weight_kernel(q, h),
                     },
                     args.rounds,
                 )
@@ -115,6 +145,12 @@ def main(argv: list[str] | None = None) -> dict:
                     "ms": ms,
                     "float_over_integer": round(ms["float"] / ms["integer"], 2),
                     "faiss_float32_over_integer": round(ms["faiss float32"] / ms["integer"], 2),
+                    "product_over_bf16_kernel": round(
+                        ms["product in place"] / ms["bf16 kernel contiguous"], 2
+                    ),
+                    "product_in_place_over_contiguous": round(
+                        ms["product in place"] / ms["product contiguous"], 2
+                    ),
                     "same_rows": bool((got[1] == want[1]).all()),
                     "served": "integer" if served.integer_scannable(length, K, batch) else "float",
                 }
