@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from training.cedar.concepts import build_catalog, catalog_json, name_concepts
+from training.cedar.catalog import build_catalog, catalog_json, name_concepts
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard
 from training.core.granularity import default_contract

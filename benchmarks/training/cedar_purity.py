@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.harness import benchmark_parser, publish
-from training.cedar.concepts import name_directions
+from training.cedar.catalog import name_directions
 from training.cedar.data import load_split_rows
 from training.cedar.evaluate import (
     FACTOR_COLUMNS,

@@ -21,7 +21,7 @@ from service.engine.open_vocabulary import ZeroShotConcept
 from service.errors import NotFoundError, QueryError, echo
 from service.limits import RequestLimits, check_chars
 from service.results import ConceptInfo, ConceptPage, ConceptRef, IndexInfo, PrefixInfo
-from training.cedar.concepts import CatalogEntry
+from training.cedar.catalog import CatalogEntry
 from training.core.granularity import Granularity
 
 DEFAULT_PAGE = 100

@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
-from training.cedar.concepts import (
+from training.cedar.catalog import (
     CatalogEntry,
     build_catalog,
     catalog_json,

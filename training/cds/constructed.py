@@ -210,7 +210,7 @@ def random_cedar_artifact(
 ) -> Any:
     """A CEDAR-like artifact for exercising the pipeline: a Haar-random rotation, zero mean,
     and a complete catalog (2·dim entries) named from a random vocabulary (`word-0`, ...)."""
-    from training.cedar.concepts import build_catalog, catalog_json, name_concepts
+    from training.cedar.catalog import build_catalog, catalog_json, name_concepts
     from training.core.artifacts import TransformArtifact
     from training.core.granularity import default_contract
     from training.core.rotations import random_rotation

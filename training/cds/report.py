@@ -10,7 +10,7 @@ one. Under the output folder:
                                                  truth is known, outlier tokens, seconds/image
 
 `write_scopes` puts each concept's scope (and its CDS and outlier share) into a CEDAR
-artifact's catalog (`extra["catalog"]`, read back by `training.cedar.concepts.catalog_entry`)
+artifact's catalog (`extra["catalog"]`, read back by `training.cedar.catalog.catalog_entry`)
 and a `cds` block into its metrics, and rewrites the artifact through `TransformArtifact.save`
 (staging folder, then rename; the weights are rewritten unchanged and their checksum with them).
 """

@@ -16,10 +16,8 @@ import torch
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from training.cedar.concepts import (
-    ConceptCoder,
-    name_directions,
-)
+from training.cedar.catalog import name_directions
+from training.cedar.concepts import ConceptCoder
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.evaluate import (
     KS,

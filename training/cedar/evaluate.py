@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from training.cedar.concepts import name_directions, signed_directions
+from training.cedar.catalog import name_directions, signed_directions
 from training.cedar.sparse_codes import concept_ids, reconstruct, sparse_codes
 from training.core.metrics import cknna, fraction_of_variance_unexplained
 from training.probes import LinearProbe

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import ConfigDict
 from scipy import sparse
 
-from training.cedar.concepts import (
+from training.cedar.catalog import (
     CatalogEntry,
     ConceptName,
     build_catalog,

@@ -7,7 +7,7 @@ A name is near a concept when difflib's similarity ratio with the concept's name
 of its runner-ups (the next vocabulary words of its axis, weighted a little lower; only words
 that name no concept themselves, which are suggested as that concept), reaches NEAR_CUTOFF; a
 substring either way counts as 0.8. Works on catalog entries
-(training.cedar.concepts.CatalogEntry) and on served ConceptInfo alike; the standard library
+(training.cedar.catalog.CatalogEntry) and on served ConceptInfo alike; the standard library
 only, so the client path can use it without numpy or torch.
 """
 

@@ -11,13 +11,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from training.cedar.concepts import (
-    ConceptCoder,
-    build_catalog,
-    catalog_json,
-    name_concepts,
-    vocabulary_from_texts,
-)
+from training.cedar.catalog import build_catalog, catalog_json, name_concepts, vocabulary_from_texts
+from training.cedar.concepts import ConceptCoder
 from training.cedar.evaluate import concept_purity, factor_rows, rotation_method
 from training.cedar.fit import CedarFitConfig, fit_cedar
 from training.cedar.readout import ReadoutConfig

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from training.cedar.concepts import (
-    ConceptCoder,
+from training.cedar.catalog import (
     build_catalog,
     catalog_entry,
     catalog_json,
     name_by_data,
     signed_directions,
 )
+from training.cedar.concepts import ConceptCoder
 from training.cedar.filter_quality import (
     filter_quality,
     frequent_words,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from benchmarks.indexer.synthetic import random_cedar_artifact
+from training.cedar.catalog import catalog_entry
 from training.cedar.concepts import (
     DEFAULT_FLOOR,
     ConceptCoder,
-    catalog_entry,
     display_floor,
     holds,
     merged_by_name,

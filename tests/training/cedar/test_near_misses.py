@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.cedar.concepts import CatalogEntry
+from training.cedar.catalog import CatalogEntry
 from training.cedar.near_misses import near_misses, suggestion
 
 
