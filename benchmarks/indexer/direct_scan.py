@@ -23,6 +23,14 @@ alike), medians:
   queries times int8 rows with one scale a row) over that copy: what a kernel other than
   `torch._int_mm` would take for the product (it wants the rows contiguous and one scale a
   row, where the store has a scale a row and block, so it needs the layout above too).
+- `blockwise scan (prototype)`: the whole scan as a store laid out block by block could run it
+  (`BlockwiseLayout`, built here from the store before the timing): per block b, the kernel
+  above over that block's contiguous codes with the rows' block scales s_b(x) as its row
+  scales, the blocks' outputs summed and divided by the head norms into a(x); bf16 rounds the
+  query, the scales and each block's output (each relative 2⁻⁹), so |a(x) − s(x)| ≤ ε =
+  4·2⁻⁹·‖q‖ (Cauchy–Schwarz across blocks, as indexer/format/store/integer_scan.py argues for
+  its own rounding), and the rows within 2ε of the k-th best a are scored as the float scan
+  scores them: its answer is checked against the float scan's like the integer scan's.
 
 N × D spectrum rows (benchmarks.indexer.ann_tuning.spectrum_block), coded into an int8 store
 with the rotated blocks an index build writes; the queries are rows of another seed. The
@@ -46,7 +54,7 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.ann_tuning import SHARD, spectrum_block
 from indexer.format.store import VectorStore
 from indexer.format.store.block_codes import block_ends, block_rotation
-from indexer.format.store.integer_scan import integer_products, rounded_queries
+from indexer.format.store.integer_scan import FLOAT_SLACK, integer_products, rounded_queries
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from service.engine.compute_threads import limit_threads
 from training.core.metrics import prefix_vectors
@@ -80,6 +88,62 @@ def weight_kernel(queries: np.ndarray, heads: np.ndarray) -> np.ndarray:
     scales = torch.ones(len(heads), dtype=torch.bfloat16)
     product = torch.ops.aten._weight_int8pack_mm
     return product(torch.from_numpy(queries).to(torch.bfloat16), rows, scales).float().numpy()
+
+
+BF16_BOUND = 4 * 2.0**-9  # ε per unit of ‖q‖: query, scales and outputs each rounded (see above)
+
+
+class BlockwiseLayout:
+    """The store's codes copied block by block (each block's codes contiguous, [N, w_b]) with
+    the rows' block scales: the layout a store written block by block would map, scanned with
+    torch's weight-only int8 kernel (`blockwise scan (prototype)` above)."""
+
+    def __init__(self, store: VectorStore) -> None:
+        import torch
+
+        assert store.rotation is not None and store.scales is not None
+        self.store = store
+        starts = (0, *store.ends[:-1])
+        self.blocks = [
+            (
+                start,
+                end,
+                torch.from_numpy(np.ascontiguousarray(store.codes[:, start:end])),
+                torch.from_numpy(np.asarray(store.scales[:, b], np.float32)).to(torch.bfloat16),
+            )
+            for b, (start, end) in enumerate(zip(starts, store.ends, strict=True))
+        ]
+        self.norms = {
+            length: torch.from_numpy(np.array(store.norms[:, at], dtype=np.float32))
+            for at, length in enumerate(store.lengths)
+        }
+
+    def scan(self, queries: np.ndarray, length: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k by s_L (scores [Q, k], rows [Q, k]), as VectorStore.scan answers."""
+        import torch
+
+        store = self.store
+        q = np.asarray(queries, dtype=np.float32)
+        turned = torch.from_numpy(q @ store.rotation[:length, :length])
+        total = torch.zeros((len(q), store.rows), dtype=torch.float32)
+        for start, end, codes, scales in self.blocks:
+            if end > length:
+                break
+            part = turned[:, start:end].to(torch.bfloat16).contiguous()
+            total += torch.ops.aten._weight_int8pack_mm(part, codes, scales).float()
+        norms = self.norms[length]
+        approx = torch.where(norms > 0, total / norms, torch.zeros_like(total))
+        kth = torch.topk(approx, min(k, store.rows), dim=1).values[:, -1:]
+        bound = BF16_BOUND * np.linalg.norm(q, axis=1) + FLOAT_SLACK
+        floor = kth - 2.0 * torch.from_numpy(bound.astype(np.float32))[:, None]
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        found = np.full((len(q), k), -1, dtype=np.int64)
+        for i in range(len(q)):
+            rows = torch.nonzero(approx[i] >= floor[i]).reshape(-1).numpy()
+            exact = store.rows_scores(rows, length, q[i : i + 1])[0]
+            order = np.lexsort((rows, -exact))[:k]
+            scores[i, : len(order)], found[i, : len(order)] = exact[order], rows[order]
+        return scores, found
 
 
 def timed(arms: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -118,12 +182,15 @@ def main(argv: list[str] | None = None) -> dict:
             flat = faiss.IndexFlatIP(length)
             flat.add(served.block(0, served.rows, length))
             heads = np.ascontiguousarray(served.codes[:, :length])
+            layout = BlockwiseLayout(served)
             for batch in batches:
                 queries = prefix_vectors(held_out[:batch], length)
                 laid = rounded_queries(queries, served.ends).laid  # its shape is what counts
                 got = served.integer_scan(queries, length, K)
                 want = before.scan(queries, length, K)
                 np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
+                prototype = layout.scan(queries, length, K)
+                np.testing.assert_allclose(prototype[0], want[0], rtol=0, atol=1e-5)
                 ms = timed(
                     {
                         "integer": lambda q=queries, n=length: served.integer_scan(q, n, K),
@@ -136,6 +203,9 @@ def main(argv: list[str] | None = None) -> dict:
                             h, 0, len(h), n, a
                         ),
                         "bf16 kernel contiguous": lambda q=queries, h=heads: weight_kernel(q, h),
+                        "blockwise scan (prototype)": lambda q=queries, n=length, b=layout: b.scan(
+                            q, n, K
+                        ),
                     },
                     args.rounds,
                 )
@@ -152,6 +222,10 @@ def main(argv: list[str] | None = None) -> dict:
                         ms["product in place"] / ms["product contiguous"], 2
                     ),
                     "same_rows": bool((got[1] == want[1]).all()),
+                    "prototype_same_rows": bool((prototype[1] == want[1]).all()),
+                    "integer_over_prototype": round(
+                        ms["integer"] / ms["blockwise scan (prototype)"], 2
+                    ),
                     "served": "integer" if served.integer_scannable(length, K, batch) else "float",
                 }
                 figures.append(row)
