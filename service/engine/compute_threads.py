@@ -68,7 +68,7 @@ def engine_blas() -> None:
     in-process (`SearchEngine.open` from Python, the demo) computes as a served one does. With
     numpy's BLAS on every core, the spin after a funnel's small products took the cores its
     integer scan asked torch for: a full-granularity vector query on the demo's bundle took
-    8.0 ms in-process against 2.3-2.5 ms so limited (two cores, `python -m
+    8.0 ms in-process against 2.3 ms so limited (two cores, `python -m
     benchmarks.service.blas_spin --kind vector`). Once: a caller who raises BLAS's count again
     afterwards keeps it."""
     limit_blas()
