@@ -156,15 +156,25 @@ def write_version(
     ]
     lengths = [p.length for p in inputs.plans]
     rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store/)
+    dim = inputs.grasp.dim
+    ends = block_ends(lengths, dim)
     store = (
         None
         if config.store == "none"
-        else store_record(config.store, lengths, on_disk=config.store_on_disk, rotated=rotated)
+        else store_record(
+            config.store,
+            lengths,
+            on_disk=config.store_on_disk,
+            rotated=rotated,
+            blocks=ends if rotated else None,  # kept one file a block (format/store/)
+        )
     )
     if store is not None:
-        dim = inputs.grasp.dim
-        rotation = block_rotation(block_ends(lengths, dim), config.seed) if rotated else None
-        writers.append(StoreWriter(staging, rows, dim, lengths, config.store, rotation=rotation))
+        rotation = block_rotation(ends, config.seed) if rotated else None
+        layout = "blocks" if rotated else "rows"
+        writers.append(
+            StoreWriter(staging, rows, dim, lengths, config.store, rotation=rotation, layout=layout)
+        )
         if rotation is not None:
             writer.record(write_rotation(staging, rotation), None)
     n_concepts = inputs.coder.concepts  # 2D signed axes, then the readout's words

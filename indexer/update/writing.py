@@ -24,7 +24,7 @@ from indexer.format.ids import IDS, IdsWriter, copy_ids, unified_schema
 from indexer.format.manifest import MANIFEST, BundleManifest
 from indexer.format.postings import INDPTR, ROWS, Postings
 from indexer.format.postings_writer import PostingsWriter, filter_postings
-from indexer.format.store import VECTORS as STORE_VECTORS
+from indexer.format.store.block_layout import codes_label
 from indexer.format.store.writer import StoreWriter, write_filtered_store, write_rotation
 from indexer.format.tuning import RECALL_TARGET
 from indexer.update.index_edit import open_extended, write_filtered
@@ -166,7 +166,8 @@ def write_added(
         )
         if shared.rotation is not None:
             writer.record(write_rotation(staging, shared.rotation), None)
-        actions[STORE_VECTORS] = "copied + extended: the stored rows, then the new ones"
+        action = "copied + extended: the stored rows, then the new ones"
+        actions[codes_label(shared.layout)] = action
     postings = PostingsWriter(
         staging, writer.work, base.coder.concepts, base=Postings(base.path), rows=rows
     )
@@ -228,7 +229,7 @@ def write_deleted(
         writer.record(write_filtered_store(base.store, keep, staging), rows)
         if base.store.rotation is not None:
             writer.record(write_rotation(staging, base.store.rotation), None)
-        actions[STORE_VECTORS] = "copied: the kept stored rows"
+        actions[codes_label(base.store.layout)] = "copied: the kept stored rows"
     crash_point("after-prefix-index")
     base_postings = Postings(base.path)
     paths = filter_postings(base_postings, new_row, staging)

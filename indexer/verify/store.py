@@ -25,7 +25,8 @@ from indexer.format.store import (
     VectorStore,
     head_norms,
 )
-from indexer.format.store.block_codes import decode_heads
+from indexer.format.store.block_codes import block_ends, decode_heads
+from indexer.format.store.block_layout import block_files, code_files, codes_label
 from indexer.verify.faults import Fault
 
 NORM_TOLERANCE = 1e-4  # relative: a stored norm against the norm recomputed from the codes
@@ -42,8 +43,16 @@ def check_store(
         if served:
             faults.append(Fault("manifest", f"prefixes {served} are served from a missing store"))
         return None
-    if record.get("vectors") != VECTORS or record.get("norms") != NORMS:
-        faults.append(Fault("manifest", f"store record {record} does not name {VECTORS}, {NORMS}"))
+    blocks = "blocks" in record
+    expected = block_files(block_ends(record.get("lengths", []), manifest.dim)) if blocks else []
+    if record.get("norms") != NORMS or (
+        record.get("blocks") != expected if blocks else record.get("vectors") != VECTORS
+    ):
+        codes = ", ".join(expected) if blocks else VECTORS
+        faults.append(Fault("manifest", f"store record {record} does not name {codes}, {NORMS}"))
+        return None
+    if blocks and (record.get("dtype") != "int8" or "rotation" not in record):
+        faults.append(Fault("manifest", "a store kept by blocks must be a rotated int8 store"))
         return None
     if record.get("dtype") not in DTYPES:
         faults.append(Fault("manifest", f"{VECTORS}: unknown store dtype {record.get('dtype')!r}"))
@@ -57,7 +66,7 @@ def check_store(
             Fault("manifest", f"store record {record} does not name {SCALES}, {ROTATION}")
         )
         return None
-    names = FILES_OF_STORE + ((SCALES, ROTATION) if rotated else ())
+    names = (*code_files(record), NORMS) + ((SCALES, ROTATION) if rotated else ())
     for name in names:
         listed = manifest.files.get(name)
         if listed is None:
@@ -81,17 +90,15 @@ def check_store(
     return None if found else store
 
 
-FILES_OF_STORE = (VECTORS, NORMS)
-
-
 def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) -> list[str]:
     """Shape and dtype faults of an opened store, and its norms against its codes on `sample`."""
     expected = DTYPES[store.dtype]
+    codes = VECTORS if store.layout == "rows" else codes_label(store.layout)
     if store.codes.dtype != expected or store.codes.shape != (rows, dim):
         return [
             Fault(
                 "rows" if store.codes.shape[:1] != (rows,) else "index",
-                f"{VECTORS}: {store.codes.dtype} {store.codes.shape}, expected {expected} "
+                f"{codes}: {store.codes.dtype} {store.codes.shape}, expected {expected} "
                 f"({rows}, {dim})",
             )
         ]
@@ -109,7 +116,7 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
     sample = sample[sample < rows]
     codes = np.asarray(store.codes[sample])
     if not np.isfinite(codes.astype(np.float32)).all():
-        return [Fault("vectors", f"{VECTORS}: codes that are not finite")]
+        return [Fault("vectors", f"{codes}: codes that are not finite")]
     if scales is not None and not (np.isfinite(scales).all() and (scales >= 0).all()):
         return [Fault("vectors", f"{SCALES}: scales that are negative or not finite")]
     stored = np.asarray(store.norms[sample])
@@ -121,7 +128,7 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
         return [
             Fault(
                 "vectors",
-                f"{NORMS}: row {sample[bad[0]]}'s norms disagree with {VECTORS} "
+                f"{NORMS}: row {sample[bad[0]]}'s norms disagree with {codes} "
                 f"({len(bad)} of {len(sample)} checked rows)",
             )
         ]

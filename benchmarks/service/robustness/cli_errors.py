@@ -63,13 +63,14 @@ def cuda_available() -> bool:
 
 def damaged_copies(bundles: Path, work: Path) -> tuple[Path, Path, str]:
     """Two copies of `bundles`: one without its first vector file (a prefix's .faiss file, else
-    the store's vectors), one with it truncated; and that file's name."""
+    the store's first codes file), one with it truncated; and that file's name."""
     missing, truncated = work / "missing-vectors", work / "truncated-vectors"
     for copy in (missing, truncated):
         shutil.copytree(bundles, copy)
     version = (bundles / "CURRENT").read_text().strip()
     files = sorted(p.name for p in (bundles / version).glob("*.faiss"))
-    name = files[0] if files else "store_vectors.npy"
+    codes = sorted(p.name for p in (bundles / version).glob("store_vectors*.npy"))
+    name = files[0] if files else codes[0]
     (missing / version / name).unlink()
     with (truncated / version / name).open("r+b") as handle:
         handle.truncate(1000)

@@ -28,7 +28,10 @@ own instead of the largest coordinate's. Against one scale per row (an int8 stor
 before, still read: its record names no rotation) this halves the quantization's misses at
 recall@10 (benchmarks/indexer/store_codes.py); the coding's arithmetic is in
 indexer/format/store/block_codes.py. The stored norms are those of the decoded heads, so p̂_L
-is unit.
+is unit. An int8 store written now keeps its codes block by block, one file [N, w_b] a block
+(`store_vectors.{start}-{end}.npy`, the record's `blocks`; indexer/format/store/block_layout.py),
+so that a direct scan reads each block of a head contiguous with torch's weight-only int8
+kernel (indexer/format/store/kernel_scan.py); one written before keeps `store_vectors.npy`.
 
 `StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
 bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
@@ -54,6 +57,7 @@ from indexer.format.store.block_codes import (
     block_ends,
     decode_heads,
 )
+from indexer.format.store.block_layout import BlockCodes, code_files
 from indexer.format.store.integer_scan import (
     BLOCK_BYTES,
     COLUMNS,
@@ -64,6 +68,12 @@ from indexer.format.store.integer_scan import (
     kept_candidates,
     kth_value,
     rounded_queries,
+)
+from indexer.format.store.kernel_scan import (
+    kernel_ready,
+    kernel_scores,
+    turned_blocks,
+    weight_kernel,
 )
 from indexer.format.store.top_k import merge_top_k, pad
 from training.core.errors import InputError
@@ -140,28 +150,39 @@ class VectorStore:
         check_dtype(self.dtype)
         self.lengths = [int(n) for n in record["lengths"]]
         self.on_disk = bool(record.get("on_disk", False))
-        mapped = [record["vectors"], record["norms"]] + [
+        self.layout = "blocks" if "blocks" in record else "rows"
+        mapped = [*code_files(record), record["norms"]] + [
             record[key] for key in ("scales", "rotation") if key in record
         ]
         if files is not None:
             check_mapped_files(folder, files, mapped, StoreError)
         try:
-            self.codes = np.load(folder / record["vectors"], mmap_mode="r", allow_pickle=False)
+            parts = [
+                np.load(folder / name, mmap_mode="r", allow_pickle=False)
+                for name in code_files(record)
+            ]
             self.norms = np.load(folder / record["norms"], mmap_mode="r", allow_pickle=False)
             self.scales = self.rotation = None
             if "rotation" in record:
                 self.scales = np.load(folder / record["scales"], mmap_mode="r", allow_pickle=False)
                 self.rotation = np.load(folder / record["rotation"], allow_pickle=False)
+            self._mapped = [*parts, self.norms] + ([self.scales] if self.scales is not None else [])
+            # plain views of the same pages: a rerank's gathers skip np.memmap's per-index
+            # wrapping (three gathers a query); the memmaps stay in `_mapped` for madvise
+            views = [np.asarray(part) for part in parts]
+            self.codes = BlockCodes(views) if self.layout == "blocks" else views[0]
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read the vector store in {folder}: {exc}") from None
         self.ends = block_ends(self.lengths, self.dim)
-        self._mapped = [a for a in (self.codes, self.norms, self.scales) if a is not None]
+        if self.layout == "blocks" and self.codes.ends != self.ends:
+            raise StoreError(
+                f"the vector store in {folder} is kept in blocks ending at {self.codes.ends}, "
+                f"its prefixes end them at {self.ends}"
+            )
         if self.on_disk:  # reranks read scattered rows: no read-ahead of their neighbours
             for array in self._mapped:
                 advise_random(array)
-        # plain views of the same pages: a rerank's gathers skip np.memmap's per-index wrapping
-        # (three gathers a query); the memmaps stay in `_mapped` for madvise
-        self.codes, self.norms = np.asarray(self.codes), np.asarray(self.norms)
+        self.norms = np.asarray(self.norms)
         self.scales = None if self.scales is None else np.asarray(self.scales)
 
     @property
@@ -297,45 +318,66 @@ class VectorStore:
 
     def integer_scannable(self, length: int, k: int, queries: int = 1) -> bool:
         """Whether a scan of prefix `length` for `queries` queries reads the codes in integer
-        arithmetic: a rotated int8 store, a contract prefix (a block's end) whose width the
-        integer product takes, a torch that has it, and a head at least INTEGER_WIDTH times
-        as long as the batch is large: the integer product saves work in proportion to L a
-        row, and its own scoring costs work in proportion to Q (at 100,000 rows, one thread:
+        arithmetic: a rotated int8 store, a contract prefix (a block's end), a torch that has
+        the product (kept by blocks: the weight-only int8 kernel; row by row: `_int_mm`, whose
+        columns come in multiples of 8), and a head at least INTEGER_WIDTH times as long as
+        the batch is large: the integer product saves work in proportion to L a row, and its
+        own scoring costs work in proportion to Q (row by row, at 100,000 rows, one thread:
         1.3–1.4× faster at L = 32 for one query, 0.8× for 16; 2.1–4.2× at L = 64 … 512 for
         one, 1.0–1.7× for 64; `python -m benchmarks.indexer.direct_scan`)."""
-        return (
+        if not (
             queries * INTEGER_WIDTH <= length
             and self.dtype == "int8"
             and self.rotation is not None
             and length in self.lengths
-            and length % COLUMNS == 0
             and k > 0
-            and integer_product() is not None
-        )
+        ):
+            return False
+        if isinstance(self.codes, BlockCodes):
+            return weight_kernel() is not None
+        return length % COLUMNS == 0 and integer_product() is not None
 
     def integer_scan(
         self, queries: np.ndarray, length: int, k: int, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`scan` in integer arithmetic (indexer/format/store/integer_scan.py): every row's
-        a(x) from its int8 codes, block by block; the rows within 2ε of the running k-th best
-        a kept; those scored as the float scan scores them, and the top k of them."""
+        """`scan` in integer arithmetic: every row's approximate score a(x) from its int8
+        codes, block by block (kept by blocks: indexer/format/store/kernel_scan.py; row by
+        row: integer_scan.py), within a bound ε of s(x) that depends on the query alone; the
+        rows within 2ε of the running k-th best a kept; those scored as the float scan scores
+        them, and the top k of them."""
         q = np.asarray(queries, dtype=np.float32)
-        rounded = rounded_queries(self._turned(q, length), self.ends)
+        turned = self._turned(q, length)
         at = self.lengths.index(length)
+        if isinstance(self.codes, BlockCodes):
+            covering = self.codes.covering(length)
+            blocks = turned_blocks(
+                turned, self.ends, [kernel_ready(codes) for _, _, codes in covering]
+            )
+            bound = blocks.bound
+            block = max(1024, BLOCK_BYTES // length)
+
+            def approximate(start: int, stop: int) -> np.ndarray:
+                codes = [part[start:stop] for _, _, part in covering]
+                return kernel_scores(
+                    blocks, codes, self.scales[start:stop], self.norms[start:stop, at]
+                )
+        else:
+            rounded = rounded_queries(turned, self.ends)
+            bound = rounded.bound
+            block = max(1024, BLOCK_BYTES // max(length, 4 * rounded.laid.shape[1]))
+
+            def approximate(start: int, stop: int) -> np.ndarray:
+                products = integer_products(self.codes, start, stop, length, rounded.laid)
+                scales, norms = self.scales[start:stop], self.norms[start:stop, at]
+                return approximate_scores(products, scales, norms, rounded)
+
         running = np.zeros((len(q), 0), np.float32)  # the k largest a so far
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        block = max(1024, BLOCK_BYTES // max(length, 4 * rounded.laid.shape[1]))
-
-        def rounded_scores(start: int, stop: int) -> np.ndarray:
-            products = integer_products(self.codes, start, stop, length, rounded.laid)
-            scales, norms = self.scales[start:stop], self.norms[start:stop, at]
-            return approximate_scores(products, scales, norms, rounded)
-
-        for approx, rows in self._scored_blocks(block, rounded_scores, allowed):
+        for approx, rows in self._scored_blocks(block, approximate, allowed):
             running = best_values(running, approx, k)
-            kept.append(kept_candidates(approx, rows, kth_value(running, k), rounded.bound))
+            kept.append(kept_candidates(approx, rows, kth_value(running, k), bound))
         which, rows, approx = (np.concatenate(part) for part in zip(*kept, strict=True))
-        keep = approx >= kth_value(running, k)[which] - 2.0 * rounded.bound[which]
+        keep = approx >= kth_value(running, k)[which] - 2.0 * bound[which]
         which, rows = which[keep], rows[keep]
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         found = np.full((len(q), k), -1, dtype=np.int64)

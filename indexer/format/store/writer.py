@@ -27,6 +27,7 @@ from indexer.format.store import (
     head_norms,
 )
 from indexer.format.store.block_codes import block_ends, decode_heads, encode_rotated
+from indexer.format.store.block_layout import LAYOUTS, block_files
 
 COPY_ROWS = 65_536  # rows of a base store copied per write
 
@@ -38,11 +39,34 @@ class StorePlan:
     length: int
 
 
+class CodeStreams:
+    """The store's codes written as they arrive: one file [N, D] (the row layout), or one file
+    [N, w_b] a block (the block layout: each block's columns of the rows to its own file)."""
+
+    def __init__(
+        self, folder: Path, dtype: np.dtype, rows: int, ends: Sequence[int], layout: str
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise StoreError(f"unknown store layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+        self.starts = (0, *ends[:-1]) if layout == "blocks" else (0,)
+        self.ends = tuple(ends) if layout == "blocks" else (ends[-1],)
+        names = block_files(ends) if layout == "blocks" else [VECTORS]
+        self.streams = [
+            NpyStream(folder / name, dtype, rows, (end - start,))
+            for name, start, end in zip(names, self.starts, self.ends, strict=True)
+        ]
+
+    def write(self, codes: np.ndarray) -> None:
+        for stream, start, end in zip(self.streams, self.starts, self.ends, strict=True):
+            stream.write(codes[:, start:end])
+
+
 class StoreWriter:
     """Streams the store's row files (codes, norms, and an int8 store's block scales): fed p_D
     rows of consecutive gallery rows (the rows of `base`, a previous version's store, first when
-    given: an incremental add, coded as the base is). `rotation`: R for a rotated int8 store
-    (block_rotation; written beside by `write_rotation`), None for one scale per row."""
+    given: an incremental add, coded and laid out as the base is). `rotation`: R for a rotated
+    int8 store (block_rotation; written beside by `write_rotation`), None for one scale per
+    row. `layout`: "blocks" keeps a rotated store's codes one file a block (block_layout.py)."""
 
     def __init__(
         self,
@@ -53,14 +77,18 @@ class StoreWriter:
         dtype: str,
         base: VectorStore | None = None,
         rotation: np.ndarray | None = None,
+        layout: str = "rows",
     ) -> None:
         self.plan = StorePlan(dim)
         self.dtype, self.lengths = dtype, sorted(int(n) for n in lengths)
         self.ends = block_ends(self.lengths, dim)
         self.rotation = base.rotation if base is not None else rotation
+        layout = base.layout if base is not None else layout
         if self.rotation is not None and check_dtype(dtype) != DTYPES["int8"]:
             raise StoreError(f"a rotation codes int8 rows, not {dtype}")
-        self.vectors = NpyStream(folder / VECTORS, check_dtype(dtype), rows, (dim,))
+        if layout == "blocks" and self.rotation is None:
+            raise StoreError("only a rotated int8 store is kept by blocks")
+        self.vectors = CodeStreams(folder, check_dtype(dtype), rows, self.ends, layout)
         self.norms = NpyStream(folder / NORMS, np.dtype("<f4"), rows, (len(self.lengths),))
         self.scales = None
         if self.rotation is not None:
@@ -88,7 +116,8 @@ class StoreWriter:
             self.scales.write(scales)
 
     def close(self) -> dict[Path, str | None]:
-        streams = [self.vectors, self.norms] + ([self.scales] if self.scales is not None else [])
+        streams = [*self.vectors.streams, self.norms]
+        streams += [self.scales] if self.scales is not None else []
         return {stream.path: stream.close() for stream in streams}
 
 
@@ -101,13 +130,19 @@ def write_rotation(folder: Path, rotation: np.ndarray) -> dict[Path, str | None]
 
 
 def store_record(
-    dtype: str, lengths: Sequence[int], on_disk: bool = False, rotated: bool = False
+    dtype: str,
+    lengths: Sequence[int],
+    on_disk: bool = False,
+    rotated: bool = False,
+    blocks: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The manifest's `store` record; `on_disk`: a replica reads it through mmap for reranks and
     need not hold it in RAM (indexer/format/footprint.py; absent before: False); `rotated`: an
-    int8 store coded by rotated blocks, naming its scales and rotation (absent before)."""
-    record: dict[str, Any] = {
-        "vectors": VECTORS,
+    int8 store coded by rotated blocks, naming its scales and rotation (absent before);
+    `blocks`: the block ends of a store kept by blocks, naming its block files instead of
+    store_vectors.npy (absent before)."""
+    codes = {"blocks": block_files(blocks)} if blocks is not None else {"vectors": VECTORS}
+    record: dict[str, Any] = codes | {
         "norms": NORMS,
         "dtype": dtype,
         "lengths": sorted(int(n) for n in lengths),
@@ -124,7 +159,13 @@ def write_filtered_store(
     """The store of a version keeping the rows where `keep` is True (a delete)."""
     keep = np.asarray(keep, dtype=bool)
     writer = StoreWriter(
-        folder, int(keep.sum()), base.dim, base.lengths, base.dtype, rotation=base.rotation
+        folder,
+        int(keep.sum()),
+        base.dim,
+        base.lengths,
+        base.dtype,
+        rotation=base.rotation,
+        layout=base.layout,
     )
     for start in range(0, base.rows, COPY_ROWS):
         chunk = slice(start, start + COPY_ROWS)

@@ -23,7 +23,7 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert lines[3].startswith("time ") and lines[3].endswith("rows/s")
     assert re.match(r"tuned        4: efSearch=\d+ recall@10 [01]\.\d{3} \d+\.\d\d ms$", lines[4])
     assert any(line.strip().startswith("prefix_4.faiss") for line in lines)
-    assert any(line.strip().startswith("store_vectors.npy") for line in lines)
+    assert any(line.strip().startswith("store_vectors.0-4.npy") for line in lines)
     assert lines[-1].startswith("on disk ")
     second = strata_main(*inputs.args(out, "--keep", "1"))
     assert second.returncode == 0 and "removed      v000001 (--keep)" in second.stdout
