@@ -70,6 +70,7 @@ from indexer.format.store.integer_scan import (
     rounded_queries,
 )
 from indexer.format.store.kernel_scan import (
+    KERNEL_BLOCK_BYTES,
     kernel_ready,
     kernel_scores,
     turned_blocks,
@@ -318,24 +319,25 @@ class VectorStore:
 
     def integer_scannable(self, length: int, k: int, queries: int = 1) -> bool:
         """Whether a scan of prefix `length` for `queries` queries reads the codes in integer
-        arithmetic: a rotated int8 store, a contract prefix (a block's end), a torch that has
-        the product (kept by blocks: the weight-only int8 kernel; row by row: `_int_mm`, whose
-        columns come in multiples of 8), and a head at least INTEGER_WIDTH times as long as
-        the batch is large: the integer product saves work in proportion to L a row, and its
-        own scoring costs work in proportion to Q (row by row, at 100,000 rows, one thread:
-        1.3–1.4× faster at L = 32 for one query, 0.8× for 16; 2.1–4.2× at L = 64 … 512 for
-        one, 1.0–1.7× for 64; `python -m benchmarks.indexer.direct_scan`)."""
+        arithmetic: a rotated int8 store, a contract prefix (a block's end), and a torch that
+        has the product. Kept by blocks, the weight-only int8 kernel, for any batch (at
+        100,000 × 512, one thread: 1.5–2.3× the float scan's speed for one query, 1.45–2.2×
+        for 16 to 256; `python -m benchmarks.indexer.direct_scan`). Kept by rows,
+        `torch._int_mm` (columns in multiples of 8) where the head is at least INTEGER_WIDTH
+        times as long as the batch is large: that product saves work in proportion to L a
+        row, and its own scoring costs work in proportion to Q (1.3–1.4× faster at L = 32 for
+        one query, 0.8× for 16; 2.1–4.2× at L = 64 … 512 for one, 1.0–1.7× for 64)."""
         if not (
-            queries * INTEGER_WIDTH <= length
-            and self.dtype == "int8"
-            and self.rotation is not None
-            and length in self.lengths
-            and k > 0
+            self.dtype == "int8" and self.rotation is not None and length in self.lengths and k > 0
         ):
             return False
         if isinstance(self.codes, BlockCodes):
             return weight_kernel() is not None
-        return length % COLUMNS == 0 and integer_product() is not None
+        return (
+            queries * INTEGER_WIDTH <= length
+            and length % COLUMNS == 0
+            and integer_product() is not None
+        )
 
     def integer_scan(
         self, queries: np.ndarray, length: int, k: int, allowed: np.ndarray | None = None
@@ -354,7 +356,7 @@ class VectorStore:
                 turned, self.ends, [kernel_ready(codes) for _, _, codes in covering]
             )
             bound = blocks.bound
-            block = max(1024, BLOCK_BYTES // length)
+            block = max(1024, KERNEL_BLOCK_BYTES // length)
 
             def approximate(start: int, stop: int) -> np.ndarray:
                 codes = [part[start:stop] for _, _, part in covering]

@@ -179,3 +179,13 @@ def test_blocks_that_do_not_end_at_the_prefixes_are_refused(tmp_path: Path):
 def test_only_a_rotated_int8_store_is_kept_by_blocks(tmp_path: Path):
     with pytest.raises(StoreError, match="only a rotated int8 store"):
         StoreWriter(tmp_path, 10, DIM, LENGTHS, "float16", layout="blocks")
+
+
+def test_a_store_kept_by_blocks_reads_any_batch_in_integers(tmp_path: Path):
+    """The kernel beats the float scan for batches of any size (unlike the row layout's product,
+    whose scoring costs work a query), so a batch longer than the head still reads in it."""
+    store = written_store(tmp_path, gaussian_unit_rows(300, DIM, 0))
+    plain = written_store(tmp_path / "rows", gaussian_unit_rows(300, DIM, 0), layout="rows")
+    assert store.integer_scannable(24, 10, 64) and not plain.integer_scannable(24, 10, 64)
+    assert not store.integer_scannable(30, 10, 1)  # not a block's end
+    assert not store.integer_scannable(24, 0, 1)
