@@ -68,6 +68,7 @@ from indexer.format.prefix_writers import gpu_available, open_writer, train_inde
 from indexer.format.prefixes import rotate_rows
 from indexer.format.store import VECTORS
 from indexer.format.store.block_codes import block_ends, block_rotation
+from indexer.format.store.block_layout import chosen_layout
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.verify.check import verify_bundle
 from indexer.versions.bundle_store import BundleStore
@@ -158,6 +159,8 @@ def write_version(
     rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store/)
     dim = inputs.grasp.dim
     ends = block_ends(lengths, dim)
+    layout = "rows" if not rotated else config.store_layout  # one file a block, or rows
+    layout = chosen_layout(ends) if layout == "auto" else layout
     store = (
         None
         if config.store == "none"
@@ -166,12 +169,11 @@ def write_version(
             lengths,
             on_disk=config.store_on_disk,
             rotated=rotated,
-            blocks=ends if rotated else None,  # kept one file a block (format/store/)
+            blocks=ends if layout == "blocks" else None,
         )
     )
     if store is not None:
         rotation = block_rotation(ends, config.seed) if rotated else None
-        layout = "blocks" if rotated else "rows"
         writers.append(
             StoreWriter(staging, rows, dim, lengths, config.store, rotation=rotation, layout=layout)
         )

@@ -33,6 +33,7 @@ from indexer.cli.summaries import format_build_summary, format_update_summary
 from indexer.format.index_plan import parse_size
 from indexer.format.manifest import BundleError, parse_version_name, read_manifest, version_name
 from indexer.format.store import DTYPES
+from indexer.format.store.block_layout import LAYOUTS
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES
 from indexer.update.row_changes import read_id_file
 from indexer.update.rows import AddConfig, DeleteConfig, UpdateSummary, add_rows, delete_rows
@@ -119,6 +120,14 @@ def build(
             "in RAM (index info counts it on disk)",
         ),
     ] = False,
+    store_layout: Annotated[
+        str,
+        typer.Option(
+            help="auto | blocks | rows: an int8 store's codes one file a block (a direct scan "
+            "reads each block with torch's int8 kernel) or one file of whole rows; auto: "
+            "blocks where every block's width is a multiple of 16"
+        ),
+    ] = "auto",
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -136,9 +145,14 @@ def build(
         raise BuildError(f"--store {store!r}: choose none, {', '.join(DTYPES)}")
     if store_on_disk and store == "none":
         raise BuildError("--store-on-disk needs a store: --store int8 or float16")
+    if store_layout not in ("auto", *LAYOUTS):
+        raise BuildError(f"--store-layout {store_layout!r}: choose auto, {', '.join(LAYOUTS)}")
+    if store_layout == "blocks" and store != "int8":
+        raise BuildError("--store-layout blocks keeps an int8 store: --store int8")
     config = BuildConfig(
         store=store,
         store_on_disk=store_on_disk,
+        store_layout=store_layout,
         cache=cache,
         grasp=grasp,
         cedar=cedar,

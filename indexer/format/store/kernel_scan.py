@@ -36,9 +36,9 @@ from functools import cache
 
 import numpy as np
 
+from indexer.format.store.block_layout import LANES
 from indexer.format.store.integer_scan import FLOAT_SLACK
 
-LANES = 16  # the kernel reads this many coordinates at a time, from aligned rows
 ALIGNMENT = 16  # bytes: where a block's rows must start for the kernel's aligned loads
 UNIT = 2.0**-9  # bf16's relative rounding error (8 significant bits)
 KERNEL_BOUND = 4 * UNIT  # ε / ‖q‖ (module doc)

@@ -269,6 +269,28 @@ def test_add_and_delete_on_a_store_bundle_equal_a_full_build(parts: Parts, tmp_p
     assert verify_bundle(back.path, sample=0).faults == []
 
 
+def test_add_and_delete_on_a_store_kept_by_blocks_equal_a_full_build(parts: Parts, tmp_path: Path):
+    out = tmp_path / "bundles"
+    parts.build("A", out, store_layout="blocks")
+    summary = add_rows(AddConfig(bundles=out, cache=parts.caches["B"], progress=False))
+    assert summary.actions["store_vectors.*.npy"].startswith("copied + extended")
+    rebuilt = Bundle.open(parts.build("AB", tmp_path / "ab", store_layout="blocks").path)
+    ours = Bundle.open(out)
+    assert ours.store.layout == "blocks" and ours.manifest.store["blocks"]
+    for name in [*ours.manifest.store["blocks"], NORMS, SCALES]:
+        assert ours.manifest.files[name].sha256 == rebuilt.manifest.files[name].sha256, name
+    assert verify_bundle(ours.path, sample=16).faults == []
+    delete_rows(DeleteConfig(bundles=out, ids=tuple(parts.b_ids)))
+    back = Bundle.open(out)
+    first = Bundle.open(parts.build("A", tmp_path / "a", store_layout="blocks").path)
+    assert back.store.layout == "blocks"
+    np.testing.assert_array_equal(np.asarray(back.store.codes), np.asarray(first.store.codes))
+    x = EmbeddingCache.open(parts.caches["A"]).embeddings("image")[::9].astype(np.float32)
+    for length in back.prefix_lengths:
+        np.testing.assert_array_equal(back.search(x, length, 5)[1], first.search(x, length, 5)[1])
+    assert verify_bundle(back.path, sample=0).faults == []
+
+
 def write_the_old_layout(version: Path) -> None:
     """Rewrite a version (built without a store) as the writer before the store wrote it:
     int64 postings rows, float32 activations, no chunk table, no `store` record in the manifest

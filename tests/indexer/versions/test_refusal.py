@@ -100,11 +100,13 @@ def test_publish_refuses_a_damaged_version_and_current_stays(
 
 @pytest.fixture(scope="module")
 def with_store(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A version with the default int8 store (its codes, norms, block scales and rotation)
-    and, beside it, an index file of the object prefix's own (codes reranked from the store)."""
+    """A version with the default int8 store, its codes kept one file a block (with its norms,
+    block scales and rotation) and, beside it, an index file of the object prefix's own (codes
+    reranked from the store)."""
     out = tmp_path_factory.mktemp("refusal-store") / "bundles"
     codes = (f"object={SHORTLIST_RULE.kind}",)
-    return Path(inputs.build(out, store="int8", index_types=codes).path)
+    build = inputs.build(out, store="int8", store_layout="blocks", index_types=codes)
+    return Path(build.path)
 
 
 # the fixture's store is kept by blocks (64 dimensions, prefixes 4 … 64): its first and last files
