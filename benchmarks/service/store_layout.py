@@ -11,9 +11,11 @@ and times `--queries` seeded random unit vectors at each
 granularity, k = 10, on both, alternating which goes first each round; the first query of each
 is dropped. Each engine's answers are checked to be the other's (the same rows).
 
-Prints and writes p50 per granularity and layout, and rows over blocks.
+Prints and writes p50 per granularity and layout, and rows over blocks. `--threads 1`: FAISS and
+torch on one thread, as in each worker of `strata serve --workers` one per core.
 
     python -m benchmarks.service.store_layout --bundles runs/demo/bundles-flickr8k
+    python -m benchmarks.service.store_layout --bundles runs/demo/bundles-flickr8k --threads 1
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bundles", type=Path, default=Path("runs/demo/bundles-flickr8k"))
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, help="FAISS and torch threads (a worker of --workers = cores: 1)"
+    )
     parser.add_argument("--json", type=Path, default=Path("runs/bench/store_layout.json"))
     args = parser.parse_args(argv)
     from indexer.format.manifest import read_current
@@ -90,6 +95,10 @@ def main(argv: list[str] | None = None) -> dict:
             published: SearchEngine.open(args.bundles, device="cpu"),
             other: SearchEngine.open(folder, device="cpu"),
         }
+        if args.threads:
+            from service.engine.compute_threads import limit_threads
+
+            limit_threads(args.threads)
         dim = engines["blocks"].bundle.dim
         vectors = np.random.default_rng(0).standard_normal((args.queries + 1, dim))
         queries = {
@@ -125,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
         "dim": dim,
         "queries": args.queries,
         "rounds": args.rounds,
+        "threads": args.threads or "the engine's (every core)",
         "p50_ms": p50,
         "rows_over_blocks": {g: round(p50["rows"][g] / p50["blocks"][g], 2) for g in GRANULARITIES},
         "same_answers": same,

@@ -68,7 +68,6 @@ from indexer.format.prefix_writers import gpu_available, open_writer, train_inde
 from indexer.format.prefixes import rotate_rows
 from indexer.format.store import VECTORS
 from indexer.format.store.block_codes import block_ends, block_rotation
-from indexer.format.store.block_layout import chosen_layout
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation
 from indexer.verify.check import verify_bundle
 from indexer.versions.bundle_store import BundleStore
@@ -159,8 +158,7 @@ def write_version(
     rotated = config.store == "int8"  # int8 codes rotated blocks (indexer/format/store/)
     dim = inputs.grasp.dim
     ends = block_ends(lengths, dim)
-    layout = "rows" if not rotated else config.store_layout  # one file a block, or rows
-    layout = chosen_layout(ends) if layout == "auto" else layout
+    layout = config.store_layout if rotated else "rows"  # int8: one file a block by default
     store = (
         None
         if config.store == "none"

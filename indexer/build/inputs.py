@@ -59,8 +59,9 @@ class BuildConfig(ConfigModel):
     store: Literal["none", "float16", "int8"] = "int8"
     # the store is read through mmap for reranks only, not counted as resident (footprint.py)
     store_on_disk: bool = False
-    # an int8 store's codes one file a block or of whole rows (format/store/block_layout.py)
-    store_layout: Literal["auto", "blocks", "rows"] = "auto"
+    # an int8 store's codes one file a block or of whole rows (format/store/block_layout.py);
+    # a float16 store keeps whole rows
+    store_layout: Literal["blocks", "rows"] = "blocks"
 
 
 @dataclass

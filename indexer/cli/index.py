@@ -123,11 +123,11 @@ def build(
     store_layout: Annotated[
         str,
         typer.Option(
-            help="auto | blocks | rows: an int8 store's codes one file a block (a direct scan "
-            "reads each block with torch's int8 kernel) or one file of whole rows; auto: "
-            "blocks where every block's width is a multiple of 16"
+            help="blocks | rows: an int8 store's codes one file a block (a direct scan reads "
+            "each block with torch's int8 kernel) or one file of whole rows (a float16 store "
+            "keeps whole rows)"
         ),
-    ] = "auto",
+    ] = "blocks",
     progress: Progress = True,
     engine: Engine = "local",
     ray_address: RayAddress = None,
@@ -145,10 +145,8 @@ def build(
         raise BuildError(f"--store {store!r}: choose none, {', '.join(DTYPES)}")
     if store_on_disk and store == "none":
         raise BuildError("--store-on-disk needs a store: --store int8 or float16")
-    if store_layout not in ("auto", *LAYOUTS):
-        raise BuildError(f"--store-layout {store_layout!r}: choose auto, {', '.join(LAYOUTS)}")
-    if store_layout == "blocks" and store != "int8":
-        raise BuildError("--store-layout blocks keeps an int8 store: --store int8")
+    if store_layout not in LAYOUTS:
+        raise BuildError(f"--store-layout {store_layout!r}: choose {', '.join(LAYOUTS)}")
     config = BuildConfig(
         store=store,
         store_on_disk=store_on_disk,

@@ -28,11 +28,11 @@ own instead of the largest coordinate's. Against one scale per row (an int8 stor
 before, still read: its record names no rotation) this halves the quantization's misses at
 recall@10 (benchmarks/indexer/store_codes.py); the coding's arithmetic is in
 indexer/format/store/block_codes.py. The stored norms are those of the decoded heads, so p̂_L
-is unit. An int8 store whose blocks' widths are all multiples of 16 is kept block by block, one
-file [N, w_b] a block (`store_vectors.{start}-{end}.npy`, the record's `blocks`;
-indexer/format/store/block_layout.py), so that a direct scan reads each block of a head
-contiguous with torch's weight-only int8 kernel (indexer/format/store/kernel_scan.py); another
-keeps `store_vectors.npy`, scanned with `torch._int_mm` (integer_scan.py).
+is unit. An int8 store is kept block by block by default, one file [N, w_b] a block
+(`store_vectors.{start}-{end}.npy`, the record's `blocks`; indexer/format/store/block_layout.py),
+so that a direct scan reads each block of a head contiguous with torch's weight-only int8
+kernel (indexer/format/store/kernel_scan.py); one kept by rows (`--store-layout rows`, and every
+store written before) keeps `store_vectors.npy`, scanned with `torch._int_mm` (integer_scan.py).
 
 `StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
 bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so

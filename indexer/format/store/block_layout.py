@@ -11,9 +11,8 @@ which torch's weight-only int8 kernel reads as they lie, one block at a time wit
 its rows' scales (indexer/format/store/kernel_scan.py). The bytes are the same; a row's codes
 are B short runs instead of one, so a rerank gathers from B arrays (at 100,000 × 512 the
 engine's p50 where no direct scan is involved stayed within 6 %,
-`python -m benchmarks.service.store_layout`). The kernel takes a block whose width is a
-multiple of 16, so an index build keeps a store by blocks where every block's is
-(`chosen_layout`), else by rows; both are read: the record of a store kept by rows names
+`python -m benchmarks.service.store_layout`). An index build keeps an int8 store by blocks
+unless told `--store-layout rows`; both are read: the record of a store kept by rows names
 `vectors`, of one kept by blocks `blocks`.
 """
 
@@ -26,18 +25,6 @@ import numpy as np
 
 LAYOUTS = ("rows", "blocks")
 LANES = 16  # the weight-only int8 kernel reads a row 16 codes at a time (kernel_scan.py)
-
-
-def chosen_layout(ends: Sequence[int]) -> str:
-    """The layout an index build keeps a rotated int8 store in: by blocks where every block's
-    width is a multiple of LANES (the kernel reads such a block as it lies; 512, 768 and 1,024
-    dimensions at the default prefixes), else by rows. A block the kernel cannot take is scored
-    in float32, and against the row layout's integer product that lost: on the demo's bundle
-    (40,460 × 384, its first two blocks 24 wide) the engine's p50 at attribute, relation and
-    caption was 6-15 % higher kept by blocks (`python -m benchmarks.service.store_layout`)."""
-    starts = (0, *ends[:-1])
-    widths = [end - start for start, end in zip(starts, ends, strict=True)]
-    return "blocks" if all(width % LANES == 0 for width in widths) else "rows"
 
 
 def block_file(start: int, end: int) -> str:

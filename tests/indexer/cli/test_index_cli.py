@@ -23,7 +23,7 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert lines[3].startswith("time ") and lines[3].endswith("rows/s")
     assert re.match(r"tuned        4: efSearch=\d+ recall@10 [01]\.\d{3} \d+\.\d\d ms$", lines[4])
     assert any(line.strip().startswith("prefix_4.faiss") for line in lines)
-    assert any(line.strip().startswith("store_vectors.npy") for line in lines)
+    assert any(line.strip().startswith("store_vectors.0-4.npy") for line in lines)
     assert lines[-1].startswith("on disk ")
     second = strata_main(*inputs.args(out, "--keep", "1"))
     assert second.returncode == 0 and "removed      v000001 (--keep)" in second.stdout
@@ -44,36 +44,23 @@ def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path
     assert verify.stdout.strip() == f"{out / 'v000002'}: ok (8 rows checked against the cache)"
 
 
-def test_a_store_kept_by_blocks_is_built_listed_and_verified(
+def test_a_store_kept_by_rows_is_built_listed_and_verified(
     strata_main, inputs: Inputs, tmp_path: Path
 ):
-    """At 64 dimensions the first blocks are 4 and 8 wide, so `auto` keeps the rows whole;
-    `--store-layout blocks` keeps one file a block, which info lists and verify passes."""
+    """By default an int8 store is kept one file a block (the build above lists them);
+    `--store-layout rows` keeps one file of whole rows, which info lists and verify passes."""
     out = tmp_path / "bundles"
-    built = strata_main(*inputs.args(out, "--store-layout", "blocks"))
+    built = strata_main(*inputs.args(out, "--store-layout", "rows"))
     assert built.returncode == 0, built.stderr
     listed = [line.split()[0] for line in built.stdout.splitlines() if "store_vectors" in line]
-    assert listed == sorted(
-        f"store_vectors.{a}-{b}.npy" for a, b in [(0, 4), (4, 8), (8, 16), (16, 32), (32, 64)]
-    )
+    assert listed == ["store_vectors.npy"]
     verify = strata_main("index", "verify", str(out), "--sample", "8")
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-@pytest.mark.parametrize(
-    ("extra", "fragment"),
-    [
-        (("--store-layout", "columns"), "--store-layout 'columns': choose auto, rows, blocks"),
-        (
-            ("--store-layout", "blocks", "--store", "float16"),
-            "--store-layout blocks keeps an int8 store",
-        ),
-    ],
-)
-def test_a_store_layout_it_cannot_keep_is_one_line(
-    strata_main, inputs: Inputs, tmp_path: Path, extra: tuple[str, ...], fragment: str
-):
-    assert_one_line_error(strata_main(*inputs.args(tmp_path / "b", *extra)), fragment)
+def test_a_store_layout_it_does_not_know_is_one_line(strata_main, inputs: Inputs, tmp_path: Path):
+    run = strata_main(*inputs.args(tmp_path / "b", "--store-layout", "columns"))
+    assert_one_line_error(run, "--store-layout 'columns': choose rows, blocks")
 
 
 @pytest.fixture(scope="module")

@@ -105,8 +105,7 @@ def with_store(inputs: Inputs, tmp_path_factory: pytest.TempPathFactory) -> Path
     reranked from the store)."""
     out = tmp_path_factory.mktemp("refusal-store") / "bundles"
     codes = (f"object={SHORTLIST_RULE.kind}",)
-    build = inputs.build(out, store="int8", store_layout="blocks", index_types=codes)
-    return Path(build.path)
+    return Path(inputs.build(out, store="int8", index_types=codes).path)
 
 
 # the fixture's store is kept by blocks (64 dimensions, prefixes 4 … 64): its first and last files
