@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bundle_inputs import gaussian_unit_rows
+from store_scans import assert_same_answer, float_scan
 
 import indexer.format.store as store_module
 from indexer.format.store import INTEGER_WIDTH, VectorStore
@@ -41,13 +42,6 @@ def written_store(folder: Path, rows: np.ndarray) -> VectorStore:
     return VectorStore(folder, store_record("int8", LENGTHS, rotated=True))
 
 
-def float_scan(store: VectorStore, monkeypatch: pytest.MonkeyPatch, *args):
-    """The same scan with the integer path off."""
-    with monkeypatch.context() as patch:
-        patch.setattr(VectorStore, "integer_scannable", lambda self, *_: False)
-        return store.scan(*args)
-
-
 def test_the_rounded_queries_score_every_row_within_the_bound(tmp_path: Path):
     store = written_store(tmp_path, gaussian_unit_rows(500, DIM, 0))
     queries = gaussian_unit_rows(6, DIM, 1)
@@ -62,18 +56,6 @@ def test_the_rounded_queries_score_every_row_within_the_bound(tmp_path: Path):
         gap = np.abs(approx - exact).max(axis=1)
         assert (gap <= rounded.bound - FLOAT_SLACK + 1e-6).all(), (length, gap, rounded.bound)
         assert (gap > 0).any()  # rounded, not exact: the bound is what makes the scan exact
-
-
-def assert_same_answer(store: VectorStore, q: np.ndarray, length: int, got, want) -> None:
-    """The same top-k scores in order, each row returned once with its own score: the float
-    scan's answer up to which of rows equal to float rounding it lists."""
-    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
-    np.testing.assert_array_equal(got[1] == -1, want[1] == -1)
-    for i in range(len(q)):
-        found = got[1][i][got[1][i] >= 0]
-        assert len(set(found)) == len(found)
-        own = store.prefix_scores(found, length, q[i])
-        np.testing.assert_allclose(own, got[0][i][: len(found)], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [1, 10, 700])

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bundle_inputs import gaussian_unit_rows
+from store_scans import assert_same_answer, float_scan
 
 import indexer.format.store as store_module
 from indexer.format.store import StoreError, VectorStore
@@ -51,13 +52,6 @@ def written_store(folder: Path, rows: np.ndarray, layout: str = "blocks") -> Vec
     write_rotation(folder, rotation)
     blocks = ends if layout == "blocks" else None
     return VectorStore(folder, store_record("int8", LENGTHS, rotated=True, blocks=blocks))
-
-
-def float_scan(store: VectorStore, monkeypatch: pytest.MonkeyPatch, *args):
-    """The same scan with the integer path off."""
-    with monkeypatch.context() as patch:
-        patch.setattr(VectorStore, "integer_scannable", lambda self, *_: False)
-        return store.scan(*args)
 
 
 def test_the_block_files_read_back_as_the_row_major_codes(tmp_path: Path):
@@ -112,17 +106,6 @@ def test_the_kernel_scores_every_row_within_the_bound(tmp_path: Path):
         assert (gap <= bound).all(), (length, gap, bound)
         if length == DIM:  # the kernel's block: rounded to bf16, so not exact
             assert (gap > 1e-5).any()
-
-
-def assert_same_answer(store: VectorStore, q: np.ndarray, length: int, got, want) -> None:
-    """The float scan's top-k scores in order, each row once with its own score."""
-    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
-    np.testing.assert_array_equal(got[1] == -1, want[1] == -1)
-    for i in range(len(q)):
-        found = got[1][i][got[1][i] >= 0]
-        assert len(set(found)) == len(found)
-        own = store.prefix_scores(found, length, q[i])
-        np.testing.assert_allclose(own, got[0][i][: len(found)], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [1, 10, 700])
