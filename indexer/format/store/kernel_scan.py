@@ -22,9 +22,14 @@ integer scan's (indexer/format/store/integer_scan.py): every row within 2ε of t
 best a is a candidate, and the candidates scored as the float scan scores them give its top k.
 
 The kernel's vector code loads 16 coordinates at a time from 16-byte-aligned rows, so a block
-goes to it only when its width is a multiple of 16 and its array is aligned (`kernel_ready`);
-another block (the 24-wide first blocks of a 384-dimensional model) is scored in float32 on
-the spot, within the same bound. Pure functions; the store reads its files and calls them.
+goes to it only when its width is a multiple of 16 and its array is aligned (`kernel_ready`).
+Another block whose width is a multiple of 8 (the 24-wide first blocks of a 384-dimensional
+model) is read as the row layout's integer scan reads a head: the query's block rounded to
+int8 on its own grid (σ_b = max |t_b| / 127) and multiplied with the codes by `torch._int_mm`,
+within (σ_b / 2) √w_b s_b ‖c_b‖ of its exact term; any other is scored in float32. With α_b
+the block's factor (4u‖t_b‖ for the kernel, (σ_b / 2) √w_b rounded, 0 in float32), the same
+Cauchy–Schwarz across the blocks gives ε = √(Σ_b α_b²), which is 4u‖q‖ when the kernel takes
+every block. Pure functions; the store reads its files and calls them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from functools import cache
 import numpy as np
 
 from indexer.format.store.block_layout import LANES
-from indexer.format.store.integer_scan import FLOAT_SLACK
+from indexer.format.store.integer_scan import COLUMNS, FLOAT_SLACK, integer_product
 
 ALIGNMENT = 16  # bytes: where a block's rows must start for the kernel's aligned loads
 UNIT = 2.0**-9  # bf16's relative rounding error (8 significant bits)
@@ -48,10 +53,20 @@ KERNEL_BLOCK_BYTES = 2**25
 
 
 @dataclass(frozen=True)
+class TurnedPart:
+    """One block of a query batch's turned queries, as its scorer takes it."""
+
+    block: int
+    kind: str  # "kernel": bf16 [Q, w]; "integer": int8 [w, C] (query q in column q); "float"
+    values: object  # a torch tensor as `kind` says (float: float32 [Q, w])
+    steps: np.ndarray | None  # "integer": float32 [Q], σ_b of each query's rounded block
+
+
+@dataclass(frozen=True)
 class TurnedBlocks:
     """One query batch's turned blocks, each as the block's scorer takes it."""
 
-    parts: list[tuple[int, int, object]]  # (block, width, bf16 tensor [Q, w] or float32 [w, Q])
+    parts: list[TurnedPart]
     bound: np.ndarray  # float64 [Q]: ε (+ FLOAT_SLACK), how far a(x) may be from s(x)
 
 
@@ -87,22 +102,33 @@ def kernel_ready(codes: np.ndarray) -> bool:
 
 def turned_blocks(turned: np.ndarray, ends: Sequence[int], ready: Sequence[bool]) -> TurnedBlocks:
     """Queries [Q, L] in the rotated space cut at the block ends up to L (`ready[b]`: whether
-    block b goes to the kernel), each part as its scorer takes it, and ε."""
+    block b goes to the kernel), each part as its scorer takes it, and ε = √(Σ_b α_b²)."""
     import torch
 
     q = np.asarray(turned, dtype=np.float32)
-    length = q.shape[1]
+    count, length = q.shape
     starts = [0, *[end for end in ends if end < length]]
-    parts: list[tuple[int, int, object]] = []
+    integer = integer_product() is not None
+    parts: list[TurnedPart] = []
+    spread = np.zeros(count, dtype=np.float64)  # Σ_b α_b²
     for block, start in enumerate(starts):
-        end = ends[block]
+        part = np.ascontiguousarray(q[:, start : ends[block]])
+        width = part.shape[1]
         if ready[block]:
-            part = torch.from_numpy(np.ascontiguousarray(q[:, start:end])).to(torch.bfloat16)
+            values = torch.from_numpy(part).to(torch.bfloat16)
+            parts.append(TurnedPart(block, "kernel", values, None))
+            spread += (KERNEL_BOUND * np.linalg.norm(part.astype(np.float64), axis=1)) ** 2
+        elif integer and width % COLUMNS == 0:
+            step = np.abs(part).max(axis=1) / np.float32(127.0)
+            inverse = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
+            codes = np.clip(np.rint(part * inverse[:, None]), -127, 127).astype(np.int8)
+            laid = np.zeros((width, max(COLUMNS, -(-count // COLUMNS) * COLUMNS)), np.int8)
+            laid[:, :count] = codes.T
+            parts.append(TurnedPart(block, "integer", torch.from_numpy(laid), step))
+            spread += width * (step.astype(np.float64) / 2) ** 2
         else:
-            part = np.ascontiguousarray(q[:, start:end].T)
-        parts.append((block, end - start, part))
-    bound = KERNEL_BOUND * np.linalg.norm(q.astype(np.float64), axis=1) + FLOAT_SLACK
-    return TurnedBlocks(parts, bound)
+            parts.append(TurnedPart(block, "float", torch.from_numpy(part), None))
+    return TurnedBlocks(parts, np.sqrt(spread) + FLOAT_SLACK)
 
 
 def kernel_scores(
@@ -121,15 +147,17 @@ def kernel_scores(
     total: torch.Tensor | None = None
     with warnings.catch_warnings():  # a mapped store is read-only; nothing here writes to it
         warnings.simplefilter("ignore", UserWarning)
-        for block, _, part in blocks.parts:
-            column = np.ascontiguousarray(scales[:, block])
-            if isinstance(part, np.ndarray):  # scored in float32 (module doc)
-                dots = np.asarray(codes[block], dtype=np.float32) @ part
-                term = torch.from_numpy((dots * column[:, None]).T)
-            else:
-                weights = torch.from_numpy(codes[block])
-                rows_scales = torch.from_numpy(column).to(torch.bfloat16)
-                term = kernel(part, weights, rows_scales).float()
+        for part in blocks.parts:
+            column = torch.from_numpy(np.ascontiguousarray(scales[:, part.block]))
+            weights = torch.from_numpy(codes[part.block])
+            if part.kind == "kernel":
+                term = kernel(part.values, weights, column.to(torch.bfloat16)).float()
+            elif part.kind == "integer":  # the query's block rounded to int8 (module doc)
+                count = len(part.steps)
+                products = torch._int_mm(weights, part.values)[:, :count].float()
+                term = (products * column[:, None]).T * torch.from_numpy(part.steps)[:, None]
+            else:  # scored in float32
+                term = (part.values @ weights.float().T) * column
             total = term if total is None else total.add_(term)
     assert total is not None
     approx = total.numpy()
