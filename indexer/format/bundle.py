@@ -86,7 +86,8 @@ from indexer.format.postings import Postings, entries_of_rows
 from indexer.format.prefix_index import IndexFileError, search_parameters
 from indexer.format.prefix_open import open_prefix
 from indexer.format.row_bitmaps import ConceptBitmaps
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import VectorStore
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact

@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 
 from indexer.format.index_plan import new_index
-from indexer.format.store import StoreIndex
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import RerankParameters, StoreRerank, split_k_factor
 from training.core.errors import InputError
 

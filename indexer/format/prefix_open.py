@@ -13,7 +13,8 @@ from indexer.format.prefix_index import (
     apply_search_parameters,
     read_prefix_index,
 )
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import VectorStore
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from indexer.format.store import StoreIndex
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store.top_k import pad
 
 DEFAULT_K_FACTOR = 4.0

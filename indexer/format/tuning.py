@@ -39,7 +39,8 @@ import faiss
 import numpy as np
 
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, search_parameters
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import VectorStore
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank
 from training.core.metrics import neighbour_recall, prefix_vectors
 

@@ -75,7 +75,7 @@ from indexer.format.manifest import (
 )
 from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES, Postings, postings_faults
 from indexer.format.postings import FILES as POSTINGS_FILES
-from indexer.format.store import StoreIndex
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.verify.faults import Fault, VerifyReport, VersionRefusedError
 from indexer.verify.indexes import check_indexes, check_prefix_consistency, consistency_rows
 from indexer.verify.sample import check_sample

@@ -13,7 +13,8 @@ import numpy as np
 
 from indexer.format.manifest import BundleManifest, PrefixEntry
 from indexer.format.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
-from indexer.format.store import TOLERANCE, StoreIndex, VectorStore
+from indexer.format.store import TOLERANCE, VectorStore
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank
 from indexer.verify.faults import VECTOR_TOLERANCE, Fault
 from training.core.metrics import prefix_vectors

@@ -93,12 +93,12 @@ def check_store(
 def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) -> list[str]:
     """Shape and dtype faults of an opened store, and its norms against its codes on `sample`."""
     expected = DTYPES[store.dtype]
-    codes = VECTORS if store.layout == "rows" else codes_label(store.layout)
+    label = codes_label(store.layout)  # the codes' file, or their block files
     if store.codes.dtype != expected or store.codes.shape != (rows, dim):
         return [
             Fault(
                 "rows" if store.codes.shape[:1] != (rows,) else "index",
-                f"{codes}: {store.codes.dtype} {store.codes.shape}, expected {expected} "
+                f"{label}: {store.codes.dtype} {store.codes.shape}, expected {expected} "
                 f"({rows}, {dim})",
             )
         ]
@@ -116,7 +116,7 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
     sample = sample[sample < rows]
     codes = np.asarray(store.codes[sample])
     if not np.isfinite(codes.astype(np.float32)).all():
-        return [Fault("vectors", f"{codes}: codes that are not finite")]
+        return [Fault("vectors", f"{label}: codes that are not finite")]
     if scales is not None and not (np.isfinite(scales).all() and (scales >= 0).all()):
         return [Fault("vectors", f"{SCALES}: scales that are negative or not finite")]
     stored = np.asarray(store.norms[sample])
@@ -128,7 +128,7 @@ def store_faults(store: VectorStore, rows: int, dim: int, sample: np.ndarray) ->
         return [
             Fault(
                 "vectors",
-                f"{NORMS}: row {sample[bad[0]]}'s norms disagree with {codes} "
+                f"{NORMS}: row {sample[bad[0]]}'s norms disagree with {label} "
                 f"({len(bad)} of {len(sample)} checked rows)",
             )
         ]

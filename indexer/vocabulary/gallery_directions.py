@@ -44,7 +44,8 @@ import faiss
 import numpy as np
 
 from indexer.format.prefix_index import stored_rows
-from indexer.format.store import SCAN_FLOATS, StoreIndex
+from indexer.format.store import SCAN_FLOATS
+from indexer.format.store.faiss_view import StoreIndex
 
 CHUNK = 1 << 16  # rows per product pass of a FAISS storage
 SIZING_ROWS = 1 << 13  # sampled x̃ kept: the rows a cut expects, and the sketch's codebooks

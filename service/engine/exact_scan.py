@@ -7,7 +7,7 @@ import faiss
 import numpy as np
 
 from indexer.format.prefix_index import exact_storage, stored_rows
-from indexer.format.store import StoreIndex
+from indexer.format.store.faiss_view import StoreIndex
 
 
 def exact_scores(

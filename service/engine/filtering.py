@@ -69,7 +69,7 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage, search_parameters, stored_rows
 from indexer.format.row_bitmaps import AllowedRows, bits_of_rows
-from indexer.format.store import StoreIndex
+from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank, rerank_top_k, split_k_factor
 from service.engine.exact_scan import exact_scores, stored_products
 from service.engine.filter_blocks import FilterBlocks

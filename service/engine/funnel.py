@@ -31,7 +31,8 @@ from indexer.format.prefix_index import (
     parse_search_parameters,
     search_parameters,
 )
-from indexer.format.store import StoreIndex, VectorStore
+from indexer.format.store import VectorStore
+from indexer.format.store.faiss_view import StoreIndex
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 

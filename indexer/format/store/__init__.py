@@ -34,11 +34,12 @@ so that a direct scan reads each block of a head contiguous with torch's weight-
 kernel (indexer/format/store/kernel_scan.py); one kept by rows (`--store-layout rows`, and every
 store written before) keeps `store_vectors.npy`, scanned with `torch._int_mm` (integer_scan.py).
 
-`StoreIndex` is a prefix's view of the store with the part of FAISS's index interface the
-bundle's readers use (ntotal, d, search, reconstruct, reconstruct_n, reconstruct_batch), so
-tuning, verification, explanation and filtering treat it as the exact storage it is. Pure
-functions for the arithmetic; `StoreWriter` (indexer/format/store/writer.py) streams the files
-(hashed on the way, as the postings are, each created new: never over an existing file);
+`StoreIndex` (indexer/format/store/faiss_view.py) is a prefix's view of the store with the part
+of FAISS's index interface the bundle's readers use (ntotal, d, search, reconstruct,
+reconstruct_n, reconstruct_batch), so tuning, verification, explanation and filtering treat it
+as the exact storage it is. Pure functions for the arithmetic; `StoreWriter`
+(indexer/format/store/writer.py) streams the files (hashed on the way, as the postings are,
+each created new: never over an existing file);
 `VectorStore` maps them read-only, a bundle's after checking them against the manifest
 (indexer/format/mapped.py).
 """
@@ -46,7 +47,6 @@ functions for the arithmetic; `StoreWriter` (indexer/format/store/writer.py) str
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -390,33 +390,3 @@ class VectorStore:
             order = np.lexsort((mine, -exact))[:k]
             scores[i, : len(order)], found[i, : len(order)] = exact[order], mine[order]
         return scores, found
-
-
-@dataclass
-class StoreIndex:
-    """Prefix L of a store with the FAISS index interface the bundle's readers use (exact)."""
-
-    store: VectorStore
-    length: int
-
-    @property
-    def ntotal(self) -> int:
-        return self.store.rows
-
-    @property
-    def d(self) -> int:
-        return self.length
-
-    def search(self, x: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k of unit queries [Q, L] (`params` is accepted for FAISS's signature; an
-        exact scan has no search parameters)."""
-        return self.store.scan(x, self.length, k)
-
-    def reconstruct(self, row: int) -> np.ndarray:
-        return self.store.prefix_rows(np.array([row]), self.length)[0]
-
-    def reconstruct_n(self, start: int, n: int) -> np.ndarray:
-        return self.store.block(start, start + n, self.length)
-
-    def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
-        return self.store.prefix_rows(rows, self.length)

@@ -42,7 +42,12 @@ from functools import cache
 import numpy as np
 
 from indexer.format.store.block_layout import LANES
-from indexer.format.store.integer_scan import COLUMNS, FLOAT_SLACK, integer_product
+from indexer.format.store.integer_scan import (
+    COLUMNS,
+    FLOAT_SLACK,
+    integer_product,
+    rounded_queries,
+)
 
 ALIGNMENT = 16  # bytes: where a block's rows must start for the kernel's aligned loads
 UNIT = 2.0**-9  # bf16's relative rounding error (8 significant bits)
@@ -118,13 +123,10 @@ def turned_blocks(turned: np.ndarray, ends: Sequence[int], ready: Sequence[bool]
             values = torch.from_numpy(part).to(torch.bfloat16)
             parts.append(TurnedPart(block, "kernel", values, None))
             spread += (KERNEL_BOUND * np.linalg.norm(part.astype(np.float64), axis=1)) ** 2
-        elif integer and width % COLUMNS == 0:
-            step = np.abs(part).max(axis=1) / np.float32(127.0)
-            inverse = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
-            codes = np.clip(np.rint(part * inverse[:, None]), -127, 127).astype(np.int8)
-            laid = np.zeros((width, max(COLUMNS, -(-count // COLUMNS) * COLUMNS)), np.int8)
-            laid[:, :count] = codes.T
-            parts.append(TurnedPart(block, "integer", torch.from_numpy(laid), step))
+        elif integer and width % COLUMNS == 0:  # rounded as the row layout's scan rounds
+            rounded = rounded_queries(part, [width])  # one block: query q in column q
+            step = rounded.steps[:, 0]
+            parts.append(TurnedPart(block, "integer", torch.from_numpy(rounded.laid), step))
             spread += width * (step.astype(np.float64) / 2) ** 2
         else:
             parts.append(TurnedPart(block, "float", torch.from_numpy(part), None))

@@ -232,11 +232,16 @@ def test_a_store_scores_rows_as_their_prefix_vectors_do(layouts, store):
     assert shared.prefix_scores(np.zeros(0, np.int64), 8, query[:8]).shape == (0,)
 
 
-def test_verify_catches_store_norms_edited_with_the_manifest_to_match(layouts, tmp_path: Path):
+@pytest.mark.parametrize(
+    ("dtype", "codes"), [("float16", VECTORS), ("int8", "store_vectors.*.npy")]
+)
+def test_verify_catches_store_norms_edited_with_the_manifest_to_match(
+    layouts, tmp_path: Path, dtype: str, codes: str
+):
     import shutil
 
     copy = tmp_path / "v"
-    shutil.copytree(layouts["float16"].path, copy)
+    shutil.copytree(layouts[dtype].path, copy)
     norms = np.load(copy / NORMS)
     norms[0] *= 2
     np.save(copy / NORMS, norms)
@@ -244,7 +249,8 @@ def test_verify_catches_store_norms_edited_with_the_manifest_to_match(layouts, t
     manifest["files"][NORMS]["sha256"] = sha256_file(copy / NORMS)
     (copy / MANIFEST).write_text(json.dumps(manifest))
     faults = verify_bundle(copy, sample=0).faults
-    assert any(f.kind == "vectors" and NORMS in f for f in faults), faults
+    said = f"{NORMS}: row 0's norms disagree with {codes} ("  # the codes' files, by name
+    assert any(f.kind == "vectors" and said in f for f in faults), faults
 
 
 def test_add_and_delete_on_a_store_bundle_equal_a_full_build(parts: Parts, tmp_path: Path):
