@@ -55,6 +55,16 @@ def interleaved(
 ) -> dict[str, float]:
     """Median seconds of each arm over `queries` single-query calls × `rounds`, the arms timed
     one after another for every query (so drift in the machine falls on all alike)."""
+    return {
+        name: statistics.median(t) for name, t in interleaved_times(arms, queries, rounds).items()
+    }
+
+
+def interleaved_times(
+    arms: dict[str, Callable[[int], object]], queries: int, rounds: int
+) -> dict[str, list[float]]:
+    """Every call's seconds, arm by arm, as `interleaved` times them: call j of every arm is the
+    same query, timed within moments of the others' (what `paired_median` pairs)."""
     times: dict[str, list[float]] = {name: [] for name in arms}
     for arm in arms.values():
         arm(0)  # warm
@@ -64,4 +74,14 @@ def interleaved(
                 started = time.perf_counter()
                 arm(i)
                 times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def paired_median(slower: list[float], faster: list[float]) -> float:
+    """The median of the per-call differences `slower[j] - faster[j]` of two interleaved arms:
+    what one arm adds to the same query. Unlike the difference of two medians, it holds on a
+    mix of queries whose costs fall in groups (a p50 that lies between two groups jumps from
+    one to the other as the arms' small differences move it)."""
+    if len(slower) != len(faster) or not slower:
+        raise ValueError(f"pair two arms of the same calls, got {len(slower)} and {len(faster)}")
+    return statistics.median(s - f for s, f in zip(slower, faster, strict=True))

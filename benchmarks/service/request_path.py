@@ -19,7 +19,17 @@ once into `--work` and reused (so a before and an after run search the same rows
    Flat index at 512, and the engine and the server at full (plan auto: the funnel the engine
    calibrated). text: AUTO text queries in-process and served (after a warm round every text
    is a query-cache hit, so what is timed is the path, not the encoder). Ratios: in-process /
-   bare at 32, served / in-process for each kind.
+   bare at 32, served / in-process for each kind. What serving adds, for object, full and
+   text: the median of the per-call differences served − in-process (each served call is
+   the same query as the in-process call just before it: `harness.paired_median`), beside
+   the difference of the two p50s, and the paired figure less the canned-answer server's p50
+   (the target's measure). The full group has one more floor: the grpc.aio canned server
+   answering after as long a busy wait on its event loop as an in-process full query takes
+   (its p50, measured first), less that wait: what the transport costs when the client has
+   waited that long (a thread woken after milliseconds asleep answers later than one woken
+   at once). The text mix's costs fall in groups by the granularity AUTO picks,
+   and its p50 lies between two of them, so the difference of the p50s moves by a group's
+   width from run to run; the paired median does not.
 2. QPS at each `--concurrency` (C coroutines over one channel in a separate process, the
    machinery of benchmarks/service/load.py), vector queries at object and AUTO text queries,
    the two kinds alternated, `--repeats` rounds; medians.
@@ -29,9 +39,9 @@ once into `--work` and reused (so a before and an after run search the same rows
    routing, embedding (the vector normalised, or the text's cache look-up), rotation, search
    (FAISS and the plan), hits, the result, the response (message and bytes), the batcher
    hand-off (submit to result through an idle MicroBatcher and its executor thread, nothing
-   computed) and the metrics recorded per query; `rest` is the served p50 minus the
-   in-process p50 minus the stages outside the engine (decode, conversion, response, metrics,
-   hand-off): gRPC's transport and interceptors, and the client.
+   computed) and the metrics recorded per query; `rest` is what serving adds (the paired
+   median of served − in-process) minus the stages outside the engine (decode, conversion,
+   response, metrics, hand-off): gRPC's transport and interceptors, and the client.
 
     python -m benchmarks.service.request_path                      # 100,000 rows
     python -m benchmarks.service.request_path --rows 20000 --queries 100 --json /tmp/rp.json
@@ -43,6 +53,7 @@ import asyncio
 import multiprocessing
 import os
 import statistics
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -52,7 +63,7 @@ import faiss
 import grpc
 import numpy as np
 
-from benchmarks.harness import benchmark_parser, interleaved, publish
+from benchmarks.harness import benchmark_parser, interleaved_times, paired_median, publish
 from benchmarks.indexer.synthetic import (
     cluster_centres,
     clustered_rows,
@@ -80,6 +91,12 @@ ENCODER = "open_clip:ViT-B-32@random:0"
 DIM = 512
 K = 10
 TEXT = "a dog"  # the profiled text query (AUTO: object)
+WAITING = "bare gRPC (canned answer after the in-process full's p50)"
+SERVED_PAIRS = {  # each kind's served arm and in-process arm
+    "object": ("served object", "in-process object"),
+    "full": ("served full (auto)", "in-process full (auto)"),
+    "text": ("served text (auto)", "in-process text (auto)"),
+}
 
 
 def gallery(work: Path, rows: int) -> Path:
@@ -131,19 +148,25 @@ def latency_part(
         engine.search(query)
     canned = stub.Search(requests["object"][0], timeout=60).SerializeToString()
     n, t = len(vectors), len(texts)
-    floors = [start_canned(canned), start_canned(canned, threaded=True)]
+    full_s = statistics.median(timed(lambda i: engine.search(queries["full"][i % n]), n))
+    floors = [
+        start_canned(canned),
+        start_canned(canned, threaded=True),
+        start_canned(canned, wait_s=full_s),
+    ]
     try:
         with (
             grpc.insecure_channel(floors[0][1]) as channel,
             grpc.insecure_channel(floors[1][1]) as threaded_channel,
+            grpc.insecure_channel(floors[2][1]) as waiting_channel,
         ):
-            bare_grpc, threaded_grpc = (
+            bare_grpc, threaded_grpc, waiting_grpc = (
                 c.unary_unary(
                     "/strata.v1.SearchService/Search",
                     request_serializer=pb.SearchRequest.SerializeToString,
                     response_deserializer=pb.SearchResponse.FromString,
                 )
-                for c in (channel, threaded_channel)
+                for c in (channel, threaded_channel, waiting_channel)
             )
             # three groups, each interleaved in itself: the arms of a group read the same
             # index, so none runs on a cache another group's larger scan has just flushed
@@ -169,24 +192,46 @@ def latency_part(
                     "served full (auto)": lambda i: stub.Search(
                         requests["full"][i % n], timeout=60
                     ),
+                    WAITING: lambda i: waiting_grpc(requests["full"][i % n], timeout=60),
                 },
                 "text": {
                     "in-process text (auto)": lambda i: engine.search(text_queries[i % t]),
                     "served text (auto)": lambda i: stub.Search(texts[i % t], timeout=60),
                 },
             }
-            ms = {
-                name: 1000 * s
+            times = {
+                name: seconds
                 for arms in groups.values()
-                for name, s in interleaved(arms, n, rounds).items()
+                for name, seconds in interleaved_times(arms, n, rounds).items()
             }
+            ms = {name: 1000 * statistics.median(seconds) for name, seconds in times.items()}
     finally:
         for floor, _ in floors:
             floor.terminate()
             floor.join(30)
     bare_ms = ms[f"bare FAISS Flat {object_length}"]
+    canned = ms["bare gRPC (canned answer)"]
+    added = {  # what serving adds to the same query, call by call (harness.paired_median)
+        kind: 1000 * paired_median(times[served], times[local])
+        for kind, (served, local) in SERVED_PAIRS.items()
+    }
     return {
         "p50_ms": ms,
+        "served_minus_in_process_ms": {
+            "p50 of the differences (paired)": added,
+            "difference of the p50s": {
+                kind: ms[served] - ms[local] for kind, (served, local) in SERVED_PAIRS.items()
+            },
+            "paired, over the canned-answer server's p50": {
+                kind: value - canned for kind, value in added.items()
+            },
+            # the transport's cost when the call takes as long as a full query computes (the
+            # canned answer's busy wait taken off), and full's paired figure over it
+            "canned answer after the in-process full's p50, less that wait": (
+                ms[WAITING] - 1000 * full_s
+            ),
+            "full, paired, over that": added["full"] - (ms[WAITING] - 1000 * full_s),
+        },
         "ratios": {
             "in-process object / bare": ms["in-process object"] / bare_ms,
             "served object / in-process object": ms["served object"] / ms["in-process object"],
@@ -207,17 +252,35 @@ def latency_part(
     }
 
 
-def canned_handler(answer: bytes) -> grpc.GenericRpcHandler:
-    """Search that decodes the request and returns `answer`'s bytes, nothing else."""
+def timed(call: Callable[[int], object], count: int) -> list[float]:
+    """Seconds of `call(i)` for i in range(count), after one call to warm."""
+    call(0)
+    seconds = []
+    for i in range(count):
+        started = time.perf_counter()
+        call(i)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def canned_handler(answer: bytes, wait_s: float = 0.0) -> grpc.GenericRpcHandler:
+    """Search that decodes the request and returns `answer`'s bytes, nothing else (after
+    `wait_s` of work, on grpc.aio's server: a call that takes as long as a query)."""
 
     def search(request: pb.SearchRequest, context: object) -> bytes:
+        return answer
+
+    async def search_after_wait(request: pb.SearchRequest, context: object) -> bytes:
+        until = time.perf_counter() + wait_s
+        while time.perf_counter() < until:  # busy, as a server computing; a sleep's timer
+            pass  # would round up to the event loop's millisecond
         return answer
 
     return grpc.method_handlers_generic_handler(
         "strata.v1.SearchService",
         {
             "Search": grpc.unary_unary_rpc_method_handler(
-                search,
+                search_after_wait if wait_s else search,
                 request_deserializer=pb.SearchRequest.FromString,
                 response_serializer=lambda b: b,
             )
@@ -225,10 +288,11 @@ def canned_handler(answer: bytes) -> grpc.GenericRpcHandler:
     )
 
 
-def serve_canned(answer: bytes, ports: Any, threaded: bool) -> None:
+def serve_canned(answer: bytes, ports: Any, threaded: bool, wait_s: float = 0.0) -> None:
     """In its own process: a bare gRPC server (no interceptors, no servicer) answering with
     `canned_handler`, the least a Python gRPC server costs: grpc.aio's (what `strata serve`
-    runs) or, `threaded`, the thread-pool server's."""
+    runs) or, `threaded`, the thread-pool server's; `wait_s`: grpc.aio's, answering after
+    that long busy."""
     if threaded:
         server = grpc.server(ThreadPoolExecutor(max_workers=1))
         server.add_generic_rpc_handlers((canned_handler(answer),))
@@ -239,7 +303,7 @@ def serve_canned(answer: bytes, ports: Any, threaded: bool) -> None:
 
     async def run() -> None:
         server = grpc.aio.server()
-        server.add_generic_rpc_handlers((canned_handler(answer),))
+        server.add_generic_rpc_handlers((canned_handler(answer, wait_s),))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         ports.put(port)
@@ -249,11 +313,13 @@ def serve_canned(answer: bytes, ports: Any, threaded: bool) -> None:
 
 
 def start_canned(
-    answer: bytes, threaded: bool = False
+    answer: bytes, threaded: bool = False, wait_s: float = 0.0
 ) -> tuple[multiprocessing.process.BaseProcess, str]:
     spawn = multiprocessing.get_context("spawn")
     ports = spawn.Queue()
-    process = spawn.Process(target=serve_canned, args=(answer, ports, threaded), daemon=True)
+    process = spawn.Process(
+        target=serve_canned, args=(answer, ports, threaded, wait_s), daemon=True
+    )
     process.start()
     return process, f"127.0.0.1:{ports.get(timeout=120)}"
 
@@ -368,16 +434,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             handoff,
         ),
     }
-    pairs = {
-        "vector (object)": ("served object", "in-process object"),
-        "text (auto)": ("served text (auto)", "in-process text (auto)"),
-    }
-    for name, stages in profile.items():
-        served, local = pairs[name]
+    added = latency["served_minus_in_process_ms"]["p50 of the differences (paired)"]
+    for stages, kind in zip(profile.values(), ("object", "text"), strict=True):
         around = sum(v for k, v in stages.items() if k in AROUND)
-        stages["rest (gRPC transport, interceptors, client)"] = (
-            1000 * (latency["p50_ms"][served] - latency["p50_ms"][local]) - around
-        )
+        stages["rest (gRPC transport, interceptors, client)"] = 1000 * added[kind] - around
     result = {
         "benchmark": "request_path",
         "rows": args.rows,
