@@ -57,13 +57,8 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.service.h2load import h2load_arm, handled
 from benchmarks.service.load import QUERIES
 from benchmarks.service.redis_server import RedisServer, free_port
-from benchmarks.service.request_path import (
-    gallery,
-    qps_arm,
-    qps_medians,
-    qps_requests,
-    query_vectors,
-)
+from benchmarks.service.request_path import gallery, query_vectors
+from benchmarks.service.request_path.qps import qps_arm, qps_medians, qps_requests
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher

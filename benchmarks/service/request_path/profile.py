@@ -1,4 +1,4 @@
-"""The profile part of benchmarks/service/request_path.py: µs per stage of one served query
+"""The profile part of benchmarks/service/request_path: µs per stage of one served query
 (decode, conversion, checks, routing, embedding, rotation, FAISS, hits, result, response,
 metrics), each stage timed alone and hot, and the batcher hand-off — a round trip through an
 idle MicroBatcher and its engine thread. That module's docstring says how to read them.
@@ -60,7 +60,7 @@ def handoff_us(calls: int) -> float:
 def stage_profile(
     engine: SearchEngine, request: pb.SearchRequest, calls: int, handoff: float
 ) -> dict[str, float]:
-    """Part 3 for one request: µs per stage of the server's path (module docstring)."""
+    """Part 3 for one request: µs per stage of the server's path (the package's docstring)."""
     data = request.SerializeToString()
     query = requests.search_query(request)
     limits = engine.config.limits
