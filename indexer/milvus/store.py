@@ -192,6 +192,33 @@ def quiet_engine_logs(quiet: bool = True) -> None:
         server.addFilter(_UNIMPLEMENTED)
 
 
+class LocalEngine:
+    """Milvus Lite's gRPC server over one `.db` folder, in this process, owned by one store.
+
+    The store starts it rather than letting pymilvus start it on a `.db` URI, so that closing
+    the store stops it and waits: pymilvus's own server outlives the store until the
+    interpreter exits, and a call whose deadline had passed could reach it then and print its
+    thread's traceback beneath the one error line. Milvus Lite locks the folder, so one store
+    per folder per process (serving shares its store with the alias follower)."""
+
+    def __init__(self, folder: Path) -> None:
+        from milvus_lite.adapter.grpc.server import start_server_in_thread
+        from milvus_lite.exceptions import MilvusLiteError
+
+        if not folder.parent.is_dir():
+            raise EngineUnavailable(f"vector engine {folder} unavailable: no {folder.parent}")
+        try:
+            self.server, self.db, port = start_server_in_thread(str(folder), "127.0.0.1", 0)
+        except (OSError, MilvusLiteError) as exc:  # the folder locked by another process, …
+            raise EngineUnavailable(f"vector engine {folder} unavailable: {exc}") from None
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        """Cancel what is in flight and wait until the server has stopped; then the folder."""
+        self.server.stop(grace=None)
+        self.db.close()
+
+
 class MilvusStore:
     """One connection to a Milvus engine, every call with a deadline (`EngineUnavailable`)."""
 
@@ -209,11 +236,16 @@ class MilvusStore:
             ConnectionError,
             grpc.RpcError,  # a deadline passed: grpc's own
         )
+        self._local: LocalEngine | None = None
+        if self.uri.endswith(".db"):
+            self._local = LocalEngine(Path(self.uri))
+            self.uri = self._local.uri
         try:
             # its own connection: pymilvus shares one per URI otherwise, and a store would
             # inherit a dead one left by an engine that stopped on the same address
             self.client = MilvusClient(uri=self.uri, timeout=timeout_s, dedicated=True)
         except self._errors as exc:
+            self.close_engine()
             raise self.unavailable("connecting", exc) from None
 
     def unavailable(self, doing: str, exc: BaseException) -> EngineUnavailable:
@@ -250,7 +282,14 @@ class MilvusStore:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        """Close the connection, and stop a `.db` target's engine."""
         self.client.close()
+        self.close_engine()
+
+    def close_engine(self) -> None:
+        if self._local is not None:
+            self._local.stop()
+            self._local = None
 
     def drop_quietly(self, collection: str) -> None:
         """Drop a collection an export failed to finish, if the engine answers (the failure

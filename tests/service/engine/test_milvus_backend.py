@@ -29,7 +29,7 @@ from indexer.milvus.export import (
     holds_vector_fields,
     row_concepts_csr,
 )
-from indexer.milvus.store import ExportError, MilvusStore, collection_name
+from indexer.milvus.store import EngineUnavailable, ExportError, MilvusStore, collection_name
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
@@ -305,6 +305,29 @@ def test_an_auto_funnel_serves_on_milvus_as_locally(
     found, wanted = remote.search(query), local.search(query)
     assert found.plan.kind == "funnel" and found.plan.shortlist_rows > 0
     assert [h.row for h in found.hits] == [h.row for h in wanted.hits]
+
+
+def test_closing_a_lite_files_store_stops_its_engine(tmp_path: Path) -> None:
+    """A `.db` target's engine runs in this process and belongs to its store. Closed, the
+    store stops it: the folder opens again (Milvus Lite's lock refuses a second engine while
+    one runs), and its address answers no more. An engine left running to the interpreter's
+    exit printed a thread's traceback when a call whose deadline had passed reached it."""
+    target = str(tmp_path / "rows.db")
+    first = MilvusStore(target, timeout_s=10)
+    with pytest.raises(EngineUnavailable, match=r"rows\.db unavailable"):
+        MilvusStore(target, timeout_s=10)
+    first.close()
+    second = MilvusStore(target, timeout_s=10)
+    try:
+        assert second.versions("any") == []
+    finally:
+        second.close()
+    channel = grpc.insecure_channel(first.uri.removeprefix("http://"))
+    with pytest.raises(grpc.FutureTimeoutError):
+        grpc.channel_ready_future(channel).result(timeout=1)
+    channel.close()
+    with pytest.raises(EngineUnavailable, match=r"no .*nowhere"):
+        MilvusStore(str(tmp_path / "nowhere" / "rows.db"))
 
 
 def test_a_lite_file_gets_a_longer_engine_deadline_than_a_server() -> None:
