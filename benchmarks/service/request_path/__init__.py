@@ -42,6 +42,9 @@ once into `--work` and reused (so a before and an after run search the same rows
    computed) and the metrics recorded per query; `rest` is what serving adds (the paired
    median of served − in-process) minus the stages outside the engine (decode, conversion,
    response, metrics, hand-off): gRPC's transport and interceptors, and the client.
+4. The timeline of a served object and full query on a live server in this process (its engine
+   and handler stamped, timeline.py): the way in, handler to engine, the engine, back to the
+   handler's end, the way out; where a lane query's extra time goes.
 
     python -m benchmarks.service.request_path                      # 100,000 rows
     python -m benchmarks.service.request_path --rows 20000 --queries 100 --json /tmp/rp.json

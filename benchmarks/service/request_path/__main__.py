@@ -30,6 +30,7 @@ from benchmarks.service.request_path import (
 from benchmarks.service.request_path.floors import start_canned
 from benchmarks.service.request_path.profile import AROUND, handoff_us, stage_profile
 from benchmarks.service.request_path.qps import qps_part
+from benchmarks.service.request_path.timeline import timeline_part
 from benchmarks.service.robustness.fuzz import start_server
 from indexer.format.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             handoff,
         ),
     }
+    timeline = timeline_part(engine, vectors, args.rounds)
     added = latency["served_minus_in_process_ms"]["p50 of the differences (paired)"]
     for stages, kind in zip(profile.values(), ("object", "text"), strict=True):
         around = sum(v for k, v in stages.items() if k in AROUND)
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "latency": latency,
         "qps": qps,
         "profile_us": profile,
+        "timeline_ms": timeline,
     }
     return publish(result, args.json)
 
