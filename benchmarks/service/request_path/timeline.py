@@ -6,8 +6,9 @@ A `StrataServer` runs in this process (`BackgroundServer`: its own event loop, i
 engine's scorer (the same indexes and plans); that engine stamps when `search_batch`
 starts and ends, and its servicer when `Search` starts and returns. One client calls it, one
 call at a time, and after each served call the same query is computed by `search_batch` on the
-main thread (paired, as the latency part pairs its arms). Per kind (object: a raw vector, run on
-the event loop; full: a funnel, run in a lane), the median ms of
+main thread (`harness.interleaved_times`: paired, as the latency part pairs its arms). Per
+kind (object: a raw vector, run on the event loop; full: a funnel, run in a lane), the median
+ms of
 
     client → handler     the request's way in: the client's send, gRPC, the handler's start
     handler → engine     conversion, checks, the batcher, and for a lane query its thread's wake
@@ -32,6 +33,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from benchmarks.harness import interleaved_times
 from benchmarks.service.request_path import K, vector_request
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
@@ -82,29 +84,41 @@ def timeline_part(engine: SearchEngine, vectors: np.ndarray, rounds: int) -> dic
             stamps["handler end"] = time.perf_counter()
 
     servicer.Search = timed_search  # type: ignore[method-assign]  # read when the server starts
-    result: dict[str, Any] = {}
     with background, grpc.insecure_channel(background.target) as channel:
         stub = search_pb2_grpc.SearchServiceStub(channel)
-        for kind in ("object", "full"):
-            code = granularity_to_proto(kind)
-            requests = [vector_request(v, code) for v in vectors]
-            queries = [SearchQuery.of(vector=v, granularity=kind, k=K) for v in vectors]
-            for request in requests[:20]:  # warm: the lanes, the plan, the caches
-                stub.Search(request, timeout=60)
-            rows: list[list[float]] = []
-            for _ in range(rounds):
-                for request, query in zip(requests, queries, strict=True):
-                    stamps.clear()
-                    began = time.perf_counter()
-                    stub.Search(request, timeout=60)
-                    ended = time.perf_counter()
-                    alone = time.perf_counter()
-                    engine.search_batch([query])
-                    alone = time.perf_counter() - alone
-                    marks = [began, stamps["handler"], stamps["engine"], stamps["engine end"]]
-                    marks += [stamps["handler end"], ended]
-                    spans = [b - a for a, b in pairwise(marks)]
-                    rows.append([*spans, spans[2] - alone])
-            medians = [1000 * statistics.median(column) for column in zip(*rows, strict=True)]
-            result[kind] = dict(zip(STAGES, medians, strict=True))
-    return result
+        return {
+            kind: kind_timeline(stub, engine, stamps, kind, vectors, rounds)
+            for kind in ("object", "full")
+        }
+
+
+def kind_timeline(
+    stub: Any,
+    engine: SearchEngine,
+    stamps: dict[str, float],
+    kind: str,
+    vectors: np.ndarray,
+    rounds: int,
+) -> dict[str, float]:
+    """Median ms of each stage for vector queries at granularity `kind`, each served call (its
+    stamps in `stamps`) paired with the same search in-process."""
+    code = granularity_to_proto(kind)
+    requests = [vector_request(v, code) for v in vectors]
+    queries = [SearchQuery.of(vector=v, granularity=kind, k=K) for v in vectors]
+    for request in requests[:20]:  # warm: the lanes, the plan, the caches
+        stub.Search(request, timeout=60)
+    spans: list[list[float]] = []  # each served call's, in turn (the harness's warm call first)
+
+    def served(i: int) -> None:
+        stamps.clear()
+        began = time.perf_counter()
+        stub.Search(requests[i], timeout=60)
+        marks = [began, stamps["handler"], stamps["engine"], stamps["engine end"]]
+        marks += [stamps["handler end"], time.perf_counter()]
+        spans.append([b - a for a, b in pairwise(marks)])
+
+    arms = {"served": served, "in-process": lambda i: engine.search_batch([queries[i]])}
+    alone = interleaved_times(arms, len(vectors), rounds)["in-process"]
+    rows = [[*span, span[2] - t] for span, t in zip(spans[1:], alone, strict=True)]
+    medians = [1000 * statistics.median(column) for column in zip(*rows, strict=True)]
+    return dict(zip(STAGES, medians, strict=True))
