@@ -85,3 +85,15 @@ def paired_median(slower: list[float], faster: list[float]) -> float:
     if len(slower) != len(faster) or not slower:
         raise ValueError(f"pair two arms of the same calls, got {len(slower)} and {len(faster)}")
     return statistics.median(s - f for s, f in zip(slower, faster, strict=True))
+
+
+def paired_ratio(arm: list[float], baseline: list[float]) -> float:
+    """The median of the per-round ratios `arm[r] / baseline[r]` of two arms measured round by
+    round side by side (throughputs, say): what one arm gains over the other. A machine whose
+    speed drifts between rounds moves both arms of a round alike, which the ratio of the two
+    medians does not cancel (each median may come from a different round)."""
+    if len(arm) != len(baseline) or not arm:
+        raise ValueError(f"pair two arms of the same rounds, got {len(arm)} and {len(baseline)}")
+    if min(baseline) <= 0:
+        raise ValueError("a baseline round of 0 has no ratio")
+    return statistics.median(a / b for a, b in zip(arm, baseline, strict=True))

@@ -17,10 +17,12 @@ a parent, its forkserver and two workers), and kept; they idle while the other i
      count of searches each, a round would last as long as its slowest caller).
    Each call is checked: the server's own count of calls by gRPC code (its /metrics, the
    parent's sum over its workers). The two servers alternate arm by arm, `--repeats` rounds;
-   medians, and the ratio 2 workers / 1. The generator's CPU seconds per wall second say what
-   it takes of the two cores, and the server's (its whole process tree's, over the arm's wall
-   time, warm-up included: `server_cores`) what one worker can use and so how far a second
-   can add on this machine.
+   medians, and the ratio 2 workers / 1: of the medians (`qps_2_over_1`), and the median of
+   each round's ratio (`qps_2_over_1_by_round`: within a round the two servers run moments
+   apart, so a drift of the machine's speed between rounds cancels). The generator's CPU
+   seconds per wall second say what it takes of the two cores, and the server's (its whole
+   process tree's, over the arm's wall time, warm-up included: `server_cores`) what one
+   worker can use and so how far a second can add on this machine.
 2. **Memory**: PSS (`/proc/PID/smaps_rollup`: a page shared by n processes counts 1/n) of each
    server's whole process tree, after the QPS part, and what one encoder costs (the growth of
    this process's own anonymous memory when it loads one). Target: 2 workers ≤ 1.25 × 1 worker
@@ -53,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import benchmark_parser, publish
+from benchmarks.harness import benchmark_parser, paired_ratio, publish
 from benchmarks.service.h2load import h2load_arm, handled
 from benchmarks.service.load import QUERIES
 from benchmarks.service.redis_server import RedisServer, free_port
@@ -217,13 +219,18 @@ def qps_part(
         summary[key]["server_cores"] = round(cores, 2)
         if "share_per_request" in rounds[-1]:  # h2load's mix: each request's share, last round
             summary[key]["share_per_request"] = rounds[-1]["share_per_request"]
-    ratios = {}
+    ratios, paired = {}, {}
     for generator in GENERATORS:
         for c in levels:
             for kind in kinds:
-                one, two = (summary[f"{generator} {kind} c={c} workers={w}"]["qps"] for w in (1, 2))
+                keys = [f"{generator} {kind} c={c} workers={w}" for w in (1, 2)]
+                one, two = (summary[key]["qps"] for key in keys)
                 ratios[f"{generator} {kind} c={c}"] = round(two / one, 2)
-    return {"arms": summary, "qps_2_over_1": ratios}
+                one_rounds, two_rounds = ([r["qps"] for r in runs[key]] for key in keys)
+                paired[f"{generator} {kind} c={c}"] = round(paired_ratio(two_rounds, one_rounds), 2)
+    # the ratio of the medians, and the median of each round's ratio (the two servers measured
+    # side by side within a round: a drift of the machine's speed between rounds cancels)
+    return {"arms": summary, "qps_2_over_1": ratios, "qps_2_over_1_by_round": paired}
 
 
 def swap_part(bundles: Path, swaps: int) -> dict[str, Any]:
