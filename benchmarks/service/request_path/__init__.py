@@ -38,10 +38,12 @@ once into `--work` and reused (so a before and an after run search the same rows
    µs — decode (the request's bytes to a message), conversion (message to SearchQuery), checks,
    routing, embedding (the vector normalised, or the text's cache look-up), rotation, search
    (FAISS and the plan), hits, the result, the response (message and bytes), the batcher
-   hand-off (submit to result through an idle MicroBatcher and its executor thread, nothing
-   computed) and the metrics recorded per query; `rest` is what serving adds (the paired
-   median of served − in-process) minus the stages outside the engine (decode, conversion,
-   response, metrics, hand-off): gRPC's transport and interceptors, and the client.
+   (submit to result through an idle MicroBatcher, nothing computed: both queries are cheap,
+   so a lone one runs on its event loop; beside it, not on their path, the hand-off to a
+   lane's thread and back that a dearer query pays) and the metrics recorded per query; `rest`
+   is what serving adds (the paired median of served − in-process) minus the stages outside
+   the engine (decode, conversion, response, metrics, the batcher on the loop): gRPC's
+   transport and interceptors, and the client.
 4. The timeline of a served object and full query on a live server in this process (its engine
    and handler stamped, timeline.py): the way in, handler to engine, the engine, back to the
    handler's end, the way out; where a lane query's extra time goes.
