@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -156,27 +157,14 @@ class Planner:
     def _requested_funnel(
         self, query: SearchQuery, length: int, allowed: AllowedRows | None
     ) -> PlanRun:
-        asked = query.plan
         if self.exact(length) is None:
             raise QueryError(
                 f"no funnel at prefix {length}: the bundle keeps no exact rows at prefix ≥ "
                 f"{length} to rerank from ({self.factories[max(self.indexes)]} at the full "
                 "prefix); ask for a direct plan"
             )
-        below = sorted(n for n in self.indexes if n < length)
-        if not below:
-            raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
-        choice = self.choices.get(length)
-        shortlist = asked.shortlist_prefix or (choice.shortlist_prefix if choice else below[0])
-        if shortlist not in below:
-            raise QueryError(
-                f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
-                f"{length}; choose from {', '.join(map(str, below))}"
-            )
-        factor = asked.factor or (
-            choice.factor
-            if choice and choice.shortlist_prefix == shortlist
-            else self.config.default_factor
+        shortlist, factor = requested_funnel(
+            query, length, self.indexes, self.choices.get(length), self.config.default_factor
         )
         return self._funnel(shortlist, factor, query.k, allowed, "requested")
 
@@ -251,6 +239,34 @@ def no_funnel_reason(config: FunnelConfig) -> str:
         f"auto: no funnel reached recall@10 {config.recall} at ≤ "
         f"{config.max_cost_share:.0%} of a direct scan"
     )
+
+
+def requested_funnel(
+    query: SearchQuery,
+    length: int,
+    prefixes: Iterable[int],
+    choice: FunnelChoice | None,
+    default_factor: int,
+) -> tuple[int, int]:
+    """The shortlist prefix and factor of a funnel a query asks for at target prefix L: what it
+    names, else the funnel calibrated at L (its factor only with its own shortlist prefix),
+    else the shortest prefix and `default_factor`. QueryError for a shortlist prefix that is
+    not one of `prefixes` below L. Both engines' rule (the local `Planner`, the Milvus
+    scorer)."""
+    asked = query.plan
+    below = sorted(n for n in prefixes if n < length)
+    if not below:
+        raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
+    shortlist = asked.shortlist_prefix or (choice.shortlist_prefix if choice else below[0])
+    if shortlist not in below:
+        raise QueryError(
+            f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
+            f"{length}; choose from {', '.join(map(str, below))}"
+        )
+    factor = asked.factor or (
+        choice.factor if choice and choice.shortlist_prefix == shortlist else default_factor
+    )
+    return shortlist, factor
 
 
 def auto_plan(

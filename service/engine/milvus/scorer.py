@@ -63,7 +63,7 @@ from service.engine.milvus.expressions import (
     where_expression,
 )
 from service.engine.open_vocabulary import OpenVocabulary
-from service.engine.plans import auto_plan
+from service.engine.plans import auto_plan, requested_funnel
 from service.engine.scoring import (
     EngineConfig,
     PreparedQuery,
@@ -71,7 +71,7 @@ from service.engine.scoring import (
     check_item,
     query_result,
 )
-from service.errors import NotFoundError, QueryError, UnavailableError, echo
+from service.errors import NotFoundError, UnavailableError, echo
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
@@ -196,20 +196,12 @@ class MilvusScorer:
             if run.shortlist_rows > TOPK_MAX:  # PlanRun is frozen: a new one
                 run = dataclasses.replace(run, shortlist_rows=TOPK_MAX)
             return run
-        below = sorted(n for n in self.bundle.prefix_lengths if n < length)
-        if not below:
-            raise QueryError(f"no funnel at prefix {length}: the contract has no shorter prefix")
-        choice = self.choices.get(length)
-        shortlist = asked.shortlist_prefix or (choice.shortlist_prefix if choice else below[0])
-        if shortlist not in below:
-            raise QueryError(
-                f"shortlist prefix {shortlist} is not a prefix of the bundle below the target "
-                f"{length}; choose from {', '.join(map(str, below))}"
-            )
-        factor = asked.factor or (
-            choice.factor
-            if choice and choice.shortlist_prefix == shortlist
-            else self.config.funnel.default_factor
+        shortlist, factor = requested_funnel(
+            query,
+            length,
+            self.bundle.prefix_lengths,
+            self.choices.get(length),
+            self.config.funnel.default_factor,
         )
         return PlanRun(
             "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)

@@ -16,8 +16,8 @@ from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from service.cli.search import format_result
 from service.engine.filtering import allowed_rows
-from service.engine.funnel import ExactRows, calibrate, exact_rows_for
-from service.engine.plans import FunnelConfig
+from service.engine.funnel import ExactRows, FunnelChoice, calibrate, exact_rows_for
+from service.engine.plans import FunnelConfig, requested_funnel
 from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
 from service.results import ConceptRef, SearchPlan, SearchQuery
@@ -169,6 +169,26 @@ def test_deleted_rows_never_come_back_through_the_funnel(text_bundle, minilm, tm
 def test_a_plan_the_bundle_cannot_run_is_refused_naming_it(engine, minilm, plan, k, message):
     with pytest.raises(QueryError, match=message):
         engine.search(SearchQuery.of(vector=vectors(minilm)[0], k=k, plan=plan, granularity="full"))
+
+
+def test_a_requested_funnel_takes_what_it_names_then_the_calibrated_choice_then_defaults():
+    """Both engines' rule (the local planner and the Milvus scorer), on its own."""
+    choice = FunnelChoice(shortlist_prefix=48, factor=7, recall=0.99, queries=50, cost_share=0.3)
+    prefixes, default = (24, 48, 96, 192, 384), 4
+
+    def requested(plan: SearchPlan, found: FunnelChoice | None = choice) -> tuple[int, int]:
+        query = SearchQuery.of(vector=np.ones(384, np.float32), plan=plan)
+        return requested_funnel(query, 384, prefixes, found, default)
+
+    assert requested(SearchPlan("funnel")) == (48, 7)  # the calibrated funnel at the target
+    assert requested(SearchPlan("funnel", 0, 3)) == (48, 3)  # its factor asked for
+    assert requested(SearchPlan("funnel", 96)) == (96, default)  # another shortlist: no factor
+    assert requested(SearchPlan("funnel", 48)) == (48, 7)
+    assert requested(SearchPlan("funnel"), None) == (24, default)  # uncalibrated: the shortest
+    with pytest.raises(QueryError, match="shortlist prefix 384 is not a prefix of the bundle"):
+        requested(SearchPlan("funnel", 384))
+    with pytest.raises(QueryError, match="no funnel at prefix 24: the contract has no shorter"):
+        requested_funnel(SearchQuery.of(vector=np.ones(24, np.float32)), 24, prefixes, None, 4)
 
 
 def test_a_funnel_needs_exact_rows_at_the_target(engine, minilm):
