@@ -40,6 +40,7 @@ is left out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -49,6 +50,9 @@ from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity
 from training.core.metrics import prefix_vectors
+
+if TYPE_CHECKING:
+    from service.engine.scoring import PreparedQuery
 
 
 def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +100,20 @@ def with_words(
 ) -> tuple[np.ndarray, np.ndarray]:
     """One code of a vector: its active word concepts, then its k axis concepts."""
     return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
+
+
+def explained_codes(
+    coder: ConceptCoder, live: Sequence[PreparedQuery]
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The code (`with_words`) of each query in `live` that asks for an explanation, by its
+    place in `live`: all of them coded at once."""
+    explained = [i for i, p in enumerate(live) if p.query.explain]
+    if not explained:
+        return {}
+    embedded = np.stack([live[i].embedding for i in explained])
+    ids, values = coder.encode(embedded)
+    words = coder.active_words(embedded)
+    return {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
 
 
 def activations_of(

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.explain import item_prefixes, row_concepts, row_words, with_words
+from service.engine.explain import explained_codes, item_prefixes, row_concepts, row_words
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import allowed_rows, filtered_search
 from service.engine.grouping import FETCH_MAX, grouped_search
@@ -111,13 +111,7 @@ class LocalScorer:
                     scores[j : j + 1, : live[i].query.k],
                     rows[j : j + 1, : live[i].query.k],
                 )
-        explained = [i for i, p in enumerate(live) if p.query.explain]
-        codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        if explained:
-            embedded = np.stack([live[i].embedding for i in explained])
-            ids, values = self.coder.encode(embedded)
-            words = self.coder.active_words(embedded)
-            codes = {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
+        codes = explained_codes(self.coder, live)
         for i, p in enumerate(live):
             scores, rows = found[i]
             p.result = self.result(p, scores[0], rows[0], codes.get(i))

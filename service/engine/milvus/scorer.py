@@ -50,7 +50,7 @@ from indexer.milvus.store import (
     MilvusStore,
     vector_field,
 )
-from service.engine.explain import activations_of, shared_concepts, with_words
+from service.engine.explain import activations_of, explained_codes, shared_concepts, with_words
 from service.engine.filtering import open_phrase, resolve_ref
 from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
@@ -245,13 +245,7 @@ class MilvusScorer:
                 )
                 for j, i in enumerate(members):
                     found[i] = answers[j][: live[i].query.k]
-        explained = [i for i, p in enumerate(live) if p.query.explain]
-        codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        if explained:
-            embedded = np.stack([live[i].embedding for i in explained])
-            ids, values = self.coder.encode(embedded)
-            words = self.coder.active_words(embedded)
-            codes = {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
+        codes = explained_codes(self.coder, live)
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
 
