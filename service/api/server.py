@@ -136,7 +136,7 @@ class StrataServer:
             self.config.batching,
             self.executor,
             clock,
-            cheap=_no_encoder_call,
+            cheap=_inline_kind,
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -332,17 +332,25 @@ class StrataServer:
         log.info("stopped serving on %s", self.address)
 
 
-def _no_encoder_call(item: PinnedQuery) -> bool:
-    """A query with no encoder call to make (a raw vector, or a text the local query cache
-    holds): cheap enough to run on the event loop when the micro-batcher finds nothing else
-    to do (`BatchingConfig.inline_ms`)."""
+def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool] | None:
+    """The kind of a query with no encoder call to make (a raw vector, or a text the local
+    query cache holds), which may run on the event loop when the micro-batcher finds nothing
+    else to do while lone queries of its kind cost at most `BatchingConfig.inline_ms`: what it
+    is, its granularity, its plan, and whether it is filtered or grouped — a full-length or
+    filtered query does not keep an object query off the loop, nor ride on its cost. None
+    for a query that calls the encoder."""
     query = item.query
     if query.vector is not None:
-        return True
-    cache, encoder = item.engine.cache, item.engine.encoder
-    if query.text is None or cache is None or encoder is None:
-        return False
-    return cache.has_local(encoder.id, query.text)
+        what = "vector"
+    else:
+        cache, encoder = item.engine.cache, item.engine.encoder
+        if query.text is None or cache is None or encoder is None:
+            return None
+        if not cache.has_local(encoder.id, query.text):
+            return None
+        what = "text"
+    narrowed = bool(query.require or query.exclude or query.where or query.group_by)
+    return what, query.granularity, query.plan.kind, narrowed
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

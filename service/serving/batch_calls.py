@@ -3,9 +3,9 @@ what it returns.
 
 `BatchCalls` is the batch function as the batcher runs it: `process(items)`, checked to give
 one result (or exception) per item, with a request's `finish` applied to each result; the
-counters (`BatchStats`); the moving average of what lone cheap items have cost, which decides
-whether the next one runs on the event loop (`BatchingConfig.inline_ms`); and, with batching
-off, the items called one by one. `hand_out`
+counters (`BatchStats`); for each kind of cheap item, the moving average of what lone ones have
+cost, which decides whether the next of that kind runs on the event loop
+(`BatchingConfig.inline_ms`); and, with batching off, the items called one by one. `hand_out`
 gives each waiting caller its own result or exception; `ItemError` is how a request of many
 items fails at its first failed item.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -25,6 +25,9 @@ from service.serving.batch_order import Waiting
 log = logging.getLogger(__name__)
 
 CHEAP_WEIGHT = 0.2  # the moving average's weight of the latest lone cheap item
+# kinds of cheap item whose costs are kept: the server's kinds are a handful; a kind beyond
+# these (a flood of malformed queries, say) is never inlined rather than remembered
+MAX_KINDS = 64
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -55,17 +58,18 @@ class ItemError(Exception):
 
 
 class BatchCalls(Generic[T, R]):
-    """`process(items) -> results` as the batcher calls it (module docstring); `cheap` marks
-    the items that may run on the event loop, `cheap_s` is what lone ones have lately cost."""
+    """`process(items) -> results` as the batcher calls it (module docstring). `cheap` names
+    the kind of an item that may run on the event loop (None: it may not); `costs` is what lone
+    items of each kind have lately cost, in seconds, as a moving average."""
 
     def __init__(
         self,
         process: Callable[[list[T]], Sequence[R | BaseException]],
-        cheap: Callable[[T], bool] | None = None,
+        cheap: Callable[[T], Hashable | None] | None = None,
     ) -> None:
         self.process = process
         self.cheap = cheap
-        self.cheap_s = 0.0
+        self.costs: dict[Hashable, float] = {}
         self.stats = BatchStats()
 
     def __call__(self, items: list[T], finish: Callable[[R], Any] | None = None) -> Sequence[Any]:
@@ -76,20 +80,38 @@ class BatchCalls(Generic[T, R]):
             return results
         return [_finished(finish, r) for r in results]
 
+    def timed(
+        self, items: list[T], finish: Callable[[R], Any] | None = None
+    ) -> tuple[Sequence[Any], float]:
+        """`self(items, finish)` and the seconds it took where it ran (a lane's thread: its
+        hand-offs not counted, so a kind is judged by its work alone, wherever it ran)."""
+        began = time.perf_counter()
+        results = self(items, finish)
+        return results, time.perf_counter() - began
+
+    def kind(self, item: T) -> Hashable | None:
+        return None if self.cheap is None else self.cheap(item)
+
     def inline(self, item: T, budget_s: float) -> bool:
-        """Whether a lone `item` runs on the event loop: it is cheap, and lone cheap items
-        have cost at most `budget_s` of late."""
-        return (
-            budget_s > 0
-            and self.cheap is not None
-            and self.cheap(item)
-            and (self.cheap_s <= budget_s)
-        )
+        """Whether a lone `item` runs on the event loop: it is of a cheap kind, and lone items
+        of that kind have cost at most `budget_s` of late. The first of a kind runs in a lane,
+        which measures it: a kind that costs more than the budget never blocks the loop."""
+        if budget_s <= 0:
+            return False
+        kind = self.kind(item)
+        cost = None if kind is None else self.costs.get(kind)
+        return cost is not None and cost <= budget_s
 
     def cost(self, item: T, seconds: float) -> None:
-        """Fold a lone item's cost into the moving average of cheap items' (wherever it ran)."""
-        if self.cheap is not None and self.cheap(item):
-            self.cheap_s += CHEAP_WEIGHT * (seconds - self.cheap_s)
+        """Fold a lone item's cost into the moving average of its kind's (wherever it ran)."""
+        kind = self.kind(item)
+        if kind is None:
+            return
+        known = self.costs.get(kind)
+        if known is not None:
+            self.costs[kind] = known + CHEAP_WEIGHT * (seconds - known)
+        elif len(self.costs) < MAX_KINDS:
+            self.costs[kind] = seconds
 
     async def one_by_one(
         self,

@@ -12,8 +12,9 @@ new arrivals queue up for the next free one.
 The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
 load: a lone query that finds nothing queued and a lane free is put in that lane by its own
 call, without the hand-off to the worker task; one the server calls cheap — no encoder call:
-a raw vector, or a text the query cache holds — runs on the event loop itself while such
-queries cost at most `inline_ms`, sparing the two thread hand-offs of a lane), and under load
+a raw vector, or a text the query cache holds — runs on the event loop itself while lone
+queries of its kind have cost at most `inline_ms`, sparing the two thread hand-offs of a lane;
+the first of a kind runs in a lane, which measures it), and under load
 batches still form from the queries that arrive while one runs — on two
 CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
 32 (`python -m benchmarks.service.load --max-wait-ms 2`). A wait pays where a batch costs
@@ -50,7 +51,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
@@ -86,9 +87,10 @@ class MicroBatcher(Generic[T, R]):
         config: BatchingConfig | None = None,
         executor: Executor | None = None,
         clock: Callable[[], float] = time.monotonic,
-        cheap: Callable[[T], bool] | None = None,
+        cheap: Callable[[T], Hashable | None] | None = None,
     ) -> None:
-        # the batch function's calls; `cheap`: items that may run on the event loop (inline_ms)
+        # the batch function's calls; `cheap`: the kind of an item that may run on the event
+        # loop, None for one that may not (inline_ms)
         self.calls = BatchCalls(process, cheap)
         self.stats = self.calls.stats
         self.config = config or BatchingConfig()
@@ -337,12 +339,11 @@ class MicroBatcher(Generic[T, R]):
                     results = await loop.run_in_executor(self.executor, called, source.call)
                 else:
                     finish = source.finish if source is not None else None
-                    began_s = time.perf_counter()
-                    results = await loop.run_in_executor(
-                        self.executor, self.calls, [w.item for w in batch], finish
+                    results, seconds = await loop.run_in_executor(
+                        self.executor, self.calls.timed, [w.item for w in batch], finish
                     )
                     if len(batch) == 1:
-                        self.calls.cost(batch[0].item, time.perf_counter() - began_s)
+                        self.calls.cost(batch[0].item, seconds)
                     self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))

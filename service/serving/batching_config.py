@@ -29,7 +29,8 @@ class BatchingConfig(ConfigModel):
     lanes: int = 2
     # a lone query the server marks cheap (no encoder call: a raw vector, a cached text) that
     # finds nothing queued runs on the event loop itself, without the two thread hand-offs of
-    # a lane, while such queries have cost at most this (a moving average); 0: never. On two
+    # a lane, while lone queries of its kind (service/api/server.py) have cost at most this (a
+    # moving average; the first of a kind runs in a lane); 0: never. On two
     # cores the hand-offs were 0.2-0.3 ms of a served object query's 1.5-2 ms, and a cached
     # AUTO text (0.9 ms in-process) sat at 1 ms: at 2, served − in-process fell from
     # 0.874-0.896 to 0.792-0.806 ms for it, object unchanged (0.78-0.80 ms), runs alternated
