@@ -332,13 +332,14 @@ class StrataServer:
         log.info("stopped serving on %s", self.address)
 
 
-def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool] | None:
+def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
     """The kind of a query with no encoder call to make (a raw vector, or a text the local
     query cache holds), which may run on the event loop when the micro-batcher finds nothing
     else to do while lone queries of its kind cost at most `BatchingConfig.inline_ms`: what it
-    is, its granularity, its plan, and whether it is filtered or grouped — a full-length or
-    filtered query does not keep an object query off the loop, nor ride on its cost. None
-    for a query that calls the encoder."""
+    is, its granularity, its plan, whether it is filtered or grouped — a full-length or
+    filtered query does not keep an object query off the loop, nor ride on its cost — and the
+    bundle version it runs on (a new version's costs are measured anew). None for a query
+    that calls the encoder."""
     query = item.query
     if query.vector is not None:
         what = "vector"
@@ -350,7 +351,7 @@ def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool] | None:
             return None
         what = "text"
     narrowed = bool(query.require or query.exclude or query.where or query.group_by)
-    return what, query.granularity, query.plan.kind, narrowed
+    return what, query.granularity, query.plan.kind, narrowed, item.engine.bundle.version
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

@@ -25,8 +25,9 @@ from service.serving.batch_order import Waiting
 log = logging.getLogger(__name__)
 
 CHEAP_WEIGHT = 0.2  # the moving average's weight of the latest lone cheap item
-# kinds of cheap item whose costs are kept: the server's kinds are a handful; a kind beyond
-# these (a flood of malformed queries, say) is never inlined rather than remembered
+# kinds of cheap item whose costs are kept, the latest measured: the server's kinds are a
+# handful a bundle version; a new kind past these makes room by dropping the oldest (which, if
+# it comes again, is measured again in a lane)
 MAX_KINDS = 64
 
 T = TypeVar("T")
@@ -110,8 +111,10 @@ class BatchCalls(Generic[T, R]):
         known = self.costs.get(kind)
         if known is not None:
             self.costs[kind] = known + CHEAP_WEIGHT * (seconds - known)
-        elif len(self.costs) < MAX_KINDS:
-            self.costs[kind] = seconds
+            return
+        if len(self.costs) >= MAX_KINDS:
+            del self.costs[next(iter(self.costs))]  # the oldest kind
+        self.costs[kind] = seconds
 
     async def one_by_one(
         self,
