@@ -91,21 +91,20 @@ class BatchCalls(Generic[T, R]):
         return results, time.perf_counter() - began
 
     def kind(self, item: T) -> Hashable | None:
+        """The item's kind if it may run on the event loop, else None (`cheap`)."""
         return None if self.cheap is None else self.cheap(item)
 
-    def inline(self, item: T, budget_s: float) -> bool:
-        """Whether a lone `item` runs on the event loop: it is of a cheap kind, and lone items
-        of that kind have cost at most `budget_s` of late. The first of a kind runs in a lane,
+    def inline(self, kind: Hashable | None, budget_s: float) -> bool:
+        """Whether a lone item of `kind` runs on the event loop: the kind is cheap, and lone
+        items of it have cost at most `budget_s` of late. The first of a kind runs in a lane,
         which measures it: a kind that costs more than the budget never blocks the loop."""
-        if budget_s <= 0:
+        if budget_s <= 0 or kind is None:
             return False
-        kind = self.kind(item)
-        cost = None if kind is None else self.costs.get(kind)
+        cost = self.costs.get(kind)
         return cost is not None and cost <= budget_s
 
-    def cost(self, item: T, seconds: float) -> None:
+    def cost(self, kind: Hashable | None, seconds: float) -> None:
         """Fold a lone item's cost into the moving average of its kind's (wherever it ran)."""
-        kind = self.kind(item)
         if kind is None:
             return
         known = self.costs.get(kind)
@@ -135,15 +134,16 @@ class BatchCalls(Generic[T, R]):
                 out.append(result)
         return out
 
-    def serve_inline(self, waiting: Waiting[T, R]) -> None:
-        """Process a lone cheap item here, on the event loop: no lane, no thread hand-off."""
+    def serve_inline(self, waiting: Waiting[T, R], kind: Hashable | None) -> None:
+        """Process a lone cheap item (of `kind`) here, on the event loop: no lane, no thread
+        hand-off."""
         began = time.perf_counter()
         try:
             (result,) = self([waiting.item])
         except Exception as exc:
             log.exception("query failed")
             result = exc
-        self.cost(waiting.item, time.perf_counter() - began)
+        self.cost(kind, time.perf_counter() - began)
         self.stats.add(1)
         hand_out([waiting], [result])
 

@@ -186,8 +186,9 @@ class MicroBatcher(Generic[T, R]):
         flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
         if flow.single and self._lane_free():  # nothing queued to wait for or batch with
-            if self.calls.inline(items[0], self.config.inline_ms / 1000):
-                self.calls.serve_inline(flow.items.popleft())
+            kind = self.calls.kind(items[0])
+            if self.calls.inline(kind, self.config.inline_ms / 1000):
+                self.calls.serve_inline(flow.items.popleft(), kind)
             else:
                 await self._serve_now(flow, loop)
         else:
@@ -343,7 +344,7 @@ class MicroBatcher(Generic[T, R]):
                         self.executor, self.calls.timed, [w.item for w in batch], finish
                     )
                     if len(batch) == 1:
-                        self.calls.cost(batch[0].item, seconds)
+                        self.calls.cost(self.calls.kind(batch[0].item), seconds)
                     self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))

@@ -7,16 +7,17 @@ in a float16 cache whose manifest names `open_clip:ViT-B-32@random:0` (a 512-d t
 random weights: no download), random GraSP-VL and CEDAR artifacts, every prefix Flat; built
 once into `--work` and reused (so a before and an after run search the same rows).
 
-1. Latency, single queries, k = 10, in three groups, the arms of each timed one after another
-   for every query (`benchmarks.training.interleaved`; a group's arms read the same index, so
-   none runs on a CPU cache another group's larger scan has just flushed). object: the bundle's
+1. Latency, single queries, k = 10, in four groups, the arms of each timed one after another
+   for every query (`harness.interleaved_times`; a group's arms read the same index, so none
+   runs on a CPU cache another group's larger scan has just flushed: the bare float32 scan at
+   512 dims is a group of its own). object: the bundle's
    own FAISS Flat index at the object prefix (32 dims), searched directly with a prefix
    already cut and normalised; `SearchEngine.search` with a raw vector at object; the same
    through `strata serve` (a subprocess, OMP_NUM_THREADS=1) from one gRPC client in this
    process; and the floor of any Python gRPC server: a bare grpc.aio server in a process of
    its own that decodes the request and returns a canned 10-hit answer, and the same on
-   grpc's thread-pool server (one worker), the other server Python's gRPC offers. full: the
-   Flat index at 512, and the engine and the server at full (plan auto: the funnel the engine
+   grpc's thread-pool server (one worker), the other server Python's gRPC offers. bare full:
+   the Flat index at 512. full: the engine and the server at full (plan auto: the funnel the engine
    calibrated). text: AUTO text queries in-process and served (after a warm round every text
    is a query-cache hit, so what is timed is the path, not the encoder). Ratios: in-process /
    bare at 32, served / in-process for each kind. What serving adds, for object, full and
