@@ -55,11 +55,11 @@ from service.engine.filtering import open_phrase, resolve_ref
 from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels, reranked
+from service.engine.milvus.entities import entity_code, padded_rows, read_entity
 from service.engine.milvus.expressions import (
     concept_expression,
     engine_params,
     rows_expression,
-    string_literal,
     where_expression,
 )
 from service.engine.open_vocabulary import OpenVocabulary
@@ -68,10 +68,9 @@ from service.engine.scoring import (
     EngineConfig,
     PreparedQuery,
     StoredRow,
-    check_item,
     query_result,
 )
-from service.errors import NotFoundError, UnavailableError, echo
+from service.errors import UnavailableError
 from service.results import Hit, PlanRun, SearchQuery, SearchResult
 from training.core.files import sha256_file
 from training.core.metrics import prefix_vectors
@@ -348,7 +347,7 @@ class MilvusScorer:
         if query_code is not None:
             q_ids, q_values = query_code
             for hit, h in zip(hits, found, strict=True):
-                ids, values = with_words(*self._code_of(h))
+                ids, values = with_words(*entity_code(h, self.coder.axis_concepts))
                 hit.concepts = activations_of(self.coder, ids, values, self.config.hit_concepts)
                 hit.shared_concepts = shared_concepts(self.coder, q_ids, q_values, ids, values)
             result.query_concepts = activations_of(self.coder, q_ids, q_values)
@@ -356,23 +355,15 @@ class MilvusScorer:
 
     # --- Explain ---
 
-    def _code_of(
-        self, entity: dict[str, Any]
-    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """A row's (word concepts, axis concepts) from its `concepts` and `activations`, each
-        strongest first, as the local engine reads them from the postings."""
-        ids = np.asarray(entity.get(CONCEPTS) or [], dtype=np.int64)
-        values = np.asarray(entity.get(ACTIVATIONS) or [], dtype=np.float32)
-        word = ids >= self.coder.axis_concepts
-        return (ids[word], values[word]), (ids[~word], values[~word])
-
     def stored_row(self, item_id: str | None, row: int | None) -> StoredRow:
         """The row, its concepts and its p_L at every prefix, read back from the engine."""
         try:
-            entity = self._entity(item_id, row)
+            entity = read_entity(
+                self.store, self.collection, self.bundle, self.config.limits, item_id, row
+            )
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
-        words, axes = self._code_of(entity)
+        words, axes = entity_code(entity, self.coder.axis_concepts)
         return StoredRow(
             row=int(entity[ROW]),
             item_id=str(entity[ITEM_ID]),
@@ -392,37 +383,4 @@ class MilvusScorer:
             answers = self.engine_search(rotated, length, k, "", "", [ROW])
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
-        scores = np.zeros((len(answers), k), dtype=np.float32)
-        rows = np.full((len(answers), k), -1, dtype=np.int64)
-        for i, answer in enumerate(answers):
-            for j, hit in enumerate(answer[:k]):
-                scores[i, j], rows[i, j] = hit["distance"], int(hit[ROW])
-        return scores, rows
-
-    def _entity(self, item_id: str | None, row: int | None) -> dict[str, Any]:
-        """One row's fields and vectors (the item asked: `check_item`), read from the engine;
-        NotFoundError when absent."""
-        checked = check_item(item_id, row, self.bundle, self.config.limits)
-        if checked is None:
-            expression = f"{ITEM_ID} == {string_literal(item_id)}"  # type: ignore[arg-type]
-        else:
-            expression = f"{ROW} == {checked}"
-        fields = [
-            ROW,
-            ITEM_ID,
-            CONCEPTS,
-            ACTIVATIONS,
-            *(vector_field(n) for n in self.bundle.prefix_lengths),
-        ]
-        found = self.store.call(
-            "reading a row",
-            self.store.client.query,
-            self.collection,
-            filter=expression,
-            output_fields=fields,
-            limit=1,
-        )
-        if not found:
-            what = f"item {echo(item_id)}" if item_id is not None else f"row {row}"
-            raise NotFoundError(f"no {what} in bundle {self.bundle.name}")
-        return dict(found[0])
+        return padded_rows(answers, k)
