@@ -42,6 +42,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from service._generated.strata.v1 import admin_pb2, admin_pb2_grpc, search_pb2, search_pb2_grpc
 from service.api.grpc.admin import Admin, AdminServicer
 from service.api.grpc.admin_auth import AdminAuthInterceptor
+from service.api.grpc.call_overlap import CallOverlapInterceptor
 from service.api.grpc.request_decoding import UndecodableRequestInterceptor
 from service.api.grpc.requests import MAX_MESSAGE_BYTES
 from service.api.grpc.rpc_errors import ErrorStatusInterceptor
@@ -56,6 +57,7 @@ from service.results import SearchResult
 from service.serving.batching import BatchingConfig, MicroBatcher
 from service.serving.metrics import ServerMetrics
 from service.serving.served_engine import PinnedQuery, ServedEngine, search_pinned
+from service.serving.thread_placement import CallOverlap
 from training.core.config import ConfigModel
 
 if TYPE_CHECKING:
@@ -125,6 +127,7 @@ class StrataServer:
         self.port: int | None = None
         self.metrics = metrics or ServerMetrics()
         self.metrics_port: int | None = None
+        self.overlap = CallOverlap()  # how often gRPC calls overlap (a worker's thread placement)
         self.executor = ThreadPoolExecutor(
             max_workers=self.config.batching.lanes,
             thread_name_prefix="strata-engine",
@@ -207,6 +210,7 @@ class StrataServer:
         ]
         links: list[HandlerInterceptor] = [
             MetricsInterceptor(self.metrics),  # outermost: it sees every status, aborts included
+            CallOverlapInterceptor(self.overlap),
             UndecodableRequestInterceptor(),
         ]
         if self.config.admin_token is not None:
@@ -272,6 +276,7 @@ class StrataServer:
                 max_message_bytes=self.config.max_message_bytes,
                 image_root=self.config.image_root,
             ),
+            overlap=self.overlap,
         )
         host = self.config.http_host or self.config.host
         self.http = HttpEndpoint(

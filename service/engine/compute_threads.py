@@ -18,6 +18,9 @@ thread the engine then starts (the server's lanes, the open vocabulary's sketch)
 otherwise take one a core. With two workers on two cores, threads a core in each worker's
 lanes spun against each other: the even text mix of benchmarks.service.workers went from 0.64×
 one worker's QPS to 1.45× once both were held to the worker's share.
+Those threads are the compute threads (`compute_thread_ids`): they keep every core the process
+started with (`process_cores`), where a worker gathers its other threads onto one core while it
+is lightly loaded (service/serving/thread_placement.py).
 Before a server listens, its first lane thread is started and makes the encoder's first text
 call (`warm_lane`): that call's lazy set-up is the thread's own, and the server's first text
 query paid it.
@@ -25,15 +28,20 @@ query paid it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
-from functools import cache, partial
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from training.core.encoders import Encoder
 
 BLAS_THREADS = 1  # a serving process's BLAS threads (module doc)
+_PROCESS_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+_COMPUTE_THREADS: set[int] = set()  # native ids of the threads begun with `same_threads`
 
 
 def limit_threads(threads: int) -> None:
@@ -76,10 +84,31 @@ def engine_blas() -> None:
 
 def same_threads() -> Callable[[], None]:
     """What a new thread runs first to compute with as many OpenMP threads as the thread that
-    calls this."""
+    calls this, on every core of `process_cores`, as a compute thread (module doc)."""
     import faiss
 
-    return partial(faiss.omp_set_num_threads, faiss.omp_get_max_threads())
+    count = faiss.omp_get_max_threads()
+
+    def begin() -> None:
+        faiss.omp_set_num_threads(count)
+        _COMPUTE_THREADS.add(threading.get_native_id())
+        if _PROCESS_CORES is not None:  # it inherits its starter's cores, maybe one only
+            with contextlib.suppress(OSError):  # cores taken from the process since it started
+                os.sched_setaffinity(0, _PROCESS_CORES)
+
+    return begin
+
+
+def process_cores() -> frozenset[int]:
+    """The cores this process could run on when it started (when this module was first
+    imported)."""
+    return _PROCESS_CORES if _PROCESS_CORES is not None else frozenset({0})
+
+
+def compute_thread_ids() -> frozenset[int]:
+    """The native ids of the threads begun with `same_threads` (a thread that has ended may
+    still be named)."""
+    return frozenset(_COMPUTE_THREADS)
 
 
 WARM_TEXT = "a photo"  # embedded once on the first lane before a server listens

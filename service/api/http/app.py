@@ -25,7 +25,8 @@ Errors: the status `service.api.grpc.rpc_errors.status_of` gives (the one error 
 as an HTTP status (`HTTP_STATUS`, the mapping of Google's HTTP APIs), with the same message:
 `{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "…"}}`. Metrics: the series
 of `service.api.grpc.rpc_metrics.observed_call`, labelled grpc_type="http" with the RPC's service,
-method and status code. AdminService is not exposed.
+method and status code; each call is counted in the server's `CallOverlap` as a gRPC call is
+(service/serving/thread_placement.py). AdminService is not exposed.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from service.errors import (
 )
 from service.limits import MAX_REQUEST_BYTES
 from service.serving.metrics import ServerMetrics
+from service.serving.thread_placement import CallOverlap
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +122,13 @@ class HttpApi:
         metrics: ServerMetrics,
         serving: Callable[[], bool],
         config: HttpConfig | None = None,
+        overlap: CallOverlap | None = None,
     ) -> None:
         self.servicer = servicer
         self.metrics = metrics
         self.serving = serving
         self.config = config or HttpConfig()
+        self.overlap = overlap or CallOverlap()  # the API's calls counted as gRPC's are
         self._images: BundleImages | None = None
         self._openapi: bytes | None = None
         metrics.preset_methods(SERVICE_NAME, [(op.rpc, HTTP_TYPE) for op in OPERATIONS])
@@ -159,6 +163,7 @@ class HttpApi:
     ) -> Response:
         labels = (HTTP_TYPE, SERVICE_NAME, op.rpc)
         context = HttpCallContext()
+        self.overlap.begin()
         try:
             with observed_call(self.metrics, labels, context):
                 try:
@@ -178,6 +183,8 @@ class HttpApi:
             if not isinstance(exc, ServiceError):
                 log.exception("HTTP %s: internal error", op.rpc)
             return error_response(exc)
+        finally:
+            self.overlap.end()
         if response.ByteSize() > OFF_LOOP_BYTES:
             content = await asyncio.to_thread(render, response)
         else:

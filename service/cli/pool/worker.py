@@ -192,6 +192,7 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
     from service.engine.compute_threads import limit_threads
     from service.query.cache import open_cache
     from service.serving.metrics import ServerMetrics
+    from service.serving.thread_placement import ThreadPlacement, gathering_core
     from training.core.encoders import resolve_device
 
     limit_threads(spec.threads)
@@ -232,6 +233,9 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
         }
         link.send("ready", details)
         announcement.follow(server)
+        core = gathering_core(link.index, spec.threads)
+        if core is not None:  # its serving threads on one core while calls come one at a time
+            ThreadPlacement(core, server.overlap).start(asyncio.get_running_loop())
 
     try:
         asyncio.run(serve(engine, spec.config, on_ready=ready, metrics=metrics))
