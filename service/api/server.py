@@ -131,7 +131,7 @@ class StrataServer:
         self.executor = ThreadPoolExecutor(
             max_workers=self.config.batching.lanes,
             thread_name_prefix="strata-engine",
-            initializer=same_threads(),
+            initializer=same_threads(every_core=False),  # where the serving threads are
         )
         # each query on the engine its call leased; encoder calls timed into this server's metrics
         self.batcher: MicroBatcher[PinnedQuery, SearchResult] = MicroBatcher(

@@ -18,9 +18,9 @@ thread the engine then starts (the server's lanes, the open vocabulary's sketch)
 otherwise take one a core. With two workers on two cores, threads a core in each worker's
 lanes spun against each other: the even text mix of benchmarks.service.workers went from 0.64×
 one worker's QPS to 1.45× once both were held to the worker's share.
-Those threads are the compute threads (`compute_thread_ids`): they keep every core the process
-started with (`process_cores`), where a worker gathers its other threads onto one core while it
-is lightly loaded (service/serving/thread_placement.py).
+The background ones (version loads, the sketch) keep every core the process started with
+(`process_cores`, `compute_thread_ids`) where a worker gathers its other threads, its lanes
+included, onto one core while its calls come one at a time (service/serving/thread_placement.py).
 Before a server listens, its first lane thread is started and makes the encoder's first text
 call (`warm_lane`): that call's lazy set-up is the thread's own, and the server's first text
 query paid it.
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 BLAS_THREADS = 1  # a serving process's BLAS threads (module doc)
 _PROCESS_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-_COMPUTE_THREADS: set[int] = set()  # native ids of the threads begun with `same_threads`
+_COMPUTE_THREADS: set[int] = set()  # threads begun with `same_threads()` on every core
 
 
 def limit_threads(threads: int) -> None:
@@ -82,15 +82,19 @@ def engine_blas() -> None:
     limit_blas()
 
 
-def same_threads() -> Callable[[], None]:
+def same_threads(every_core: bool = True) -> Callable[[], None]:
     """What a new thread runs first to compute with as many OpenMP threads as the thread that
-    calls this, on every core of `process_cores`, as a compute thread (module doc)."""
+    calls this; with `every_core`, on every core of `process_cores`, as a background compute
+    thread (module doc). Without, the thread stays on the cores it inherits: a server's lanes,
+    which go where its serving threads go."""
     import faiss
 
     count = faiss.omp_get_max_threads()
 
     def begin() -> None:
         faiss.omp_set_num_threads(count)
+        if not every_core:
+            return
         _COMPUTE_THREADS.add(threading.get_native_id())
         if _PROCESS_CORES is not None:  # it inherits its starter's cores, maybe one only
             with contextlib.suppress(OSError):  # cores taken from the process since it started
@@ -106,8 +110,8 @@ def process_cores() -> frozenset[int]:
 
 
 def compute_thread_ids() -> frozenset[int]:
-    """The native ids of the threads begun with `same_threads` (a thread that has ended may
-    still be named)."""
+    """The native ids of the threads begun with `same_threads()` on every core (a thread that
+    has ended may still be named)."""
     return frozenset(_COMPUTE_THREADS)
 
 

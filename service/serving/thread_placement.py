@@ -6,7 +6,8 @@ and hand it to the event loop's thread, which answers it (a cheap query runs on 
 itself) and hands the answer back. Each hand-off wakes a thread, and one asleep on another core
 is woken by an interrupt between cores, dear on a virtual machine. A worker that computes on
 one thread (`--workers` one per core, the default) therefore gathers its serving threads —
-every thread but the compute threads, `compute_threads.compute_thread_ids` — onto its own core
+every thread but the background compute threads (`compute_threads.compute_thread_ids`), so its
+lanes too: one call at a time, a lane computes while the loop waits — onto its own core
 (worker i on the i-th core it may use) once `GATHER_AFTER` windows of `WINDOW_S` in a row had
 at most `GATHER_AT_MOST` of their calls begin beside another (service/api/grpc/call_overlap.py;
 a window without calls counts as quiet), and spreads them over every core again as soon as a
@@ -14,8 +15,8 @@ call begins beside another: gathered, the serving threads cannot use more than o
 overlapping calls need the other core's time too (kept on one core whatever the load, in a
 scratch trial, one connection at 8 and 32 callers lost QPS). The signal is the calls' overlap,
 not the CPU the worker uses: one caller at a time keeps a worker's loop nearly as busy as
-8 callers do. The compute threads (the lanes, the background loads) keep every core always, so
-a query that runs in a lane is computed wherever a core is free. What it changes:
+8 callers do. The background compute threads (version loads, the sketch) keep every core
+always, so a load does not take the serving core's time. What it changes:
 `python -m benchmarks.service.request_path` (docs/serving.md).
 
 The decision (`next_placement`) is pure; `ThreadPlacement` reads the counts on the event loop

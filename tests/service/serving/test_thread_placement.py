@@ -69,9 +69,9 @@ def affinity(thread: int) -> frozenset[int]:
     not hasattr(os, "sched_setaffinity") or len(process_cores()) < 2,
     reason="needs thread affinity and two cores to move threads between",
 )
-def test_serving_threads_move_and_compute_threads_keep_every_core():
+def test_serving_threads_and_lanes_move_and_background_threads_keep_every_core():
     every, core = process_cores(), min(process_cores())
-    started, stop = threading.Barrier(3), threading.Event()
+    started, stop = threading.Barrier(4), threading.Event()
     ids: dict[str, int] = {}
 
     def run(name: str, first=None) -> None:
@@ -84,6 +84,7 @@ def test_serving_threads_move_and_compute_threads_keep_every_core():
     threads = [
         threading.Thread(target=run, args=("compute", same_threads())),
         threading.Thread(target=run, args=("serving",)),
+        threading.Thread(target=run, args=("lane", same_threads(every_core=False))),
     ]
     for thread in threads:
         thread.start()
@@ -93,7 +94,7 @@ def test_serving_threads_move_and_compute_threads_keep_every_core():
         assert affinity(ids["serving"]) == affinity(0) == every  # the premise
         for _ in range(GATHER_AFTER):
             placement.observe(50, 0)
-        assert affinity(ids["serving"]) == affinity(0) == frozenset({core})
+        assert affinity(ids["serving"]) == affinity(ids["lane"]) == affinity(0) == {core}
         assert affinity(ids["compute"]) == every
         placement.observe(50, 40)
         assert affinity(ids["serving"]) == affinity(0) == every
