@@ -75,8 +75,14 @@ class Served:
     """`strata serve --workers N` in a subprocess: its target, its log lines (stderr, kept),
     and its /metrics (the parent's sum over its workers)."""
 
-    def __init__(self, bundles: Path, workers: int, *extra: str) -> None:
+    def __init__(
+        self, bundles: Path, workers: int | None, *extra: str, root: Path | None = None
+    ) -> None:
+        """`workers`: None for the default; `root`: the checkout whose code serves (this
+        one's when None)."""
         env = {**os.environ, "STRATA_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+        if root is not None:
+            env["PYTHONPATH"] = str(root)
         self.workers = workers
         self.metrics_url = f"http://127.0.0.1:{(port := free_port())}/metrics"
         self.process = subprocess.Popen(
@@ -91,8 +97,7 @@ class Served:
                 "0",
                 "--device",
                 "cpu",
-                "--workers",
-                str(workers),
+                *(["--workers", str(workers)] if workers is not None else []),
                 "--max-wait-ms",
                 "0",
                 "--metrics-port",
@@ -103,6 +108,7 @@ class Served:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            cwd=root,
         )
         assert self.process.stdout is not None and self.process.stderr is not None
         self.log: list[str] = []
