@@ -6,6 +6,7 @@ the lines announcing what is served and the followers of new versions, and the f
 from __future__ import annotations
 
 import errno
+import math
 import os
 import socket
 from dataclasses import dataclass, field
@@ -130,17 +131,32 @@ def worker_count(workers: int | None, backend: str, cores: int | None = None) ->
     return workers
 
 
+def cores_of_their_own(workers: int, cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> bool:
+    """Whether `workers` workers may each hold their threads to a core of their own while
+    lightly loaded (service/serving/thread_placement.py): as many cores as workers at least, all
+    the process's to use. Under a CPU quota below the cores it may run on (a container's limit
+    on a shared node), those cores are others' too, and a thread held to one would wait while
+    another process uses it."""
+    cores = len(os.sched_getaffinity(0))
+    quota = cpu_quota(cpu_max)
+    return workers <= cores and (quota is None or quota >= cores)
+
+
 def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     """The cores this process may run on (its affinity), or fewer when its cgroup's CPU quota
     allows fewer (a container's CPU limit: "200000 100000" is 2 cores; "max": no limit)."""
     cores = len(os.sched_getaffinity(0))
+    quota = cpu_quota(cpu_max)
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def cpu_quota(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> float | None:
+    """The cgroup's CPU quota in cores ("150000 100000": 1.5), None where there is none."""
     try:
         quota, period = cpu_max.read_text().split()[:2]
     except (OSError, ValueError):
-        return cores
-    if quota == "max":
-        return cores
-    return max(1, min(cores, -(-int(quota) // int(period))))
+        return None
+    return None if quota == "max" else int(quota) / int(period)
 
 
 def open_engine(

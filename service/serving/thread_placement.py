@@ -5,7 +5,8 @@ A served call crosses threads that are not the engine's: gRPC's I/O threads read
 and hand it to the event loop's thread, which answers it (a cheap query runs on the loop
 itself) and hands the answer back. Each hand-off wakes a thread, and one asleep on another core
 is woken by an interrupt between cores, dear on a virtual machine. A worker that computes on
-one thread (`--workers` one per core, the default) therefore gathers its serving threads —
+one thread (`--workers` one per core, the default) with a core of its own
+(serve_setup.cores_of_their_own) therefore gathers its serving threads —
 every thread but the background compute threads (`compute_threads.compute_thread_ids`), so its
 lanes too: one call at a time, a lane computes while the loop waits — onto its own core
 (worker i on the i-th core it may use) once `GATHER_AFTER` windows of `WINDOW_S` in a row had

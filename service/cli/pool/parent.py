@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from service.cli.pool.worker import WorkerSpec, run_worker
-from service.cli.serve_setup import usable_cores
+from service.cli.serve_setup import cores_of_their_own, usable_cores
 from service.errors import ServiceError
 from service.serving.metrics_sum import SummedMetrics
 
@@ -159,6 +159,7 @@ class WorkerPool:
             workers=self.count,
             public_metrics_port=public_metrics,
             threads=max(1, usable_cores() // self.count),
+            gather=cores_of_their_own(self.count),
             log_level=logging.getLevelName(level),
         )
         for index in range(self.count):

@@ -53,7 +53,8 @@ class WorkerSpec:
     worker process): what the command was given, and what the pool sets before it starts its
     workers (service/cli/pool/parent.py) — `config` on the pool's port with `reuse_port`, how
     many workers, the summed /metrics' port, `threads` (the cores divided among the workers:
-    FAISS's and torch's threads in each) and the log level."""
+    FAISS's and torch's threads in each), whether each may hold its threads to a core of its
+    own (`gather`) and the log level."""
 
     bundles: Path
     backend: str
@@ -70,6 +71,7 @@ class WorkerSpec:
     workers: int = 1
     public_metrics_port: int | None = None  # the parent's summed /metrics, for the announcement
     threads: int = 1
+    gather: bool = False  # its threads on one core while lightly loaded (cores_of_their_own)
     log_level: str = "WARNING"
 
 
@@ -233,7 +235,7 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
         }
         link.send("ready", details)
         announcement.follow(server)
-        core = gathering_core(link.index, spec.threads)
+        core = gathering_core(link.index, spec.threads) if spec.gather else None
         if core is not None:  # its serving threads on one core while calls come one at a time
             ThreadPlacement(core, server.overlap).start(asyncio.get_running_loop())
 

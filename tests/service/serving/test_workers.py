@@ -34,7 +34,7 @@ from indexer.versions.publish import RedisPublisher
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.api.grpc.client import StrataClient
-from service.cli.serve_setup import WORKER_LIMIT, usable_cores, worker_count
+from service.cli.serve_setup import WORKER_LIMIT, cores_of_their_own, usable_cores, worker_count
 from service.serving.metrics_sum import summed_exposition
 from training.core.errors import InputError
 
@@ -181,6 +181,18 @@ def test_two_workers_answer_on_one_port_and_their_metrics_add_up(pool: Pool):
     assert pool.series("strata_serving") == 1
 
 
+@pytest.mark.skipif(not cores_of_their_own(2), reason="needs two cores of the pool's own")
+def test_idle_workers_hold_their_threads_to_cores_of_their_own(pool: Pool):
+    """Idle, each worker's threads gather on its own core (service/serving/thread_placement.py);
+    a worker's main thread is its event loop's."""
+
+    def gathered() -> list[set[int]]:
+        return [os.sched_getaffinity(worker) for worker in pool.workers()]
+
+    wait_for(lambda: all(len(cores) == 1 for cores in gathered()), WAIT_S, "workers gathered")
+    assert len(set.union(*gathered())) == 2  # a core each
+
+
 @pytest.mark.slow
 def test_a_small_fuzz_finds_the_pool_sound(pool: Pool):
     report = run_fuzz(pool.target, requests=200, seed=3, max_seconds=90, concurrency=4)
@@ -303,3 +315,15 @@ def test_the_default_is_one_worker_per_usable_core_up_to_the_limit(tmp_path: Pat
     quota.write_text("max 100000\n")
     assert usable_cores(quota) == affinity
     assert usable_cores(tmp_path / "absent") == affinity
+
+
+def test_workers_hold_threads_to_cores_of_their_own_only_where_they_have_them(tmp_path: Path):
+    affinity = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    quota.write_text("max 100000\n")
+    assert cores_of_their_own(affinity, quota)
+    assert not cores_of_their_own(affinity + 1, quota)  # more workers than cores
+    quota.write_text(f"{100000 * affinity} 100000\n")  # a limit of every core: its own
+    assert cores_of_their_own(affinity, quota)
+    quota.write_text("50000 100000\n")  # half a core, on cores others use too
+    assert not cores_of_their_own(1, quota)
