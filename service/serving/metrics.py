@@ -153,6 +153,17 @@ class ServerMetrics:
             "Requests waiting for the micro-batcher (a BatchSearch counts once).",
             registry=r,
         )
+        self.threads_gathered = Gauge(
+            "strata_threads_gathered",
+            "1 while this worker's threads are held to its own core (its calls come one at a "
+            "time), 0 otherwise; summed over a pool's workers.",
+            registry=r,
+        )
+        self.thread_moves = Counter(
+            "strata_thread_moves_total",
+            "Times this worker's threads were gathered onto its core or spread over every core.",
+            registry=r,
+        )
         # every label set a dashboard plots exists from the start (at 0), not from its first use
         for tier in CACHE_TIERS:
             for result in ("hit", "miss"):

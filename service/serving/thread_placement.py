@@ -32,9 +32,12 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.engine.compute_threads import compute_thread_ids, process_cores
+
+if TYPE_CHECKING:
+    from service.serving.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +117,10 @@ class ThreadPlacement:
     `overlap` overlap (module docstring), checked every `WINDOW_S` on the event loop it is
     started on."""
 
-    def __init__(self, core: int, overlap: CallOverlap) -> None:
-        self.core, self.overlap = core, overlap
+    def __init__(
+        self, core: int, overlap: CallOverlap, metrics: ServerMetrics | None = None
+    ) -> None:
+        self.core, self.overlap, self.metrics = core, overlap, metrics
         self.placement = Placement()
         self.moves = 0  # gathers and spreads so far
         self._handle: asyncio.TimerHandle | None = None
@@ -142,6 +147,9 @@ class ThreadPlacement:
             cores = frozenset({self.core}) if placement.gathered else process_cores()
             place(serving_thread_ids(), cores)
             self.moves += 1
+            if self.metrics is not None:
+                self.metrics.threads_gathered.set(1 if placement.gathered else 0)
+                self.metrics.thread_moves.inc()
             # gathered, the first call to overlap another spreads them, not the window's end
             self.overlap.on_overlap = self._spread if placement.gathered else None
             log.debug("serving threads on cores %s", sorted(cores))

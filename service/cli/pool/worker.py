@@ -237,7 +237,7 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
         announcement.follow(server)
         core = gathering_core(link.index, spec.threads) if spec.gather else None
         if core is not None:  # its serving threads on one core while calls come one at a time
-            ThreadPlacement(core, server.overlap).start(asyncio.get_running_loop())
+            ThreadPlacement(core, server.overlap, metrics).start(asyncio.get_running_loop())
 
     try:
         asyncio.run(serve(engine, spec.config, on_ready=ready, metrics=metrics))

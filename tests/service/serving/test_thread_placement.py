@@ -25,6 +25,7 @@ from service.api.server import ServerConfig
 from service.engine.compute_threads import process_cores, same_threads
 from service.engine.search import SearchEngine
 from service.serving.batching import BatchingConfig
+from service.serving.metrics import ServerMetrics
 from service.serving.thread_placement import (
     GATHER_AFTER,
     CallOverlap,
@@ -88,7 +89,8 @@ def test_serving_threads_and_lanes_move_and_background_threads_keep_every_core()
     ]
     for thread in threads:
         thread.start()
-    placement = ThreadPlacement(core, CallOverlap())
+    metrics = ServerMetrics()
+    placement = ThreadPlacement(core, CallOverlap(), metrics)
     try:
         started.wait()
         assert affinity(ids["serving"]) == affinity(0) == every  # the premise
@@ -96,6 +98,7 @@ def test_serving_threads_and_lanes_move_and_background_threads_keep_every_core()
             placement.observe(50, 0)
         assert affinity(ids["serving"]) == affinity(ids["lane"]) == affinity(0) == {core}
         assert affinity(ids["compute"]) == every
+        assert metrics.registry.get_sample_value("strata_threads_gathered") == 1
         placement.observe(50, 40)
         assert affinity(ids["serving"]) == affinity(0) == every
         for _ in range(GATHER_AFTER):
@@ -106,6 +109,8 @@ def test_serving_threads_and_lanes_move_and_background_threads_keep_every_core()
         placement.overlap.begin()
         assert affinity(0) == every  # a call beside another: spread at once
         assert (placement.moves, placement.overlap.overlapped) == (4, 1)
+        assert metrics.registry.get_sample_value("strata_threads_gathered") == 0
+        assert metrics.registry.get_sample_value("strata_thread_moves_total") == 4
     finally:
         placement.stop()
         stop.set()

@@ -191,6 +191,7 @@ def test_idle_workers_hold_their_threads_to_cores_of_their_own(pool: Pool):
 
     wait_for(lambda: all(len(cores) == 1 for cores in gathered()), WAIT_S, "workers gathered")
     assert len(set.union(*gathered())) == 2  # a core each
+    assert pool.series("strata_threads_gathered") == 2  # the workers' gauges summed
 
 
 @pytest.mark.slow
