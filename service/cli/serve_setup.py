@@ -131,15 +131,18 @@ def worker_count(workers: int | None, backend: str, cores: int | None = None) ->
     return workers
 
 
-def cores_of_their_own(workers: int, cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> bool:
-    """Whether `workers` workers may each hold their threads to a core of their own while
-    lightly loaded (service/serving/thread_placement.py): as many cores as workers at least, all
-    the process's to use. Under a CPU quota below the cores it may run on (a container's limit
-    on a shared node), those cores are others' too, and a thread held to one would wait while
-    another process uses it."""
+def cores_of_their_own(
+    workers: int, threads: int, cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")
+) -> bool:
+    """Whether `workers` workers computing on `threads` threads each may hold their threads to
+    a core of their own while lightly loaded (service/serving/thread_placement.py): one thread
+    each (a worker on more computes on several cores anyway), two cores or more, as many as
+    workers at least, all the process's to use. Under a CPU quota below the cores it may run on
+    (a container's limit on a shared node), those cores are others' too, and a thread held to
+    one would wait while another process uses it."""
     cores = len(os.sched_getaffinity(0))
     quota = cpu_quota(cpu_max)
-    return workers <= cores and (quota is None or quota >= cores)
+    return threads == 1 and cores >= 2 and workers <= cores and (quota is None or quota >= cores)
 
 
 def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:

@@ -80,14 +80,11 @@ def place(threads: Iterable[int], cores: frozenset[int]) -> None:
             continue
 
 
-def gathering_core(worker: int, threads: int) -> int | None:
-    """The core worker `worker` gathers its serving threads on, or None where it should not:
-    a worker that computes on more than one thread (its queries use several cores anyway),
-    a process that may run on one core only, or a system without thread affinity."""
-    if threads != 1 or not hasattr(os, "sched_setaffinity"):
-        return None
+def gathering_core(worker: int) -> int:
+    """The core worker `worker` gathers its threads on: the i-th of the cores the process may
+    use (whether it gathers at all is the pool's decision: serve_setup.cores_of_their_own)."""
     cores = sorted(process_cores())
-    return cores[worker % len(cores)] if len(cores) > 1 else None
+    return cores[worker % len(cores)]
 
 
 class CallOverlap:
@@ -117,12 +114,9 @@ class ThreadPlacement:
     `overlap` overlap (module docstring), checked every `WINDOW_S` on the event loop it is
     started on."""
 
-    def __init__(
-        self, core: int, overlap: CallOverlap, metrics: ServerMetrics | None = None
-    ) -> None:
+    def __init__(self, core: int, overlap: CallOverlap, metrics: ServerMetrics) -> None:
         self.core, self.overlap, self.metrics = core, overlap, metrics
         self.placement = Placement()
-        self.moves = 0  # gathers and spreads so far
         self._handle: asyncio.TimerHandle | None = None
         self._counted = (0, 0)
 
@@ -146,10 +140,8 @@ class ThreadPlacement:
         if placement.gathered != self.placement.gathered:
             cores = frozenset({self.core}) if placement.gathered else process_cores()
             place(serving_thread_ids(), cores)
-            self.moves += 1
-            if self.metrics is not None:
-                self.metrics.threads_gathered.set(1 if placement.gathered else 0)
-                self.metrics.thread_moves.inc()
+            self.metrics.threads_gathered.set(1 if placement.gathered else 0)
+            self.metrics.thread_moves.inc()  # gathers and spreads so far
             # gathered, the first call to overlap another spreads them, not the window's end
             self.overlap.on_overlap = self._spread if placement.gathered else None
             log.debug("serving threads on cores %s", sorted(cores))

@@ -153,13 +153,14 @@ class WorkerPool:
             public_metrics = self._serve_metrics(config.metrics_host or config.host)
             update.update(metrics_port=0, metrics_host="127.0.0.1")
         level = logging.getLogger("service").getEffectiveLevel()  # the command's, -q included
+        threads = max(1, usable_cores() // self.count)
         self.spec = replace(
             self.spec,
             config=config.model_copy(update=update),
             workers=self.count,
             public_metrics_port=public_metrics,
-            threads=max(1, usable_cores() // self.count),
-            gather=cores_of_their_own(self.count),
+            threads=threads,
+            gather=cores_of_their_own(self.count, threads),
             log_level=logging.getLevelName(level),
         )
         for index in range(self.count):

@@ -235,9 +235,9 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
         }
         link.send("ready", details)
         announcement.follow(server)
-        core = gathering_core(link.index, spec.threads) if spec.gather else None
-        if core is not None:  # its serving threads on one core while calls come one at a time
-            ThreadPlacement(core, server.overlap, metrics).start(asyncio.get_running_loop())
+        if spec.gather:  # its threads on one core while its calls come one at a time
+            placement = ThreadPlacement(gathering_core(link.index), server.overlap, metrics)
+            placement.start(asyncio.get_running_loop())
 
     try:
         asyncio.run(serve(engine, spec.config, on_ready=ready, metrics=metrics))

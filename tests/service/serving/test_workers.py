@@ -181,7 +181,7 @@ def test_two_workers_answer_on_one_port_and_their_metrics_add_up(pool: Pool):
     assert pool.series("strata_serving") == 1
 
 
-@pytest.mark.skipif(not cores_of_their_own(2), reason="needs two cores of the pool's own")
+@pytest.mark.skipif(not cores_of_their_own(2, 1), reason="needs two cores of the pool's own")
 def test_idle_workers_hold_their_threads_to_cores_of_their_own(pool: Pool):
     """Idle, each worker's threads gather on its own core (service/serving/thread_placement.py);
     a worker's main thread is its event loop's."""
@@ -322,9 +322,10 @@ def test_workers_hold_threads_to_cores_of_their_own_only_where_they_have_them(tm
     affinity = len(os.sched_getaffinity(0))
     quota = tmp_path / "cpu.max"
     quota.write_text("max 100000\n")
-    assert cores_of_their_own(affinity, quota)
-    assert not cores_of_their_own(affinity + 1, quota)  # more workers than cores
+    assert cores_of_their_own(affinity, 1, quota) == (affinity >= 2)
+    assert not cores_of_their_own(affinity, 2, quota)  # computing on two threads each
+    assert not cores_of_their_own(affinity + 1, 1, quota)  # more workers than cores
     quota.write_text(f"{100000 * affinity} 100000\n")  # a limit of every core: its own
-    assert cores_of_their_own(affinity, quota)
+    assert cores_of_their_own(affinity, 1, quota) == (affinity >= 2)
     quota.write_text("50000 100000\n")  # half a core, on cores others use too
-    assert not cores_of_their_own(1, quota)
+    assert not cores_of_their_own(1, 1, quota)
