@@ -1,5 +1,6 @@
 """The inline-kinds benchmark reads where a live server ran each query of a cheap/dear mix
-(where each kind runs is the batcher's rule, tested in tests/service/serving/test_batching.py)."""
+(where each kind runs is the batcher's rule, tested in
+tests/service/serving/test_inline_on_loop.py)."""
 
 from __future__ import annotations
 

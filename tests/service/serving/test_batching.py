@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +16,6 @@ from serving_helpers import HandClock
 from waiting import WAIT_S
 
 from service.errors import OverloadedError
-from service.serving.batch_calls import CHEAP_WEIGHT, MAX_KINDS, BatchCalls
-from service.serving.batch_order import Flow, Waiting, take_batch
 from service.serving.batching import BatchingConfig, ItemError, MicroBatcher
 from training.core.config import build_config
 from training.core.errors import InputError
@@ -359,69 +355,6 @@ def test_a_finished_request_is_finished_whatever_its_size(items: list[int]):
     assert single == 50
 
 
-# --- the order of service (take_batch, pure) ---------------------------------------------------
-
-
-def flow(arrived: float, items: int, served: float = 0.0, item_s: float | None = None) -> Any:
-    """A waiting request of `items` items (a single-item one when 1), its items named by its
-    arrival."""
-    waiting = deque(Waiting((arrived, i), None, arrived) for i in range(items))  # type: ignore[arg-type]
-    return Flow(waiting, single=items == 1, arrived=arrived, served=served, item_s=item_s)
-
-
-def test_the_next_batch_goes_to_the_earliest_turn_arrival_plus_the_work_done():
-    served_much = flow(100.0, 10, served=2.0, item_s=0.25)  # turn 102
-    waited_longest = flow(101.0, 10, item_s=0.25)  # turn 101: before the singles
-    singles = [flow(101.5, 1), flow(101.6, 1)]
-    flows = deque([served_much, waited_longest, *singles])
-    batch, source = take_batch(flows, 8, 1.0)
-    assert source is waited_longest and [w.item for w in batch] == [(101.0, i) for i in range(4)]
-    waited_longest.served += 1.0  # its chunk took 1 s: its turn is 102 now, served once more
-    batch, source = take_batch(flows, 8, 1.0)
-    assert source is None and [w.item for w in batch] == [(101.5, 0), (101.6, 0)]
-    batch, source = take_batch(flows, 8, 1.0)
-    assert source is served_much and len(batch) == 4
-    assert list(flows) == [served_much, waited_longest]  # both still have items
-
-
-def test_a_call_is_one_chunk_and_an_unserved_request_goes_before_a_served_one_of_equal_turn():
-    served = flow(100.0, 5, served=0.0, item_s=0.1)
-    served.turns = 1  # a chunk that cost nothing (a hand clock)
-    call = Flow(deque([Waiting(None, None, 100.0)]), single=False, call=print, arrived=100.0)  # type: ignore[arg-type]
-    flows = deque([served, call])
-    assert take_batch(flows, 8, 1.0)[1] is call and list(flows) == [served]
-
-
-@pytest.mark.parametrize("small_every_s", [None, 0.05])
-def test_no_request_starves_and_a_small_query_waits_at_most_two_chunks(small_every_s):
-    """Simulated on the batcher's order in one lane: a large request (40 items of 1 s, one per
-    chunk) beside small queries of 0.05 s — one caller sending the next when the last is
-    answered (None), or a flood arriving every 0.05 s, as fast as the engine can serve them
-    alone. The small caller waits at most for the chunk running when it arrives and the next
-    (the large request's turn is level with its own); under the flood the large request still
-    gets a share of the engine (done within 2.5x its work)."""
-    now, large = 0.0, flow(0.0, 40, item_s=1.0)
-    flows: deque = deque([large])
-    waits, arrivals, next_small = [], {}, 0.0
-    while large.items:
-        if small_every_s is None and not any(f.single for f in flows):
-            arrivals[len(arrivals)] = now  # the caller's next query
-            flows.append(flow(now, 1))
-        while small_every_s is not None and next_small <= now:
-            arrivals[len(arrivals)] = next_small
-            flows.append(flow(next_small, 1))
-            next_small += small_every_s
-        batch, source = take_batch(flows, 8, 1.0)
-        now += 1.0 * len(batch) if source is large else 0.05
-        if source is large:
-            large.served += 1.0 * len(batch)
-        else:
-            waits += [now - w.arrived for w in batch]
-    if small_every_s is None:
-        assert max(waits) <= 2 * 1.0 + 0.05 + 1e-9  # two chunks of the large one, then its own
-    assert now <= 2.5 * 40  # the large request's 40 s of work done within 2.5× that
-
-
 def test_a_call_runs_alone_in_its_turn_between_the_chunks_of_a_large_request():
     """`submit_call` (an Explain): queued like a request, run by itself on the executor before
     the next chunk of a request that has had its share; its exception reaches its caller."""
@@ -458,56 +391,3 @@ def test_a_call_runs_alone_in_its_turn_between_the_chunks_of_a_large_request():
         list(range(105, 109)),
         [109],
     ]
-
-
-def test_a_lone_cheap_query_runs_on_the_event_loop_by_what_its_kind_costs():
-    """Items the server calls cheap (here: even numbers, of two kinds, small and large) run on
-    the event loop when nothing is queued, once a lone one of their kind has been measured in a
-    lane, while their kind has cost at most `inline_ms`; a dear kind goes to a lane without
-    keeping the cheap kind off the loop. Odd numbers always go to a lane. Either way the caller
-    gets the same answer, and the stats count it."""
-    threads: list[str] = []
-
-    def process(items: list[int]) -> list[int]:
-        threads.append(threading.current_thread().name)
-        return [i * 10 for i in items]
-
-    def kind(i: int) -> str | None:
-        return None if i % 2 else ("large" if i >= 100 else "small")
-
-    async def scenario() -> list[int]:
-        with ThreadPoolExecutor(2, thread_name_prefix="lane") as pool:
-            config = BatchingConfig(inline_ms=1000.0)  # any trivial call is within it
-            batcher = MicroBatcher(process, config, pool, cheap=kind)
-            answers = [await batcher.submit(i) for i in (2, 4, 3, 100)]
-            batcher.calls.costs["large"] = 5.0  # large items have lately cost 5 s: a lane
-            answers += [await batcher.submit(i) for i in (102, 6)]
-            off = MicroBatcher(process, BatchingConfig(inline_ms=0), pool, cheap=lambda i: "all")
-            off.calls.costs["all"] = 0.0
-            answers.append(await off.submit(8))
-            await batcher.close()
-            await off.close()
-            assert batcher.stats.items == 6
-            return answers
-
-    loop = threading.current_thread().name
-    assert run(scenario()) == [20, 40, 30, 1000, 1020, 60, 80]
-    where = ["loop" if name == loop else "lane" for name in threads]
-    # 2: the first small one, measured in a lane; 4: on the loop; 3: odd; 100: the first large
-    # one; 102: a dear kind; 6: small, still on the loop; 8: inlining off
-    assert where == ["lane", "loop", "lane", "lane", "lane", "loop", "lane"]
-    assert all(name.startswith("lane") for name in threads if name != loop)
-
-
-def test_the_kinds_whose_costs_are_kept_are_bounded():
-    """Past MAX_KINDS kinds a new kind makes room by dropping the oldest (a flood of distinct
-    kinds grows nothing; a dropped kind is measured again in a lane when it comes back)."""
-    calls = BatchCalls(lambda items: items, cheap=lambda i: i)
-    for i in range(MAX_KINDS + 10):
-        calls.cost(i, 0.0)
-    assert len(calls.costs) == MAX_KINDS
-    assert not calls.inline(0, 1.0)  # dropped: unknown again
-    assert calls.inline(MAX_KINDS + 9, 1.0) and calls.inline(10, 1.0)
-    calls.cost(10, 10.0)  # a known kind's average moves by CHEAP_WEIGHT of the new cost
-    assert calls.costs[10] == pytest.approx(10.0 * CHEAP_WEIGHT)
-    assert not calls.inline(10, 1.0)

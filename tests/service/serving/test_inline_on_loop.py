@@ -1,0 +1,67 @@
+"""A lone cheap query on the event loop (service/serving/batch_calls.py, `inline_ms`): each kind
+of cheap item is judged by what lone items of its kind have cost, the first of a kind measured
+in a lane, and the kinds whose costs are kept are bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from service.serving.batch_calls import CHEAP_WEIGHT, MAX_KINDS, BatchCalls
+from service.serving.batching import BatchingConfig, MicroBatcher
+
+
+def test_a_lone_cheap_query_runs_on_the_event_loop_by_what_its_kind_costs():
+    """Items the server calls cheap (here: even numbers, of two kinds, small and large) run on
+    the event loop when nothing is queued, once a lone one of their kind has been measured in a
+    lane, while their kind has cost at most `inline_ms`; a dear kind goes to a lane without
+    keeping the cheap kind off the loop. Odd numbers always go to a lane. Either way the caller
+    gets the same answer, and the stats count it."""
+    threads: list[str] = []
+
+    def process(items: list[int]) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return [i * 10 for i in items]
+
+    def kind(i: int) -> str | None:
+        return None if i % 2 else ("large" if i >= 100 else "small")
+
+    async def scenario() -> list[int]:
+        with ThreadPoolExecutor(2, thread_name_prefix="lane") as pool:
+            config = BatchingConfig(inline_ms=1000.0)  # any trivial call is within it
+            batcher = MicroBatcher(process, config, pool, cheap=kind)
+            answers = [await batcher.submit(i) for i in (2, 4, 3, 100)]
+            batcher.calls.costs["large"] = 5.0  # large items have lately cost 5 s: a lane
+            answers += [await batcher.submit(i) for i in (102, 6)]
+            off = MicroBatcher(process, BatchingConfig(inline_ms=0), pool, cheap=lambda i: "all")
+            off.calls.costs["all"] = 0.0
+            answers.append(await off.submit(8))
+            await batcher.close()
+            await off.close()
+            assert batcher.stats.items == 6
+            return answers
+
+    loop = threading.current_thread().name
+    assert asyncio.run(scenario()) == [20, 40, 30, 1000, 1020, 60, 80]
+    where = ["loop" if name == loop else "lane" for name in threads]
+    # 2: the first small one, measured in a lane; 4: on the loop; 3: odd; 100: the first large
+    # one; 102: a dear kind; 6: small, still on the loop; 8: inlining off
+    assert where == ["lane", "loop", "lane", "lane", "lane", "loop", "lane"]
+    assert all(name.startswith("lane") for name in threads if name != loop)
+
+
+def test_the_kinds_whose_costs_are_kept_are_bounded():
+    """Past MAX_KINDS kinds a new kind makes room by dropping the oldest (a flood of distinct
+    kinds grows nothing; a dropped kind is measured again in a lane when it comes back)."""
+    calls = BatchCalls(lambda items: items, cheap=lambda i: i)
+    for i in range(MAX_KINDS + 10):
+        calls.cost(i, 0.0)
+    assert len(calls.costs) == MAX_KINDS
+    assert not calls.inline(0, 1.0)  # dropped: unknown again
+    assert calls.inline(MAX_KINDS + 9, 1.0) and calls.inline(10, 1.0)
+    calls.cost(10, 10.0)  # a known kind's average moves by CHEAP_WEIGHT of the new cost
+    assert calls.costs[10] == pytest.approx(10.0 * CHEAP_WEIGHT)
+    assert not calls.inline(10, 1.0)
