@@ -103,6 +103,7 @@ def train(rows, mean: np.ndarray, config: ReadoutConfig, hidden: int, threads: i
         rows.val_relevant,
         rows.calibration,
         config.min_calibration,
+        (logits_of(result.best, rows.train_x[rows.train_sample]), rows.train_relevant),
     )
     precision, recall = float(np.nanmean(found["precision"])), float(np.nanmean(found["recall"]))
     return {

@@ -21,13 +21,15 @@ selection on the val rows' loss (training/loop.py;
 the trainer is in training/cedar/readout_training.py, so that reading a readout loads no
 torch).
 
-Thresholds θ_w are picked per word on the val rows: the cut of best F1 against the strict
-relevance (at least 2 other captions use w), where the word has at least `min_calibration`
-relevant rows there and that cut, cross-fitted, holds out better than the global one (below);
-elsewhere one global θ, the cut of best mean F1 over the words that have
-them. Each word's held-out precision P(relevant | active) and recall, which the catalog shows,
-come from cross-fitting: the val rows split in two halves by image, θ picked on one half and
-scored on the other, both ways.
+Thresholds θ_w are picked per word on the train and val rows together (up to
+CALIBRATION_TRAIN_ROWS of the train rows, a seeded sample: the readout is linear and fits its
+train rows no better than its val rows, so they give a rare word's cut several times the
+positives): the cut of best F1 against the strict relevance (at least 2 other captions use w),
+where the word has at least `min_calibration` relevant rows there and that cut, cross-fitted,
+holds out better than the global one (below); elsewhere one global θ, the cut of best mean F1
+over the words that have them. Each word's held-out precision P(relevant | active) and recall,
+which the catalog shows, come from cross-fitting: the val rows split in two halves by image, θ
+picked on the train rows and one half, and scored on the other half, both ways.
 
 Zero-shot words. A word the training captions use too rarely to learn from (fewer than
 `vocabulary_min_count` times, or never: the caption lexicon's words) is still a concept, the
@@ -60,6 +62,8 @@ from training.core.errors import InputError
 from training.core.metrics import unit_rows
 
 SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
+CALIBRATION_TRAIN_ROWS = 30_000  # train rows that join the val rows in picking cuts
+CUT_BLOCK = 256  # words whose cuts are searched at once (bounds the sort's memory)
 
 
 class ReadoutConfig(ConfigModel):
@@ -159,7 +163,14 @@ def soft_targets(levels: Sequence[Any]) -> np.ndarray:
 def best_cuts(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per word (column): the threshold of best F1 (rows with score ≥ it are allowed; the
     midpoint between the last allowed and first refused score) and that F1. Exact: every cut
-    between sorted scores is tried. A word with no relevant row gets +inf and F1 0."""
+    between sorted scores is tried. A word with no relevant row gets +inf and F1 0. Searched
+    CUT_BLOCK words at a time."""
+    if scores.shape[1] > CUT_BLOCK:
+        blocks = [
+            best_cuts(scores[:, i : i + CUT_BLOCK], relevant[:, i : i + CUT_BLOCK])
+            for i in range(0, scores.shape[1], CUT_BLOCK)
+        ]
+        return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
     n, v = scores.shape
     order = np.argsort(-scores, axis=0, kind="stable")
     ranked = np.take_along_axis(scores, order, axis=0)
@@ -177,19 +188,19 @@ def best_cuts(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.
 
 def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> float:
     """The one threshold of best mean F1 over `words` (columns), from a grid of score
-    quantiles."""
+    quantiles; each word's counts at every grid point read off its sorted scores."""
     if not len(words):
         return 0.0
     s, r = scores[:, words], relevant[:, words]
     grid = np.unique(np.quantile(s, np.linspace(0.5, 0.9999, 400)))
-    best, best_f1 = float(grid[0]), -1.0
-    for t in grid:
-        allowed = s >= t
-        hits = (allowed & r).sum(axis=0)
-        f1 = 2 * hits / np.maximum(allowed.sum(axis=0) + r.sum(axis=0), 1)
-        if f1.mean() > best_f1:
-            best, best_f1 = float(t), float(f1.mean())
-    return best
+    allowed, hits = np.zeros((2, len(grid), len(words)))
+    for w in range(len(words)):
+        column = s[:, w]
+        allowed[:, w] = len(column) - np.searchsorted(np.sort(column), grid, side="left")
+        positives = np.sort(column[r[:, w]])
+        hits[:, w] = len(positives) - np.searchsorted(positives, grid, side="left")
+    f1 = (2 * hits / np.maximum(allowed + r.sum(axis=0), 1)).mean(axis=1)
+    return float(grid[int(np.argmax(f1))])
 
 
 def text_directions(word_embeddings: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -293,6 +304,15 @@ def active_share(readout: VocabularyReadout, features: np.ndarray) -> list[float
     return [round(float(a) / max(len(features), 1), 6) for a in active]
 
 
+def calibration_sample(rows: int, seed: int) -> np.ndarray:
+    """int [S]: the train rows (positions, ascending) whose cuts join the val rows' in
+    `calibrate`: every row up to CALIBRATION_TRAIN_ROWS, a seeded sample beyond."""
+    if rows <= CALIBRATION_TRAIN_ROWS:
+        return np.arange(rows)
+    chosen = np.random.default_rng(seed).choice(rows, CALIBRATION_TRAIN_ROWS, replace=False)
+    return np.sort(chosen)
+
+
 def split_calibration(groups: Sequence[str], seed: int) -> np.ndarray:
     """bool per row: True for the first half of the val rows, False for the second (by group,
     so an image's captions stay together): the halves of the cross-fitting."""
@@ -320,23 +340,37 @@ def held_out(
 
 
 def calibrate(
-    logits: np.ndarray, relevant: np.ndarray, halves: np.ndarray, min_calibration: int
+    logits: np.ndarray,
+    relevant: np.ndarray,
+    halves: np.ndarray,
+    min_calibration: int,
+    train: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray | float]:
-    """θ per word on all the val rows and each word's held-out precision / recall, by
-    cross-fitting: thresholds picked on one half (by image) and scored on the other, both ways,
-    counts pooled (NaN where it allows or has no relevant row). A word keeps its own best-F1
-    cut only where it has `min_calibration` relevant rows and that cut, cross-fitted, scores a
-    higher held-out F1 than the global cut does for the word; elsewhere the global cut, whose
-    held-out figures it then reports. (A word the readout cannot separate still has a best
-    cut on its few val positives, often deep in its ranking: one that lets a large share of
-    the rows through and holds on no other rows.)"""
-    threshold, supported, overall = thresholds(logits, relevant, min_calibration)
+    """θ per word on the val rows (`logits`, `relevant`) and the `train` rows' (logits,
+    relevance) together, and each word's held-out precision / recall, by cross-fitting:
+    thresholds picked on the train rows and one half of the val rows (by image) and scored on
+    the other half, both ways, counts pooled (NaN where it allows or has no relevant row). A
+    word keeps its own best-F1 cut only where it has `min_calibration` relevant rows and that
+    cut, cross-fitted, scores a higher held-out F1 than the global cut does for the word;
+    elsewhere the global cut, whose held-out figures it then reports. (A word the readout
+    cannot separate still has a best cut on its few positives, often deep in its ranking: one
+    that lets a large share of the rows through and holds on no other rows.)"""
+    if train is None:
+        train = (logits[:0], relevant[:0])
+    train_logits, train_relevant = train
+    fitted = np.concatenate([train_logits, logits]), np.concatenate([train_relevant, relevant])
+    threshold, supported, overall = thresholds(*fitted, min_calibration)
     words = logits.shape[1]
     own_counts, global_counts = np.zeros((3, words)), np.zeros((3, words))
+    fold_minimum = min_calibration if len(train_logits) else max(1, min_calibration // 2)
     for fit in (halves, ~halves):
         if not fit.any() or fit.all():
             continue
-        theta, _, cut = thresholds(logits[fit], relevant[fit], max(1, min_calibration // 2))
+        theta, _, cut = thresholds(
+            np.concatenate([train_logits, logits[fit]]),
+            np.concatenate([train_relevant, relevant[fit]]),
+            fold_minimum,
+        )
         own_counts += held_out(logits[~fit], relevant[~fit], theta)
         global_counts += held_out(logits[~fit], relevant[~fit], np.full(words, cut))
     own = supported & (held_out_f1(*own_counts) > held_out_f1(*global_counts))
@@ -361,8 +395,9 @@ def held_out_f1(hits: np.ndarray, allowed: np.ndarray, wanted: np.ndarray) -> np
 
 @dataclass
 class ReadoutRows:
-    """What the readout learns from: x̃ and soft targets of the train rows, x̃ and the strict
-    relevance of the val rows, their halves for cross-fitting, the words and their embeddings."""
+    """What the readout learns from: x̃ and soft targets of the train rows (and the strict
+    relevance of those that join the calibration), x̃ and the strict relevance of the val rows,
+    their halves for cross-fitting, the words and their embeddings."""
 
     words: list[str]
     classes: list[str]
@@ -370,6 +405,8 @@ class ReadoutRows:
     train_x: np.ndarray
     train_targets: np.ndarray  # float32 [N, V]
     train_support: np.ndarray  # int [V]: relevant (strict) training rows
+    train_sample: np.ndarray  # int [S]: the train rows that join the cuts' calibration
+    train_relevant: np.ndarray  # bool [S, V], strict, of those rows
     val_x: np.ndarray
     val_targets: np.ndarray
     val_relevant: np.ndarray  # bool [M, V], strict

@@ -28,6 +28,7 @@ from training.cedar.readout import (
     ReadoutRows,
     VocabularyReadout,
     active_share,
+    calibration_sample,
     cosine_cut,
     readout_input,
     soft_targets,
@@ -64,6 +65,7 @@ def readout_rows(
         x = readout_input(data.embeddings[rows], config.source, rotation, mean, k)
         parts[split] = (x, soft_targets(list(levels.values())), levels[OTHER_CAPTIONS], groups)
     train_x, train_targets, train_strict, _ = parts["train"]
+    sample = calibration_sample(len(train_x), config.seed)
     val_x, val_targets, val_strict, val_groups = parts["val"]
     return ReadoutRows(
         words=list(vocab.words),
@@ -72,6 +74,8 @@ def readout_rows(
         train_x=train_x,
         train_targets=train_targets,
         train_support=np.asarray(train_strict.sum(axis=0)).reshape(-1).astype(np.int64),
+        train_sample=sample,
+        train_relevant=train_strict[sample].toarray().astype(bool),
         val_x=val_x,
         val_targets=val_targets,
         val_relevant=val_strict.toarray().astype(bool),

@@ -117,7 +117,8 @@ def fit_readout(
         result = run_readout_loop(trainer, config, progress)
     weight, offset = (t.numpy().astype(np.float32) for t in result.best)
     logits = margins(rows.val_x, weight, offset)
-    found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration)
+    train = (margins(rows.train_x[rows.train_sample], weight, offset), rows.train_relevant)
+    found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration, train)
     threshold = np.asarray(found["threshold"], dtype=np.float32)
     finite = np.where(np.isfinite(threshold), threshold, np.float32(1e6))
     readout = VocabularyReadout(

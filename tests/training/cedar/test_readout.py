@@ -20,10 +20,14 @@ from training.cedar.gallery_cuts import (
 )
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
+    CALIBRATION_TRAIN_ROWS,
+    CUT_BLOCK,
     VocabularyReadout,
     best_cuts,
     calibrate,
+    calibration_sample,
     calibration_words,
+    global_cut,
     margins,
     split_calibration,
     teacher_words,
@@ -93,6 +97,66 @@ def test_calibration_gives_unsupported_words_the_global_threshold():
     assert found["precision"][3] < 0.1
     assert 0 < found["precision"][0] <= 1 and 0 < found["recall"][0] <= 1
     assert 0 < found["precision"][1] <= 1 and 0 < found["recall"][1] <= 1
+
+
+def test_cuts_are_searched_block_by_block_as_one():
+    """More words than CUT_BLOCK: every word's cut and F1 as if searched alone, and the global
+    cut the first of the best mean F1 on its grid, as a direct count at each grid point says."""
+    rng = np.random.default_rng(4)
+    scores = rng.normal(size=(300, CUT_BLOCK + 9))
+    relevant = scores + rng.normal(size=scores.shape) > 1.2
+    cuts, f1 = best_cuts(scores, relevant)
+    for w in (0, CUT_BLOCK - 1, CUT_BLOCK, CUT_BLOCK + 8):
+        alone = best_cuts(scores[:, [w]], relevant[:, [w]])
+        assert (cuts[w], f1[w]) == (alone[0][0], alone[1][0])
+    words = np.arange(0, scores.shape[1], 3)
+    grid = np.unique(np.quantile(scores[:, words], np.linspace(0.5, 0.9999, 400)))
+    allowed = scores[:, words][None] >= grid[:, None, None]
+    hits = (allowed & relevant[:, words][None]).sum(axis=1)
+    mean_f1 = (2 * hits / np.maximum(allowed.sum(axis=1) + relevant[:, words].sum(axis=0), 1)).mean(
+        axis=1
+    )
+    assert global_cut(scores, relevant, words) == grid[int(np.argmax(mean_f1))]
+
+
+def test_train_rows_give_a_rare_word_its_own_cut_and_never_enter_its_held_out_figures():
+    """Premise: word 0 is learnt on a scale 3 logits above word 1's, so one cut cannot serve
+    both, and the val rows hold only 3 of its relevant rows (too few for a cut of its own); the
+    train rows hold many more. With them it keeps its own cut, the best-F1 cut of train and val
+    rows together; its held-out figures still count val rows only (a train row relevant to word
+    1 everywhere would otherwise lift its recall)."""
+    rng = np.random.default_rng(2)
+
+    def rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+        logits = rng.normal(size=(n, 2))
+        relevant = logits + rng.normal(scale=0.3, size=logits.shape) > 1.0
+        logits[:, 0] += 3.0
+        return logits, relevant
+
+    logits, relevant = rows(400)
+    keep = np.flatnonzero(relevant[:, 0])[:3]
+    relevant[:, 0] = False
+    relevant[keep, 0] = True
+    calibration = split_calibration([str(i // 5) for i in range(400)], seed=0)
+    alone = calibrate(logits, relevant, calibration, min_calibration=5)
+    assert not alone["own"][0]
+    train = rows(2000)
+    joined = calibrate(logits, relevant, calibration, 5, train)
+    assert joined["own"][0]
+    cut, _ = best_cuts(np.concatenate([train[0], logits]), np.concatenate([train[1], relevant]))
+    assert joined["threshold"][0] == pytest.approx(cut[0])
+    assert joined["recall"][0] * 3 == pytest.approx(round(joined["recall"][0] * 3))  # of 3 rows
+    empty = calibrate(logits, relevant, calibration, 5, (logits[:0], relevant[:0]))
+    assert np.array_equal(empty["threshold"], alone["threshold"])  # no train rows: as before
+    assert np.array_equal(empty["own"], alone["own"])
+
+
+def test_the_calibration_sample_is_every_train_row_up_to_its_size_then_a_seeded_sample():
+    assert np.array_equal(calibration_sample(10, seed=0), np.arange(10))
+    many = calibration_sample(CALIBRATION_TRAIN_ROWS + 5, seed=3)
+    assert len(many) == CALIBRATION_TRAIN_ROWS and np.all(np.diff(many) > 0)
+    assert np.array_equal(many, calibration_sample(CALIBRATION_TRAIN_ROWS + 5, seed=3))
+    assert not np.array_equal(many, calibration_sample(CALIBRATION_TRAIN_ROWS + 5, seed=4))
 
 
 def no_encoder(words: list[str]) -> np.ndarray:
