@@ -63,7 +63,7 @@ from training.core.metrics import unit_rows
 
 SOFT_LEVELS = (1, 2, 3)  # soft target: mean of "at least n other captions use the word"
 CALIBRATION_TRAIN_ROWS = 30_000  # train rows that join the val rows in picking cuts
-CUT_BLOCK = 256  # words whose cuts are searched at once (bounds the sort's memory)
+SORT_BLOCK = 256  # words whose scores global_cut sorts at once
 
 
 class ReadoutConfig(ConfigModel):
@@ -163,27 +163,42 @@ def soft_targets(levels: Sequence[Any]) -> np.ndarray:
 def best_cuts(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per word (column): the threshold of best F1 (rows with score ≥ it are allowed; the
     midpoint between the last allowed and first refused score) and that F1. Exact: every cut
-    between sorted scores is tried. A word with no relevant row gets +inf and F1 0. Searched
-    CUT_BLOCK words at a time."""
-    if scores.shape[1] > CUT_BLOCK:
-        blocks = [
-            best_cuts(scores[:, i : i + CUT_BLOCK], relevant[:, i : i + CUT_BLOCK])
-            for i in range(0, scores.shape[1], CUT_BLOCK)
-        ]
-        return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
-    n, v = scores.shape
-    order = np.argsort(-scores, axis=0, kind="stable")
-    ranked = np.take_along_axis(scores, order, axis=0)
-    hits = np.cumsum(np.take_along_axis(relevant, order, axis=0), axis=0, dtype=np.float64)
-    total = hits[-1]
-    allowed = np.arange(1, n + 1, dtype=np.float64)[:, None]
-    f1 = 2 * hits / (allowed + np.maximum(total, 1))
-    best = np.argmax(f1, axis=0)
-    cols = np.arange(v)
-    below = np.where(best + 1 < n, ranked[np.minimum(best + 1, n - 1), cols], -np.inf)
-    cut = np.where(np.isfinite(below), (ranked[best, cols] + below) / 2, ranked[best, cols])
-    cut = np.where(total > 0, cut, np.inf)
-    return cut.astype(np.float64), np.where(total > 0, f1[best, cols], 0.0)
+    between sorted scores (ties in row order) is tried. A word with no relevant row gets +inf
+    and F1 0."""
+    cuts, f1 = np.full(scores.shape[1], np.inf), np.zeros(scores.shape[1])
+    for w in range(scores.shape[1]):
+        cuts[w], f1[w] = word_cut(scores[:, w], relevant[:, w])
+    return cuts, f1
+
+
+def word_cut(scores: np.ndarray, relevant: np.ndarray) -> tuple[float, float]:
+    """One word's best-F1 cut and its F1 (best_cuts). Only its top rows are ranked: allowing
+    the R highest rows (R relevant) scores F1 f₀ = hits/R, and allowing k rows scores at most
+    2R/(k + R), below f₀ once k > R(2/f₀ − 1), so no cut past those rows can be better."""
+    n, wanted = len(scores), int(relevant.sum())
+    if wanted == 0:
+        return float("inf"), 0.0
+    first = np.argpartition(-scores, wanted - 1)[:wanted] if wanted < n else np.arange(n)
+    found = int(relevant[first].sum())
+    edge = scores[first].min()
+    if (scores == edge).sum() > (scores[first] == edge).sum():  # a tie across the R-th row
+        found = max(0, found - int((scores[first] == edge).sum()))  # fewer hits: rank more
+    reach = n if found == 0 else min(n, int(wanted * (2 * wanted / found - 1)) + 2)
+    if reach < n:  # every row at or above the reach-th score: a prefix of the whole ranking
+        top = np.flatnonzero(scores >= scores[np.argpartition(-scores, reach - 1)[reach - 1]])
+    else:
+        top = np.arange(n)
+    top = top[np.lexsort((top, -scores[top]))]  # by score, ties in row order
+    ranked = scores[top].astype(np.float64)
+    f1 = 2 * np.cumsum(relevant[top], dtype=np.float64) / (np.arange(1, len(top) + 1) + wanted)
+    best = int(np.argmax(f1))
+    if best + 1 < len(top):
+        below = ranked[best + 1]
+    elif len(top) < n:  # the first row past the ranked ones
+        below = float(np.max(scores[scores < ranked[-1]]))
+    else:
+        return float(ranked[best]), float(f1[best])
+    return float((ranked[best] + below) / 2), float(f1[best])
 
 
 def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> float:
@@ -194,11 +209,13 @@ def global_cut(scores: np.ndarray, relevant: np.ndarray, words: np.ndarray) -> f
     s, r = scores[:, words], relevant[:, words]
     grid = np.unique(np.quantile(s, np.linspace(0.5, 0.9999, 400)))
     allowed, hits = np.zeros((2, len(grid), len(words)))
-    for w in range(len(words)):
-        column = s[:, w]
-        allowed[:, w] = len(column) - np.searchsorted(np.sort(column), grid, side="left")
-        positives = np.sort(column[r[:, w]])
-        hits[:, w] = len(positives) - np.searchsorted(positives, grid, side="left")
+    for first in range(0, len(words), SORT_BLOCK):
+        block = np.ascontiguousarray(s[:, first : first + SORT_BLOCK].T)  # a word's scores a row
+        wanted = np.ascontiguousarray(r[:, first : first + SORT_BLOCK].T)
+        for i, column in enumerate(np.sort(block, axis=1)):
+            allowed[:, first + i] = len(column) - np.searchsorted(column, grid, side="left")
+            positives = np.sort(block[i][wanted[i]])
+            hits[:, first + i] = len(positives) - np.searchsorted(positives, grid, side="left")
     f1 = (2 * hits / np.maximum(allowed + r.sum(axis=0), 1)).mean(axis=1)
     return float(grid[int(np.argmax(f1))])
 

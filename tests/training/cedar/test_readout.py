@@ -21,7 +21,6 @@ from training.cedar.gallery_cuts import (
 from training.cedar.naming import caption_vocabulary
 from training.cedar.readout import (
     CALIBRATION_TRAIN_ROWS,
-    CUT_BLOCK,
     VocabularyReadout,
     best_cuts,
     calibrate,
@@ -99,16 +98,42 @@ def test_calibration_gives_unsupported_words_the_global_threshold():
     assert 0 < found["precision"][1] <= 1 and 0 < found["recall"][1] <= 1
 
 
-def test_cuts_are_searched_block_by_block_as_one():
-    """More words than CUT_BLOCK: every word's cut and F1 as if searched alone, and the global
-    cut the first of the best mean F1 on its grid, as a direct count at each grid point says."""
-    rng = np.random.default_rng(4)
-    scores = rng.normal(size=(300, CUT_BLOCK + 9))
-    relevant = scores + rng.normal(size=scores.shape) > 1.2
+def ranked_best_cuts(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every cut of every word tried on the whole stable ranking: what best_cuts must equal."""
+    n, v = scores.shape
+    order = np.argsort(-scores, axis=0, kind="stable")
+    ranked = np.take_along_axis(scores, order, axis=0)
+    hits = np.cumsum(np.take_along_axis(relevant, order, axis=0), axis=0, dtype=np.float64)
+    total = hits[-1]
+    f1 = 2 * hits / (np.arange(1, n + 1)[:, None] + np.maximum(total, 1))
+    best, cols = np.argmax(f1, axis=0), np.arange(v)
+    below = np.where(best + 1 < n, ranked[np.minimum(best + 1, n - 1), cols], -np.inf)
+    cut = np.where(np.isfinite(below), (ranked[best, cols] + below) / 2, ranked[best, cols])
+    return np.where(total > 0, cut, np.inf), np.where(total > 0, f1[best, cols], 0.0)
+
+
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_best_cuts_rank_only_the_rows_that_can_matter_and_match_the_whole_ranking(decimals):
+    """Words from rare to common, well and badly ranked, and (rounded) scores full of ties:
+    the cut and F1 of every word as a ranking of every row gives them."""
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(2000, 40))
+    noise = rng.normal(size=scores.shape) * np.linspace(0.1, 5, 40)
+    relevant = scores + noise > np.linspace(1.0, 3.5, 40)
+    relevant[:, 0] = False
+    relevant[:, 1] = True
+    if decimals is not None:
+        scores = np.round(scores, decimals)
     cuts, f1 = best_cuts(scores, relevant)
-    for w in (0, CUT_BLOCK - 1, CUT_BLOCK, CUT_BLOCK + 8):
-        alone = best_cuts(scores[:, [w]], relevant[:, [w]])
-        assert (cuts[w], f1[w]) == (alone[0][0], alone[1][0])
+    expected_cuts, expected_f1 = ranked_best_cuts(scores, relevant)
+    assert np.array_equal(f1, expected_f1)
+    assert np.array_equal(cuts, expected_cuts)
+
+
+def test_the_global_cut_is_the_first_best_mean_f1_on_its_grid():
+    rng = np.random.default_rng(4)
+    scores = rng.normal(size=(300, 30))
+    relevant = scores + rng.normal(size=scores.shape) > 1.2
     words = np.arange(0, scores.shape[1], 3)
     grid = np.unique(np.quantile(scores[:, words], np.linspace(0.5, 0.9999, 400)))
     allowed = scores[:, words][None] >= grid[:, None, None]
