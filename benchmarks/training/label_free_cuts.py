@@ -83,7 +83,7 @@ from training.cedar.gallery_cuts import (
     zero_shot_cuts,
 )
 from training.cedar.gallery_quality import embed_words, judged_words
-from training.cedar.readout import margins, readout_input, teacher_words, text_directions
+from training.cedar.readout.vocabulary import margins, readout_input, teacher_words, text_directions
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 

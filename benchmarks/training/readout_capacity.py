@@ -3,9 +3,9 @@ same readout with a hidden layer, in-corpus and cross-corpus, with the filter-qu
 code of `strata eval cedar --gallery` (training.cedar.filter_quality).
 
 Both arms learn from the `--cache` corpus's train rows, select their epoch on its val rows'
-loss and calibrate per-word thresholds there (training.cedar.readout.calibrate), exactly as
+loss and calibrate per-word thresholds there (training.cedar.readout.cuts.calibrate), exactly as
 `strata train cedar` does:
-- hidden 0: the project's readout, logit_w = ⟨x̃, W_w⟩ + c_w (training.cedar.readout_training);
+- hidden 0: the project's readout, logit_w = ⟨x̃, W_w⟩ + c_w (training.cedar.readout.fitting);
 - hidden H: the same plus a residual ReLU layer, logit_w = ⟨x̃, W_w⟩ + c_w + ⟨relu(A x̃ + a),
   B_w⟩, B zero at the start (so it starts as the linear readout), trained jointly.
 Each is then scored on every `--gallery`'s val and test rows: macro precision / recall / F1
@@ -43,16 +43,15 @@ from benchmarks.harness import benchmark_parser, publish
 from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality
 from training.cedar.gallery_quality import embed_words, judged_words
-from training.cedar.naming import caption_vocabulary
-from training.cedar.readout import (
+from training.cedar.readout.cuts import calibrate
+from training.cedar.readout.fitting import ReadoutTrainer, run_readout_loop
+from training.cedar.readout.rows import vocabulary_rows
+from training.cedar.readout.vocabulary import (
     ReadoutConfig,
-    calibrate,
     named_margins,
     readout_input,
     text_directions,
 )
-from training.cedar.readout_rows import readout_rows
-from training.cedar.readout_training import ReadoutTrainer, run_readout_loop
 from training.core.artifacts import TransformArtifact
 from training.core.seeding import seeded
 
@@ -158,14 +157,12 @@ def main() -> None:
     config = ReadoutConfig.model_validate(
         {**cedar.extra.get("readout", {}).get("config", {}), "epochs": args.epochs}
     )
-    vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
-    rows = readout_rows(
+    _, rows = vocabulary_rows(
         data,
-        vocab,
-        embed_words(list(vocab.words), data.encoder),
         cedar.rotation,
         cedar.mean,
         int(cedar.extra.get("k", 32)),
+        lambda words: embed_words(words, data.encoder),
         config,
     )
     arms: dict[str, Any] = {}

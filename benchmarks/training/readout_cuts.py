@@ -4,9 +4,9 @@ The readout (training.cedar.readout) is trained as `strata train cedar` trains i
 
 1. **Dev comparison** of the two calibration rules on the `--cache` corpus's val rows, which no
    cut of the comparison may read twice: the val rows are split in two halves by image
-   (training.cedar.readout.split_calibration); each rule picks every word's cut on one half
+   (training.cedar.readout.cuts.split_calibration); each rule picks every word's cut on one half
    (`calibrate`, its own cross-fitting inside that half) — the rule before on that half alone,
-   the default on that half and the train rows (training.cedar.readout.calibration_sample) —
+   the default on that half and the train rows (training.cedar.readout.cuts.calibration_sample) —
    and is scored on the other half, both ways: macro precision / recall / F1 over the words
    with at least `min_calibration` relevant rows in the scored half (strict relevance: at
    least 2 other captions of the image use the word).
@@ -32,17 +32,14 @@ from benchmarks.harness import benchmark_parser, publish
 from benchmarks.training.readout_capacity import logits_of, train
 from training.cedar.data import groups_of, load_split_rows
 from training.cedar.gallery_quality import embed_words, judged_words
-from training.cedar.naming import caption_vocabulary
-from training.cedar.readout import (
+from training.cedar.readout.cuts import best_cuts, calibrate, split_calibration
+from training.cedar.readout.rows import vocabulary_rows
+from training.cedar.readout.vocabulary import (
     ReadoutConfig,
-    best_cuts,
-    calibrate,
     named_margins,
     readout_input,
-    split_calibration,
     text_directions,
 )
-from training.cedar.readout_rows import readout_rows
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 
@@ -144,14 +141,12 @@ def main() -> None:
     data = load_split_rows(args.cache)
     cedar = TransformArtifact.load(args.cedar)
     config = ReadoutConfig.model_validate(cedar.extra.get("readout", {}).get("config", {}))
-    vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
-    rows = readout_rows(
+    _, rows = vocabulary_rows(
         data,
-        vocab,
-        embed_words(list(vocab.words), data.encoder),
         cedar.rotation,
         cedar.mean,
         int(cedar.extra.get("k", 32)),
+        lambda words: embed_words(words, data.encoder),
         config,
     )
     model = train(rows, cedar.mean, config, 0, args.threads)

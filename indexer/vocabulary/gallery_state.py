@@ -37,7 +37,7 @@ from indexer.vocabulary.gallery_directions import (
     with_hubs,
 )
 from training.cedar.gallery_cuts import agreeing_z, cut_in_standard_units, hub_scores, hub_words
-from training.cedar.readout import (
+from training.cedar.readout.vocabulary import (
     VocabularyReadout,
     active_on,
     calibration_words,
@@ -179,10 +179,10 @@ def taught_z(
 ) -> float:
     """z from the sampled rows x̃ (`features` [n, D]) and where the `learnt` words are active on
     them (`active` [n, L], their own margins: the filters as learnt, whatever the version's
-    postings keep): the teachers (training.cedar.readout.teacher_words, their rows counted on
-    the sample and scaled to the gallery's `total_rows`) teach it where there are any, else the
-    artifact's `zero_shot_z` (`recorded`), else the readout's zero-shot words' cut in standard
-    units."""
+    postings keep): the teachers (training.cedar.readout.vocabulary.teacher_words, their rows
+    counted on the sample and scaled to the gallery's `total_rows`) teach it where there are
+    any, else the artifact's `zero_shot_z` (`recorded`), else the readout's zero-shot words' cut
+    in standard units."""
     counts = np.zeros(len(readout.words), dtype=np.int64)
     scale = total_rows / max(1, len(features))
     counts[learnt] = np.rint(active.sum(axis=0) * scale).astype(np.int64)

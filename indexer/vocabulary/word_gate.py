@@ -37,7 +37,7 @@ from indexer.format.postings import CHUNK_BITS, Postings
 from indexer.format.postings_writer import filter_postings
 from indexer.vocabulary.gallery_directions import GalleryMoments, corrected_direction
 from training.cedar.gallery_cuts import GATE_Z
-from training.cedar.readout import VocabularyReadout
+from training.cedar.readout.vocabulary import VocabularyReadout
 
 GATES = "vocabulary_gates.npy"
 GATE_WORK = "gate-work"  # where the gated postings are written before they replace the others

@@ -38,7 +38,7 @@ from service.cli.demo_config import STAGE_SECONDS_PER_1K_ROWS, DemoConfig
 from service.engine.search import SearchEngine
 from service.results import Explanation, SearchResult
 from training.cedar.fit import CedarFitConfig, fit_cedar
-from training.cedar.readout import ReadoutConfig
+from training.cedar.readout.vocabulary import ReadoutConfig
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

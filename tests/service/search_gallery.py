@@ -32,8 +32,8 @@ from training.cedar.catalog import (
     vocabulary_from_texts,
 )
 from training.cedar.data import load_split_rows
-from training.cedar.readout import VocabularyReadout, readout_input, text_directions
-from training.cedar.readout_artifact import readout_record, readout_tensors
+from training.cedar.readout.artifact import readout_record, readout_tensors
+from training.cedar.readout.vocabulary import VocabularyReadout, readout_input, text_directions
 from training.cedar.train import CedarConfig, train_cedar
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

@@ -232,7 +232,7 @@ def build_catalog(
 
 
 def word_entry(concept: int, record: dict[str, Any]) -> CatalogEntry:
-    """The catalog entry of a readout word (training.cedar.readout_artifact.readout_record)."""
+    """The catalog entry of a readout word (training.cedar.readout.artifact.readout_record)."""
     word = str(record["word"])
     precision = record.get("precision")
     return CatalogEntry(

@@ -46,10 +46,10 @@ from training.cedar.gallery_quality import (
 from training.cedar.naming import (
     caption_vocabulary,
 )
-from training.cedar.readout import (
+from training.cedar.readout.quality import readout_variants
+from training.cedar.readout.vocabulary import (
     ReadoutConfig,
 )
-from training.cedar.readout_quality import readout_variants
 from training.cedar.train import CedarConfig
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

@@ -25,8 +25,8 @@ import numpy as np
 
 from training.cedar.catalog import CatalogEntry, catalog_entry, word_entry
 from training.cedar.near_misses import suggestion
-from training.cedar.readout import VocabularyReadout, margins, readout_input
-from training.cedar.readout_artifact import readout_of
+from training.cedar.readout.artifact import readout_of
+from training.cedar.readout.vocabulary import VocabularyReadout, margins, readout_input
 from training.cedar.sparse_codes import (
     check_k,
     concept_ids,

@@ -39,9 +39,9 @@ from training.cedar.naming import (
     caption_vocabulary,
     cooccurrence,
 )
-from training.cedar.readout import ReadoutConfig, mean_held_out, text_directions
-from training.cedar.readout_artifact import readout_record, readout_tensors
-from training.cedar.readout_rows import learn_readout
+from training.cedar.readout.artifact import readout_record, readout_tensors
+from training.cedar.readout.rows import learn_readout
+from training.cedar.readout.vocabulary import ReadoutConfig, mean_held_out, text_directions
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.config import ConfigModel

@@ -14,15 +14,20 @@ import typer
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.floor import OTHER_CAPTIONS, SHOWN, dev_floor
 from training.cedar.gallery_quality import embed_words
-from training.cedar.readout import calibration_words, readout_input, text_directions, zero_shot_z
-from training.cedar.readout_artifact import readout_of
+from training.cedar.readout.artifact import readout_of
+from training.cedar.readout.vocabulary import (
+    calibration_words,
+    readout_input,
+    text_directions,
+    zero_shot_z,
+)
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 
 
 def learnt_zero_shot_z(artifact: TransformArtifact, data: SplitRows) -> float:
     """The readout's zero-shot cut τ in standard units on the cache's val rows, over its learnt
-    words' text directions (training.cedar.readout.zero_shot_z, as `strata train cedar`
+    words' text directions (training.cedar.readout.vocabulary.zero_shot_z, as `strata train cedar`
     records it)."""
     readout = readout_of(artifact.extra.get("readout"), artifact.tensors)
     if readout is None:

@@ -1,14 +1,14 @@
 """Where a word's cut stands on a gallery of rows whose labels nobody has: the rules the open
 vocabulary serves (service/engine/open_vocabulary.py) and the evaluation scores
-(training/cedar/readout_quality.py), on one word's scores s = ⟨x̃, t̃⟩ over the gallery's rows.
+(training/cedar/readout/quality.py), on one word's scores s = ⟨x̃, t̃⟩ over the gallery's rows.
 
 - **Standard units.** A cut τ is kept as z = (τ − μ)/σ of the scores (`cut_in_standard_units`)
   and put back on another gallery at μ + z·σ (`standardised_cut`).
 - **z taught by the learnt words.** The one z at which the learnt words' *text* directions,
   cut at μ + z·σ, agree best with those words' own learnt filters on the gallery
-  (`agreeing_z`; the teachers are training.cedar.readout.teacher_words); without teachers,
-  where the readout's zero-shot words' τ stands there (training.cedar.readout's
-  `calibration_words`, in standard units).
+  (`agreeing_z`; the teachers are training.cedar.readout.vocabulary.teacher_words); without
+  teachers, where the readout's zero-shot words' τ stands there
+  (training.cedar.readout.vocabulary.calibration_words, in standard units).
 - **The empirical null.** One z serves every word, and learnt words loose on a gallery teach a
   loose one; so a word's cut is raised until the bulk of its own scores, fitted as a normal
   (`empirical_null`), accounts for at most NULL_FDR of the rows kept: Benjamini–Hochberg's

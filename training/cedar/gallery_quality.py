@@ -2,7 +2,7 @@
 relevance it (and naming) reads: the I/O around training.cedar.filter_quality's pure scoring.
 
 `gallery_quality` scores every filter — each method's named concepts, the vocabulary readout's
-word concepts and their ablations (training.cedar.readout_quality), a keyword match on the
+word concepts and their ablations (training.cedar.readout.quality), a keyword match on the
 row's own caption and a cosine threshold picked on the gallery's val rows — on the gallery's
 test rows, with one metric code; `filter_quality_markdown` renders it for `strata eval cedar`.
 """
@@ -36,8 +36,8 @@ from training.cedar.naming import (
     naming_precision,
     word_relevance,
 )
-from training.cedar.readout import VocabularyReadout, text_directions
-from training.cedar.readout_quality import gallery_shift, readout_quality, served_quality
+from training.cedar.readout.quality import gallery_shift, readout_quality, served_quality
+from training.cedar.readout.vocabulary import VocabularyReadout, text_directions
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import shared_encoder
 from training.core.errors import InputError
@@ -79,12 +79,12 @@ def gallery_quality(
     raw vocabulary, the naming before the clean-up), a keyword match on the row's own caption,
     and a cosine threshold with the word's centred embedding (threshold picked on the gallery's
     val rows), each with P@10 of a filtered search for NEUTRAL_QUERY; `readouts`' word-concept
-    filters (training.cedar.readout_quality) and, beside
+    filters (training.cedar.readout.quality) and, beside
     them, every word as a zero-shot concept (the cosine threshold a gallery without labels
     gets: the readout's training-corpus cut); the readout with one margin shift picked on the
-    gallery's labelled val rows (training.cedar.readout_quality.gallery_shift: what the cosine
+    gallery's labelled val rows (training.cedar.readout.quality.gallery_shift: what the cosine
     threshold reads of the gallery, and no more); the filter as served with its open
-    vocabulary (training.cedar.readout_quality.served_quality: the readout's rows, every other
+    vocabulary (training.cedar.readout.quality.served_quality: the readout's rows, every other
     word zero-shot at μ + z·σ on the gallery), over all words and over learnt and zero-shot
     words apart; and every naming's precision on the test rows."""
     g = load_split_rows(gallery)

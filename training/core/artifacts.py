@@ -7,7 +7,7 @@ A directory (docs/reference/formats.md#transform-artifacts):
                            catalog), and the sha256 of the weights file
     weights.safetensors    rotation float32 [D, D] (orthogonal), mean float32 [D], and any
                            further named tensors of the method (`tensors`; CEDAR's vocabulary
-                           readout: training/cedar/readout.py)
+                           readout: training/cedar/readout/vocabulary.py)
 
 z' = rotation @ (z - mean). An artifact is written into a temporary sibling directory and renamed
 into place, so a reader sees a whole artifact or none.

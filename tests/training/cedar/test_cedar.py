@@ -15,7 +15,7 @@ from training.cedar.catalog import build_catalog, catalog_json, name_concepts, v
 from training.cedar.concepts import ConceptCoder
 from training.cedar.evaluate import concept_purity, factor_rows, rotation_method
 from training.cedar.fit import CedarFitConfig, fit_cedar
-from training.cedar.readout import ReadoutConfig
+from training.cedar.readout.vocabulary import ReadoutConfig
 from training.cedar.sparse_codes import (
     concept_ids,
     concept_label,

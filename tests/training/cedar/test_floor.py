@@ -25,8 +25,8 @@ from training.cedar.floor import (
     shown_names,
     used_words,
 )
-from training.cedar.readout import VocabularyReadout
-from training.cedar.readout_artifact import readout_record, readout_tensors
+from training.cedar.readout.artifact import readout_record, readout_tensors
+from training.cedar.readout.vocabulary import VocabularyReadout
 from training.core.errors import InputError
 
 DIM, K = 16, 4

@@ -34,7 +34,8 @@ from training.cedar.gallery_cuts import (
     hub_words,
     zero_shot_cuts,
 )
-from training.cedar.readout import (
+from training.cedar.readout.rows import learn_readout
+from training.cedar.readout.vocabulary import (
     ReadoutConfig,
     VocabularyReadout,
     active_on,
@@ -45,7 +46,6 @@ from training.cedar.readout import (
     teacher_words,
     text_directions,
 )
-from training.cedar.readout_rows import learn_readout
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 

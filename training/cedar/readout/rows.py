@@ -22,22 +22,21 @@ from training.cedar.naming import (
     caption_vocabulary,
     word_relevance,
 )
-from training.cedar.readout import (
+from training.cedar.readout.cuts import calibration_sample, split_calibration
+from training.cedar.readout.fitting import fit_readout
+from training.cedar.readout.vocabulary import (
     SOFT_LEVELS,
     ReadoutConfig,
     ReadoutRows,
     VocabularyReadout,
     active_share,
-    calibration_sample,
     cosine_cut,
     readout_input,
     soft_targets,
-    split_calibration,
     text_directions,
     with_zero_shot,
     zero_shot_z,
 )
-from training.cedar.readout_training import fit_readout
 from training.core.errors import InputError
 from training.core.lexicon.nouns import SINGULAR
 from training.core.lexicon.words import ADJECTIVES, VERBS_BARE
@@ -83,6 +82,22 @@ def readout_rows(
     )
 
 
+def vocabulary_rows(
+    data: SplitRows,
+    rotation: np.ndarray,
+    mean: np.ndarray,
+    k: int,
+    embed: Callable[[list[str]], np.ndarray],
+    config: ReadoutConfig,
+) -> tuple[CaptionVocabulary, ReadoutRows]:
+    """The clean vocabulary of the train captions and its ReadoutRows, the words embedded by
+    `embed`; refuses captions that give no vocabulary."""
+    vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
+    if not vocab.words:
+        raise InputError("the train captions give no vocabulary for a readout")
+    return vocab, readout_rows(data, vocab, embed(list(vocab.words)), rotation, mean, k, config)
+
+
 def learn_readout(
     data: SplitRows,
     rotation: np.ndarray,
@@ -93,10 +108,7 @@ def learn_readout(
     progress: bool = True,
 ) -> tuple[VocabularyReadout, dict[str, Any]]:
     """The vocabulary of the train captions, embedded by `embed`, then `fit_readout`."""
-    vocab = caption_vocabulary(data.texts(data.rows("train")), config.vocabulary_min_count)
-    if not vocab.words:
-        raise InputError("the train captions give no vocabulary for a readout")
-    rows = readout_rows(data, vocab, embed(list(vocab.words)), rotation, mean, k, config)
+    vocab, rows = vocabulary_rows(data, rotation, mean, k, embed, config)
     readout, info = fit_readout(rows, mean, config, progress)
     if not config.zero_shot:
         return readout, info

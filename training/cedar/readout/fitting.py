@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from training.cedar.naming import OTHER_CAPTIONS
-from training.cedar.readout import (
+from training.cedar.readout.cuts import calibrate
+from training.cedar.readout.vocabulary import (
     ReadoutConfig,
     ReadoutRows,
     VocabularyReadout,
     active_share,
-    calibrate,
     margins,
     text_directions,
 )

@@ -1,7 +1,7 @@
-"""A vocabulary readout (training/cedar/readout.py) as the CEDAR artifact stores it: its words
-and figures in the manifest's `extra["readout"]`, its tensors beside the rotation in the weights
-file (`readout.weight`, `readout.offset`, and `readout.text`, each word's unit text direction,
-which artifacts written before lack)."""
+"""A vocabulary readout (training/cedar/readout/vocabulary.py) as the CEDAR artifact stores it:
+its words and figures in the manifest's `extra["readout"]`, its tensors beside the rotation in
+the weights file (`readout.weight`, `readout.offset`, and `readout.text`, each word's unit text
+direction, which artifacts written before lack)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from training.cedar.readout import VocabularyReadout
+from training.cedar.readout.vocabulary import VocabularyReadout
 from training.core.errors import InputError
 
 WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
