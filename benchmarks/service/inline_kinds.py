@@ -9,7 +9,9 @@ batching.py). Two parts:
 1. **Where each ran**: a server in a process of its own (`BackgroundServer`; this script run
    on each checkout's code), its engine noting the thread of each search; `--calls`
    object/full pairs one after another (after a warm round): the share of each kind that ran
-   on the event loop.
+   on the event loop. Then the same with AUTO texts the query cache holds, an object phrase
+   and a scene description alternating (TEXT_PAIR; the server's own encoder, its cache local):
+   a text's kind is the granularity its route picks, so each is judged by its own cost.
 2. **Latency**: `strata serve --workers 1` from this checkout and, with `--compare CHECKOUT`,
    from another, one gRPC channel each, calls alternated server by server (which goes first
    alternating from call to call); object queries
@@ -38,23 +40,27 @@ from typing import Any
 from benchmarks.harness import benchmark_parser, paired_median, publish
 
 ARMS = ("object alone", "object beside full", "full beside object")
+TEXT_PAIR = ("a dog", "a black dog chasing a ball on the beach")  # AUTO: object, caption
 
 
 async def thread_name() -> str:
     return threading.current_thread().name
 
 
-def placement(bundles: Path, calls: int) -> dict[str, float]:
-    """Part 1: the share of object and of full queries that ran on the event loop."""
+def placement(bundles: Path, calls: int, texts: bool = False) -> dict[str, float]:
+    """Part 1: the share of object and of full queries that ran on the event loop; with
+    `texts`, of TEXT_PAIR's object phrase and scene description."""
     import grpc
 
     from benchmarks.service.request_path import query_vectors, vector_request
     from indexer.format.bundle import Bundle
+    from service._generated.strata.v1 import search_pb2 as pb
     from service._generated.strata.v1 import search_pb2_grpc
     from service.api.background import BackgroundServer
     from service.api.grpc.requests import granularity_to_proto
     from service.api.server import ServerConfig
     from service.engine.search import SearchEngine
+    from service.query.cache import QueryCache
 
     threads: list[str] = []
 
@@ -63,20 +69,25 @@ def placement(bundles: Path, calls: int) -> dict[str, float]:
             threads.append(threading.current_thread().name)
             return super().search_batch(queries, observer)
 
-    engine = Noting(Bundle.open(bundles), None)
-    vectors = query_vectors(calls)
-    pairs = [
-        (
-            vector_request(v, granularity_to_proto("object")),
-            vector_request(v, granularity_to_proto("full")),
-        )
-        for v in vectors
-    ]
+    if texts:
+        engine = Noting.open(bundles, device="cpu", cache=QueryCache(), verify=False)
+        pair = tuple(pb.SearchRequest(query=pb.Query(text=t), top_k=10) for t in TEXT_PAIR)
+        pairs, labels = [pair] * calls, ("object text", "scene text")
+    else:
+        engine = Noting(Bundle.open(bundles), None)
+        pairs = [
+            (
+                vector_request(v, granularity_to_proto("object")),
+                vector_request(v, granularity_to_proto("full")),
+            )
+            for v in query_vectors(calls)
+        ]
+        labels = ("object", "full")
     with BackgroundServer(engine, ServerConfig(port=0)) as background:
         loop_thread = asyncio.run_coroutine_threadsafe(thread_name(), background.loop).result(30)
         with grpc.insecure_channel(background.target) as channel:
             stub = search_pb2_grpc.SearchServiceStub(channel)
-            for pair in pairs[:3]:  # warm: each kind measured once
+            for pair in pairs[:3]:  # warm: each kind measured once (each text cached)
                 for request in pair:
                     stub.Search(request, timeout=60)
             threads.clear()
@@ -85,8 +96,8 @@ def placement(bundles: Path, calls: int) -> dict[str, float]:
                     stub.Search(request, timeout=60)
     on_loop = [name == loop_thread for name in threads]
     return {
-        "object on the loop": statistics.mean(on_loop[0::2]),
-        "full on the loop": statistics.mean(on_loop[1::2]),
+        f"{labels[0]} on the loop": statistics.mean(on_loop[0::2]),
+        f"{labels[1]} on the loop": statistics.mean(on_loop[1::2]),
     }
 
 
@@ -179,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bundles", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.placement:  # placement_of's process: part 1 alone, on this interpreter's code
-        shares = placement(args.bundles, args.calls)
+        shares = placement(args.bundles, args.calls) | placement(args.bundles, args.calls, True)
         print(json.dumps(shares))
         return shares
     from benchmarks.service.request_path import gallery

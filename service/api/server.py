@@ -59,6 +59,7 @@ from service.serving.metrics import ServerMetrics
 from service.serving.served_engine import PinnedQuery, ServedEngine, search_pinned
 from service.serving.thread_placement import CallOverlap
 from training.core.config import ConfigModel
+from training.core.errors import InputError
 
 if TYPE_CHECKING:
     from service.api.grpc.admin import PoolPeers
@@ -343,8 +344,10 @@ def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
     else to do while lone queries of its kind cost at most `BatchingConfig.inline_ms`: what it
     is, its granularity, its plan, whether it is filtered or grouped — a full-length or
     filtered query does not keep an object query off the loop, nor ride on its cost — and the
-    bundle version it runs on (a new version's costs are measured anew). None for a query
-    that calls the encoder."""
+    bundle version it runs on (a new version's costs are measured anew). An AUTO text's
+    granularity is the one its route picks, so that "a dog" and a scene description are not
+    one kind. None for a query that calls the encoder, or whose granularity is refused (its
+    search reports why). Also what singles are batched by (service/serving/batch_order.py)."""
     query = item.query
     if query.vector is not None:
         what = "vector"
@@ -355,8 +358,12 @@ def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
         if not cache.has_local(encoder.id, query.text):
             return None
         what = "text"
+    try:
+        granularity = item.engine.route(query).granularity.value
+    except InputError:
+        return None
     narrowed = bool(query.require or query.exclude or query.where or query.group_by)
-    return what, query.granularity, query.plan.kind, narrowed, item.engine.bundle.version
+    return what, granularity, query.plan.kind, narrowed, item.engine.bundle.version
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

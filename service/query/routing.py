@@ -29,6 +29,7 @@ Image and vector queries have no phrase structure: AUTO sends them to the full v
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -223,8 +224,10 @@ def _is_modifier(link: list[str]) -> bool:
     return link[0] in MODIFIER_LINKS or link[:2] in (["dressed", "in"], ["dressed", "as"])
 
 
+@functools.lru_cache(maxsize=4096)
 def route_text(text: str) -> Route:
-    """The granularity AUTO picks for a text query (rules in the module docstring)."""
+    """The granularity AUTO picks for a text query (rules in the module docstring); pure, so
+    kept for the texts seen last (a served text is routed when it is queued and searched)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("empty text query")
     s = phrase_structure(text)

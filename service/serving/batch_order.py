@@ -8,8 +8,11 @@ with the work done for it. A request that has had nothing waits its turn by arri
 starves: a newcomer's turn is never before its arrival), and one that has had as much
 processing as it has waited lets newcomers pass (a small query beside a large request, in one
 lane, waits for at most two of its chunks). When a single-item request is first, the batch is
-the single-item requests waiting, in turn order (up to `max_batch`); otherwise it is one chunk
-of the first request.
+the single-item requests waiting of its kind (`Flow.kind`: what the query is, its granularity
+and plan, whether it needs the encoder), in turn order (up to `max_batch`); otherwise it is one
+chunk of the first request. Singles of different kinds search different indexes, so a batch
+of them shares nothing but its wait: a caption query's full scan would hold every object query
+batched beside it (AUTO text, 8 callers, one worker: `python -m benchmarks.service.placement`).
 
 With several lanes (batches processed at once, `BatchingConfig.lanes`), a request whose chunk
 is being processed in one lane is `busy`: it waits for that chunk before its next is taken, so
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -50,13 +53,15 @@ class Waiting(Generic[T, R]):
 class Flow(Generic[T, R]):
     """One request's items still waiting, oldest first (`futures`: all of its items');
     `single`: a request of one item and no `finish`, which may share a batch with others like
-    it (a batch of singles is finished by nobody); `item_s`: what one of its items has cost
-    (None: unknown); `call`: a request run alone (`submit_call`); `arrived`, `served` (seconds
-    of processing so far) and `turns` (chunks taken) place it in line (`turn`)."""
+    it of the same `kind` (a batch of singles is finished by nobody); `item_s`: what one of its
+    items has cost (None: unknown); `call`: a request run alone (`submit_call`); `arrived`,
+    `served` (seconds of processing so far) and `turns` (chunks taken) place it in line
+    (`turn`)."""
 
     items: deque[Waiting[T, R]] = field(default_factory=deque)
     futures: list[asyncio.Future[R]] = field(default_factory=list)
     single: bool = True
+    kind: Hashable | None = None
     item_s: float | None = None
     finish: Callable[[R], Any] | None = None
     call: Callable[[], R] | None = None
@@ -83,8 +88,8 @@ def take_batch(
 ) -> tuple[list[Waiting[T, R]], Flow[T, R] | None]:
     """The next batch from the waiting requests (`flows`, arrival order) but those `busy` (a
     chunk of theirs being processed): when the request first in line (`Flow.turn`; arrival
-    order breaks ties) is a single-item one, up to `max_batch` single-item requests in turn
-    order; else one chunk of that request (one item for a `call`), which stays in the queue
+    order breaks ties) is a single-item one, up to `max_batch` single-item requests of its kind
+    in turn order; else one chunk of that request (one item for a `call`), which stays in the queue
     while items remain. Returns the batch and the request it came from (None: singles; an
     empty batch when every request waiting is busy). Mutates `flows`."""
     ready = [f for f in flows if f not in busy]
@@ -92,7 +97,8 @@ def take_batch(
         return [], None
     first = min(ready, key=Flow.turn)  # min: the earliest-arrived among equal turns
     if first.single:
-        taken = sorted((f for f in flows if f.single), key=Flow.turn)[:max_batch]
+        alike = (f for f in flows if f.single and f.kind == first.kind)
+        taken = sorted(alike, key=Flow.turn)[:max_batch]
         gone = {id(f) for f in taken}
         kept = [f for f in flows if id(f) not in gone]
         flows.clear()

@@ -185,10 +185,11 @@ class MicroBatcher(Generic[T, R]):
         now = flow.arrived = self.clock()
         flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
         futures = flow.futures = [w.future for w in flow.items]
+        if flow.single:
+            flow.kind = self.calls.kind(items[0])  # what it may be batched with
         if flow.single and self._lane_free():  # nothing queued to wait for or batch with
-            kind = self.calls.kind(items[0])
-            if self.calls.inline(kind, self.config.inline_ms / 1000):
-                self.calls.serve_inline(flow.items.popleft(), kind)
+            if self.calls.inline(flow.kind, self.config.inline_ms / 1000):
+                self.calls.serve_inline(flow.items.popleft(), flow.kind)
             else:
                 await self._serve_now(flow, loop)
         else:

@@ -70,3 +70,21 @@ def test_no_request_starves_and_a_small_query_waits_at_most_two_chunks(small_eve
     if small_every_s is None:
         assert max(waits) <= 2 * 1.0 + 0.05 + 1e-9  # two chunks of the large one, then its own
     assert now <= 2.5 * 40  # the large request's 40 s of work done within 2.5× that
+
+
+def test_singles_are_batched_with_their_own_kind_only_in_turn_order():
+    """A batch of singles holds only those of the first one's kind (different kinds search
+    different indexes: batched, a scene query's scan would hold every object query beside
+    it); the other kind keeps its place in line and is the next batch."""
+    kinds = ["object", "caption", "object", "caption", "object"]
+    flows: deque = deque()
+    for i, kind in enumerate(kinds):
+        single = flow(100.0 + i, 1)
+        single.kind = kind
+        flows.append(single)
+    batch, source = take_batch(flows, 8, 1.0)
+    assert source is None and [w.item for w in batch] == [(100.0, 0), (102.0, 0), (104.0, 0)]
+    batch, _ = take_batch(flows, 8, 1.0)
+    assert [w.item for w in batch] == [(101.0, 0), (103.0, 0)] and not flows
+    unknown = deque([flow(1.0, 1), flow(2.0, 1)])  # no kind known: one kind, as before
+    assert len(take_batch(unknown, 8, 1.0)[0]) == 2

@@ -1,6 +1,7 @@
 """A lone cheap query on the event loop (service/serving/batch_calls.py, `inline_ms`): each kind
 of cheap item is judged by what lone items of its kind have cost, the first of a kind measured
-in a lane, and the kinds whose costs are kept are bounded."""
+in a lane, and the kinds whose costs are kept are bounded; the server's kinds (an AUTO text's
+by its route), which also say what singles are batched with."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from indexer.format.bundle import Bundle
+from service.api.server import _inline_kind
+from service.engine.search import SearchEngine
+from service.query.cache import QueryCache
+from service.results import SearchQuery
 from service.serving.batch_calls import CHEAP_WEIGHT, MAX_KINDS, BatchCalls
 from service.serving.batching import BatchingConfig, MicroBatcher
+from service.serving.served_engine import PinnedQuery
 
 
 def test_a_lone_cheap_query_runs_on_the_event_loop_by_what_its_kind_costs():
@@ -65,3 +72,22 @@ def test_the_kinds_whose_costs_are_kept_are_bounded():
     calls.cost(10, 10.0)  # a known kind's average moves by CHEAP_WEIGHT of the new cost
     assert calls.costs[10] == pytest.approx(10.0 * CHEAP_WEIGHT)
     assert not calls.inline(10, 1.0)
+
+
+def test_a_served_auto_text_is_of_the_kind_its_route_picks(text_bundle, minilm):
+    """The server's kind of a cached AUTO text names the granularity its route picks, so an
+    object phrase and a scene description are neither batched together nor judged by one
+    cost; a text the cache lacks (it calls the encoder) has no kind."""
+    engine = SearchEngine(Bundle.open(text_bundle), minilm, cache=QueryCache())
+    texts = {"object": "a dog", "caption": "a dog that runs on the beach by the sea"}
+    kinds = {}
+    for expected, text in texts.items():
+        query = SearchQuery.of(text, k=3)
+        assert _inline_kind(PinnedQuery(engine, query)) is None  # not cached yet
+        engine.search(query)
+        assert engine.route(query).granularity.value == expected
+        kinds[expected] = _inline_kind(PinnedQuery(engine, query))
+    assert kinds["object"][:2] == ("text", "object")
+    assert kinds["caption"][:2] == ("text", "caption")
+    vector = SearchQuery.of(vector=[1.0] * engine.bundle.dim, granularity="object")
+    assert _inline_kind(PinnedQuery(engine, vector))[:2] == ("vector", "object")
