@@ -53,6 +53,7 @@ from service.engine.compute_threads import same_threads, warm_lane
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
+from service.query.routing import route_text
 from service.results import SearchResult
 from service.serving.batching import BatchingConfig, MicroBatcher
 from service.serving.metrics import ServerMetrics
@@ -60,6 +61,7 @@ from service.serving.served_engine import PinnedQuery, ServedEngine, search_pinn
 from service.serving.thread_placement import CallOverlap
 from training.core.config import ConfigModel
 from training.core.errors import InputError
+from training.core.granularity import AUTO
 
 if TYPE_CHECKING:
     from service.api.grpc.admin import PoolPeers
@@ -346,8 +348,8 @@ def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
     filtered query does not keep an object query off the loop, nor ride on its cost — and the
     bundle version it runs on (a new version's costs are measured anew). An AUTO text's
     granularity is the one its route picks, so that "a dog" and a scene description are not
-    one kind. None for a query that calls the encoder, or whose granularity is refused (its
-    search reports why). Also what singles are batched by (service/serving/batch_order.py)."""
+    one kind. None for a query that calls the encoder, or an AUTO text its route refuses (its
+    search says why). Also what singles are batched by (service/serving/batch_order.py)."""
     query = item.query
     if query.vector is not None:
         what = "vector"
@@ -358,10 +360,12 @@ def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
         if not cache.has_local(encoder.id, query.text):
             return None
         what = "text"
-    try:
-        granularity = item.engine.route(query).granularity.value
-    except InputError:
-        return None
+    granularity = query.granularity
+    if query.text is not None and granularity == AUTO:
+        try:
+            granularity = route_text(query.text).granularity.value
+        except InputError:
+            return None
     narrowed = bool(query.require or query.exclude or query.where or query.group_by)
     return what, granularity, query.plan.kind, narrowed, item.engine.bundle.version
 

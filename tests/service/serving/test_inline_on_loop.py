@@ -91,3 +91,5 @@ def test_a_served_auto_text_is_of_the_kind_its_route_picks(text_bundle, minilm):
     assert kinds["caption"][:2] == ("text", "caption")
     vector = SearchQuery.of(vector=[1.0] * engine.bundle.dim, granularity="object")
     assert _inline_kind(PinnedQuery(engine, vector))[:2] == ("vector", "object")
+    asked = SearchQuery.of(texts["caption"], k=3, granularity="object")
+    assert _inline_kind(PinnedQuery(engine, asked))[:2] == ("text", "object")
