@@ -1,24 +1,24 @@
 """Micro-batching: concurrent queries become one call of a blocking batch function.
 
-Each `submit(item)` waits in a bounded queue; one worker task takes the oldest waiting items,
-up to `max_batch`, as soon as either `max_batch` are waiting or the oldest has waited
-`max_wait_ms`, and runs `process(items)` on an executor thread (the encoder and FAISS are
-blocking), then hands each caller its own result — or its own exception, so that one bad
-image fails one query, not its batch (the call and the hand-out:
-service/serving/batch_calls.py). Up to `lanes` batches run at once (the executor needs as
-many threads; the encoder, FAISS and the engine are safe to call from several threads): while
-one lane is held by a long request, the next batch runs in another. While every lane is busy,
-new arrivals queue up for the next free one.
-The default wait is 0: a query that finds the engine idle runs at once (no latency added at low
-load: a lone query that finds nothing queued and a lane free is put in that lane by its own
-call, without the hand-off to the worker task; one the server calls cheap — no encoder call:
-a raw vector, or a text the query cache holds — runs on the event loop itself while lone
-queries of its kind have cost at most `inline_ms`, sparing the two thread hand-offs of a lane;
-the first of a kind runs in a lane, which measures it), and under load
-batches still form from the queries that arrive while one runs — on two
-CPU cores the 2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at
-32 (`python -m benchmarks.service.load --max-wait-ms 2`). A wait pays where a batch costs
-little more than one query, as on a GPU.
+Each `submit(item)` waits in a bounded queue; one worker task takes the oldest waiting items
+(single queries: of the first one's kind, the server's `cheap` kind;
+service/serving/batch_order.py), up to `max_batch`, as soon as either `max_batch` are waiting or
+the oldest has waited `max_wait_ms`, and runs `process(items)` on an executor thread (the
+encoder and FAISS are blocking), then hands each caller its own result — or its own exception,
+so that one bad image fails one query, not its batch (the call and the hand-out:
+service/serving/batch_calls.py). Up to `lanes` batches run at once (the executor needs as many
+threads; the encoder, FAISS and the engine are safe to call from several threads): while one
+lane is held by a long request, the next batch runs in another. While every lane is busy, new
+arrivals queue up for the next free one. The default wait is 0: a query that finds the engine
+idle runs at once (no latency added at low load: a lone query that finds nothing queued and a
+lane free is put in that lane by its own call, without the hand-off to the worker task; one the
+server calls cheap — no encoder call: a raw vector, or a text the query cache holds — runs on
+the event loop itself while lone queries of its kind have cost at most `inline_ms`, sparing the
+two thread hand-offs of a lane; the first of a kind runs in a lane, which measures it), and
+under load batches still form from the queries that arrive while one runs — on two CPU cores the
+2 ms wait cost 25 % of the latency at concurrency 1 and bought no throughput at 32 (`python -m
+benchmarks.service.load --max-wait-ms 2`). A wait pays where a batch costs little more than one
+query, as on a GPU.
 
 Requests, not items, share the queue fairly. `submit(item)` is a request of one item;
 `submit_many(items)` (a BatchSearch) one request of many, worked through in chunks;
