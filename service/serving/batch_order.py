@@ -8,7 +8,7 @@ with the work done for it. A request that has had nothing waits its turn by arri
 starves: a newcomer's turn is never before its arrival), and one that has had as much
 processing as it has waited lets newcomers pass (a small query beside a large request, in one
 lane, waits for at most two of its chunks). When a single-item request is first, the batch is
-the single-item requests waiting of its kind (`Flow.kind`: what the query is, its granularity
+the single-item requests waiting of its kind (`Waiting.kind`: what the query is, its granularity
 and plan, whether it needs the encoder), in turn order (up to `max_batch`); otherwise it is one
 chunk of the first request. Singles of different kinds search different indexes, so a batch
 of them shares nothing but its wait: a caption query's full scan would hold every object query
@@ -43,25 +43,28 @@ R = TypeVar("R")
 
 @dataclass
 class Waiting(Generic[T, R]):
+    """One item waiting; `kind`: a single query's (what it may be batched with, and what its
+    cost is judged by: the server's `cheap` kind), None for the items of larger requests."""
+
     item: T
     future: asyncio.Future[R]
     arrived: float
     deadline: float | None = None
+    kind: Hashable | None = None
 
 
 @dataclass(eq=False)  # a request is itself: found and removed by identity, never by its fields
 class Flow(Generic[T, R]):
     """One request's items still waiting, oldest first (`futures`: all of its items');
     `single`: a request of one item and no `finish`, which may share a batch with others like
-    it of the same `kind` (a batch of singles is finished by nobody); `item_s`: what one of its
-    items has cost (None: unknown); `call`: a request run alone (`submit_call`); `arrived`,
-    `served` (seconds of processing so far) and `turns` (chunks taken) place it in line
-    (`turn`)."""
+    it of the same kind (`Waiting.kind`; a batch of singles is finished by nobody); `item_s`:
+    what one of its items has cost (None: unknown); `call`: a request run alone
+    (`submit_call`); `arrived`, `served` (seconds of processing so far) and `turns` (chunks
+    taken) place it in line (`turn`)."""
 
     items: deque[Waiting[T, R]] = field(default_factory=deque)
     futures: list[asyncio.Future[R]] = field(default_factory=list)
     single: bool = True
-    kind: Hashable | None = None
     item_s: float | None = None
     finish: Callable[[R], Any] | None = None
     call: Callable[[], R] | None = None
@@ -97,7 +100,8 @@ def take_batch(
         return [], None
     first = min(ready, key=Flow.turn)  # min: the earliest-arrived among equal turns
     if first.single:
-        alike = (f for f in flows if f.single and f.kind == first.kind)
+        kind = first.items[0].kind
+        alike = (f for f in flows if f.single and f.items[0].kind == kind)
         taken = sorted(alike, key=Flow.turn)[:max_batch]
         gone = {id(f) for f in taken}
         kept = [f for f in flows if id(f) not in gone]

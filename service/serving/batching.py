@@ -183,13 +183,14 @@ class MicroBatcher(Generic[T, R]):
             raise self._full()
         self._start(loop)
         now = flow.arrived = self.clock()
-        flow.items = deque(Waiting(item, loop.create_future(), now, deadline) for item in items)
+        kind = self.calls.kind(items[0]) if flow.single else None
+        flow.items = deque(
+            Waiting(item, loop.create_future(), now, deadline, kind) for item in items
+        )
         futures = flow.futures = [w.future for w in flow.items]
-        if flow.single:
-            flow.kind = self.calls.kind(items[0])  # what it may be batched with
         if flow.single and self._lane_free():  # nothing queued to wait for or batch with
-            if self.calls.inline(flow.kind, self.config.inline_ms / 1000):
-                self.calls.serve_inline(flow.items.popleft(), flow.kind)
+            if self.calls.inline(kind, self.config.inline_ms / 1000):
+                self.calls.serve_inline(flow.items.popleft(), kind)
             else:
                 await self._serve_now(flow, loop)
         else:
@@ -344,8 +345,10 @@ class MicroBatcher(Generic[T, R]):
                     results, seconds = await loop.run_in_executor(
                         self.executor, self.calls.timed, [w.item for w in batch], finish
                     )
-                    if len(batch) == 1:
-                        self.calls.cost(self.calls.kind(batch[0].item), seconds)
+                    if len(batch) == 1:  # a single's kind was read when it was queued
+                        alone = batch[0]
+                        kind = alone.kind if source is None else self.calls.kind(alone.item)
+                        self.calls.cost(kind, seconds)
                     self.stats.add(len(batch))
             except Exception as exc:  # the whole call failed: every caller hears why
                 log.exception("batch of %d failed", len(batch))

@@ -80,7 +80,7 @@ def test_singles_are_batched_with_their_own_kind_only_in_turn_order():
     flows: deque = deque()
     for i, kind in enumerate(kinds):
         single = flow(100.0 + i, 1)
-        single.kind = kind
+        single.items[0].kind = kind
         flows.append(single)
     batch, source = take_batch(flows, 8, 1.0)
     assert source is None and [w.item for w in batch] == [(100.0, 0), (102.0, 0), (104.0, 0)]
