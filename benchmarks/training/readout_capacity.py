@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from benchmarks.harness import benchmark_parser, publish
-from training.cedar.data import load_split_rows
+from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.filter_quality import filter_quality
 from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.readout.cuts import calibrate
@@ -48,6 +48,7 @@ from training.cedar.readout.fitting import ReadoutTrainer, run_readout_loop
 from training.cedar.readout.rows import vocabulary_rows
 from training.cedar.readout.vocabulary import (
     ReadoutConfig,
+    ReadoutRows,
     named_margins,
     readout_input,
     text_directions,
@@ -134,6 +135,27 @@ def gallery_score(
     return {c: {k: v for k, v in q.items() if k in kept} for c, q in quality.items()}
 
 
+def artifact_rows(
+    cache: Path, artifact: Path, **overrides: Any
+) -> tuple[SplitRows, TransformArtifact, ReadoutConfig, ReadoutRows]:
+    """The cache's rows, the CEDAR artifact, its readout config (with `overrides`) and the
+    readout rows it learns from, as `strata train cedar` makes them."""
+    data = load_split_rows(cache)
+    cedar = TransformArtifact.load(artifact)
+    config = ReadoutConfig.model_validate(
+        {**cedar.extra.get("readout", {}).get("config", {}), **overrides}
+    )
+    _, rows = vocabulary_rows(
+        data,
+        cedar.rotation,
+        cedar.mean,
+        int(cedar.extra.get("k", 32)),
+        lambda words: embed_words(words, data.encoder),
+        config,
+    )
+    return data, cedar, config, rows
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, default=Path("runs/flickr-minilm"))
@@ -152,19 +174,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=min(4, len(os.sched_getaffinity(0))))
     parser.add_argument("--json", type=Path, default=Path("runs/bench/readout_capacity.json"))
     args = parser.parse_args()
-    data = load_split_rows(args.cache)
-    cedar = TransformArtifact.load(args.cedar)
-    config = ReadoutConfig.model_validate(
-        {**cedar.extra.get("readout", {}).get("config", {}), "epochs": args.epochs}
-    )
-    _, rows = vocabulary_rows(
-        data,
-        cedar.rotation,
-        cedar.mean,
-        int(cedar.extra.get("k", 32)),
-        lambda words: embed_words(words, data.encoder),
-        config,
-    )
+    _, cedar, config, rows = artifact_rows(args.cache, args.cedar, epochs=args.epochs)
     arms: dict[str, Any] = {}
     for hidden in args.hidden:
         for anchor in args.anchor or [config.anchor]:

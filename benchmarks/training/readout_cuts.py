@@ -29,13 +29,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.training.readout_capacity import logits_of, train
+from benchmarks.training.readout_capacity import artifact_rows, logits_of, train
 from training.cedar.data import groups_of, load_split_rows
 from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.readout.cuts import best_cuts, calibrate, split_calibration
-from training.cedar.readout.rows import vocabulary_rows
 from training.cedar.readout.vocabulary import (
-    ReadoutConfig,
     named_margins,
     readout_input,
     text_directions,
@@ -138,17 +136,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=min(4, len(os.sched_getaffinity(0))))
     parser.add_argument("--json", type=Path, default=Path("runs/bench/readout_cuts.json"))
     args = parser.parse_args()
-    data = load_split_rows(args.cache)
-    cedar = TransformArtifact.load(args.cedar)
-    config = ReadoutConfig.model_validate(cedar.extra.get("readout", {}).get("config", {}))
-    _, rows = vocabulary_rows(
-        data,
-        cedar.rotation,
-        cedar.mean,
-        int(cedar.extra.get("k", 32)),
-        lambda words: embed_words(words, data.encoder),
-        config,
-    )
+    data, cedar, config, rows = artifact_rows(args.cache, args.cedar)
     model = train(rows, cedar.mean, config, 0, args.threads)
     val = data.rows("val")
     train_rows = (logits_of(model["best"], rows.train_x[rows.train_sample]), rows.train_relevant)
