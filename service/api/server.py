@@ -53,15 +53,13 @@ from service.engine.compute_threads import same_threads, warm_lane
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.limits import MAX_REQUEST_BYTES
-from service.query.routing import route_text
 from service.results import SearchResult
 from service.serving.batching import BatchingConfig, MicroBatcher
 from service.serving.metrics import ServerMetrics
+from service.serving.query_kind import query_kind
 from service.serving.served_engine import PinnedQuery, ServedEngine, search_pinned
 from service.serving.thread_placement import CallOverlap
 from training.core.config import ConfigModel
-from training.core.errors import InputError
-from training.core.granularity import AUTO
 
 if TYPE_CHECKING:
     from service.api.grpc.admin import PoolPeers
@@ -142,7 +140,7 @@ class StrataServer:
             self.config.batching,
             self.executor,
             clock,
-            cheap=_inline_kind,
+            cheap=query_kind,
         )
         self.servicer = SearchServicer(
             self.served, self.batcher, self.executor, self.metrics, engine.config.limits
@@ -338,36 +336,6 @@ class StrataServer:
         self.metrics.close()
         self._server = None
         log.info("stopped serving on %s", self.address)
-
-
-def _inline_kind(item: PinnedQuery) -> tuple[str, str, str, bool, int] | None:
-    """The kind of a query with no encoder call to make (a raw vector, or a text the local
-    query cache holds), which may run on the event loop when the micro-batcher finds nothing
-    else to do while lone queries of its kind cost at most `BatchingConfig.inline_ms`: what it
-    is, its granularity, its plan, whether it is filtered or grouped — a full-length or
-    filtered query does not keep an object query off the loop, nor ride on its cost — and the
-    bundle version it runs on (a new version's costs are measured anew). An AUTO text's
-    granularity is the one its route picks, so that "a dog" and a scene description are not
-    one kind. None for a query that calls the encoder, or an AUTO text its route refuses (its
-    search says why). Also what singles are batched by (service/serving/batch_order.py)."""
-    query = item.query
-    if query.vector is not None:
-        what = "vector"
-    else:
-        cache, encoder = item.engine.cache, item.engine.encoder
-        if query.text is None or cache is None or encoder is None:
-            return None
-        if not cache.has_local(encoder.id, query.text):
-            return None
-        what = "text"
-    granularity = query.granularity
-    if query.text is not None and granularity == AUTO:
-        try:
-            granularity = route_text(query.text).granularity.value
-        except InputError:
-            return None
-    narrowed = bool(query.require or query.exclude or query.where or query.group_by)
-    return what, granularity, query.plan.kind, narrowed, item.engine.bundle.version
 
 
 def _unary_methods(module: object, service: str) -> list[tuple[str, str]]:

@@ -92,23 +92,6 @@ def test_concurrent_submits_become_one_call_with_results_in_place():
     assert batcher.stats.batches == 1 and batcher.stats.largest == 10
 
 
-def test_concurrent_submits_of_two_kinds_become_a_call_per_kind():
-    recorder = Recorder()
-    batcher = MicroBatcher(
-        recorder,
-        BatchingConfig(max_batch=64, max_wait_ms=200),
-        cheap=lambda i: "odd" if i % 2 else "even",
-    )
-
-    async def main():
-        results = await asyncio.gather(*(batcher.submit(i) for i in range(10)))
-        await batcher.close()
-        return results
-
-    assert run(main()) == [i * 10 for i in range(10)]
-    assert sorted(recorder.calls) == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
-
-
 def test_batches_are_cut_at_max_batch():
     recorder = Recorder()
     batcher = MicroBatcher(recorder, BatchingConfig(max_batch=4, max_wait_ms=200))

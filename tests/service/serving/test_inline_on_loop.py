@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from indexer.format.bundle import Bundle
-from service.api.server import _inline_kind
 from service.engine.search import SearchEngine
 from service.query.cache import QueryCache
 from service.results import SearchQuery
 from service.serving.batch_calls import CHEAP_WEIGHT, MAX_KINDS, BatchCalls
 from service.serving.batching import BatchingConfig, MicroBatcher
+from service.serving.query_kind import query_kind
 from service.serving.served_engine import PinnedQuery
 
 
@@ -83,13 +83,34 @@ def test_a_served_auto_text_is_of_the_kind_its_route_picks(text_bundle, minilm):
     kinds = {}
     for expected, text in texts.items():
         query = SearchQuery.of(text, k=3)
-        assert _inline_kind(PinnedQuery(engine, query)) is None  # not cached yet
+        assert query_kind(PinnedQuery(engine, query)) is None  # not cached yet
         engine.search(query)
         assert engine.route(query).granularity.value == expected
-        kinds[expected] = _inline_kind(PinnedQuery(engine, query))
+        kinds[expected] = query_kind(PinnedQuery(engine, query))
     assert kinds["object"][:2] == ("text", "object")
     assert kinds["caption"][:2] == ("text", "caption")
     vector = SearchQuery.of(vector=[1.0] * engine.bundle.dim, granularity="object")
-    assert _inline_kind(PinnedQuery(engine, vector))[:2] == ("vector", "object")
+    assert query_kind(PinnedQuery(engine, vector))[:2] == ("vector", "object")
     asked = SearchQuery.of(texts["caption"], k=3, granularity="object")
-    assert _inline_kind(PinnedQuery(engine, asked))[:2] == ("text", "object")
+    assert query_kind(PinnedQuery(engine, asked))[:2] == ("text", "object")
+
+
+def test_concurrent_singles_of_two_kinds_become_a_call_per_kind():
+    calls: list[list[int]] = []
+
+    def process(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return [i * 10 for i in items]
+
+    async def scenario() -> list[int]:
+        batcher = MicroBatcher(
+            process,
+            BatchingConfig(max_batch=64, max_wait_ms=200),
+            cheap=lambda i: "odd" if i % 2 else "even",
+        )
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(10)))
+        await batcher.close()
+        return results
+
+    assert asyncio.run(scenario()) == [i * 10 for i in range(10)]
+    assert sorted(calls) == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
