@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.training.readout_cuts import dev_comparison, macro
+from benchmarks.training.readout_cuts import cut_with_test_labels, dev_comparison, macro
 
 
 def test_macro_figures_are_the_means_over_words():
@@ -40,3 +40,25 @@ def test_each_rule_is_scored_on_the_half_it_did_not_cut_on():
         for figures in rules.values():
             assert figures["words"] == 1
             assert figures["f1"] == pytest.approx(1.0)
+
+
+def test_a_cut_with_test_labels_moves_only_where_they_outweigh_the_calibration_rows():
+    """Premise: the calibration rows separate at margin 0, the test rows at 1 (every test row
+    scores above 0). With 1,000 calibration rows against 100 test rows a half, the cut picked on
+    both stays at 0, so it scores what the artifact's own cut scores (every test row let
+    through); picked on test labels alone it moves to 1 and separates them perfectly."""
+    rng = np.random.default_rng(1)
+    test_relevant = rng.random((200, 1)) < 0.3
+    test = np.where(test_relevant, 1.5, 0.5)
+    calibration_relevant = rng.random((1000, 1)) < 0.3
+    calibration = np.where(calibration_relevant, 0.5, -0.5)
+    halves = np.arange(200) < 100
+    labelled = cut_with_test_labels(
+        test, test_relevant, halves, (calibration, calibration_relevant)
+    )
+    wanted = test_relevant.sum()
+    assert labelled[0] == pytest.approx(2 * wanted / (200 + wanted))
+    separated = cut_with_test_labels(
+        test, test_relevant, halves, (calibration[:0], calibration_relevant[:0])
+    )
+    assert separated[0] == pytest.approx(1.0)
