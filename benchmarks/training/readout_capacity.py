@@ -44,6 +44,7 @@ from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.filter_quality import filter_quality
 from training.cedar.gallery_quality import embed_words, judged_words
 from training.cedar.readout.cuts import calibrate
+from training.cedar.readout.discriminant import with_discriminant
 from training.cedar.readout.fitting import ReadoutTrainer, run_readout_loop
 from training.cedar.readout.rows import vocabulary_rows
 from training.cedar.readout.vocabulary import (
@@ -98,16 +99,22 @@ def train(rows, mean: np.ndarray, config: ReadoutConfig, hidden: int, threads: i
         torch.set_num_threads(threads)  # put back by seeded on leaving
         trainer = HiddenReadoutTrainer(*data, hidden) if hidden else ReadoutTrainer(*data)
         result = run_readout_loop(trainer, config)
+    best = result.best
+    if config.discriminant and not hidden:  # as fit_readout does
+        summed = with_discriminant(
+            tuple(t.numpy() for t in best), rows.train_x, rows.train_mentions, config.shrinkage
+        )
+        best = tuple(torch.from_numpy(a) for a in summed)
     found = calibrate(
-        logits_of(result.best, rows.val_x),
+        logits_of(best, rows.val_x),
         rows.val_relevant,
         rows.calibration,
         config.min_calibration,
-        (logits_of(result.best, rows.train_x[rows.train_sample]), rows.train_relevant),
+        (logits_of(best, rows.train_x[rows.train_sample]), rows.train_relevant),
     )
     precision, recall = float(np.nanmean(found["precision"])), float(np.nanmean(found["recall"]))
     return {
-        "best": result.best,
+        "best": best,
         "threshold": np.asarray(found["threshold"], dtype=np.float32),
         "val": {
             "best_epoch": result.state.best_round,

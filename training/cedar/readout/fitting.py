@@ -11,6 +11,7 @@ import torch
 
 from training.cedar.naming import OTHER_CAPTIONS
 from training.cedar.readout.cuts import calibrate
+from training.cedar.readout.discriminant import with_discriminant
 from training.cedar.readout.vocabulary import (
     ReadoutConfig,
     ReadoutRows,
@@ -105,7 +106,8 @@ def run_readout_loop(
 def fit_readout(
     rows: ReadoutRows, mean: np.ndarray, config: ReadoutConfig, progress: bool = True
 ) -> tuple[VocabularyReadout, dict[str, Any]]:
-    """Train the readout, calibrate its thresholds, measure it held out (module doc)."""
+    """Train the readout, add the discriminant directions (with `config.discriminant`),
+    calibrate its thresholds, measure it held out (module doc)."""
     start = config.scale * text_directions(rows.word_embeddings, mean)
     with seeded(config.seed):
         trainer = ReadoutTrainer(
@@ -116,6 +118,10 @@ def fit_readout(
         )
         result = run_readout_loop(trainer, config, progress)
     weight, offset = (t.numpy().astype(np.float32) for t in result.best)
+    if config.discriminant:
+        weight, offset = with_discriminant(
+            (weight, offset), rows.train_x, rows.train_mentions, config.shrinkage
+        )
     logits = margins(rows.val_x, weight, offset)
     train = (margins(rows.train_x[rows.train_sample], weight, offset), rows.train_relevant)
     found = calibrate(logits, rows.val_relevant, rows.calibration, config.min_calibration, train)
@@ -139,6 +145,7 @@ def fit_readout(
         "words": len(rows.words),
         "own_thresholds": int(readout.own_threshold.sum()),
         "global_threshold": float(found["global"]),
+        "discriminant": config.discriminant,
         "epochs_run": result.state.rounds,
         "best_epoch": result.state.best_round,
         "seconds": round(result.state.seconds, 3),

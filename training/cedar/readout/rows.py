@@ -3,7 +3,8 @@
 For the words of the train captions' clean vocabulary (training.cedar.naming, at least
 `vocabulary_min_count` occurrences): the readout input x̃ of every train and val row, the soft
 training targets and the strict relevance (training.cedar.readout), and the val rows' split
-into a calibration half and a held-out half, by image. With `zero_shot`, the words the train
+into a calibration half and a held-out half, by image; which words each train row's own
+caption uses (training.cedar.readout.discriminant). With `zero_shot`, the words the train
 captions use too rarely, and the caption lexicon's words they never use, join as zero-shot
 concepts (training.cedar.readout: the cosine filter of their text direction).
 """
@@ -23,6 +24,7 @@ from training.cedar.naming import (
     word_relevance,
 )
 from training.cedar.readout.cuts import calibration_sample, split_calibration
+from training.cedar.readout.discriminant import mention_matrix
 from training.cedar.readout.fitting import fit_readout
 from training.cedar.readout.vocabulary import (
     SOFT_LEVELS,
@@ -63,6 +65,8 @@ def readout_rows(
         levels = {n: word_relevance(mentions, groups, len(vocab.words), n) for n in SOFT_LEVELS}
         x = readout_input(data.embeddings[rows], config.source, rotation, mean, k)
         parts[split] = (x, soft_targets(list(levels.values())), levels[OTHER_CAPTIONS], groups)
+        if split == "train":
+            train_mentions = mention_matrix(mentions, len(vocab.words))
     train_x, train_targets, train_strict, _ = parts["train"]
     sample = calibration_sample(len(train_x), config.seed)
     val_x, val_targets, val_strict, val_groups = parts["val"]
@@ -72,6 +76,7 @@ def readout_rows(
         word_embeddings=np.asarray(word_embeddings, dtype=np.float32),
         train_x=train_x,
         train_targets=train_targets,
+        train_mentions=train_mentions,
         train_support=np.asarray(train_strict.sum(axis=0)).reshape(-1).astype(np.int64),
         train_sample=sample,
         train_relevant=train_strict[sample].toarray().astype(bool),

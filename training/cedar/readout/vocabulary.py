@@ -21,6 +21,10 @@ selection on the val rows' loss (training/loop.py;
 the trainer is in training/cedar/readout/fitting.py, so that reading a readout loads no
 torch).
 
+With `discriminant` (the default) each word's logit is then added, in standard units, to its
+discriminant direction from the rows whose own caption uses it
+(training/cedar/readout/discriminant.py): still one weight row and offset per word.
+
 Thresholds θ_w are picked per word on the train and val rows, and each word's held-out
 precision and recall measured, in training/cedar/readout/cuts.py.
 
@@ -50,6 +54,7 @@ from pydantic import Field
 
 from training.cedar.gallery_cuts import cut_in_standard_units
 from training.cedar.readout.cuts import global_cut
+from training.cedar.readout.discriminant import SHRINKAGE
 from training.cedar.sparse_codes import reconstruct
 from training.core.config import ConfigModel
 from training.core.errors import InputError
@@ -77,6 +82,15 @@ class ReadoutConfig(ConfigModel):
     vocabulary_min_count: int = Field(3, ge=1, description="occurrences a word needs")
     zero_shot: bool = Field(
         True, description="add the rarer caption words and the lexicon's as zero-shot concepts"
+    )
+    discriminant: bool = Field(
+        True,
+        description="add each word's discriminant direction, from the rows whose own caption "
+        "uses it, to the logistic readout in standard units (training/cedar/readout/"
+        "discriminant.py)",
+    )
+    shrinkage: float = Field(
+        SHRINKAGE, gt=0, le=1, description="λ: the discriminant's covariance shrunk towards σ²I"
     )
     seed: int = 0
 
@@ -264,6 +278,7 @@ class ReadoutRows:
     word_embeddings: np.ndarray  # [V, D]
     train_x: np.ndarray
     train_targets: np.ndarray  # float32 [N, V]
+    train_mentions: Any  # scipy csr float32 [N, V]: the row's own caption uses the word
     train_support: np.ndarray  # int [V]: relevant (strict) training rows
     train_sample: np.ndarray  # int [S]: the train rows that join the cuts' calibration
     train_relevant: np.ndarray  # bool [S, V], strict, of those rows
