@@ -24,7 +24,6 @@ and scored with the same metric code:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from training.cedar.readout.discriminant import (
     discriminant_directions,
     summed_in_standard_units,
 )
-from training.cedar.readout.vocabulary import ReadoutRows, readout_input
+from training.cedar.readout.vocabulary import ReadoutRows, margins, readout_input
 from training.core.artifacts import TransformArtifact
 
 Linear = tuple[np.ndarray, np.ndarray]
@@ -57,10 +56,6 @@ def readings(rows: ReadoutRows, logistic: Linear, shrinkages: list[float]) -> di
             [logistic, discriminant], rows.train_x
         )
     return arms
-
-
-def scored(weight: np.ndarray, offset: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda x: x @ weight.T + offset
 
 
 def gallery_rows(
@@ -107,8 +102,8 @@ def main() -> None:
     out: dict[str, Any] = {"cache": str(args.cache), "other": str(args.other), "arms": {}}
     shrinkages = args.shrinkage or [config.shrinkage]
     for arm, (weight, offset) in readings(rows, logistic, shrinkages).items():
-        score = scored(weight, offset)
-        val, picked_on = score(rows.val_x), score(rows.train_x[rows.train_sample])
+        val = margins(rows.val_x, weight, offset)
+        picked_on = margins(rows.train_x[rows.train_sample], weight, offset)
         train_rows = (picked_on, rows.train_relevant)
         found = calibrate(
             val, rows.val_relevant, rows.calibration, config.min_calibration, train_rows
@@ -121,7 +116,7 @@ def main() -> None:
         for label, (x, wanted, columns, _) in galleries.items():
             if label == "in-corpus val":
                 continue  # its rows picked the cuts: the halves above are its held-out reading
-            allowed = score(x)[:, columns] >= found["threshold"][columns]
+            allowed = margins(x, weight, offset)[:, columns] >= found["threshold"][columns]
             record[label] = macro(allowed, wanted)
         out["arms"][arm] = record
         print(arm, {k: v.get("f1") for k, v in record.items() if "f1" in v}, flush=True)
