@@ -94,10 +94,13 @@ def main() -> None:
     model = train(rows, cedar.mean, config, 0, args.threads)
     logistic = tuple(t.numpy() for t in model["best"])
     groups = groups_of(data, data.rows("val"))
-    galleries = {
-        f"{name} {split}": gallery_rows(path, split, cedar, rows.words)
-        for name, path in (("in-corpus", args.cache), ("cross-corpus", args.other))
-        for split in ("val", "test")
+    galleries = {  # the in-corpus val rows picked the cuts: the halves are their held-out reading
+        label: gallery_rows(path, split, cedar, rows.words)
+        for label, path, split in (
+            ("in-corpus test", args.cache, "test"),
+            ("cross-corpus val", args.other, "val"),
+            ("cross-corpus test", args.other, "test"),
+        )
     }
     out: dict[str, Any] = {"cache": str(args.cache), "other": str(args.other), "arms": {}}
     shrinkages = args.shrinkage or [config.shrinkage]
@@ -114,8 +117,6 @@ def main() -> None:
             )
         }
         for label, (x, wanted, columns, _) in galleries.items():
-            if label == "in-corpus val":
-                continue  # its rows picked the cuts: the halves above are its held-out reading
             allowed = margins(x, weight, offset)[:, columns] >= found["threshold"][columns]
             record[label] = macro(allowed, wanted)
         out["arms"][arm] = record
