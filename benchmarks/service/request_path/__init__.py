@@ -23,14 +23,15 @@ once into `--work` and reused (so a before and an after run search the same rows
    bare at 32, served / in-process for each kind. What serving adds, for object, full and
    text: the median of the per-call differences served − in-process (each served call is
    the same query as the in-process call just before it: `harness.paired_median`), beside
-   the difference of the two p50s, and the paired figure less the canned-answer server's p50
-   (the target's measure). The full group has one more floor: the grpc.aio canned server
-   answering after as long a busy wait on its event loop as an in-process full query takes
-   (its p50, measured first), less that wait: what the transport costs when the client has
-   waited that long (a thread woken after milliseconds asleep answers later than one woken
-   at once). The text mix's costs fall in groups by the granularity AUTO picks,
-   and its p50 lies between two of them, so the difference of the p50s moves by a group's
-   width from run to run; the paired median does not.
+   the difference of the two p50s, and the paired figure less the canned-answer server's p50 (the
+   target's measure), that server timed in the same group, call for call (the text group sends it
+   the texts): a machine whose speed drifts between groups moves both alike. The full group has one
+   more floor: the grpc.aio canned server answering after as long a busy wait on its event loop as
+   an in-process full query takes (its p50, measured first), less that wait: what the transport
+   costs when the client has waited that long (a thread woken after milliseconds asleep answers
+   later than one woken at once). The text mix's costs fall in groups by the granularity AUTO
+   picks, and its p50 lies between two of them, so the difference of the p50s moves by a
+   group's width from run to run; the paired median does not.
 2. QPS at each `--concurrency` (C coroutines over one channel in a separate process, the
    machinery of benchmarks/service/load.py), vector queries at object and AUTO text queries,
    the two kinds alternated, `--repeats` rounds; medians.
@@ -76,6 +77,13 @@ DIM = 512
 K = 10
 TEXT = "a dog"  # the profiled text query (AUTO: object)
 WAITING = "bare gRPC (canned answer after the in-process full's p50)"
+CANNED = "bare gRPC (canned answer)"
+CANNED_TEXTS = "bare gRPC (canned answer, sent the texts)"
+CANNED_BESIDE = {  # each kind's canned-answer floor, timed in its group
+    "object": CANNED,
+    "full": CANNED,  # its group's own floor is WAITING
+    "text": CANNED_TEXTS,
+}
 SERVED_PAIRS = {  # each kind's served arm and in-process arm
     "object": ("served object", "in-process object"),
     "full": ("served full (auto)", "in-process full (auto)"),

@@ -17,6 +17,9 @@ import benchmarks.service.request_path as package
 from benchmarks.harness import benchmark_parser, interleaved_times, paired_median, publish
 from benchmarks.service.load import QUERIES
 from benchmarks.service.request_path import (
+    CANNED,
+    CANNED_BESIDE,
+    CANNED_TEXTS,
     DIM,
     ENCODER,
     SERVED_PAIRS,
@@ -102,9 +105,7 @@ def latency_part(
                     ),
                     "in-process object": lambda i: engine.search(queries["object"][i % n]),
                     "served object": lambda i: stub.Search(requests["object"][i % n], timeout=60),
-                    "bare gRPC (canned answer)": lambda i: bare_grpc(
-                        requests["object"][i % n], timeout=60
-                    ),
+                    CANNED: lambda i: bare_grpc(requests["object"][i % n], timeout=60),
                     "bare threaded gRPC (canned answer)": lambda i: threaded_grpc(
                         requests["object"][i % n], timeout=60
                     ),
@@ -126,6 +127,7 @@ def latency_part(
                 "text": {
                     "in-process text (auto)": lambda i: engine.search(text_queries[i % t]),
                     "served text (auto)": lambda i: stub.Search(texts[i % t], timeout=60),
+                    CANNED_TEXTS: lambda i: bare_grpc(texts[i % t], timeout=60),
                 },
             }
             times = {
@@ -139,7 +141,6 @@ def latency_part(
             floor.terminate()
             floor.join(30)
     bare_ms = ms[f"bare FAISS Flat {object_length}"]
-    canned = ms["bare gRPC (canned answer)"]
     waited = ms[WAITING] - 1000 * full_s
     added = {  # what serving adds to the same query, call by call (harness.paired_median)
         kind: 1000 * paired_median(times[served], times[local])
@@ -152,8 +153,8 @@ def latency_part(
             "difference of the p50s": {
                 kind: ms[served] - ms[local] for kind, (served, local) in SERVED_PAIRS.items()
             },
-            "paired, over the canned-answer server's p50": {
-                kind: value - canned for kind, value in added.items()
+            "paired, over the canned-answer server's p50": {  # the floor timed beside it
+                kind: value - ms[CANNED_BESIDE[kind]] for kind, value in added.items()
             },
             # the transport's cost when the call takes as long as a full query computes (the
             # canned answer's busy wait taken off), and full's paired figure over it
@@ -168,7 +169,7 @@ def latency_part(
             "served text / in-process text": ms["served text (auto)"]
             / ms["in-process text (auto)"],
             "bare gRPC + in-process object / in-process object": (
-                ms["bare gRPC (canned answer)"] + ms["in-process object"]
+                ms[CANNED] + ms["in-process object"]
             )
             / ms["in-process object"],
             "bare threaded gRPC + in-process object / in-process object": (
