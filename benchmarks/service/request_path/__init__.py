@@ -24,7 +24,7 @@ once into `--work` and reused (so a before and an after run search the same rows
    text: the median of the per-call differences served − in-process (each served call is
    the same query as the in-process call just before it: `harness.paired_median`), beside
    the difference of the two p50s, and the paired figure less the canned-answer server's p50 (the
-   target's measure), that server timed in the same group, call for call (the text group sends it
+   target's measure), that server interleaved with the object and with the text queries (sent
    the texts): a machine whose speed drifts between groups moves both alike. The full group has one
    more floor: the grpc.aio canned server answering after as long a busy wait on its event loop as
    an in-process full query takes (its p50, measured first), less that wait: what the transport
@@ -79,9 +79,9 @@ TEXT = "a dog"  # the profiled text query (AUTO: object)
 WAITING = "bare gRPC (canned answer after the in-process full's p50)"
 CANNED = "bare gRPC (canned answer)"
 CANNED_TEXTS = "bare gRPC (canned answer, sent the texts)"
-CANNED_BESIDE = {  # each kind's canned-answer floor, timed in its group
+CANNED_BESIDE = {  # each kind's canned-answer floor: object's and text's timed in their group
     "object": CANNED,
-    "full": CANNED,  # its group's own floor is WAITING
+    "full": CANNED,  # the object group's; the full group times its own floor, WAITING
     "text": CANNED_TEXTS,
 }
 SERVED_PAIRS = {  # each kind's served arm and in-process arm
