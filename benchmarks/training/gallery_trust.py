@@ -58,7 +58,7 @@ from training.cedar.gallery_trust import (
     wins,
     word_spread,
 )
-from training.cedar.readout.rows import lexicon_terms
+from training.cedar.naming import lexicon_terms
 from training.cedar.readout.vocabulary import active_on
 from training.core.artifacts import TransformArtifact
 from training.core.lexicon.nouns import ANIMAL_GROUPS, pluralise

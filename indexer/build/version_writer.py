@@ -183,7 +183,10 @@ class VersionWriter:
         `known_hubs` the base's rows' hub values, carried), the learnt words' postings gated as
         `gate` says (indexer/vocabulary/word_gate.py); its `open_vocabulary` null where the
         version gets none."""
-        opened = Bundle(self.staging, replace(manifest, files=dict(self.files)))
+        # the state is measured anew: nothing of a base's (its record, its agreement) is read
+        opened = Bundle(
+            self.staging, replace(manifest, files=dict(self.files), open_vocabulary=None)
+        )
         record, files = write_state(self.staging, opened, progress, gate, known_hubs)
         del opened
         for path, rows in files.items():

@@ -100,6 +100,9 @@ from training.core.granularity import (
 )
 from training.core.metrics import prefix_vectors
 
+# each concept's agreement on the version's gallery (written by indexer/vocabulary/agreement.py)
+GALLERY_AGREEMENT = "vocabulary_agreement.npy"
+
 
 class Bundle:
     """One version of an index bundle, opened for searching (indexes memory-mapped on first use).
@@ -192,9 +195,22 @@ class Bundle:
 
     @cached_property
     def coder(self) -> ConceptCoder:
-        return ConceptCoder(
+        """The CEDAR artifact's coder as this version's gallery shows its concepts: each held
+        to its agreement here where the version measured it (training.cedar.gallery_trust)."""
+        coder = ConceptCoder(
             TransformArtifact.load(self.path / self.manifest.artifacts["cedar"].copy)
         )
+        return coder.on_gallery(self.gallery_agreement())
+
+    def gallery_agreement(self) -> np.ndarray | None:
+        """float32 [concepts]: each concept's agreement on this version's gallery (written with
+        its open-vocabulary state: indexer/vocabulary/agreement.py), its file checked against
+        the manifest; None where the version measured none."""
+        record = (self.manifest.open_vocabulary or {}).get("agreement")
+        if not record:
+            return None
+        check_mapped_files(self.path, self.manifest.files, (GALLERY_AGREEMENT,), BundleError)
+        return np.load(self.path / GALLERY_AGREEMENT, allow_pickle=False)
 
     def rotate(self, embeddings: np.ndarray) -> np.ndarray:
         """z = (x − mean) @ Rᵀ with the bundle's GraSP artifact, float32 [Q, D]."""

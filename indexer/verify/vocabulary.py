@@ -88,12 +88,12 @@ def check_vocabulary(
 
 def check_gate(path: Path, manifest: BundleManifest, faults: list[str]) -> None:
     """The gate's cuts: float32 [V] (V the postings' concepts past the 2D signed axes), no
-    infinity (NaN: a word not gated)."""
+    −∞ (NaN: a word not gated; +∞: a word that keeps no entry)."""
     cuts = np.load(path / GATES, mmap_mode="r")
     words = int(manifest.postings["concepts"]) - 2 * manifest.dim
     if cuts.shape != (words,) or cuts.dtype != np.float32:
         faults.append(
             Fault("rows", f"{GATES}: {cuts.dtype} {cuts.shape}, expected float32 ({words},)")
         )
-    elif np.isinf(cuts).any():
-        faults.append(Fault("vectors", f"{GATES}: holds an infinite cut"))
+    elif np.isneginf(cuts).any():
+        faults.append(Fault("vectors", f"{GATES}: holds a cut of −∞"))

@@ -13,6 +13,8 @@ directions (training.cedar.readout's `text`). So the version that holds the rows
     vocabulary_second.npy     float64 [D + 1, D + 1]: the mean of [x̃, h][x̃, h]ᵀ
     vocabulary_sizing.npy     float32 [n, D + 1]: the kept sample of [x̃, h]
     vocabulary_sketch.faiss   the sketch of every row's [x̃, h] (past SKETCH_ROWS rows)
+    vocabulary_agreement.npy  each concept's agreement on the gallery, and
+    vocabulary_spread.npy     each word's spread there (indexer/vocabulary/agreement.py)
 
 and the manifest's `open_vocabulary` record holds z, the rows the moments were measured on, the
 hub words' count, the files and the seconds it took. The service then makes a phrase's first cut
@@ -46,6 +48,7 @@ from indexer.format.manifest import BundleError
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import CHUNKS, INDPTR, Postings
 from indexer.format.prefix_index import exact_storage
+from indexer.vocabulary.agreement import AGREEMENT, SPREAD, measured_agreement, sampled
 from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
 from indexer.vocabulary.gallery_state import (
     GalleryState,
@@ -59,12 +62,16 @@ from indexer.vocabulary.gallery_state import (
 from indexer.vocabulary.word_gate import (
     GATES,
     MEASURED,
+    Contest,
     GatePlan,
     gate_cuts,
     gated_entries,
     write_gated,
 )
 from training.cedar.gallery_cuts import GATE_Z, hub_words
+from training.cedar.gallery_trust import word_spread
+from training.cedar.readout.artifact import word_neighbours
+from training.cedar.readout.vocabulary import VocabularyReadout
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +130,26 @@ def write_state(
             sketch_index = sketched(state.moments.sizing, rows)
         files: dict[Path, int | None] = {}
         gate_record = None
+        measured_cuts = gate_cuts(state.moments, readout, state.z)
+        cuts = measured_cuts if gate is None or gate.cuts is None else gate.cuts
+        contest = word_contest(readout, state)
+        agreement_started = time.perf_counter()
+        agreement = measured_agreement(
+            bundle, Postings(bundle.path), storage, state.hubs, cuts, contest
+        )
+        agreement_seconds = time.perf_counter() - agreement_started
         if gate is not None:
-            cuts = gate_cuts(state.moments, readout) if gate.cuts is None else gate.cuts
-            files, gate_record = gated_version(staging, bundle, storage, state, cuts, gate, bar)
+            files, gate_record = gated_version(
+                staging, bundle, storage, state, cuts, gate, bar, contest
+            )
     moments = state.moments
     for name, values in (
         (HUBS, np.asarray(state.hubs, dtype=np.float32)),
         (MEAN, np.asarray(moments.mean, dtype=np.float64)),
         (SECOND, np.asarray(moments.second, dtype=np.float64)),
         (SIZING, np.asarray(moments.sizing, dtype=np.float32)),
+        (AGREEMENT, np.asarray(agreement, dtype=np.float32)),
+        (SPREAD, np.stack([contest.mu, contest.sigma], axis=1).astype(np.float64)),
     ):
         np.save(staging / name, values, allow_pickle=False)
         files[staging / name] = len(values)
@@ -146,9 +164,25 @@ def write_state(
         "hub_words": len(hub_words(readout.words, readout.frequency)),
         "sketch": SKETCH if sketch else None,
         "gate": gate_record,
+        "agreement": {
+            "file": AGREEMENT,
+            "spread": SPREAD,
+            "rows": len(sampled(bundle.rows)),
+            "neighbours": int(contest.neighbours.shape[1]),
+            "seconds": round(agreement_seconds, 3),
+        },
         "seconds": round(seconds, 3),
     }
     return record, files
+
+
+def word_contest(readout: VocabularyReadout, state: GalleryState) -> Contest:
+    """What the version's zero-shot words are held to (indexer/vocabulary/word_gate.py): the
+    readout's neighbourhoods and every word's spread on this gallery."""
+    assert readout.text is not None
+    mu, sigma = word_spread(state.moments.mean, state.moments.second, readout.text)
+    contested = np.array([readout.is_zero_shot(w) for w in range(len(readout.words))])
+    return Contest(word_neighbours(readout), mu, sigma, contested)
 
 
 def gated_version(
@@ -159,6 +193,7 @@ def gated_version(
     cuts: np.ndarray,
     gate: GatePlan,
     bar: tqdm,
+    contest: Contest | None = None,
 ) -> tuple[dict[Path, int | None], dict[str, Any]]:
     """Gate the learnt words' entries of the rows from `gate.from_row` on at `cuts`, rewrite
     the postings where any entry fails, and keep the cuts: the files written (path → rows or
@@ -171,7 +206,13 @@ def gated_version(
     )
     assert bundle.coder.readout is not None and bundle.coder.readout.text is not None
     keep = gated_entries(
-        postings, bundle.coder.axis_concepts, blocks, bundle.coder.readout.text, cuts, gate.from_row
+        postings,
+        bundle.coder.axis_concepts,
+        blocks,
+        bundle.coder.readout.text,
+        cuts,
+        gate.from_row,
+        contest,
     )
     removed = int(keep.size - np.count_nonzero(keep))
     files: dict[Path, int | None] = {}

@@ -14,8 +14,21 @@ value), GATE_Z from training.cedar.gallery_cuts (picked on the dev splits). Ever
 postings — both engines' filters, a hit's concepts, the catalog's counts, a Milvus export — then
 sees the gated word, and nothing is decided per query.
 
+Zero-shot words. A zero-shot word of the readout (no labels; its entries are where its text
+direction's cosine reaches the training corpus's τ) is read on a gallery the way a phrase is
+(service/engine/open_vocabulary.py): it keeps the entry (w, i) only where the row passes the
+word's zero-shot cut on this gallery (μ_w + z·σ_w of its corrected scores, z the gallery's
+taught one, raised to the empirical null's cut, here measured on the moments' kept sample:
+`zero_shot_cut`) *and* the word wins its neighbourhood on the row — its standardised score
+reaches each of its nearest words' (training.cedar.gallery_trust: a cat reads "cat", not
+"tiger"). Only the caption lexicon's words are kept so (the readout's other zero-shot words are
+the training captions' rare tokens, typos among them, and keep no entry): the words a hit may
+show unlearnt, marked zero-shot. A filter on a zero-shot word still cuts it anew on the gallery
+(service/engine/open_vocabulary.py), whatever its entries here.
+
 The cuts are measured by a full build on the version's own moments and kept beside them
-(vocabulary_gates.npy, float32 [V]: NaN where a word is not gated, a zero-shot word).
+(vocabulary_gates.npy, float32 [V]: NaN where a word is not gated, +inf where it keeps no
+entry).
 `strata index add` gates its new rows at the base's kept cuts and `strata index delete` keeps
 them, so every row of a lineage is gated alike (re-measuring would gate the base's rows twice);
 the next full build measures them again. A version whose base kept no cuts (written before the
@@ -36,10 +49,13 @@ import numpy as np
 from indexer.format.postings import CHUNK_BITS, Postings
 from indexer.format.postings_writer import filter_postings
 from indexer.vocabulary.gallery_directions import GalleryMoments, corrected_direction
-from training.cedar.gallery_cuts import GATE_Z
+from training.cedar.gallery_cuts import GATE_Z, raised_cuts
+from training.cedar.gallery_trust import standard_scores, wins
+from training.cedar.naming import lexicon_terms
 from training.cedar.readout.vocabulary import VocabularyReadout
 
 GATES = "vocabulary_gates.npy"
+NULL_ROWS = 4096  # kept sample rows a zero-shot word's null is read on, at most
 GATE_WORK = "gate-work"  # where the gated postings are written before they replace the others
 
 
@@ -56,16 +72,64 @@ class GatePlan:
 MEASURED = GatePlan()  # a full build's: the cuts measured on its moments, every row gated
 
 
-def gate_cuts(moments: GalleryMoments, readout: VocabularyReadout) -> np.ndarray:
+@dataclass(frozen=True)
+class Contest:
+    """What a zero-shot word's entries are also held to (module doc): each word's neighbours
+    [V, m] (training.cedar.readout.artifact.word_neighbours) and the gallery's mean `mu` and
+    spread `sigma` [V] of every word's corrected score (training.cedar.gallery_trust)."""
+
+    neighbours: np.ndarray
+    mu: np.ndarray
+    sigma: np.ndarray
+    contested: np.ndarray  # bool [V]: the words held to it (the zero-shot ones)
+
+    def wins(
+        self, word: int, features: np.ndarray, hubs: np.ndarray, text: np.ndarray
+    ) -> np.ndarray:
+        """bool [n]: where `word` wins its neighbourhood on rows x̃ `features` [n, D] with hub
+        values `hubs` [n] (`text` the readout's directions)."""
+        words = np.concatenate([[word], self.neighbours[word]]).astype(np.int64)
+        z = standard_scores(features, hubs, text[words], self.mu[words], self.sigma[words])
+        return wins(z[:, 0], z[:, 1:])
+
+
+def gate_cuts(
+    moments: GalleryMoments, readout: VocabularyReadout, z: float | None = None
+) -> np.ndarray:
     """float32 [V]: each learnt word's gate cut μ_w + GATE_Z·σ_w of its hubness-corrected score
-    over the gallery whose `moments` are given (module doc); NaN for a zero-shot word."""
+    over the gallery whose `moments` are given; with the gallery's zero-shot `z`, each zero-shot
+    word of the caption lexicon its zero-shot cut (`zero_shot_cut`) and every other zero-shot
+    word +inf (module doc); NaN where a word is not gated (a zero-shot word, without z)."""
     if readout.text is None:
         raise ValueError("the gate needs the readout's text directions")
     cuts = np.full(len(readout.words), np.nan, dtype=np.float32)
-    for w in range(len(readout.words)):
+    lexicon = set(lexicon_terms().words)
+    shown: list[int] = []
+    for w, word in enumerate(readout.words):
         if not readout.is_zero_shot(w):
             cuts[w] = moments.cut(corrected_direction(readout.text[w]), GATE_Z)
+        elif z is not None:
+            if word in lexicon:
+                shown.append(w)
+            else:
+                cuts[w] = np.inf
+    if shown:
+        cuts[shown] = zero_shot_cut(moments, readout.text[shown], z)
     return cuts
+
+
+def zero_shot_cut(moments: GalleryMoments, text: np.ndarray, z: float) -> np.ndarray:
+    """float32 [W]: the zero-shot cut of words (unit directions `text` [W, D]) on the gallery
+    of `moments`: μ + z·σ of each one's corrected scores, raised to its empirical null's
+    (training.cedar.gallery_cuts.null_cut), read on up to NULL_ROWS of the moments' kept
+    sample (the share of rows past a score, not their number, decides it)."""
+    directions = np.hstack([np.asarray(text, np.float64), -np.ones((len(text), 1))])
+    sample = moments.sizing[
+        np.unique(np.linspace(0, len(moments.sizing) - 1, NULL_ROWS).astype(np.int64))
+    ]
+    scores = sample @ directions.T.astype(np.float32)
+    first = np.array([moments.cut(d, z) for d in directions])
+    return raised_cuts(scores, first).astype(np.float32)
 
 
 def gated_entries(
@@ -75,12 +139,14 @@ def gated_entries(
     text: np.ndarray,
     cuts: np.ndarray,
     from_row: int = 0,
+    contest: Contest | None = None,
 ) -> np.ndarray:
     """bool [E]: which postings entries stay — all but the word entries of rows ≥ `from_row`
     that fail their word's gate. `blocks`: (first row, x̃ [n, D], h [n]) of every row in row
     order; word w's concept is `first_word` + w; `text` [V, D] the words' t̃, `cuts` [V] their
-    gate cuts (`gate_cuts`). Each word's entries of a block are found through the chunk table,
-    so no word's rows are decoded past the block."""
+    gate cuts (`gate_cuts`); a word `contest` holds is also kept only where it wins its
+    neighbourhood (module doc). Each word's entries of a block are found through the chunk
+    table, so no word's rows are decoded past the block."""
     if postings.chunks is None:
         raise ValueError("the gate reads postings in the compact format (a chunk table)")
     keep = np.ones(postings.entries, dtype=bool)
@@ -105,9 +171,16 @@ def gated_entries(
             a, b = np.searchsorted(rows, (first, stop))
             if a == b:
                 continue
+            if np.isinf(cuts[w]):  # a word that keeps no entry
+                keep[begin + a : begin + b] = False
+                continue
             local = rows[a:b] - start
             corrected = features[local] @ directions[w] - hubs[local]
-            keep[begin + a : begin + b] = corrected >= cuts[w]  # words with a cut only
+            passed = corrected >= cuts[w]  # words with a cut only
+            if contest is not None and contest.contested[w] and passed.any():
+                held = np.flatnonzero(passed)
+                passed[held] = contest.wins(w, features[local[held]], hubs[local[held]], directions)
+            keep[begin + a : begin + b] = passed
     return keep
 
 

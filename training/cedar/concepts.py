@@ -11,7 +11,11 @@ concept where there is one, else to the axes so named; labels and ids resolve as
 What is shown (`ConceptCoder.shown`): the concepts whose held-out precision reaches the floor
 (`display_floor`, picked on dev by training/cedar/floor.py), one entry per name
 (`merged_by_name`), an axis named like a learnt word only where that word is active
-(`axis_words`).
+(`axis_words`). On a bundle's gallery (`ConceptCoder.on_gallery`) each concept is also held to
+its agreement there (training/cedar/gallery_trust.py): a learnt word or an axis whose agreement
+falls below AGREEMENT is not shown, and a zero-shot word (no held-out precision; its entries
+already won their neighbourhood, indexer/vocabulary/word_gate.py) is shown where its agreement
+reaches ZERO_SHOT_AGREEMENT.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from training.cedar.catalog import CatalogEntry, catalog_entry, word_entry
+from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT
 from training.cedar.near_misses import suggestion
 from training.cedar.readout.artifact import readout_of
 from training.cedar.readout.vocabulary import VocabularyReadout, margins, readout_input
@@ -84,7 +89,8 @@ class ConceptCoder:
                 self._by_name[word.lower()] = [first + w]
         self._axis_word = axis_words(self.catalog, self.axis_concepts, self.readout)
         self.floor = display_floor(artifact.extra.get("floor"), self.catalog)
-        self._holds = np.array([holds(e, self.floor) for e in self.catalog], dtype=bool)
+        self.agreement: np.ndarray | None = None  # on a gallery: each concept's (on_gallery)
+        self._holds = self._shown_mask()
 
     @property
     def axis_concepts(self) -> int:
@@ -100,12 +106,37 @@ class ConceptCoder:
         """The same coder showing the concepts that hold at another floor (None: every one)."""
         other = copy.copy(self)
         other.floor = floor
-        other._holds = np.array([holds(e, floor) for e in self.catalog], dtype=bool)
+        other._holds = other._shown_mask()
         return other
+
+    def on_gallery(self, agreement: np.ndarray | None) -> ConceptCoder:
+        """The same coder showing what holds on a gallery where each concept's agreement is
+        `agreement` [concepts] (module doc; NaN: not measured there); None: the artifact's
+        rule alone."""
+        if agreement is not None and len(agreement) != self.concepts:
+            raise InputError(
+                f"gallery agreement for {len(agreement)} concepts, the catalog has {self.concepts}"
+            )
+        other = copy.copy(self)
+        other.agreement = None if agreement is None else np.asarray(agreement, dtype=np.float32)
+        other._holds = other._shown_mask()
+        return other
+
+    def _shown_mask(self) -> np.ndarray:
+        held = np.array([holds(e, self.floor) for e in self.catalog], dtype=bool)
+        if self.agreement is None:
+            return held
+        zero_shot = np.array([e.zero_shot for e in self.catalog], dtype=bool)
+        named = np.array([e.named for e in self.catalog], dtype=bool)
+        with np.errstate(invalid="ignore"):
+            weak = self.agreement < AGREEMENT  # NaN: not measured, not weak
+            agrees = self.agreement >= ZERO_SHOT_AGREEMENT
+        return np.where(zero_shot, named & agrees, held & ~weak)
 
     def holds(self, concept: int) -> bool:
         """Whether a concept is shown to a reader: named, and its held-out precision reaches
-        the floor (every concept when the catalog measures no precision: no floor)."""
+        the floor (every concept when the catalog measures no precision: no floor); on a
+        gallery, held to its agreement there too (module doc)."""
         return bool(self._holds[concept])
 
     def shown(

@@ -42,13 +42,17 @@ def neighbourhoods(text: np.ndarray, most: int = NEIGHBOURS) -> np.ndarray:
     """int64 [V, most]: for each word, the `most` other words whose unit text directions
     `text` [V, D] are nearest by cosine, nearest first (ties to the lower index)."""
     t = np.asarray(text, dtype=np.float32)
-    out = np.empty((len(t), min(most, max(len(t) - 1, 0))), dtype=np.int64)
+    m = min(most, max(len(t) - 1, 0))
+    out = np.empty((len(t), m), dtype=np.int64)
+    if m == 0:
+        return out
     for start in range(0, len(t), 1024):
         cosine = t[start : start + 1024] @ t.T
         rows = np.arange(len(cosine))
         cosine[rows, start + rows] = -np.inf  # not its own neighbour
-        order = np.argsort(-cosine, axis=1, kind="stable")[:, : out.shape[1]]
-        out[start : start + len(cosine)] = order
+        best = np.argpartition(-cosine, m - 1, axis=1)[:, :m]
+        order = np.lexsort((best, -np.take_along_axis(cosine, best, axis=1)), axis=1)
+        out[start : start + len(cosine)] = np.take_along_axis(best, order, axis=1)
     return out
 
 

@@ -394,3 +394,10 @@ def naming_precision(
         "precision": float(np.mean(values)) if values else 0.0,
         "precision_weighted": float(np.average(values, weights=weights)) if values else 0.0,
     }
+
+
+def lexicon_terms() -> CaptionVocabulary:
+    """Every noun, adjective and verb of the caption lexicon, as the clean vocabulary names it
+    (plurals singular, verbs in their -ing form)."""
+    forms = sorted({*SINGULAR.values(), *ADJECTIVES, *VERBS_BARE})
+    return caption_vocabulary(forms, min_count=1)

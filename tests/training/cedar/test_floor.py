@@ -25,6 +25,7 @@ from training.cedar.floor import (
     shown_names,
     used_words,
 )
+from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT
 from training.cedar.readout.artifact import readout_record, readout_tensors
 from training.cedar.readout.vocabulary import VocabularyReadout
 from training.core.errors import InputError
@@ -166,3 +167,24 @@ def test_an_axis_named_like_a_learnt_word_is_shown_only_where_that_word_is_activ
     assert [c for c, _ in alone] == [2, other]  # w0's filter rejects the row; w2 learnt nothing
     both = coder.shown(np.array([word, 0, other]), np.array([0.25, 1.0, 0.5]))
     assert both[0] == (word, pytest.approx(1.25)) and [c for c, _ in both] == [word, other]
+
+
+def test_on_a_gallery_a_concept_is_also_held_to_its_agreement_there():
+    """w0 (precision 0.9) holds by the artifact, w2 is zero-shot: on a gallery where w0 agrees
+    too little it is hidden, and w2 is shown once its agreement reaches the zero-shot floor;
+    an unmeasured agreement (NaN) leaves the artifact's rule."""
+    coder, _ = coder_with_words(0.5)
+    w0, w1, w2 = (coder.axis_concepts + w for w in range(3))
+    assert coder.holds(w0) and not coder.holds(w1) and not coder.holds(w2)
+    agreement_there = np.full(coder.concepts, np.nan, dtype=np.float32)
+    assert coder.on_gallery(agreement_there).holds(w0)
+    assert not coder.on_gallery(agreement_there).holds(w2)  # unmeasured: no evidence
+    agreement_there[w0] = AGREEMENT / 2
+    agreement_there[w2] = ZERO_SHOT_AGREEMENT
+    on_it = coder.on_gallery(agreement_there)
+    assert not on_it.holds(w0) and on_it.holds(w2) and not on_it.holds(w1)
+    ids = np.array([w0, w2], dtype=np.int64)
+    assert [c for c, _ in on_it.shown(ids, np.array([1.0, 0.5]))] == [w2]
+    assert coder.on_gallery(None).holds(w0) and coder.holds(w0)  # the coder is left as it was
+    with pytest.raises(InputError, match="agreement for 3 concepts"):
+        coder.on_gallery(np.zeros(3))

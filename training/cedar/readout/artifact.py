@@ -9,17 +9,36 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.gallery_trust import neighbourhoods
 from training.cedar.readout.vocabulary import VocabularyReadout
 from training.core.errors import InputError
 
 WEIGHT, OFFSET = "readout.weight", "readout.offset"  # tensors in the CEDAR artifact
 TEXT = "readout.text"  # the words' unit text directions t̃_w (absent in older artifacts)
+NEIGHBOURS = "readout.neighbours"  # each word's nearest words by t̃_w (absent in older ones)
 
 
 def readout_tensors(readout: VocabularyReadout) -> dict[str, np.ndarray]:
-    """The readout's tensors, for the CEDAR artifact's weights file."""
-    text = {} if readout.text is None else {TEXT: readout.text}
-    return {WEIGHT: readout.weight, OFFSET: readout.offset, **text}
+    """The readout's tensors, for the CEDAR artifact's weights file: with its text directions,
+    each word's neighbourhood among them (training.cedar.gallery_trust), measured once here."""
+    if readout.text is None:
+        return {WEIGHT: readout.weight, OFFSET: readout.offset}
+    return {
+        WEIGHT: readout.weight,
+        OFFSET: readout.offset,
+        TEXT: readout.text,
+        NEIGHBOURS: word_neighbours(readout).astype(np.int32),
+    }
+
+
+def word_neighbours(readout: VocabularyReadout) -> np.ndarray:
+    """int64 [V, NEIGHBOURS]: each word's nearest words (training.cedar.gallery_trust): the
+    artifact's, else measured from its text directions (a V × V pass); [V, 0] without them."""
+    if readout.neighbours is not None:
+        return np.asarray(readout.neighbours, dtype=np.int64)
+    if readout.text is None:
+        return np.zeros((len(readout.words), 0), dtype=np.int64)
+    return neighbourhoods(readout.text)
 
 
 def readout_record(readout: VocabularyReadout) -> dict[str, Any]:
@@ -79,6 +98,7 @@ def readout_of(
             frequency=[float(w.get("frequency", 0.0)) for w in words],
             zero_shot=[bool(w.get("zero_shot", False)) for w in words],
             text=np.asarray(tensors[TEXT], dtype=np.float32) if TEXT in tensors else None,
+            neighbours=np.asarray(tensors[NEIGHBOURS]) if NEIGHBOURS in tensors else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed vocabulary in the CEDAR artifact: {exc}") from exc

@@ -21,6 +21,7 @@ from training.cedar.naming import (
     OTHER_CAPTIONS,
     CaptionVocabulary,
     caption_vocabulary,
+    lexicon_terms,
     word_relevance,
 )
 from training.cedar.readout.cuts import calibration_sample, split_calibration
@@ -40,8 +41,6 @@ from training.cedar.readout.vocabulary import (
     zero_shot_z,
 )
 from training.core.errors import InputError
-from training.core.lexicon.nouns import SINGULAR
-from training.core.lexicon.words import ADJECTIVES, VERBS_BARE
 
 
 def readout_rows(
@@ -136,13 +135,6 @@ def learn_readout(
         "zero_shot_cut": round(cut, 6),
         "zero_shot_z": round(z, 6),  # τ in standard units: service/engine/open_vocabulary.py
     }
-
-
-def lexicon_terms() -> CaptionVocabulary:
-    """Every noun, adjective and verb of the caption lexicon, as the clean vocabulary names it
-    (plurals singular, verbs in their -ing form)."""
-    forms = sorted({*SINGULAR.values(), *ADJECTIVES, *VERBS_BARE})
-    return caption_vocabulary(forms, min_count=1)
 
 
 def zero_shot_terms(texts: list[str], trained: CaptionVocabulary) -> list[tuple[str, str]]:

@@ -115,6 +115,9 @@ class VocabularyReadout:
     frequency: list[float] | None = None  # share of training rows where the word is active
     zero_shot: list[bool] | None = None  # True: no labels, the cosine filter (module doc)
     text: np.ndarray | None = None  # float32 [V, D]: each word's t̃_w; None in older artifacts
+    # int32 [V, m]: each word's nearest words by t̃ (training.cedar.gallery_trust.neighbourhoods);
+    # None in older artifacts (measured from `text` where needed)
+    neighbours: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         v = len(self.words)
@@ -126,6 +129,10 @@ class VocabularyReadout:
             raise InputError(
                 f"readout of {v} words has text directions {self.text.shape}, "
                 f"weight {self.weight.shape}"
+            )
+        if self.neighbours is not None and len(self.neighbours) != v:
+            raise InputError(
+                f"readout of {v} words has neighbourhoods for {len(self.neighbours)} words"
             )
 
     def is_zero_shot(self, word: int) -> bool:
@@ -255,6 +262,7 @@ def with_zero_shot(
         text=None
         if readout.text is None
         else np.concatenate([readout.text, np.asarray(directions, np.float32)]),
+        neighbours=None,  # the words changed: measured again when the artifact is written
     )
 
 

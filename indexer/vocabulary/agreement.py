@@ -1,0 +1,100 @@
+"""Each concept's agreement on the gallery a version holds: how often, on the rows where the
+concept is active, its name wins its neighbourhood by the gallery's own text directions
+(training/cedar/gallery_trust.py). Measured without a label when the version's open-vocabulary
+state is (indexer/vocabulary/stored_state.py), and kept beside it:
+
+    vocabulary_agreement.npy   float32 [concepts]: each concept's agreement, NaN where it was
+                               active on fewer than MIN_ROWS sampled rows or names no word
+    vocabulary_spread.npy      float64 [V, 2]: each readout word's mean and spread of its
+                               corrected score over the gallery (what a row's z reads)
+
+The sample: AGREEMENT_ROWS rows spread evenly over the gallery. A concept is active on a row as
+the version's postings will hold it: an axis where it is among the row's k, a learnt word where
+its entry passes its gate cut, a zero-shot word where its entry passes its zero-shot cut (before
+the neighbourhood test the gate then applies, which the agreement measures). An axis is read by
+the readout word of its name. training/cedar/concepts.py's `ConceptCoder.on_gallery` shows a
+concept only where its agreement reaches the floor of its kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from indexer.format.bundle import GALLERY_AGREEMENT, Bundle
+from indexer.format.postings import Postings, entries_of_rows
+from indexer.format.prefix_index import stored_rows
+from indexer.vocabulary.gallery_directions import centred_rows
+from indexer.vocabulary.word_gate import Contest
+from training.cedar.gallery_trust import agreement, wins
+
+AGREEMENT = GALLERY_AGREEMENT
+SPREAD = "vocabulary_spread.npy"
+AGREEMENT_ROWS = 4096  # gallery rows the agreement is measured on, at most
+ENTRY_BLOCK = 8192  # entries scored at once
+
+
+def sampled(rows: int, most: int = AGREEMENT_ROWS) -> np.ndarray:
+    """int64: up to `most` rows spread evenly over `rows`."""
+    return np.unique(np.linspace(0, rows - 1, min(rows, most)).astype(np.int64))
+
+
+def name_words(bundle: Bundle) -> np.ndarray:
+    """int64 [concepts]: the readout word each concept's name reads — a word concept's own, a
+    named axis's by its name — and −1 where none does."""
+    coder = bundle.coder
+    readout = coder.readout
+    out = np.full(coder.concepts, -1, dtype=np.int64)
+    if readout is None:
+        return out
+    index = {word.lower(): w for w, word in enumerate(readout.words)}
+    for entry in coder.catalog[: coder.axis_concepts]:
+        if entry.named:
+            out[entry.concept] = index.get(entry.name.lower(), -1)
+    out[coder.axis_concepts :] = np.arange(len(readout.words))
+    return out
+
+
+def measured_agreement(
+    bundle: Bundle,
+    postings: Postings,
+    storage: Any,
+    hubs: np.ndarray,
+    cuts: np.ndarray,
+    contest: Contest,
+) -> np.ndarray:
+    """float32 [concepts]: every concept's agreement on the version's gallery (module doc),
+    from the postings being written (before the gate), the rows' x̃ read from `storage` (the
+    full-length stored rows), their hub values `hubs`, the words' gate `cuts` (NaN: not gated)
+    and the `contest` (neighbourhoods and spreads)."""
+    coder = bundle.coder
+    readout = coder.readout
+    assert readout is not None and readout.text is not None
+    rows = sampled(bundle.rows)
+    found_rows, concepts, _ = entries_of_rows(
+        postings.indptr, postings.rows, postings.values, 0, rows
+    )
+    word = name_words(bundle)[concepts]
+    named = word >= 0
+    found_rows, concepts, word = found_rows[named], concepts[named], word[named]
+    grasp, cedar = bundle.grasp, coder.artifact
+    features = centred_rows(stored_rows(storage, rows), grasp.rotation, grasp.mean, cedar.mean)
+    at = np.searchsorted(rows, found_rows)
+    text = np.asarray(readout.text, dtype=np.float32)
+    active = np.ones(len(concepts), dtype=bool)
+    won = np.zeros(len(concepts), dtype=bool)
+    for start in range(0, len(concepts), ENTRY_BLOCK):
+        part = slice(start, start + ENTRY_BLOCK)
+        x, h, w = features[at[part]], hubs[found_rows[part]], word[part]
+        words = np.concatenate([w[:, None], contest.neighbours[w]], axis=1)
+        z = np.einsum("nd,nmd->nm", x, text[words]) - h[:, None]
+        z = (z - contest.mu[words]) / contest.sigma[words]
+        won[part] = wins(z[:, 0], z[:, 1:])
+        cut = cuts[w]
+        is_word = concepts[part] >= coder.axis_concepts
+        corrected = z[:, 0] * contest.sigma[w] + contest.mu[w]
+        active[part] = ~is_word | np.isnan(cut) | (corrected >= cut)
+    active_count = np.bincount(concepts[active], minlength=coder.concepts)
+    won_count = np.bincount(concepts[active & won], minlength=coder.concepts)
+    return agreement(won_count, active_count)
