@@ -1,14 +1,19 @@
 """Descriptions of sparse codes over a bundle: a phrase and the nearest gallery captions.
 
-A code (the k active CEDAR concepts of a query, or of a row as its postings hold them) is
-described by (training/cedar/descriptions.py)
+A code (a query's active word concepts and k CEDAR axes, or a row's as its postings hold them)
+is described by what a reader is shown of it, and nothing else (training/cedar/descriptions.py):
 
-- its phrase: composed from its strongest named concepts, unnamed axes skipped;
-- its nearest captions: the gallery rows nearest to its reconstruction x̂ = Uᵀ z̃ + b, searched
-  in the bundle's full-length prefix index (s_D, the cosine of the rotated vectors, x̂ first
-  normalised as every query is; on the Milvus backend, the engine's full-length field), the
-  rows to exclude dropped — the row itself when a row is
-  described — and their text read from the metadata's caption column.
+- its phrase: composed from the concepts the code shows (`ConceptCoder.shown`, on the bundle's
+  gallery: held to their agreement there), strongest first, those whose held-out precision
+  reaches DESCRIBED only — a description is every one of its words at once, so it takes the
+  surest; no such concept, no phrase (rather than a wrong one);
+- its nearest captions: examples of the phrase — the gallery rows nearest to the code's
+  reconstruction x̂ = Uᵀ z̃ + b (its k axes), searched in the bundle's full-length prefix index
+  (s_D, the cosine of the rotated vectors, x̂ first normalised as every query is; on the
+  Milvus backend, the engine's full-length field), CAPTION_POOL times as many as asked, kept
+  where the row's caption uses every content word of the phrase, the rows to exclude dropped —
+  the row itself when a row is described — and their text read from the metadata's caption
+  column. No phrase, no captions.
 
 A bundle whose metadata has no caption column (`caption`, else `text`) gets phrases only: no
 search is run. Asking for no captions runs no search either.
@@ -23,11 +28,15 @@ import numpy as np
 from indexer.format.bundle import Bundle
 from service.results import Description, NearCaption
 from training.cedar.concepts import ConceptCoder
-from training.cedar.descriptions import code_reconstruction, compose_phrase
+from training.cedar.descriptions import code_reconstruction, compose_phrase, content_words
 from training.core.granularity import Granularity
 from training.core.metrics import unit_rows
 
 CAPTION_COLUMNS = ("caption", "text")
+# the held-out precision a shown concept needs to be said in a phrase: the lowest whose phrases'
+# every word held on 80 % of the Flickr8k val rows described (benchmarks/training/gallery_trust.py)
+DESCRIBED = 0.6
+CAPTION_POOL = 8  # rows searched per caption asked, before those that say the phrase are kept
 
 # (prefix length, rotated queries [Q, ≥ L], k) → (scores [Q, k], rows [Q, k], −1 past the last)
 PrefixSearch = Callable[[int, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
@@ -39,22 +48,24 @@ def caption_column(columns: Collection[str]) -> str | None:
 
 
 def code_names(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray) -> list[str]:
-    """The names of a code's concepts that hold (`ConceptCoder.holds`), strongest first: an
-    unnamed axis (its name is its label), a concept below the floor and padding (−1) are left
-    out."""
-    order = np.argsort(-np.asarray(activations, dtype=np.float64), kind="stable")
+    """The names a phrase of a code may say (module doc): of what the code shows
+    (`ConceptCoder.shown`: word concepts first, then axes, one per name), those whose held-out
+    precision reaches DESCRIBED, in that order; padding (−1) left out."""
     names = []
-    for concept in np.asarray(concepts)[order]:
-        if concept < 0:
-            continue
-        entry = coder.catalog[int(concept)]
-        if coder.holds(int(concept)) and entry.name and entry.name != entry.label:
+    for concept, _ in coder.shown(np.asarray(concepts), np.asarray(activations)):
+        entry = coder.catalog[concept]
+        if entry.precision is not None and entry.precision >= DESCRIBED:
             names.append(entry.name)
     return names
 
 
 def code_phrase(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray) -> str:
     return compose_phrase(code_names(coder, concepts, activations))
+
+
+def saying(phrase: str, caption: str) -> bool:
+    """Whether a caption uses every content word of a phrase (an example of it)."""
+    return content_words(phrase) <= content_words(caption)
 
 
 def nearest_captions(
@@ -65,34 +76,44 @@ def nearest_captions(
     count: int,
     exclude: Sequence[Collection[int]],
     search: PrefixSearch | None = None,
+    phrases: Sequence[str] | None = None,
 ) -> list[list[NearCaption]]:
-    """Per code [N, k]: the `count` gallery rows nearest to its reconstruction, best first, none
-    of its `exclude` rows; [] each when `count` is 0 or the bundle has no caption column.
-    `search`: where the rows are found (default: the bundle's own index, `search_prefix`)."""
+    """Per code [N, k] (its axes: ids below 2D): the `count` gallery rows nearest to its
+    reconstruction, best first, none of its `exclude` rows, and with `phrases` only those whose
+    caption says the code's phrase (`saying`; none for an empty phrase) among the
+    CAPTION_POOL × `count` nearest; [] each when `count` is 0 or the bundle has no caption
+    column. `search`: where the rows are found (default: the bundle's own index,
+    `search_prefix`)."""
     column = caption_column(bundle.metadata(np.zeros(0, dtype=np.int64)).column_names)
     if count <= 0 or column is None or len(concepts) == 0:
+        return [[] for _ in range(len(concepts))]
+    wanted = [True] * len(concepts) if phrases is None else [bool(p) for p in phrases]
+    if not any(wanted):
         return [[] for _ in range(len(concepts))]
     artifact = coder.artifact
     x_hat = unit_rows(code_reconstruction(artifact.rotation, artifact.mean, concepts, activations))
     full = bundle.prefix_length(Granularity.FULL)
-    k = min(bundle.rows, count + max(len(e) for e in exclude))
+    pool = count if phrases is None else CAPTION_POOL * count
+    k = min(bundle.rows, pool + max(len(e) for e in exclude))
     scores, rows = (search or bundle.search_prefix)(full, bundle.rotate(x_hat), k)
-    kept = [
+    found = [
         [(int(r), float(s)) for s, r in zip(score, row, strict=True) if r >= 0 and r not in skip]
-        for score, row, skip in zip(scores, rows, exclude, strict=True)
+        if keep
+        else []
+        for score, row, skip, keep in zip(scores, rows, exclude, wanted, strict=True)
     ]
-    kept = [pairs[:count] for pairs in kept]
-    flat = [r for pairs in kept for r, _ in pairs]
+    flat = [r for pairs in found for r, _ in pairs]
     table = bundle.metadata(flat)
     ids, texts = table.column("id").to_pylist(), table.column(column).to_pylist()
     out, at = [], 0
-    for pairs in kept:
-        out.append(
-            [
-                NearCaption(str(ids[at + i]), r, str(texts[at + i] or ""), s)
-                for i, (r, s) in enumerate(pairs)
-            ]
-        )
+    for i, pairs in enumerate(found):
+        near = [
+            NearCaption(str(ids[at + j]), r, str(texts[at + j] or ""), s)
+            for j, (r, s) in enumerate(pairs)
+        ]
+        if phrases is not None:
+            near = [c for c in near if saying(phrases[i], c.text)]
+        out.append(near[:count])
         at += len(pairs)
     return out
 
@@ -119,14 +140,22 @@ def describe_codes(
     exclude: Sequence[Collection[int]] | None = None,
     search: PrefixSearch | None = None,
 ) -> list[Description]:
-    """The description of each code [N, k]: its phrase and its nearest captions (module
-    docstring); `exclude[i]` the rows code i's captions may not be (default: none); `search`
-    as `nearest_captions` takes it."""
+    """The description of each code [N, width] (word concepts and axes, padded with −1): its
+    phrase and its nearest captions (module docstring); `exclude[i]` the rows code i's captions
+    may not be (default: none); `search` as `nearest_captions` takes it."""
     concepts = np.atleast_2d(concepts)
     activations = np.atleast_2d(activations)
     exclude = exclude if exclude is not None else [()] * len(concepts)
-    near = nearest_captions(bundle, coder, concepts, activations, captions, exclude, search)
-    return [
-        Description(code_phrase(coder, c, a), n)
-        for c, a, n in zip(concepts, activations, near, strict=True)
-    ]
+    phrases = [code_phrase(coder, c, a) for c, a in zip(concepts, activations, strict=True)]
+    axes = concepts < coder.axis_concepts
+    near = nearest_captions(
+        bundle,
+        coder,
+        np.where(axes, concepts, -1),
+        np.where(axes, activations, 0.0),
+        captions,
+        exclude,
+        search,
+        phrases,
+    )
+    return [Description(p, n) for p, n in zip(phrases, near, strict=True)]
