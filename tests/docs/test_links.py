@@ -2,12 +2,11 @@
 
 The code cites the documentation as `docs/PAGE.md#anchor`; each such citation must name a page
 of docs/ and a heading anchor on it, with the ids MkDocs gives headings (its toc extension,
-under mkdocs.yml's Markdown extensions). No code cites README sections any more: the README is
-a landing page, and the documentation lives in docs/. The README's own links resolve the same
-way, and every repository path the docs name (`service/…py`, `indexer/…`) exists, so that a
-moved module shows up here. The README keeps six headline figures, each linked to its command in
-docs/benchmarks.md, and no file but the data folder's setting names the folder beside the
-checkout (MAY_NAME_SHARED lists the few that may, and why).
+under mkdocs.yml's Markdown extensions). No code cites README sections: the README is a landing
+page, and the documentation lives in docs/. The README's own links resolve the same way, and
+every repository path the docs name (`deploy/…`, `training/…/configs/…`) exists, so that a moved
+file shows up here. No file but the data folder's setting names the folder beside the checkout
+(MAY_NAME_SHARED lists the few that may, and why).
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ import markdown
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 CODE_FOLDERS = ("service", "indexer", "training", "benchmarks", "tests", "deploy", "proto")
 CODE_FILES = ("pyproject.toml",)
 CODE_SUFFIXES = {".py", ".proto", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt", ""}
-SKIPPED = ("service/_generated/", "tests/test_docs.py")  # this file names the patterns
+SKIPPED = ("service/_generated/", "tests/docs/")  # this file names the patterns
 USER_MADE = {"deploy/k8s/secrets/admin-token"}  # git-ignored: the docs tell the user to make it
 
 CITATION = re.compile(r"(?<![\w./-])docs/([\w./-]+\.md)(?:#([\w-]+))?")
@@ -156,22 +155,10 @@ def test_every_repository_path_the_docs_name_exists(page: Path) -> None:
 
 
 def test_a_missing_anchor_is_found() -> None:
-    page = DOCS / "serving.md"
+    page = DOCS / "reference" / "limits.md"
     assert unresolved(page, "limits") is None
     assert unresolved(page, "no-such-heading") is not None
     assert unresolved(DOCS / "no-such-page.md", None) is not None
-
-
-def test_the_readme_keeps_six_headline_figures_each_linked_to_its_command() -> None:
-    """At most six rows in the README's figures table, each linking to the row of
-    docs/benchmarks.md that holds its command (whose anchor the link test above resolves)."""
-    section = (ROOT / "README.md").read_text().split("## Headline figures", 1)[1]
-    section = section.split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # less the head
-    assert 1 <= len(rows) <= 6, f"{len(rows)} headline figures; keep six, the rest in benchmarks"
-    for row in rows:
-        links = [t for t in MARKDOWN_LINK.findall(row) if t.startswith("docs/benchmarks.md#")]
-        assert links, f"a headline figure without a link to its command: {row}"
 
 
 # The files that may name the folder beside the checkout (`../shared`), and why. The repository
@@ -182,7 +169,7 @@ MAY_NAME_SHARED = {
     "training/core/settings.py": "the data-folder setting: data/, else ../shared/data",
     "docs/reference/settings.md": "that setting's documentation (the data folder)",
     "tests/training/core/test_settings.py": "that setting's tests: the fallback, and its order",
-    "tests/test_docs.py": "this test: the pattern, and this list",
+    "tests/docs/test_links.py": "this test: the pattern, and this list",
 }
 
 
