@@ -5,8 +5,9 @@ the envelope of benchmarks/harness.py (`publish`: the command as run, the machin
 figures), and the results that back the site are committed as benchmarks/results/NAME.json.
 benchmarks/catalog.toml lists the benchmarks the site shows, each with its section, title, what
 it measures, the command that makes its file, roughly how long that takes, and which figures of
-the file its table shows (`columns`, and `rows` of a label and the figures' paths, keys joined
-by `/`). Two placeholders, each a line of its own:
+the file its table shows: `columns`, and `rows` of a label and the figures' paths (keys joined
+by `/`), or `records`, the path of a list of like records, and the `fields` of each to show.
+Two placeholders, each a line of its own:
 
 - `<!-- results: SECTION -->`: every benchmark of that section, its table with the command as
   run, the machine and the date, or, where no file is committed, its command and run time;
@@ -133,7 +134,11 @@ def table(entry: dict, result: dict[str, Any]) -> str:
     """The figures the catalog picks from the result, as a Markdown table (without `rows`: every
     scalar figure of the file, by its path)."""
     figures = result["figures"]
-    if "rows" in entry:
+    if "records" in entry:  # a list of like records, one row each
+        columns = entry.get("columns", entry["fields"])
+        records = lookup(figures, entry["records"])
+        rows = [[value_text(lookup(r, field)) for field in entry["fields"]] for r in records]
+    elif "rows" in entry:
         columns = entry.get("columns", ["figure", "value"])
         rows = [
             [label, *(value_text(lookup(figures, p)) for p in paths)]
