@@ -6,7 +6,8 @@ figures), and the results that back the site are committed as benchmarks/results
 benchmarks/catalog.toml lists the benchmarks the site shows, each with its section, title, what
 it measures, the command that makes its file, roughly how long that takes, and which figures of
 the file its table shows: `columns`, and `rows` of a label and the figures' paths (keys joined
-by `/`), or `records`, the path of a list of like records, and the `fields` of each to show.
+by `/`; an empty path leaves its cell blank), or `records`, the path of a list of like
+records, and the `fields` of each to show.
 Two placeholders, each a line of its own:
 
 - `<!-- results: SECTION -->`: every benchmark of that section, its table with the command as
@@ -141,7 +142,7 @@ def table(entry: dict, result: dict[str, Any]) -> str:
     elif "rows" in entry:
         columns = entry.get("columns", ["figure", "value"])
         rows = [
-            [label, *(value_text(lookup(figures, p)) for p in paths)]
+            [label, *(value_text(lookup(figures, p)) if p else "–" for p in paths)]
             for label, *paths in entry["rows"]
         ]
     else:

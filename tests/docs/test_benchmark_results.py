@@ -60,11 +60,15 @@ def test_a_published_result_is_an_envelope_the_page_renders(tmp_path: Path) -> N
         "command": "python -m benchmarks.indexer.store_codes",
         "cost": "a minute",
         "columns": ["coding", "rows", "at 32", "at 512"],
-        "rows": [["int8", "rows", "recall_at_10/32", "recall_at_10/512"]],
+        "rows": [
+            ["int8", "rows", "recall_at_10/32", "recall_at_10/512"],
+            ["float16", "rows", "", "recall_at_10/512"],  # an empty path: a blank cell
+        ],
     }
     text = hook.section_entry("codes", entry, tmp_path)
     assert "### Codes {#codes}" in text
     assert "| int8 | 200,000 | 0.993 | 1.000 |" in text
+    assert "| float16 | 200,000 | – | 1.000 |" in text
     assert "`python -m benchmarks.indexer.store_codes` · " in text
     assert data["date"][:10] in text
 
