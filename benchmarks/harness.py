@@ -1,29 +1,127 @@
-"""What every benchmark script shares: its argument parser, its published JSON, interleaved timing.
+"""What every benchmark script shares: its argument parser, its result file, interleaved timing.
 
-A benchmark prints its figures and writes them as JSON (the file docs/benchmarks.md cites); it
-is not part of the tests.
+A benchmark prints its figures and writes them as one JSON result file, the envelope of
+`publish`: the command as run, the machine, the date and the figures. The results that back
+the documentation are committed under benchmarks/results/ (`--json
+benchmarks/results/NAME.json`, or `python -m benchmarks.record` for a `strata eval` report),
+and docs/benchmarks.md is generated from them. A benchmark is not part of the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import shlex
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from training.core.settings import load_settings
 
+RESULT_FORMAT = "strata.benchmark-result/1"
+RESULTS = Path(__file__).resolve().parent / "results"  # the committed results the site shows
+PACKAGES = ("torch", "faiss-cpu", "faiss-gpu-cu12", "numpy", "open_clip_torch")
 
-def publish(result: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Print a benchmark's result and write it as JSON (the file docs/benchmarks.md cites)."""
-    text = json.dumps(result, indent=2)
+
+def publish(result: dict[str, Any], path: Path, command: str | None = None) -> dict[str, Any]:
+    """Print a benchmark's figures and write them in the result envelope (`envelope`) to
+    `path`; `command` defaults to the command line that runs this process."""
+    record = envelope(result, command or command_as_run())
+    text = json.dumps(record, indent=2)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text + "\n")
+    temporary.replace(path)
     print(text)
     return result
+
+
+def envelope(figures: dict[str, Any], command: str) -> dict[str, Any]:
+    """A result file's contents: the format, the command as run, the machine that ran it, the
+    date (UTC) and the figures the benchmark measured."""
+    return {
+        "format": RESULT_FORMAT,
+        "command": command,
+        "machine": machine(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "figures": figures,
+    }
+
+
+def read_figures(path: Path) -> dict[str, Any]:
+    """The figures of a result file (a bare figures file, as benchmarks wrote before the
+    envelope, reads as its own figures)."""
+    data = json.loads(path.read_text())
+    return data["figures"] if data.get("format") == RESULT_FORMAT else data
+
+
+def command_as_run() -> str:
+    """This process's command line as a user types it: `python -m MODULE ARGS` for a module
+    run with -m, else `python SCRIPT ARGS`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        module = spec.name.removesuffix(".__main__")
+        return shlex.join(["python", "-m", module, *sys.argv[1:]])
+    return shlex.join(["python", *sys.argv])
+
+
+def machine() -> dict[str, Any]:
+    """The machine a result comes from: CPU model, the cores this process may use, memory,
+    GPU (None without one), operating system, Python and the versions of the numeric
+    libraries."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": len(os.sched_getaffinity(0)),  # Linux: the cores this process may run on
+        "memory_gib": _memory_gib(),
+        "gpu": _gpu(),
+        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": platform.python_version(),
+        "packages": {name: v for name in PACKAGES if (v := _version(name)) is not None},
+    }
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware")):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.is_file():
+        return None
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 2**20, 1)
+    return None
+
+
+def _gpu() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+    done = subprocess.run(query, capture_output=True, text=True, check=False)
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return ", ".join(names) or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:

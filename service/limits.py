@@ -1,4 +1,4 @@
-"""How much work one request may ask for: the documented limits (docs/serving.md#limits),
+"""How much work one request may ask for: the documented limits (docs/reference/limits.md#limits),
 each refused with INVALID_ARGUMENT (`QueryError`) before any work is done.
 
     concept references   64 per query (require + exclude together), each id, label or name

@@ -11,7 +11,7 @@ route, prefix and plan, and its ms per query at each batch size.
 A direct scan reads every row for one query or for many (FAISS's Flat search blocks the
 queries), so a text whose route scans directly costs far less per query in a batch than alone.
 The server's micro-batcher gathers the queries waiting in one process; with two workers each
-gathers half as many, and such a text shares fewer scans (docs/serving.md).
+gathers half as many, and such a text shares fewer scans (docs/explanation/serving.md).
 
     python -m benchmarks.service.batch_sharing
     python -m benchmarks.service.batch_sharing --rows 20000 --json /tmp/batch_sharing.json

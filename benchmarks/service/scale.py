@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.harness import benchmark_parser, publish
+from benchmarks.harness import benchmark_parser, publish, read_figures
 from benchmarks.indexer.ann_tuning import SHARD, spectrum_block
 from benchmarks.indexer.synthetic import random_cedar_artifact
 from training.core.artifacts import TransformArtifact
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(
                 f"scale: --serve-only needs a run's bundles in {args.work} and {json_path}"
             )
-        earlier = json.loads(json_path.read_text())
+        earlier = read_figures(json_path)
         result["cache_seconds"], result["build"] = earlier["cache_seconds"], earlier["build"]
     else:
         write_inputs(args.work, args.rows, args.dim)

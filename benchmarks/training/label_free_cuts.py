@@ -63,12 +63,12 @@ with their learnt filters there (`agreement` at the taught z). Prints a table an
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import publish
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import load_split_rows
 from training.cedar.filter_quality import filter_quality, pick_cosine_threshold
@@ -326,9 +326,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if v is not None
         )
         print(f"{name:60s} {parts}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return publish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ STORE_RULE = IndexRule("flat", "Flat", fits_budget=False)
 STORE_REASON = "served from the shared store"
 # the shortest prefix of a gallery past SMALL_GALLERY rows, with a store: compressed codes (one
 # byte a coordinate, in IVF lists) whose candidates are reranked from the store, chosen by
-# measurement (docs/indexing.md#shortlist-codes): at 1M × 512 recall@10 ≥ 0.95 at every
+# measurement (docs/explanation/store.md#shortlist-codes): at 1M × 512 recall@10 ≥ 0.95 at every
 # granularity for 40 B a row, where HNSW32 over float32 costs 400
 SHORTLIST_RULE = IndexRule(
     "ivf-sq8-rerank",

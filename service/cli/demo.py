@@ -117,8 +117,8 @@ def demo_corpus(settings: StrataSettings, scenes: int, seed: int = 0) -> tuple[s
 
 def grasp_config(corpus: str, epochs: int, seed: int = 0, rows: int | None = None) -> GraspConfig:
     """The gallery recipe (fitted to the cache the demo indexes;
-    docs/training/grasp.md#fitting-the-gallery) on a sample of `rows`, validated on Flickr8k's
-    dev images or the compositional val split."""
+    docs/how-to/train-grasp.md#fit-the-gallery) on a sample of `rows`, validated on
+    Flickr8k's dev images or the compositional val split."""
     validation = "dev" if corpus == "flickr8k" else "val"
     return GALLERY_RECIPE.model_copy(
         update={"epochs": epochs, "validation_split": validation, "seed": seed, "max_rows": rows}

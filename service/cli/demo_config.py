@@ -28,7 +28,8 @@ class DemoConfig(ConfigModel):
 
 
 # Seconds per 1,000 corpus rows of each stage, measured by `strata demo` on Flickr8k (40,460
-# captions) on two quiet x86_64 cores (docs/getting-started.md): the first screen's estimates.
+# captions) on two quiet x86_64 cores (docs/tutorials/getting-started.md): the first screen's
+# estimates.
 STAGE_SECONDS_PER_1K_ROWS = {
     "embed": 1.85,
     "grasp-vl": 2.75,

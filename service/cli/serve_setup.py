@@ -107,7 +107,7 @@ def server_config(
 
 
 SERVER_DEADLINE_S = 2.0  # a Milvus server's engine call: a request waits on it
-LITE_DEADLINE_S = 30.0  # Milvus Lite evaluates a filter in Python (docs/milvus.md: seconds)
+LITE_DEADLINE_S = 30.0  # Milvus Lite evaluates a filter in Python (docs/how-to/milvus.md: seconds)
 
 
 def engine_deadline(backend: str) -> float:

@@ -18,7 +18,7 @@ scratch trial, one connection at 8 and 32 callers lost QPS). The signal is the c
 not the CPU the worker uses: one caller at a time keeps a worker's loop nearly as busy as
 8 callers do. The background compute threads (version loads, the sketch) keep every core
 always, so a load does not take the serving core's time. What it changes:
-`python -m benchmarks.service.request_path` (docs/serving.md).
+`python -m benchmarks.service.request_path` (docs/explanation/serving.md).
 
 The decision (`next_placement`) is pure; `ThreadPlacement` reads the counts on the event loop
 every window and moves the threads (`place`, Linux's sched_setaffinity).

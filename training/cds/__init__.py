@@ -1,4 +1,4 @@
-"""CDS, the contextual dependency score of sparse features (docs/concepts/cds.md#the-method).
+"""CDS, the contextual dependency score of sparse features (docs/explanation/cds.md#the-method).
 
 For one sparse feature of a ViT image tower (a CEDAR concept read off the per-patch joint-space
 embeddings, an SAE latent of the patch tokens, or a channel of the constructed model), CDS asks

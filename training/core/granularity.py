@@ -1,6 +1,6 @@
 """Granularities and the contract that maps each to a prefix length of the rotated space.
 
-The default contract (docs/concepts/granularity.md#the-contract): object D/16, attribute D/8,
+The default contract (docs/explanation/granularity.md#the-contract): object D/16, attribute D/8,
 relation D/4, caption D/2, full D (for 384-d MiniLM: 24/48/96/192/384). A contract is configurable
 per artifact, but it must be strictly increasing in the order below and end at D.
 

@@ -16,7 +16,7 @@ Thread counts are pinned inside the block (and put back after): torch's to `trai
 `BLAS_THREADS`. Measured with `benchmarks.training.reproducibility` before the
 pins, 1 thread against 2 changed the bytes of GraSP-VL (both recipes) and CEDAR (the reductions
 split their sums by thread), though not those of CoSAE or the SAEs. What a fixed count cannot
-remove is the CPU's instruction set (docs/training/reproducibility.md).
+remove is the CPU's instruction set (docs/how-to/reproduce.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Two TopK SAEs, one per model (domain i, domain j), share the concept index: conc
 domain i and concept c of domain j are meant to be the same concept. Reconstruction per domain,
 instance translation and concept consistency on a small paired subset, and distributional
 alignment of the concept activations on all (unpaired) data tie the two together
-(docs/concepts/cosae.md).
+(docs/explanation/cosae.md).
 
     losses      the loss terms, one pure function each
     model       the coupled model (two TopK SAEs sharing a concept index)

@@ -1,2 +1,2 @@
 """GraSP-VL: a rotation whose prefix lengths carry semantic granularity
-(docs/concepts/granularity.md#the-method)."""
+(docs/explanation/granularity.md#the-method)."""

@@ -60,9 +60,9 @@ class GraspConfig(ConfigModel):
 
 
 # What `strata train grasp --gallery` and the demo train with when no config is given (chosen on
-# Flickr8k dev, docs/training/grasp.md#fitting-the-gallery): no view alignment or retention (they
-# pull the object prefix towards the views and cost gallery retrieval), gentler steps, and the
-# ranking term at 15 (dev selectivity 0.844 against 0.827 at 3, the same dev retrieval AP).
+# Flickr8k dev, docs/how-to/train-grasp.md#fit-the-gallery): no view alignment or retention
+# (they pull the object prefix towards the views and cost gallery retrieval), gentler steps, and
+# the ranking term at 15 (dev selectivity 0.844 against 0.827 at 3, the same dev retrieval AP).
 GALLERY_RECIPE = GraspConfig(
     learning_rate=3e-3,
     epochs=20,

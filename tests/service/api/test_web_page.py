@@ -4,7 +4,7 @@ shows against what the engine answers.
 
     STRATA_SCREENSHOTS=docs/assets/screenshots pytest tests/service/api/test_web_page.py
 
-also saves a screenshot of each view there (the ones docs/web.md#the-page shows).
+also saves a screenshot of each view there (the ones docs/how-to/search-page.md#the-page shows).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ mean and standard deviation on the train rows:
 Both are linear in x̃, so s_w is one weight row and one offset, and the artifact stores a
 readout as before (training/cedar/readout/artifact.py); thresholds are then cut on s_w
 (training/cedar/readout/cuts.py). Chosen on dev splits (`python -m
-benchmarks.training.readout_cuts`, docs/training/cedar.md): on the Flickr8k val halves and the
+benchmarks.training.readout_cuts`, docs/explanation/cedar.md): on the Flickr8k val halves and the
 compositional val rows alike the sum beat either reading alone. Pure functions.
 """
 
