@@ -88,14 +88,16 @@ def described(phrases: list[str], references: list[frozenset[str]]) -> dict[str,
 
 def reference_words(texts: list[str], groups: list[str], own: bool) -> list[frozenset[str]]:
     """Per row: the content-word lemmas of its image's other captions (and its own with
-    `own`): what a description of it may say."""
+    `own`; its own alone where its image has no other, as training.cedar.naming judges a
+    corpus of one caption per image): what a description of it may say."""
     members: dict[str, list[int]] = {}
     for r, g in enumerate(groups):
         members.setdefault(g, []).append(r)
     words = [content_words(t) for t in texts]
     out = []
     for r, g in enumerate(groups):
-        found = set().union(*(words[o] for o in members[g] if o != r or own))
+        alone = len(members[g]) == 1
+        found = set().union(*(words[o] for o in members[g] if o != r or own or alone))
         out.append(frozenset(found))
     return out
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
+from benchmarks.service.explanations import reference_words
 from benchmarks.training.held_out_topic import topic_groups
 from indexer.vocabulary.gallery_directions import gallery_moments, with_hubs
 from indexer.vocabulary.gallery_state import learnt_words, taught_z
@@ -257,15 +258,6 @@ def described(phrases: list[str], references: list[set[str]]) -> dict[str, float
     }
 
 
-def other_words(texts: list[str], groups: list[str], picked: np.ndarray) -> list[set[str]]:
-    """Per picked row: the content words of its image's other captions."""
-    words = [content_words(t) for t in texts]
-    members: dict[str, list[int]] = {}
-    for r, g in enumerate(groups):
-        members.setdefault(g, []).append(r)
-    return [set().union(*(words[o] for o in members[groups[i]] if o != i)) for i in picked]
-
-
 def judged(names, used, salient) -> dict[str, float]:
     precision = [
         sum(n.lower() in u for n in s) / len(s) for s, u in zip(names, used, strict=True) if s
@@ -312,7 +304,8 @@ def main() -> None:
         sample = np.sort(rng.choice(len(g.features), min(args.sample, len(g.features)), False))
         figures[name] = {}
         lists[name] = {}
-        references[name] = other_words(texts, groups, picked)
+        every = reference_words(texts, groups, own=False)
+        references[name] = [set(every[i]) for i in picked]
         for m in (3, 5):
             near = neighbourhoods(np.asarray(g.coder.readout.text), m)
             judged_codes = codes_of(g, rows[picked], near)
