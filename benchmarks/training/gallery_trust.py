@@ -16,7 +16,8 @@ the axes; one entry per name). The rule (training/cedar/gallery_trust.py) then k
   agreement on the gallery reaches `agreement` (none: not asked), an axis named like a learnt word
   only where that word is active (as today);
 - a zero-shot word where it wins its neighbourhood on the row and its agreement on the gallery
-  reaches `zero_shot` (none: no zero-shot word shown);
+  reaches `zero_shot` (none: no zero-shot word shown), active where its `cut` admits the row:
+  the filter's (`filter`) or its empirical null's alone (`null`);
 
 agreement measured over `--sample` gallery rows, every neighbourhood of `neighbours` words.
 Judged as benchmarks/service/explanations.py judges a served explanation: explanation precision
@@ -58,7 +59,13 @@ from training.cedar.concepts import ConceptCoder
 from training.cedar.data import groups_of, load_split_rows
 from training.cedar.descriptions import compose_phrase, content_words
 from training.cedar.floor import used_words
-from training.cedar.gallery_cuts import gate_passes, hub_scores, hub_words, zero_shot_cuts
+from training.cedar.gallery_cuts import (
+    gate_passes,
+    hub_scores,
+    hub_words,
+    raised_cuts,
+    zero_shot_cuts,
+)
 from training.cedar.gallery_trust import (
     agreement,
     neighbourhoods,
@@ -76,6 +83,7 @@ SHOWN = 5
 BLOCK = 4096
 DESCRIBED_GRID = (0.4, 0.5, 0.6, 0.7)
 DESCRIBED_TARGET = 0.8  # the share of described rows whose phrase holds, at least
+CUT_RULES = ("filter", "null")
 TOLERANCE = 0.005  # in-corpus precision or recall a setting may lose and still be picked
 DOG_WORDS = [w for w in ANIMAL_GROUPS["dog"] if w not in ("shepherd", "lab", "boxer")]
 
@@ -91,7 +99,10 @@ class Gallery:
     mu: np.ndarray
     sigma: np.ndarray
     gate: np.ndarray
-    zero_shot_cut: np.ndarray  # per word; +inf for a learnt word or one outside the lexicon
+    # per rule ("filter": the filter's cut, μ + z·σ raised to the null; "null": the null's cut
+    # alone), per word; +inf for a learnt word or one outside the lexicon
+    zero_shot_cuts: dict[str, np.ndarray]
+    zero_shot_cut: np.ndarray  # the rule's in use
     axis_word: np.ndarray  # per axis: the word of its name, −1 when none
 
 
@@ -127,14 +138,15 @@ def read_gallery(artifact: Path, cache: Path) -> tuple[Gallery, Any]:
     zero_shot = [
         w for w, word in enumerate(readout.words) if readout.is_zero_shot(w) and word in lexicon
     ]
-    cuts = np.full(len(readout.words), np.inf)
+    cuts = {rule: np.full(len(readout.words), np.inf) for rule in CUT_RULES}
     scores = np.concatenate(
         [
             features[s : s + BLOCK] @ text[zero_shot].T - hubs[s : s + BLOCK, None]
             for s in range(0, len(features), BLOCK)
         ]
     )
-    cuts[zero_shot] = zero_shot_cuts(scores, z)
+    cuts["filter"][zero_shot] = zero_shot_cuts(scores, z)
+    cuts["null"][zero_shot] = raised_cuts(scores, np.full(len(zero_shot), -np.inf))
     axis_word = np.full(coder.axis_concepts, -1)
     for c in range(coder.axis_concepts):
         entry = coder.catalog[c]
@@ -149,6 +161,7 @@ def read_gallery(artifact: Path, cache: Path) -> tuple[Gallery, Any]:
         sigma,
         gate_cuts(moments, readout),
         cuts,
+        cuts["filter"],
         axis_word,
     )
     return gallery, data
@@ -306,14 +319,16 @@ def main() -> None:
         lists[name] = {}
         every = reference_words(texts, groups, own=False)
         references[name] = [set(every[i]) for i in picked]
-        for m in (3, 5):
+        for m, rule in itertools.product((3, 5), CUT_RULES):
+            g.zero_shot_cut = g.zero_shot_cuts[rule]
             near = neighbourhoods(np.asarray(g.coder.readout.text), m)
             judged_codes = codes_of(g, rows[picked], near)
             trust = agreements(g, codes_of(g, sample, near))
             for mm, floor, zero in grid:
-                if mm != m:
+                if mm != m or (zero is None and rule != CUT_RULES[0]):
                     continue
                 key = f"neighbours={m} agreement={floor} zero_shot={zero}"
+                key += f" cut={rule}" if zero is not None else ""
                 names = shown(g, judged_codes, trust, floor, zero)
                 lists[name][key] = names
                 coders[name] = g.coder

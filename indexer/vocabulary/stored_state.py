@@ -130,7 +130,7 @@ def write_state(
             sketch_index = sketched(state.moments.sizing, rows)
         files: dict[Path, int | None] = {}
         gate_record = None
-        measured_cuts = gate_cuts(state.moments, readout, state.z)
+        measured_cuts = gate_cuts(state.moments, readout, zero_shot=True)
         cuts = measured_cuts if gate is None or gate.cuts is None else gate.cuts
         contest = word_contest(readout, state)
         agreement_started = time.perf_counter()

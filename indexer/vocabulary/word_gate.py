@@ -16,10 +16,11 @@ sees the gated word, and nothing is decided per query.
 
 Zero-shot words. A zero-shot word of the readout (no labels; its entries are where its text
 direction's cosine reaches the training corpus's τ) is read on a gallery the way a phrase is
-(service/engine/open_vocabulary.py): it keeps the entry (w, i) only where the row passes the
-word's zero-shot cut on this gallery (μ_w + z·σ_w of its corrected scores, z the gallery's
-taught one, raised to the empirical null's cut, here measured on the moments' kept sample:
-`zero_shot_cut`) *and* the word wins its neighbourhood on the row — its standardised score
+(service/engine/open_vocabulary.py): it keeps the entry (w, i) only where the row stands out
+of the word's own bulk on this gallery (the empirical null's cut of its corrected scores, read
+on the moments' kept sample: `zero_shot_cut`; the filter's first cut μ_w + z·σ_w is left out,
+its z taught by learnt words that a gallery of a new subject does not trust) *and* the word
+wins its neighbourhood on the row — its standardised score
 reaches each of its nearest words' (training.cedar.gallery_trust: a cat reads "cat", not
 "tiger"). Only the caption lexicon's words are kept so (the readout's other zero-shot words are
 the training captions' rare tokens, typos among them, and keep no entry): the words a hit may
@@ -94,12 +95,12 @@ class Contest:
 
 
 def gate_cuts(
-    moments: GalleryMoments, readout: VocabularyReadout, z: float | None = None
+    moments: GalleryMoments, readout: VocabularyReadout, zero_shot: bool = False
 ) -> np.ndarray:
     """float32 [V]: each learnt word's gate cut μ_w + GATE_Z·σ_w of its hubness-corrected score
-    over the gallery whose `moments` are given; with the gallery's zero-shot `z`, each zero-shot
-    word of the caption lexicon its zero-shot cut (`zero_shot_cut`) and every other zero-shot
-    word +inf (module doc); NaN where a word is not gated (a zero-shot word, without z)."""
+    over the gallery whose `moments` are given; with `zero_shot`, each zero-shot word of the
+    caption lexicon its zero-shot cut (`zero_shot_cut`) and every other zero-shot word +inf
+    (module doc); NaN where a word is not gated (a zero-shot word, without `zero_shot`)."""
     if readout.text is None:
         raise ValueError("the gate needs the readout's text directions")
     cuts = np.full(len(readout.words), np.nan, dtype=np.float32)
@@ -108,28 +109,29 @@ def gate_cuts(
     for w, word in enumerate(readout.words):
         if not readout.is_zero_shot(w):
             cuts[w] = moments.cut(corrected_direction(readout.text[w]), GATE_Z)
-        elif z is not None:
+        elif zero_shot:
             if word in lexicon:
                 shown.append(w)
             else:
                 cuts[w] = np.inf
     if shown:
-        cuts[shown] = zero_shot_cut(moments, readout.text[shown], z)
+        cuts[shown] = zero_shot_cut(moments, readout.text[shown])
     return cuts
 
 
-def zero_shot_cut(moments: GalleryMoments, text: np.ndarray, z: float) -> np.ndarray:
+def zero_shot_cut(moments: GalleryMoments, text: np.ndarray) -> np.ndarray:
     """float32 [W]: the zero-shot cut of words (unit directions `text` [W, D]) on the gallery
-    of `moments`: μ + z·σ of each one's corrected scores, raised to its empirical null's
-    (training.cedar.gallery_cuts.null_cut), read on up to NULL_ROWS of the moments' kept
-    sample (the share of rows past a score, not their number, decides it)."""
+    of `moments`: each one's empirical null's cut of its corrected scores
+    (training.cedar.gallery_cuts.null_cut; +inf where no row stands out), read on up to
+    NULL_ROWS of the moments' kept sample (the share of rows past a score, not their number,
+    decides it). Picked over the filter's cut on the dev pairs by
+    benchmarks/training/gallery_trust.py (its `cut=null`)."""
     directions = np.hstack([np.asarray(text, np.float64), -np.ones((len(text), 1))])
     sample = moments.sizing[
         np.unique(np.linspace(0, len(moments.sizing) - 1, NULL_ROWS).astype(np.int64))
     ]
     scores = sample @ directions.T.astype(np.float32)
-    first = np.array([moments.cut(d, z) for d in directions])
-    return raised_cuts(scores, first).astype(np.float32)
+    return raised_cuts(scores, np.full(len(directions), -np.inf)).astype(np.float32)
 
 
 def gated_entries(
