@@ -40,12 +40,14 @@ is left out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.format.prefix_index import exact_storage
+from indexer.vocabulary.query_gate import QueryGate
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity
@@ -102,17 +104,30 @@ def with_words(
     return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
 
 
+# the version's gate on a query's zero-shot words, read once per loaded version
+version_gate = lru_cache(maxsize=8)(QueryGate.of)
+
+
+def query_words(bundle: Bundle, embedded: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per query (embeddings [n, D]): its active word concepts as its version reads them, the
+    coder's less the zero-shot words the version's gate refuses (indexer/vocabulary/
+    query_gate.py), as the version's rows were gated."""
+    words = bundle.coder.active_words(embedded)
+    gate = version_gate(bundle)
+    return words if gate is None else gate.kept(embedded, words)
+
+
 def explained_codes(
-    coder: ConceptCoder, live: Sequence[PreparedQuery]
+    bundle: Bundle, live: Sequence[PreparedQuery]
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """The code (`with_words`) of each query in `live` that asks for an explanation, by its
-    place in `live`: all of them coded at once."""
+    """The code (`with_words`: `query_words`, then axes) of each query in `live` that asks for
+    an explanation, by its place in `live`: all of them coded at once."""
     explained = [i for i, p in enumerate(live) if p.query.explain]
     if not explained:
         return {}
     embedded = np.stack([live[i].embedding for i in explained])
-    ids, values = coder.encode(embedded)
-    words = coder.active_words(embedded)
+    ids, values = bundle.coder.encode(embedded)
+    words = query_words(bundle, embedded)
     return {i: with_words(words[j], (ids[j], values[j])) for j, i in enumerate(explained)}
 
 

@@ -111,7 +111,7 @@ class LocalScorer:
                     scores[j : j + 1, : live[i].query.k],
                     rows[j : j + 1, : live[i].query.k],
                 )
-        codes = explained_codes(self.coder, live)
+        codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
             scores, rows = found[i]
             p.result = self.result(p, scores[0], rows[0], codes.get(i))

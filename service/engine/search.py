@@ -42,7 +42,13 @@ from indexer.verify.check import check_servable
 from service.engine.catalog import catalog_page, describe_index, find_concepts, zero_shot_info
 from service.engine.compute_threads import engine_blas
 from service.engine.descriptions import describe_codes, stack_codes
-from service.engine.explain import activations_of, prefix_similarities, shared_concepts, with_words
+from service.engine.explain import (
+    activations_of,
+    prefix_similarities,
+    query_words,
+    shared_concepts,
+    with_words,
+)
 from service.engine.filtering import filter_concepts, open_phrase
 from service.engine.local_scorer import LocalScorer
 from service.engine.open_vocabulary import OpenVocabulary
@@ -292,14 +298,14 @@ class SearchEngine:
         self.check_explain(query, near_captions)
         item = self.scorer.stored_row(item_id, row)
         embedding, q_axis_ids, q_axis_values = self.explained_query(query, observer)
-        q_code = q_axes = (q_axis_ids, q_axis_values)
-        query_description, item_description = self.describe_pair(
-            q_axes, item.axes, item.row, near_captions
-        )
+        q_code = (q_axis_ids, q_axis_values)
         item_code = item.axes
         if item.words is not None:
-            q_code = with_words(self.coder.active_words(embedding)[0], q_axes)
+            q_code = with_words(query_words(self.bundle, embedding)[0], q_code)
             item_code = with_words(item.words, item.axes)
+        query_description, item_description = self.describe_pair(
+            q_code, item_code, item.row, near_captions
+        )
         rotated = self.bundle.rotate(embedding)
         return Explanation(
             item_id=item.item_id,

@@ -244,7 +244,7 @@ class MilvusScorer:
                 )
                 for j, i in enumerate(members):
                     found[i] = answers[j][: live[i].query.k]
-        codes = explained_codes(self.coder, live)
+        codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
 

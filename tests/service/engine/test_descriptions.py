@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 import pyarrow as pa
 import pytest
+from search_gallery import described_rows, described_word
 
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
@@ -18,44 +19,61 @@ from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient
-from service.engine.descriptions import code_names
+from service.engine.descriptions import CAPTION_POOL, code_names, saying
 from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
 from service.errors import QueryError
 from service.results import SearchQuery
-from training.cedar.descriptions import code_reconstruction, compose_phrase, content_words
+from training.cedar.descriptions import code_reconstruction, compose_phrase
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.metrics import prefix_vectors, unit_rows
 
 
-def test_the_item_description_is_its_codes_phrase_and_nearest_other_rows(
-    engine: SearchEngine, text_bundle: Path
+def test_the_item_description_is_its_codes_phrase_and_the_nearest_rows_saying_it(
+    engine: SearchEngine,
 ):
-    row = 17
+    row = described_rows(engine)[0]
     explanation = engine.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
     bundle, coder = engine.bundle, engine.coder
     ids, values = (a[0] for a in row_concepts(bundle, [row]))
     item = explanation.item_description
-    assert item is not None and item.phrase
+    assert item is not None and described_word(coder.catalog) in item.phrase.split()
     assert item.phrase == compose_phrase(code_names(coder, ids, values))
-    # the nearest rows to x̂ by brute force over the gallery, the row itself left out
+    # the nearest rows to x̂ (its axes) by brute force over the gallery, the row itself left
+    # out, among CAPTION_POOL × 5, kept where the caption says every word of the phrase
+    axes = ids < coder.axis_concepts
     x_hat = unit_rows(
-        code_reconstruction(coder.artifact.rotation, coder.artifact.mean, ids, values)
+        code_reconstruction(
+            coder.artifact.rotation,
+            coder.artifact.mean,
+            np.where(axes, ids, -1),
+            np.where(axes, values, 0.0),
+        )
     )
     gallery = bundle.index(bundle.dim).reconstruct_n(0, bundle.rows)  # as the bundle stores it
     cosines = gallery @ prefix_vectors(bundle.rotate(x_hat), bundle.dim)[0]
     cosines[row] = -np.inf
-    expected = np.argsort(-cosines, kind="stable")[:5]
-    assert [c.row for c in item.captions] == expected.tolist()
+    pool = np.argsort(-cosines, kind="stable")[: CAPTION_POOL * 5]
+    texts = bundle.metadata(pool).column("caption").to_pylist()
+    expected = [int(r) for r, t in zip(pool, texts, strict=True) if saying(item.phrase, t)][:5]
+    assert expected, "no row near the code says its phrase"
+    assert [c.row for c in item.captions] == expected
     assert [c.cosine for c in item.captions] == pytest.approx(cosines[expected], abs=1e-5)
-    captions = bundle.metadata(expected).column("caption").to_pylist()
-    assert [c.text for c in item.captions] == captions
+    assert all(saying(item.phrase, c.text) for c in item.captions)
     assert [c.id for c in item.captions] == bundle.ids(expected)
-    # the query's code is described too, and asking for no captions runs no search
-    assert explanation.query_description is not None and explanation.query_description.phrase
-    assert len(explanation.query_description.captions) == 5
+    # asking for no captions runs no search
     plain = engine.explain(SearchQuery.of("a red dog"), row=row)
     assert plain.item_description.phrase == item.phrase and not plain.item_description.captions
+
+
+def test_a_code_showing_nothing_described_has_no_phrase_and_no_captions(engine: SearchEngine):
+    """No phrase rather than a wrong one: a row whose shown concepts all fall below DESCRIBED."""
+    ids, values = row_concepts(engine.bundle, range(engine.bundle.rows))
+    bare = next(
+        r for r in range(engine.bundle.rows) if not code_names(engine.coder, ids[r], values[r])
+    )
+    item = engine.explain(SearchQuery.of("a red dog"), row=bare, near_captions=5).item_description
+    assert item.phrase == "" and item.captions == []
 
 
 def gallery_rows(text_bundle: Path) -> np.ndarray:
@@ -63,16 +81,19 @@ def gallery_rows(text_bundle: Path) -> np.ndarray:
     return np.asarray(EmbeddingCache.open(text_bundle.parent / "cache").embeddings("text"))
 
 
-def test_a_querys_nearest_captions_share_its_words(engine: SearchEngine):
-    explanation = engine.explain(SearchQuery.of("a red dog"), row=0, near_captions=5)
+def test_a_querys_description_is_its_codes_and_its_captions_say_it(
+    engine: SearchEngine, text_bundle: Path
+):
+    """A vector query equal to a described row's embedding is coded as that row was: its phrase
+    says the described word and its near captions say the phrase, nearest first."""
+    row = described_rows(engine)[0]
+    vector = gallery_rows(text_bundle)[row]
+    explanation = engine.explain(SearchQuery.of(vector=vector), row=0, near_captions=5)
     described = explanation.query_description
+    assert described_word(engine.coder.catalog) in described.phrase.split()
+    assert described.captions and all(saying(described.phrase, c.text) for c in described.captions)
     cosines = [c.cosine for c in described.captions]
     assert cosines == sorted(cosines, reverse=True)
-    query = content_words("a red dog")
-    near = np.mean([len(content_words(c.text) & query) for c in described.captions])
-    gallery = engine.bundle.metadata(np.arange(engine.bundle.rows)).column("caption").to_pylist()
-    chance = np.mean([len(content_words(t) & query) for t in gallery])
-    assert near >= 1 and near > 2 * chance, (near, chance, described.captions)
 
 
 def test_near_captions_outside_its_range_is_refused(engine: SearchEngine):
@@ -82,8 +103,10 @@ def test_near_captions_outside_its_range_is_refused(engine: SearchEngine):
 
 
 def test_explain_rpc_returns_both_descriptions(client: StrataClient, engine: SearchEngine):
-    remote = client.explain("a red dog", row=5, near_captions=4)
-    local = engine.explain(SearchQuery.of("a red dog"), row=5, near_captions=4)
+    row = described_rows(engine)[0]
+    query = engine.bundle.metadata([row]).column("caption").to_pylist()[0]
+    remote = client.explain(query, row=row, near_captions=4)
+    local = engine.explain(SearchQuery.of(query), row=row, near_captions=4)
     for side in ("query_description", "item_description"):
         got, want = getattr(remote, side), getattr(local, side)
         assert got.phrase == want.phrase
@@ -91,9 +114,9 @@ def test_explain_rpc_returns_both_descriptions(client: StrataClient, engine: Sea
             (c.id, c.row, c.text) for c in want.captions
         ]
         assert [c.cosine for c in got.captions] == pytest.approx([c.cosine for c in want.captions])
-    assert 5 not in [c.row for c in remote.item_description.captions]
-    assert len(remote.query_description.captions) == 4
-    assert client.explain("a red dog", row=5).item_description.captions == []
+    assert remote.item_description.captions
+    assert row not in [c.row for c in remote.item_description.captions]
+    assert client.explain(query, row=row).item_description.captions == []
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +158,9 @@ def test_a_bundle_without_captions_describes_by_phrase_only(
         )
     )
     bare = SearchEngine(Bundle.open(tmp_path / "bundles"), minilm)
-    explanation = bare.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)
-    with_captions = engine.explain(SearchQuery.of("a red dog"), row=3, near_captions=5)
+    row = described_rows(engine)[0]
+    explanation = bare.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
+    with_captions = engine.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
     assert explanation.item_description.phrase == with_captions.item_description.phrase != ""
     assert explanation.item_description.captions == []
     assert explanation.query_description.captions == []

@@ -16,7 +16,7 @@ from typing import ClassVar
 import grpc
 import numpy as np
 import pytest
-from search_gallery import BEACON, MANY_WORDS, beacon_words
+from search_gallery import BEACON, MANY_WORDS, beacon_words, described_rows
 from serving_helpers import Searching
 from two_engines import LiteServer, configured
 from waiting import WAIT_S, wait_for
@@ -221,7 +221,8 @@ def test_explain_through_the_server_with_near_captions(
     which the Milvus engine's Explain did not take): the local engine's answer, descriptions and
     their near captions included, the captions searched in Milvus; out-of-range near_captions
     is refused as on FAISS."""
-    item = engine.search(SearchQuery.of("a red car", k=3)).hits[2].id
+    row = described_rows(engine)[0]  # a row whose description has a phrase and captions
+    item = engine.bundle.ids([row])[0]
     local = engine.explain(SearchQuery.of("a red car"), item_id=item, near_captions=3)
     with (
         BackgroundServer(milvus_engine, ServerConfig(port=0)) as running,
@@ -241,7 +242,8 @@ def test_explain_through_the_server_with_near_captions(
     ):
         assert ours.phrase == theirs.phrase
         assert [c.id for c in ours.captions] == [c.id for c in theirs.captions]
-        assert len(ours.captions) == 3 and all(c.text for c in ours.captions)
+        assert all(c.text for c in ours.captions)
+    assert remote.item_description.phrase and remote.item_description.captions
     assert local.row not in [c.row for c in remote.item_description.captions]
     assert plain.query_description.captions == [] and plain.item_description.captions == []
 
