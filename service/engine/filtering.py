@@ -76,6 +76,7 @@ from service.engine.filter_blocks import FilterBlocks
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded
 from service.results import ConceptRef, FilterConcept
+from training.cedar.near_misses import typo_hint
 from training.cedar.sparse_codes import parse_concept_label
 from training.core.errors import InputError
 
@@ -249,9 +250,14 @@ def filter_concepts(
     made, warnings = [], []
     for role, refs in (("require", require), ("exclude", exclude)):
         for ref in refs:
-            if open_phrase(bundle, ref, scope, vocabulary):
+            if phrase := open_phrase(bundle, ref, scope, vocabulary):
+                assert vocabulary is not None
                 made.append(FilterConcept(str(ref), role, "zero-shot"))
-                warnings.append(below_floor_warning(coder.floor, ref, role, "a zero-shot phrase"))
+                allowed = vocabulary.concept(phrase).rows.count
+                warnings.append(
+                    typo_hint(coder.catalog, phrase, allowed, bundle.rows)
+                    or below_floor_warning(coder.floor, ref, role, "a zero-shot phrase")
+                )
                 continue
             concepts = resolve_ref(bundle, ref, role, scope)
             words = [c for c in concepts if c >= coder.axis_concepts]

@@ -2,6 +2,7 @@
 
     near_misses(catalog, "zebra")   # [(entry, 0.95, "zebra"), (entry, 0.91, None), ...]
     suggestion(catalog, "zebra")    # "; did you mean: horse (-3, runner-up zebra), zebras (+12)?"
+    typo_hint(catalog, "dgo", 0, 8091)  #  "'dgo' allows 0 of 8091 rows …; did you mean: dog (+12)?"
 
 A name is near a concept when difflib's similarity ratio with the concept's name, or with one
 of its runner-ups (the next vocabulary words of its axis, weighted a little lower; only words
@@ -21,6 +22,10 @@ NEAR_MISSES = 5
 NEAR_CUTOFF = 0.6  # the similarity a near miss needs (zebra / zebras: 0.91)
 RUNNER_UP_WEIGHT = 0.95  # a runner-up's match counts a little less than the name's own
 SUBSTRING = 0.8
+# a zero-shot phrase allowing at most this share of a gallery's rows, and near a catalog name,
+# reads as a typo of that name (`typo_hint`)
+ALMOST_NONE = 0.001
+TYPO_SUGGESTIONS = 3
 
 
 class NamedConcept(Protocol):
@@ -93,6 +98,19 @@ def suggestion(catalog: Sequence[NamedConcept], word: str, most: int = NEAR_MISS
         for e, _, via in found
     ]
     return f"; did you mean: {', '.join(parts)}?"
+
+
+def typo_hint(catalog: Sequence[NamedConcept], phrase: str, allowed: int, rows: int) -> str | None:
+    """The warning of a zero-shot phrase that allows (almost) no rows of a gallery of `rows`
+    (at most ALMOST_NONE of them) and is a near miss of catalog names: most likely a typo of one
+    ("'dgo' allows 0 of 300 rows as a zero-shot phrase; did you mean: dog (+12)?"); None when it
+    allows more or no name is near it."""
+    if allowed > ALMOST_NONE * rows or not near_misses(catalog, phrase, TYPO_SUGGESTIONS):
+        return None
+    return (
+        f"'{phrase}' allows {allowed} of {rows} rows as a zero-shot phrase"
+        f"{suggestion(catalog, phrase, TYPO_SUGGESTIONS)}"
+    )
 
 
 def _short(name: str, most: int = 24) -> str:

@@ -369,3 +369,18 @@ def test_a_small_gallery_has_no_sketch(word_bundle: Path, minilm):
     vocabulary = OpenVocabulary(Bundle.open(word_bundle), minilm.encode_text)
     assert not vocabulary.searches and vocabulary.sketch() is None
     assert vocabulary.concept("giraffe").found == "scan"
+
+
+def test_a_typo_of_a_name_allowing_no_row_is_answered_with_the_name(
+    word_bundle: Path, minilm, monkeypatch: pytest.MonkeyPatch
+):
+    """A zero-shot phrase that allows no row (the null's cut +inf) and is a near miss of a
+    catalog name warns "did you mean"; a phrase near no name keeps the floor's warning."""
+    monkeypatch.setattr(open_vocabulary, "null_cut", lambda *_args, **_kw: np.inf)
+    engine = SearchEngine(Bundle.open(word_bundle), minilm)
+    typo = engine.search(SearchQuery.of("a shape", k=5, require=[BEACON[:-2] + BEACON[:-3:-1]]))
+    assert typo.filtered_rows == 0 and not typo.hits
+    [warning] = typo.warnings
+    assert "allows 0 of" in warning and f"did you mean: {BEACON} (" in warning
+    far = engine.search(SearchQuery.of("a shape", k=5, require=["zzyzx"]))
+    assert far.filtered_rows == 0 and all("did you mean" not in w for w in far.warnings)

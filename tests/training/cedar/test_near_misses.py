@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from training.cedar.catalog import CatalogEntry
-from training.cedar.near_misses import near_misses, suggestion
+from training.cedar.near_misses import near_misses, suggestion, typo_hint
 
 
 def _entry(concept: int, name: str, score: float, runner_ups: list[str]) -> CatalogEntry:
@@ -45,3 +45,11 @@ def test_the_message_tail_names_each_suggestion_with_its_label():
         "; did you mean: horse (-0, runner-up zebra), zebras (+0)?"
     )
     assert suggestion(CATALOG, "xylophone") == "; no concept has a name near it"
+
+
+def test_a_zero_shot_phrase_allowing_almost_no_rows_near_a_name_reads_as_a_typo():
+    hint = typo_hint(CATALOG, "dgo", allowed=0, rows=300)
+    assert hint == "'dgo' allows 0 of 300 rows as a zero-shot phrase; did you mean: dog (+1)?"
+    assert typo_hint(CATALOG, "dgo", allowed=2, rows=2000) is not None  # at most 0.1 %
+    assert typo_hint(CATALOG, "dgo", allowed=3, rows=2000) is None  # it allows rows: a phrase
+    assert typo_hint(CATALOG, "xylophone", allowed=0, rows=300) is None  # near no name
