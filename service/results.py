@@ -233,6 +233,7 @@ class ConceptActivation:
     name: str
     activation: float
     scope: str | None = None  # local / global where CDS has scored the concept
+    zero_shot: bool = False  # a word concept without labels, shown as it holds on the gallery
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,7 @@ class SharedConcept:
     item_activation: float
     contribution: float
     scope: str | None = None  # local / global where CDS has scored the concept
+    zero_shot: bool = False  # a word concept without labels, shown as it holds on the gallery
 
 
 @dataclass
@@ -363,6 +365,7 @@ class ConceptInfo:
     named: bool = True  # False: no name held up; `name` is the label
     zero_shot: bool = False  # a word concept without labels (its text direction's cosine)
     below_floor: bool = False  # not shown in explanations and listings (precision < floor)
+    gallery_agreement: float | None = None  # with its name's text direction, on this gallery
 
 
 @dataclass
@@ -406,7 +409,9 @@ class IndexInfo:
         return {p.granularity: p.prefix_length for p in self.prefixes}
 
 
-def concept_text(name: str, label: str) -> str:
+def concept_text(name: str, label: str, zero_shot: bool = False) -> str:
     """How a concept reads in a listing: "dog (+12)", or just "+12" when it is unnamed (its
-    name is its label)."""
+    name is its label); a zero-shot word "giraffe (zero-shot)"."""
+    if zero_shot:
+        return f"{name} (zero-shot)"
     return label if name == label else f"{name} ({label})"

@@ -56,6 +56,11 @@ def concept_details(concept: ConceptInfo) -> str:
         lines.append(f"  precision    {precision:.3f} (held out)")
     if not concept.named:
         lines.append("  unnamed      no name reached the precision threshold; found by label only")
+    if concept.gallery_agreement is not None:
+        lines.append(
+            f"  on gallery   agreement {concept.gallery_agreement:.3f} of its activation with its "
+            "name's text direction on this bundle's rows (measured at build, without labels)"
+        )
     if concept.below_floor:
         lines.append(
             "  below floor  not shown in explanations or listings (its held-out precision is "
@@ -135,7 +140,7 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
                 [
                     [
                         c.label,
-                        c.name,
+                        f"{c.name} (zero-shot)" if c.zero_shot else c.name,
                         c.scope or "–",
                         f"{c.query_activation:.3f}",
                         f"{c.item_activation:.3f}",
@@ -153,7 +158,7 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
     for side, active in (("query", why.query_concepts), ("item", why.item_concepts)):
         strongest = sorted(active, key=lambda c: -c.activation)
         names = ", ".join(
-            f"{concept_text(c.name, c.label)} {c.activation:.3f}" for c in strongest[:8]
+            f"{concept_text(c.name, c.label, c.zero_shot)} {c.activation:.3f}" for c in strongest[:8]
         )
         more = f", … {len(strongest) - 8} more" if len(strongest) > 8 else ""
         lines.append(f"{side + ' concepts':<15}{names}{more}")

@@ -127,8 +127,10 @@ def search_command(
     typer.echo(format_result(result, columns, explain))
 
 
-def _scoped(name: str, scope: str | None) -> str:
-    """A concept's name with its CDS scope marked: 'dog·L' local, 'beach·G' global."""
+def _scoped(name: str, scope: str | None, zero_shot: bool = False) -> str:
+    """A concept's name with its CDS scope marked: 'dog·L' local, 'beach·G' global; a zero-shot
+    word's with a '*': 'giraffe*'."""
+    name = f"{name}*" if zero_shot else name
     return f"{name}·{scope[0].upper()}" if scope else name
 
 
@@ -155,7 +157,7 @@ def format_result(
     lines += [f"warning      {w}" for w in result.warnings]
     if explain and result.query_concepts:
         strongest = sorted(result.query_concepts, key=lambda c: -c.activation)
-        names = [concept_text(c.name, c.label) for c in strongest]
+        names = [concept_text(c.name, c.label, c.zero_shot) for c in strongest]
         lines.append(f"query        {_listed(names, max_concepts)}")
     if not result.hits:
         lines.append("no hits")
@@ -169,9 +171,9 @@ def format_result(
         row = [str(rank), f"{hit.score:.3f}", hit.id, *([_cut(hit.group)] if grouped else [])]
         row += [_cut(hit.metadata.get(c, "")) for c in columns]
         if explain:
-            row.append(", ".join(_scoped(c.name, c.scope) for c in hit.concepts))
+            row.append(", ".join(_scoped(c.name, c.scope, c.zero_shot) for c in hit.concepts))
             shared = [
-                f"{_scoped(s.name, s.scope)} ({s.contribution:.3f})" for s in hit.shared_concepts
+                f"{_scoped(s.name, s.scope, s.zero_shot)} ({s.contribution:.3f})" for s in hit.shared_concepts
             ]
             row.append(_listed(shared, max_concepts))
         rows.append(row)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import PrefixEntry
 from service.engine.filtering import resolve_ref
@@ -22,6 +24,7 @@ from service.errors import NotFoundError, QueryError, echo
 from service.limits import RequestLimits, check_chars
 from service.results import ConceptInfo, ConceptPage, ConceptRef, IndexInfo, PrefixInfo
 from training.cedar.catalog import CatalogEntry
+from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity
 
 DEFAULT_PAGE = 100
@@ -45,7 +48,15 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         named=entry.named,
         zero_shot=entry.zero_shot,
         below_floor=not bundle.coder.holds(entry.concept),
+        gallery_agreement=gallery_agreement(bundle.coder, entry.concept),
     )
+
+
+def gallery_agreement(coder: ConceptCoder, concept: int) -> float | None:
+    """A concept's agreement on the bundle's gallery, None where it was not measured."""
+    if coder.agreement is None or np.isnan(coder.agreement[concept]):
+        return None
+    return float(coder.agreement[concept])
 
 
 def zero_shot_info(bundle: Bundle, concept: ZeroShotConcept) -> ConceptInfo:

@@ -139,7 +139,9 @@ def activations_of(
     out = []
     for concept, value in coder.shown(ids, values, limit):
         entry = coder.catalog[concept]
-        out.append(ConceptActivation(concept, entry.label, entry.name, value, entry.scope))
+        out.append(
+            ConceptActivation(concept, entry.label, entry.name, value, entry.scope, entry.zero_shot)
+        )
     return out
 
 
@@ -162,7 +164,9 @@ def shared_concepts(
         entry = coder.catalog[concept]
         q, x = query[concept], item[concept]
         shared.append(
-            SharedConcept(concept, entry.label, entry.name, q, x, contribution, entry.scope)
+            SharedConcept(
+                concept, entry.label, entry.name, q, x, contribution, entry.scope, entry.zero_shot
+            )
         )
     return shared
 

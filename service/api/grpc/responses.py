@@ -63,12 +63,17 @@ _TUNED_FIELDS = ("tuned_recall", "tuned_latency_ms", "recall_target")  # optiona
 
 def _active(c: ConceptActivation) -> pb.ActiveConcept:
     return pb.ActiveConcept(
-        id=c.id, label=c.label, name=c.name, activation=c.activation, scope=c.scope or ""
+        id=c.id,
+        label=c.label,
+        name=c.name,
+        activation=c.activation,
+        scope=c.scope or "",
+        zero_shot=c.zero_shot,
     )
 
 
 def _active_back(m: pb.ActiveConcept) -> ConceptActivation:
-    return ConceptActivation(m.id, m.label, m.name, m.activation, m.scope or None)
+    return ConceptActivation(m.id, m.label, m.name, m.activation, m.scope or None, m.zero_shot)
 
 
 def _shared(c: SharedConcept) -> pb.SharedConcept:
@@ -80,6 +85,7 @@ def _shared(c: SharedConcept) -> pb.SharedConcept:
         item_activation=c.item_activation,
         contribution=c.contribution,
         scope=c.scope or "",
+        zero_shot=c.zero_shot,
     )
 
 
@@ -92,6 +98,7 @@ def _shared_back(m: pb.SharedConcept) -> SharedConcept:
         m.item_activation,
         m.contribution,
         m.scope or None,
+        m.zero_shot,
     )
 
 
@@ -232,6 +239,7 @@ def concept_to_proto(info: ConceptInfo) -> pb.Concept:
         ],
         scope=info.scope or "",
         precision=info.precision,
+        gallery_agreement=info.gallery_agreement,
     )
 
 
@@ -245,6 +253,9 @@ def concept_info(message: pb.Concept) -> ConceptInfo:
         ],
         scope=message.scope or None,
         precision=message.precision if message.HasField("precision") else None,
+        gallery_agreement=(
+            message.gallery_agreement if message.HasField("gallery_agreement") else None
+        ),
     )
 
 

@@ -265,7 +265,7 @@ async function explain(hit) {
     const shared = why.sharedConcepts;
     const top = Math.max(1e-9, ...shared.map((c) => Math.abs(c.contribution)));
     $("shared").replaceChildren(...(shared.length
-      ? shared.slice(0, 16).map((c) => bar(`${c.name === c.label ? c.label : `${c.name} (${c.label})`}${c.scope ? ` ·${c.scope[0].toUpperCase()}` : ""}`,
+      ? shared.slice(0, 16).map((c) => bar(`${c.zeroShot ? `${c.name} (zero-shot)` : c.name === c.label ? c.label : `${c.name} (${c.label})`}${c.scope ? ` ·${c.scope[0].toUpperCase()}` : ""}`,
         c.contribution, top, "shared-concept"))
       : [el("p", {}, "no concept active in both")]));
     $("explanation").hidden = false;
@@ -297,6 +297,7 @@ async function showConcept(label, item) {
   const facts = [
     ["label", c.label], ["scope", c.scope || "not measured"], ["name score", fixed(c.score)],
     ["frequency", fixed(c.frequency, 4)], ["active rows", c.activeRows],
+    ...(c.galleryAgreement === undefined ? [] : [["gallery agreement", fixed(c.galleryAgreement)]]),
     ["runner-ups", c.runnerUps.map((r) => `${r.name} (${fixed(r.score, 2)})`).join(", ") || "—"],
   ];
   $("concept-detail").replaceChildren(

@@ -230,21 +230,23 @@ class Hit(_message.Message):
     def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., row: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., concepts: _Optional[_Iterable[_Union[ActiveConcept, _Mapping]]] = ..., shared_concepts: _Optional[_Iterable[_Union[SharedConcept, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class ActiveConcept(_message.Message):
-    __slots__ = ("id", "label", "name", "activation", "scope")
+    __slots__ = ("id", "label", "name", "activation", "scope", "zero_shot")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
     activation: float
     scope: str
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., activation: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
+    zero_shot: bool
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., activation: _Optional[float] = ..., scope: _Optional[str] = ..., zero_shot: _Optional[bool] = ...) -> None: ...
 
 class SharedConcept(_message.Message):
-    __slots__ = ("id", "label", "name", "query_activation", "item_activation", "contribution", "scope")
+    __slots__ = ("id", "label", "name", "query_activation", "item_activation", "contribution", "scope", "zero_shot")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +254,7 @@ class SharedConcept(_message.Message):
     ITEM_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -259,7 +262,8 @@ class SharedConcept(_message.Message):
     item_activation: float
     contribution: float
     scope: str
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., query_activation: _Optional[float] = ..., item_activation: _Optional[float] = ..., contribution: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
+    zero_shot: bool
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., query_activation: _Optional[float] = ..., item_activation: _Optional[float] = ..., contribution: _Optional[float] = ..., scope: _Optional[str] = ..., zero_shot: _Optional[bool] = ...) -> None: ...
 
 class BatchSearchRequest(_message.Message):
     __slots__ = ("requests",)
@@ -392,7 +396,7 @@ class ConceptExample(_message.Message):
     def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Concept(_message.Message):
-    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot", "below_floor")
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot", "below_floor", "gallery_agreement")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -406,6 +410,7 @@ class Concept(_message.Message):
     NAMED_FIELD_NUMBER: _ClassVar[int]
     ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
     BELOW_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    GALLERY_AGREEMENT_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -419,7 +424,8 @@ class Concept(_message.Message):
     named: bool
     zero_shot: bool
     below_floor: bool
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ..., below_floor: _Optional[bool] = ...) -> None: ...
+    gallery_agreement: float
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ..., below_floor: _Optional[bool] = ..., gallery_agreement: _Optional[float] = ...) -> None: ...
 
 class GetIndexInfoRequest(_message.Message):
     __slots__ = ()
