@@ -36,7 +36,12 @@ from training.cedar.catalog import (
 )
 from training.cedar.data import load_split_rows
 from training.cedar.readout.artifact import readout_record, readout_tensors
-from training.cedar.readout.vocabulary import VocabularyReadout, readout_input, text_directions
+from training.cedar.readout.vocabulary import (
+    VocabularyReadout,
+    readout_input,
+    text_directions,
+    with_zero_shot,
+)
 from training.cedar.train import CedarConfig, train_cedar
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
@@ -135,12 +140,14 @@ def build_text_bundle(
     floor: float | None = None,
     extra_words: int = 0,
     text: bool = False,
+    zero_shot_words: Sequence[str] = (),
 ) -> Path:
     """BUNDLES folder of a MiniLM bundle over `scenes` compositional captions; with `words`, its
     CEDAR artifact carries the one-word readout `beacon_readout` (and `extra_words` more words
     on the same rows). Its precision floor is `floor` (None: no floor, every concept shown, as
     the mechanics of concepts are tested). With `text`, the readout keeps its words' text
-    directions, and the build measures the open vocabulary's state (indexer/vocabulary/)."""
+    directions, and the build measures the open vocabulary's state (indexer/vocabulary/);
+    `zero_shot_words` are added to it as zero-shot words (their text directions, cut 0)."""
     cache = root / "cache"
     embed_corpus(
         CompositionalCorpus(scenes=scenes, seed=seed),
@@ -176,6 +183,10 @@ def build_text_bundle(
     tensors = {}
     if words:
         readout = beacon_readout(x, result.mean, extra_words, encoder if text else None)
+        if zero_shot_words:
+            directions = text_directions(encoder.encode_text(list(zero_shot_words)), result.mean)
+            kinds = ["noun"] * len(zero_shot_words)
+            readout = with_zero_shot(readout, zero_shot_words, kinds, directions, 0.0)
         extra["readout"], tensors = readout_record(readout), readout_tensors(readout)
         extra["readout"]["training"] = {"zero_shot_z": OPEN_Z}
     TransformArtifact(
