@@ -27,6 +27,8 @@ code scores both.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ import numpy as np
 from benchmarks.harness import benchmark_parser, publish
 from benchmarks.training.held_out_topic import topic_groups
 from service.cli.concept_views import format_explanation
+from service.engine.explain import query_words
 from service.engine.search import SearchEngine
 from service.query.embedding import embed_texts
 from service.results import Explanation, SearchQuery
@@ -147,9 +150,11 @@ def main() -> None:
     picked = np.sort(rng.choice(candidates, min(args.rows, len(candidates)), replace=False))
 
     explanations: list[Explanation] = []
+    started = time.perf_counter()
     for i in picked:
         query = SearchQuery(text=texts[i])
         explanations.append(engine.explain(query, row=int(index[i]), near_captions=args.captions))
+    explain_ms = 1000 * (time.perf_counter() - started) / max(len(picked), 1)
     shown = [[c.name for c in e.item_concepts[: args.shown]] for e in explanations]
     item_phrases = [e.item_description.phrase if e.item_description else "" for e in explanations]
     query_phrases = [
@@ -160,6 +165,17 @@ def main() -> None:
     vocabulary = list(readout.words) if readout is not None else []
     word_rows = np.stack(embed_texts(engine.encoder, None, vocabulary, None))
     nearest = nearest_words(data.embeddings[index[picked]], vocabulary, word_rows, args.shown)
+
+    def per_query_ms(read: Callable[[np.ndarray], object]) -> float:
+        """Mean milliseconds of reading one query's words (the sampled rows' embeddings)."""
+        rows = data.embeddings[index[picked]]
+        started = time.perf_counter()
+        for x in rows:
+            read(x[None, :])
+        return 1000 * (time.perf_counter() - started) / max(len(rows), 1)
+
+    words_ms = per_query_ms(engine.coder.active_words)
+    gated_ms = per_query_ms(lambda x: query_words(engine.bundle, x))
 
     def rows_of(values: list[Any]) -> list[Any]:
         return [values[i] for i in picked]
@@ -172,6 +188,12 @@ def main() -> None:
         "shown": args.shown,
         "salient": args.salient,
         "topic": args.topic,
+        "timing": {  # one thread's wall time, this run: the gate's share of an Explain
+            "explain_ms": explain_ms,
+            "query_words_ms": words_ms,
+            "gated_query_words_ms": gated_ms,
+            "gate_share_of_explain": (gated_ms - words_ms) / explain_ms,
+        },
         "served": {
             **judged(shown, rows_of(used), rows_of(salient)),
             "item": described(item_phrases, rows_of(others)),
