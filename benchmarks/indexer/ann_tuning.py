@@ -39,6 +39,8 @@ import faiss
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
+from benchmarks.indexer.peers import EF_CONSTRUCTION as PEER_EF_CONSTRUCTION
+from benchmarks.indexer.peers import M as PEER_M
 from benchmarks.indexer.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
 from indexer.format.index_plan import parse_index_types, plan_indexes
 from indexer.format.prefix_index import (
@@ -341,7 +343,7 @@ def compare_hnswlib(
         rounds,
     )
     return {
-        "hnsw": "M=32, ef_construction=40",
+        "hnsw": f"M={PEER_M}, ef_construction={PEER_EF_CONSTRUCTION}",
         "build_seconds": round(seconds, 2),
         "bytes_per_row": round(hnswlib_bytes(peer, work) / len(rows), 1),
         "ef_ladder": ladder,

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-M, EF_CONSTRUCTION = 32, 40  # FAISS's HNSW32 defaults, as Qdrant's arm uses
+# as hnswlib's users build it: its README's ef_construction (200; Qdrant's default is 100, FAISS's
+# HNSW32 40, which caps the graph's recall below what the search's ef can buy)
+M, EF_CONSTRUCTION = 32, 200
 
 
 def hnswlib_index(rows: np.ndarray, threads: int = -1):
-    """An inner-product hnswlib HNSW (M = 32, ef_construction = 40) over the rows, ids = row
+    """An inner-product hnswlib HNSW (M = 32, ef_construction = 200) over the rows, ids = row
     positions; (index, build seconds)."""
     import hnswlib
 
