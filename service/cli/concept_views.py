@@ -158,7 +158,8 @@ def format_explanation(why: Explanation, most: int = 10) -> str:
     for side, active in (("query", why.query_concepts), ("item", why.item_concepts)):
         strongest = sorted(active, key=lambda c: -c.activation)
         names = ", ".join(
-            f"{concept_text(c.name, c.label, c.zero_shot)} {c.activation:.3f}" for c in strongest[:8]
+            f"{concept_text(c.name, c.label, c.zero_shot)} {c.activation:.3f}"
+            for c in strongest[:8]
         )
         more = f", … {len(strongest) - 8} more" if len(strongest) > 8 else ""
         lines.append(f"{side + ' concepts':<15}{names}{more}")

@@ -104,7 +104,8 @@ def format_demo(result: DemoResult) -> str:
             )
         )
         shared = ", ".join(
-            f"{concept_text(c.name, c.label, c.zero_shot)} {c.contribution:.3f}" for c in why.shared_concepts[:6]
+            f"{concept_text(c.name, c.label, c.zero_shot)} {c.contribution:.3f}"
+            for c in why.shared_concepts[:6]
         )
         lines.append(f"shared concepts (contribution): {shared or 'none'}")
     return "\n".join(lines)

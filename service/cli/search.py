@@ -173,7 +173,8 @@ def format_result(
         if explain:
             row.append(", ".join(_scoped(c.name, c.scope, c.zero_shot) for c in hit.concepts))
             shared = [
-                f"{_scoped(s.name, s.scope, s.zero_shot)} ({s.contribution:.3f})" for s in hit.shared_concepts
+                f"{_scoped(s.name, s.scope, s.zero_shot)} ({s.contribution:.3f})"
+                for s in hit.shared_concepts
             ]
             row.append(_listed(shared, max_concepts))
         rows.append(row)

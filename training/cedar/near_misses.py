@@ -35,6 +35,7 @@ class NamedConcept(Protocol):
     label: str
     score: float
     runner_ups: list[tuple[str, float]]
+    named: bool
 
 
 C = TypeVar("C", bound=NamedConcept)
@@ -69,12 +70,12 @@ def near_misses(
 ) -> list[tuple[C, float, str | None]]:
     """The concepts a name that matched none may have meant, nearest first, one per name (its
     best-scored concept): (concept, similarity, the runner-up that matched or None). Unnamed
-    axes (named by their label) are never suggested."""
+    axes (named by their label) are never suggested; a word concept (its label its word) is."""
     key = word.strip().lower()
     names = frozenset(e.name.lower() for e in catalog)
     best: dict[str, tuple[C, float, str | None]] = {}
     for entry in catalog:
-        if entry.name == entry.label or not key:
+        if not key or not entry.named or _is_label(entry.name):
             continue
         value, via = name_similarity(key, entry, names)
         name = entry.name.lower()
@@ -111,6 +112,11 @@ def typo_hint(catalog: Sequence[NamedConcept], phrase: str, allowed: int, rows: 
         f"'{phrase}' allows {allowed} of {rows} rows as a zero-shot phrase"
         f"{suggestion(catalog, phrase, TYPO_SUGGESTIONS)}"
     )
+
+
+def _is_label(name: str) -> bool:
+    """Whether a name is an axis's label ("+12", "-3"): an unnamed axis goes by it."""
+    return name[:1] in "+-" and name[1:].isdigit()
 
 
 def _short(name: str, most: int = 24) -> str:

@@ -53,3 +53,8 @@ def test_a_zero_shot_phrase_allowing_almost_no_rows_near_a_name_reads_as_a_typo(
     assert typo_hint(CATALOG, "dgo", allowed=2, rows=2000) is not None  # at most 0.1 %
     assert typo_hint(CATALOG, "dgo", allowed=3, rows=2000) is None  # it allows rows: a phrase
     assert typo_hint(CATALOG, "xylophone", allowed=0, rows=300) is None  # near no name
+
+
+def test_a_word_concept_whose_label_is_its_word_is_suggested():
+    word = CatalogEntry(9, "beacon", "beacon", 0.75, [], 0.1)
+    assert [e.concept for e, _, _ in near_misses([*CATALOG, word], "beacno")] == [9]
