@@ -35,6 +35,12 @@ class UnavailableError(ServiceError):
     later (UNAVAILABLE)."""
 
 
+class EncoderUnavailableError(ServiceError):
+    """A text or image query to a bundle whose encoder this machine cannot load (an imported
+    cache's, a synthetic one's, a checkpoint not here): the bundle serves vector queries only
+    (FAILED_PRECONDITION)."""
+
+
 class InternalError(ServiceError):
     """A fault of the server's own in one query (INTERNAL); logged with its traceback."""
 

@@ -21,14 +21,26 @@ if TYPE_CHECKING:
 
 # each command's module loads when the command runs (torch, POT, sklearn only then)
 embed_app = typer.Typer(
-    help="Embed a corpus into an embedding cache, and inspect caches.",
+    help="Embed a corpus into an embedding cache, import embeddings made elsewhere, inspect "
+    "caches.",
     cls=lazy_group(
+        LazyCommand(
+            "import",
+            "training.embedding.import_cli:import_command",
+            "Check embeddings made elsewhere (.npy shards + metadata) and write them as a cache.",
+            examples(
+                "strata embed import runs/demo/cache-flickr8k-minilm --encoder minilm "
+                "--out runs/imported",
+                "strata embed import runs/demo/cache-flickr8k-minilm --encoder my-model "
+                "--normalise --dtype float32 --out runs/imported-vectors",
+            ),
+        ),
         LazyCommand(
             "pairs",
             "training.cosae.cli:pairs_command",
             "Embed the same records with two encoders: a paired cache for CoSAE.",
             examples("strata embed pairs --out runs/cosae/pairs"),
-        )
+        ),
     ),
     no_args_is_help=True,
 )

@@ -45,8 +45,8 @@ from training.core.commands import HiddenArgumentsCommand, examples
 Summary = TypeVar("Summary", BuildSummary, UpdateSummary)
 
 index_app = typer.Typer(
-    help="Build, update, publish, verify and inspect index bundles (a FAISS index per prefix "
-    "+ concept postings).",
+    help="Build, update, publish, verify and inspect index bundles (one shared store of every "
+    "row, shortlist codes, concept postings).",
     no_args_is_help=True,
 )
 
@@ -136,9 +136,12 @@ def build(
 ) -> None:
     """Index a cache into a new bundle version, verify it, publish it atomically.
 
-    One FAISS index per prefix length of the GraSP-VL artifact's contract, concept postings
-    from the CEDAR artifact, ids and metadata; CURRENT moves only once all of it is written and
-    verified, so a killed build leaves the previous version current."""
+    Every row is kept once, rotated by the GraSP-VL artifact, in a shared store (int8 codes by
+    default) whose prefixes serve every granularity of its contract; past 50,000 rows the
+    shortest prefix also keeps shortlist codes (IVF,SQ8) that a funnel reranks from the store.
+    Concept postings come from the CEDAR artifact, ids and metadata from the cache. CURRENT
+    moves only once all of it is written and verified, so a killed build leaves the previous
+    version current."""
     if recall_target <= 0:
         raise BuildError("--recall-target must lie in (0, 1]")
     if store not in ("none", *DTYPES):
@@ -188,9 +191,9 @@ def add(
 ) -> None:
     """Append a cache's rows to the current version: a new version, published like a build.
 
-    Only the new rows are rotated and encoded (with the bundle's own artifact copies); each
-    index is extended (Flat: copied + extended, the rows a full build stores), the postings
-    merged, the ids appended. The cache must have the bundle's encoder, dimension and modality,
+    Only the new rows are rotated and encoded (with the bundle's own artifact copies): the
+    store's rows and the shortlist codes are extended and re-tuned, the postings merged, the
+    ids appended. The cache must have the bundle's encoder, dimension and modality,
     and only ids the bundle does not hold."""
     config = AddConfig(
         bundles=bundles,
@@ -229,9 +232,9 @@ def delete(
 ) -> None:
     """Remove rows by id from the current version: a new version, published like a build.
 
-    The other rows are renumbered (row positions stay contiguous); each index is filtered from
-    the stored version (Flat: the kept rows copied, the rows a full build stores; HNSW
-    rebuilt from its stored vectors; IVF lists filtered), the postings filtered, no cache read.
+    The other rows are renumbered (row positions stay contiguous); the store keeps the other
+    rows' codes, the shortlist codes' lists are filtered, the postings filtered; no cache is
+    read.
     Unknown ids are refused, all named, unless --missing-ok."""
     ids = [*(read_id_file(ids_file) if ids_file else []), *(id_ or [])]
     config = DeleteConfig(bundles=bundles, ids=tuple(ids), missing_ok=missing_ok, keep=keep)

@@ -19,7 +19,7 @@ from training.core.errors import InputError
 
 STRATA_LOGGERS = ("training", "indexer", "service", "strata")
 
-EMBED_HELP = "Embed a corpus into an embedding cache, and inspect caches."
+EMBED_HELP = "Embed a corpus into a cache, import embeddings made elsewhere, inspect caches."
 TRAIN_HELP = "Learn transforms (GraSP-VL, CEDAR, CoSAE) from an embedding cache."
 EVAL_HELP = "Score transforms and their baselines with the project's metrics."
 INDEX_HELP = "Build, update, publish, verify and inspect index bundles."

@@ -6,7 +6,8 @@
    into an embedding cache;
 2. train GraSP-VL (prefix length = granularity) and CEDAR (sparse named concepts) on it, with
    few epochs (the demo shows the pipeline; `strata train` runs them to convergence);
-3. build, verify and publish an index bundle (one FAISS index per prefix, concept postings);
+3. build, verify and publish an index bundle (a shared store serving every prefix, concept
+   postings);
 4. start the gRPC server on a free local port, and through the Python client search once at
    each granularity (and once AUTO, once with a concept filter), with explanations, and explain
    the best caption hit prefix by prefix;

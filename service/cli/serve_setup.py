@@ -243,6 +243,8 @@ class Announcement:
             f"{engine.encoder.device if engine.encoder else 'no encoder'}; {self.mode}) "
             f"on {server.address}{pool}; Ctrl-C stops",
         ]
+        if engine.encoder is None and engine.missing_encoder is not None:
+            lines.append(f"vector queries only: {engine.missing_encoder}")
         if translator is not None and engine.encoder is not None:
             lines.append(f"queries: {engine.encoder.id} (translated by {translator})")
         if config.tls_cert is not None:

@@ -69,7 +69,7 @@ from service.query.checks import (
     check_query_input,
     requested_granularity,
 )
-from service.query.embedding import EncoderObserver, embed_texts, encode
+from service.query.embedding import EncoderObserver, bundle_encoder, embed_texts, encode
 from service.query.routing import Route, route_text
 from service.results import (
     ConceptInfo,
@@ -81,7 +81,7 @@ from service.results import (
     SearchQuery,
     SearchResult,
 )
-from training.core.encoders import Encoder, load_encoder
+from training.core.encoders import Encoder
 from training.core.encoders.images import decode_image
 from training.core.errors import InputError
 from training.core.granularity import Granularity
@@ -102,10 +102,12 @@ class SearchEngine:
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
         scorer: Scorer | None = None,
+        missing_encoder: str | None = None,
     ):
         engine_blas()  # numpy's BLAS on one thread, as a server runs it (compute_threads.py)
         self.bundle = bundle.load() if scorer is None else bundle
         self.encoder = encoder
+        self.missing_encoder = missing_encoder  # why encoder is None, told to text/image queries
         self.config = config or EngineConfig()
         self.cache = cache  # text queries' embeddings (service/query/cache.py); None: no cache
         if encoder is not None and encoder.dim != bundle.dim:
@@ -135,7 +137,9 @@ class SearchEngine:
             raise ServiceError(
                 "the Milvus backend follows its alias: publish a version with `strata index export`"
             )
-        return SearchEngine(bundle, self.encoder, self.config, self.cache)
+        return SearchEngine(
+            bundle, self.encoder, self.config, self.cache, missing_encoder=self.missing_encoder
+        )
 
     @classmethod
     def open(
@@ -148,7 +152,8 @@ class SearchEngine:
         translator: Path | None = None,
         verify: bool = True,
     ) -> SearchEngine:
-        """The published version of a bundle directory, with the encoder its manifest names.
+        """The published version of a bundle directory, with the encoder its manifest names
+        (one this machine cannot load: vector queries only, `bundle_encoder`).
 
         The version is verified first (`indexer.verify.check.check_servable`; `VersionRefusedError`
         naming the file when it fails) unless `verify` is False. With `translator` (a folder
@@ -159,23 +164,24 @@ class SearchEngine:
         if verify:
             check_servable(bundle.path)
         spec = bundle.manifest.encoder
-        if not spec:
-            raise ServiceError(f"bundle {bundle.path} records no encoder to embed queries with")
-        encoder: Encoder
+        encoder: Encoder | None
+        missing = None
         if translator is not None:
             from service.query.translation import translated_encoder
 
+            if not spec:
+                raise ServiceError(f"bundle {bundle.path} records no encoder to translate into")
             encoder = translated_encoder(translator, spec, bundle.dim, device, batch_size)
         else:
-            encoder = load_encoder(spec, device=device, batch_size=batch_size)
+            encoder, missing = bundle_encoder(spec, device, batch_size)
         log.info(
             "bundle %s: %d rows, encoder %s on %s",
             bundle.name,
             bundle.rows,
-            encoder.id,
-            encoder.device,
+            encoder.id if encoder else spec,
+            encoder.device if encoder else "none (vector queries only)",
         )
-        return cls(bundle, encoder, config, cache)
+        return cls(bundle, encoder, config, cache, missing_encoder=missing)
 
     # --- search ---
 
@@ -216,7 +222,12 @@ class SearchEngine:
         prepared = PreparedQuery(query)
         try:
             prepared.embedding = check_query(  # a vector query's unit vector
-                query, self.config.limits, self.metadata_fields, self.bundle.dim, self.encoder
+                query,
+                self.config.limits,
+                self.metadata_fields,
+                self.bundle.dim,
+                self.encoder,
+                self.missing_encoder,
             )
             prepared.route = self.route(query)
             prepared.length = self.contract[prepared.route.granularity]
@@ -324,7 +335,9 @@ class SearchEngine:
         lies within the limit."""
         if len(query.kinds) != 1:
             raise QueryError("give one query: a text, an image or a vector")
-        check_query_input(query, self.config.limits, self.bundle.dim, self.encoder)
+        check_query_input(
+            query, self.config.limits, self.bundle.dim, self.encoder, self.missing_encoder
+        )
         check_near_captions(near_captions, self.config.limits)
 
     def explained_query(

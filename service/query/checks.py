@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from service.errors import QueryError, echo
+from service.errors import EncoderUnavailableError, QueryError, echo
 from service.limits import (
     RequestLimits,
     check_chars,
@@ -48,6 +48,7 @@ def check_query(
     metadata_fields: Sequence[str],
     dim: int,
     encoder: Any,
+    missing_encoder: str | None = None,
 ) -> np.ndarray | None:
     """A search query as the engine can serve it (the input itself: `check_query_input`, whose
     unit vector it returns)."""
@@ -75,7 +76,7 @@ def check_query(
             f"unknown metadata field(s) {shown}; "
             f"the bundle has {', '.join(metadata_fields) or 'none'}"
         )
-    return check_query_input(query, limits, dim, encoder)
+    return check_query_input(query, limits, dim, encoder, missing_encoder)
 
 
 def check_grouping(query: SearchQuery, limits: RequestLimits) -> None:
@@ -123,10 +124,15 @@ def check_plan(plan: SearchPlan, k: int) -> None:
 
 
 def check_query_input(
-    query: SearchQuery, limits: RequestLimits, dim: int, encoder: Any
+    query: SearchQuery,
+    limits: RequestLimits,
+    dim: int,
+    encoder: Any,
+    missing_encoder: str | None = None,
 ) -> np.ndarray | None:
     """Its text, image or vector: non-empty, within the limits, servable by `encoder` (None:
-    no encoder), a vector of `dim` finite values not all zero. A vector query's unit vector
+    no encoder; `missing_encoder` says why, when the bundle's could not be loaded), a vector of
+    `dim` finite values not all zero. A vector query's unit vector
     (float32, what the engine searches with: converted here once), else None."""
     if query.text is not None:
         if not query.text.strip():
@@ -135,11 +141,11 @@ def check_query_input(
             raise QueryError(
                 f"text query of {len(query.text)} characters; at most {limits.text_chars}"
             )
-        need_encoder(encoder, "text")
+        need_encoder(encoder, "text", missing_encoder)
     elif query.image is not None:
         if not query.image:
             raise QueryError("empty image query")
-        encoder = need_encoder(encoder, "image")
+        encoder = need_encoder(encoder, "image", missing_encoder)
         if not encoder.has_image_tower:
             raise QueryError(
                 f"the bundle's encoder {encoder.id} has no image tower: image queries need "
@@ -162,8 +168,15 @@ def check_query_input(
     return None
 
 
-def need_encoder(encoder: Any, kind: str) -> Any:
-    """`encoder`, or a QueryError when the engine has none (vector queries only)."""
+def need_encoder(encoder: Any, kind: str, missing_encoder: str | None = None) -> Any:
+    """`encoder`, or when the engine has none (vector queries only): EncoderUnavailableError
+    (FAILED_PRECONDITION) naming the bundle's encoder that could not be loaded, or a QueryError
+    for an engine opened without one."""
     if encoder is None:
+        if missing_encoder is not None:
+            raise EncoderUnavailableError(
+                f"{kind} queries need the bundle's encoder, and {missing_encoder}; "
+                "this server answers vector queries only"
+            )
         raise QueryError(f"this engine has no encoder: {kind} queries are not served")
     return encoder

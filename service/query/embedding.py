@@ -12,6 +12,7 @@ in each server's registry, and a search run directly on an engine counts nowhere
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -21,6 +22,8 @@ import numpy as np
 from service.query.cache import QueryCache
 from service.query.keys import normalise_query
 from training.core.encoders import Encoder
+
+log = logging.getLogger(__name__)
 
 
 class EncoderObserver(Protocol):
@@ -65,3 +68,25 @@ def embed_texts(
             for i in missing[text]:
                 found[i] = row
     return found  # type: ignore[return-value]
+
+
+def bundle_encoder(
+    spec: str | None, device: str, batch_size: int
+) -> tuple[Encoder | None, str | None]:
+    """The encoder a bundle's manifest names, loaded on `device`; or (None, why) when this
+    machine cannot load it (a name no family knows, such as an imported cache's or 'synthetic',
+    a checkpoint file not here, a pretrained tag without the network): such a bundle serves
+    vector queries only, and a text or image query is told `why`. A device this machine lacks
+    is still an error."""
+    from training.core.encoders import load_encoder, resolve_device
+    from training.core.errors import InputError
+
+    resolve_device(device)
+    if not spec:
+        return None, "the bundle records no encoder"
+    try:
+        return load_encoder(spec, device=device, batch_size=batch_size), None
+    except InputError as exc:
+        why = f"its encoder {spec!r} cannot be loaded on this machine ({exc})"
+        log.warning("vector queries only: %s", why)
+        return None, why

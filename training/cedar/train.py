@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 from training.cedar.sparse_codes import reconstruct, reconstruct_torch
 from training.core.config import ConfigModel
 from training.core.encoders import resolve_device
+from training.core.errors import InputError
 from training.core.metrics import fraction_of_variance_unexplained
 from training.core.rotations import (
     ica_rotation,
@@ -219,7 +220,10 @@ def train_cedar(
     if val.shape[1] != dim:
         raise ValueError(f"validation rows have dim {val.shape[1]}, training rows {dim}")
     if config.k_max > dim:
-        raise ValueError(f"k_max {config.k_max} exceeds the dimension {dim}")
+        raise InputError(
+            f"k_max {config.k_max} exceeds the embeddings' dimension {dim}: give a CedarConfig "
+            "(--config) with a smaller k_max"
+        )
     device = resolve_device(device)
     if initial is not None:
         initial = np.asarray(initial, dtype=np.float64)

@@ -3,7 +3,8 @@
     QueryError      INVALID_ARGUMENT     NotFoundError   NOT_FOUND
     OverloadedError RESOURCE_EXHAUSTED   DeadlineError   DEADLINE_EXCEEDED
     InternalError   INTERNAL             UnavailableError UNAVAILABLE
-    other ServiceError FAILED_PRECONDITION
+    other ServiceError FAILED_PRECONDITION (EncoderUnavailableError: a text or image query
+                       to a bundle whose encoder this machine cannot load)
     anything else   INTERNAL, "internal error: …" (logged with its traceback)
 
 Handlers of the services named (SearchService, AdminService) raise; `ErrorStatusInterceptor`

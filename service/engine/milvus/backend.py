@@ -15,7 +15,8 @@ from service.engine.scoring import EngineConfig
 from service.engine.search import SearchEngine
 from service.errors import ServiceError
 from service.query.cache import QueryCache
-from training.core.encoders import Encoder, load_encoder
+from service.query.embedding import bundle_encoder
+from training.core.encoders import Encoder
 
 
 def open_milvus(
@@ -30,7 +31,8 @@ def open_milvus(
     encoder: Encoder | None = None,
 ) -> SearchEngine:
     """The engine over the version the alias `name` names at `target`, its manifest and
-    artifacts read from the bundle directory `bundles`, with the encoder its manifest names."""
+    artifacts read from the bundle directory `bundles`, with the encoder its manifest names (none
+    loadable here: vector queries only)."""
     store = MilvusStore(target, timeout_s)
     collection = store.current(name)
     if collection is None:
@@ -38,12 +40,12 @@ def open_milvus(
             f"no alias {name!r} at {target}: run `strata index export --to {target}` first"
         )
     bundle = Bundle.open_version(Path(bundles).expanduser() / store.record(collection).bundle)
+    missing = None
     if encoder is None:
-        spec = bundle.manifest.encoder
-        if not spec:
-            raise ServiceError(f"bundle {bundle.path} records no encoder")
-        encoder = load_encoder(spec, device=device, batch_size=batch_size)
-    return milvus_engine(bundle, encoder, store, collection, config, cache, name)
+        encoder, missing = bundle_encoder(bundle.manifest.encoder, device, batch_size)
+    return milvus_engine(
+        bundle, encoder, store, collection, config, cache, name, missing_encoder=missing
+    )
 
 
 def milvus_engine(
@@ -55,13 +57,14 @@ def milvus_engine(
     cache: QueryCache | None = None,
     name: str = DEFAULT_NAME,
     ef: int | None = None,
+    missing_encoder: str | None = None,
 ) -> SearchEngine:
     """A `SearchEngine` whose rows are the collection `collection` of alias `name`, exported
     from `bundle` (ExportError when it holds another version). `ef`: an HNSW field's search
     breadth where the request's setting names none."""
     config = config or EngineConfig()
     scorer = MilvusScorer(bundle, store, collection, config, name, ef)
-    return SearchEngine(bundle, encoder, config, cache, scorer)
+    return SearchEngine(bundle, encoder, config, cache, scorer, missing_encoder)
 
 
 def following(engine: SearchEngine, collection: str) -> SearchEngine:
@@ -81,4 +84,5 @@ def following(engine: SearchEngine, collection: str) -> SearchEngine:
         engine.cache,
         scorer.name,
         scorer.ef,
+        engine.missing_encoder,
     )

@@ -63,7 +63,7 @@ function buildMetadataControls(schema) {
   $("add-condition").addEventListener("click", () => addCondition(schema));
 }
 
-function addCondition(schema) {
+function addCondition(schema, saved = null) {
   const field = el("select", { class: "field" }, ...schema.map((f) => el("option", { value: f.name }, f.name)));
   const op = el("select", { class: "op" },
     el("option", { value: "equals" }, "="), el("option", { value: "anyOf" }, "any of"),
@@ -77,6 +77,20 @@ function addCondition(schema) {
   const box = el("span", { class: "condition" }, field, op, first, second,
     el("button", { type: "button", class: "remove", onclick: () => box.remove() }, "×"));
   $("conditions").append(box);
+  if (saved) {
+    field.value = saved.field;
+    op.value = saved.op;
+    first.value = saved.value || "";
+    second.value = saved.max || "";
+    op.dispatchEvent(new Event("change"));
+  }
+}
+
+function conditionBoxes() {
+  return [...document.querySelectorAll("#conditions .condition")].map((box) => ({
+    field: box.querySelector(".field").value, op: box.querySelector(".op").value,
+    value: box.querySelector(".value").value, max: box.querySelector(".value-max").value,
+  })).filter((c) => c.value.trim() || c.max.trim());
 }
 
 function typedValue(type, text) {
@@ -170,9 +184,67 @@ async function currentQuery() {
   return { text: $("query").value };
 }
 
+// --- the search in the URL: reload, back and a shared link give the same search --------------------
+
+function searchParams() {
+  const params = new URLSearchParams();
+  const text = $("query").value;
+  if (text) params.set("q", text);
+  params.set("g", $("granularity").value);
+  params.set("k", String(Number($("top-k").value) || 10));
+  const chipText = (c) => (c.label ? `${c.text} (${c.label})` : c.text);
+  for (const chip of state.chips) params.append(chip.mode, chipText(chip));
+  if ($("scope").value !== "ANY") params.set("scope", $("scope").value);
+  const where = conditionBoxes();
+  if (where.length) params.set("where", JSON.stringify(where));
+  if ($("group-by").value) {
+    params.set("group", $("group-by").value);
+    params.set("per", String(Number($("group-size").value) || 1));
+  }
+  return params;
+}
+
+function remember(params) {
+  const url = `${location.pathname}?${params}`;
+  if (`${location.pathname}${location.search}` === url) return;
+  if (location.search) history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}
+
+function restoreSearch() {
+  const params = new URLSearchParams(location.search);
+  if (!params.has("q")) return false;
+  $("query").value = params.get("q");
+  const pick = (id, value) => {
+    if (value !== null && [...$(id).options].some((o) => o.value === value)) $(id).value = value;
+  };
+  pick("granularity", params.get("g"));
+  if (params.get("k")) $("top-k").value = params.get("k");
+  pick("scope", params.get("scope") || "ANY");
+  state.chips = [];
+  for (const mode of ["require", "exclude"]) {
+    for (const text of params.getAll(mode)) {
+      const labelled = text.match(/^(.*) \(([+-]\d+)\)$/);
+      state.chips.push(labelled ? { text: labelled[1], label: labelled[2], mode } : { text, name: text, mode });
+    }
+  }
+  renderChips();
+  $("conditions").replaceChildren();
+  let saved = [];
+  try { saved = JSON.parse(params.get("where") || "[]"); } catch (error) { saved = []; }
+  const schema = state.info.metadataSchema || [];
+  for (const condition of saved) {
+    if (schema.some((f) => f.name === condition.field)) addCondition(schema, condition);
+  }
+  pick("group-by", params.get("group") || "");
+  if (params.get("per")) $("group-size").value = params.get("per");
+  return true;
+}
+
 async function search(event) {
   if (event) event.preventDefault();
   showError("");
+  if (event) remember(searchParams());
   const fields = ["caption", "image_path"].filter((f) => state.info.metadataFields.includes(f));
   const request = {
     query: await currentQuery(),
@@ -338,5 +410,7 @@ function wire() {
 }
 
 wire();
-loadInfo().then(() => document.body.setAttribute("data-ready", "true"))
+window.addEventListener("popstate", () => { if (restoreSearch()) search(); });
+loadInfo().then(() => (restoreSearch() ? search() : null))
+  .then(() => document.body.setAttribute("data-ready", "true"))
   .catch((error) => showError(`cannot read the index: ${error.message}`));

@@ -9,11 +9,13 @@ also saves a screenshot of each view there (the ones docs/how-to/search-page.md#
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from http_helpers import call
@@ -242,3 +244,54 @@ def test_metadata_filters_and_group_by(page, site: str):
     assert len(groups) == len(shown)
     assert all(groups.count(g) <= 2 for g in groups) and len(set(groups)) <= 4
     shot(page, "metadata")
+
+
+def test_the_search_lives_in_the_url(page, browser, site: str):
+    """Query, granularity, k, concept chips, metadata conditions and grouping go into the URL:
+    a reload, a shared link opened elsewhere and the back button give the same search."""
+    _, found = call(site, f"/v1/concepts?nameContains={LANTERN}&pageSize=20")
+    label = next(c["label"] for c in found["concepts"] if c["name"] == LANTERN)
+    page.fill("#concept-input", f"{LANTERN} ({label})")
+    page.press("#concept-input", "Enter")
+    page.click("#chips .chip")  # require ⇄ exclude
+    page.click("#add-condition")
+    page.select_option("#conditions .condition .field", "place")
+    page.fill("#conditions .condition .value", "in the park")
+    page.select_option("#group-by", "subject")
+    page.fill("#group-size", "2")
+    run_search(page, "a dog", "CAPTION", k=4)
+    first = cards(page)
+    assert first
+    params = parse_qs(urlparse(page.url).query)
+    assert params["q"] == ["a dog"] and params["g"] == ["CAPTION"] and params["k"] == ["4"]
+    assert params["exclude"] == [f"{LANTERN} ({label})"]
+    assert params["group"] == ["subject"] and params["per"] == ["2"]
+    assert json.loads(params["where"][0]) == [
+        {"field": "place", "op": "equals", "value": "in the park", "max": ""}
+    ]
+
+    def same_search(opened) -> None:
+        assert cards(opened) == first
+        assert opened.input_value("#query") == "a dog"
+        assert opened.input_value("#granularity") == "CAPTION"
+        assert opened.input_value("#top-k") == "4"
+        assert opened.get_attribute("#chips .chip", "data-mode") == "exclude"
+        assert opened.input_value("#conditions .condition .value") == "in the park"
+        assert opened.input_value("#group-by") == "subject"
+
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    same_search(page)
+    shared = browser.new_context(viewport={"width": 1280, "height": 860})
+    elsewhere = shared.new_page()
+    elsewhere.set_default_timeout(TIMEOUT_MS)
+    elsewhere.goto(page.url)
+    elsewhere.wait_for_selector("body[data-ready=true]")
+    same_search(elsewhere)
+    shared.close()
+    run_search(page, "a red ball", "OBJECT", k=3)
+    assert parse_qs(urlparse(page.url).query)["q"] == ["a red ball"]
+    page.go_back()
+    page.wait_for_function("() => document.querySelector('#query').value === 'a dog'")
+    page.wait_for_function("n => document.querySelectorAll('.card').length === n", arg=len(first))
+    same_search(page)
