@@ -10,7 +10,7 @@ and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layout
    - `on_disk`: the same with `--store-on-disk` (the store read through mmap for reranks only);
    - `per_prefix` (`--before`; `--store none`, the layout before the store: a float32 index per
      prefix, which the rules make HNSW32 at every prefix past 200k rows).
-3. hnswlib (M = 32, ef_construction = 200, as its README builds it) over the full rows: its
+3. hnswlib (M = 32, ef_construction = 200, as its own docs build it) over the full rows: its
    bytes per row; Qdrant's embedded engine (m = 32) over the same rows: its folder's bytes per
    row (`--no-qdrant`).
 4. Per granularity L, on held-out gallery rows (leave one out), truth = exact float32 search
