@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-# as hnswlib's users build it: the ef_construction its own docs use (200; Qdrant's default is 100, FAISS's
-# HNSW32 40, which caps the graph's recall below what the search's ef can buy)
+# as hnswlib's users build it: the ef_construction its own docs use (200; Qdrant's default is
+# 100, FAISS's HNSW32 40, which caps the graph's recall below what the search's ef can buy)
 M, EF_CONSTRUCTION = 32, 200
 
 
