@@ -40,6 +40,7 @@ class QueryGate:
         self.cuts = np.asarray(cuts, dtype=np.float32)
         contested = np.array([readout.is_zero_shot(w) for w in range(len(readout.words))])
         self.contest = Contest(word_neighbours(readout), spread[:, 0], spread[:, 1], contested)
+        self.word_of = {word.lower(): w for w, word in enumerate(readout.words)}
 
     @classmethod
     def of(cls, bundle: Bundle) -> QueryGate | None:
@@ -51,6 +52,17 @@ class QueryGate:
             return None
         check_mapped_files(bundle.path, bundle.manifest.files, (SPREAD,), BundleError)
         return cls(bundle, cuts, np.load(bundle.path / SPREAD, allow_pickle=False))
+
+    def says(self, embedding: np.ndarray, name: str) -> bool:
+        """Whether a name holds of one vector (a unit embedding [D]) by the gallery's own text
+        directions: the name is a readout word and wins its neighbourhood on the vector, as a
+        zero-shot word's row entry must (a name no readout word reads: not shown to hold)."""
+        word = self.word_of.get(name.lower())
+        if word is None:
+            return False
+        x = unit_rows(np.asarray(embedding, dtype=np.float32)[None, :] - self.mean)
+        h = hub_scores(x, self.hub_text)
+        return bool(self.contest.wins(word, x, h, self.text)[0])
 
     def kept(
         self, embeddings: np.ndarray, words: list[tuple[np.ndarray, np.ndarray]]

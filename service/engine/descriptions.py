@@ -6,7 +6,10 @@ is described by what a reader is shown of it, and nothing else (training/cedar/d
 - its phrase: composed from the concepts the code shows (`ConceptCoder.shown`, on the bundle's
   gallery: held to their agreement there), strongest first, those whose held-out precision
   reaches DESCRIBED only — a description is every one of its words at once, so it takes the
-  surest; no such concept, no phrase (rather than a wrong one);
+  surest — and, where the version keeps its gallery's text directions, whose name holds of the
+  code's own vector there (its readout word wins its neighbourhood on it:
+  indexer/vocabulary/query_gate.py's `says`); no such concept, no phrase (rather than a wrong
+  one);
 - its nearest captions: examples of the phrase — the gallery rows nearest to the code's
   reconstruction x̂ = Uᵀ z̃ + b (its k axes), searched in the bundle's full-length prefix index
   (s_D, the cosine of the rotated vectors, x̂ first normalised as every query is; on the
@@ -47,20 +50,31 @@ def caption_column(columns: Collection[str]) -> str | None:
     return next((c for c in CAPTION_COLUMNS if c in columns), None)
 
 
-def code_names(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray) -> list[str]:
+# whether a name holds of the vector a code was read from (QueryGate.says, bound to the vector)
+Said = Callable[[str], bool]
+
+
+def code_names(
+    coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray, said: Said | None = None
+) -> list[str]:
     """The names a phrase of a code may say (module doc): of what the code shows
     (`ConceptCoder.shown`: word concepts first, then axes, one per name), those whose held-out
-    precision reaches DESCRIBED, in that order; padding (−1) left out."""
+    precision reaches DESCRIBED and, with `said`, that hold of the code's vector on the
+    gallery's own text directions, in that order; padding (−1) left out."""
     names = []
     for concept, _ in coder.shown(np.asarray(concepts), np.asarray(activations)):
         entry = coder.catalog[concept]
-        if entry.precision is not None and entry.precision >= DESCRIBED:
+        if entry.precision is None or entry.precision < DESCRIBED:
+            continue
+        if said is None or said(entry.name):
             names.append(entry.name)
     return names
 
 
-def code_phrase(coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray) -> str:
-    return compose_phrase(code_names(coder, concepts, activations))
+def code_phrase(
+    coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray, said: Said | None = None
+) -> str:
+    return compose_phrase(code_names(coder, concepts, activations, said))
 
 
 def saying(phrase: str, caption: str) -> bool:
@@ -139,14 +153,19 @@ def describe_codes(
     captions: int,
     exclude: Sequence[Collection[int]] | None = None,
     search: PrefixSearch | None = None,
+    said: Sequence[Said] | None = None,
 ) -> list[Description]:
     """The description of each code [N, width] (word concepts and axes, padded with −1): its
     phrase and its nearest captions (module docstring); `exclude[i]` the rows code i's captions
-    may not be (default: none); `search` as `nearest_captions` takes it."""
+    may not be (default: none); `search` as `nearest_captions` takes it; `said[i]` whether a
+    name holds of code i's vector (default: every name the precision admits)."""
     concepts = np.atleast_2d(concepts)
     activations = np.atleast_2d(activations)
     exclude = exclude if exclude is not None else [()] * len(concepts)
-    phrases = [code_phrase(coder, c, a) for c, a in zip(concepts, activations, strict=True)]
+    holds = said if said is not None else [None] * len(concepts)
+    phrases = [
+        code_phrase(coder, c, a, s) for c, a, s in zip(concepts, activations, holds, strict=True)
+    ]
     axes = concepts < coder.axis_concepts
     near = nearest_captions(
         bundle,

@@ -104,6 +104,18 @@ def with_words(
     return np.concatenate([words[0], axes[0]]), np.concatenate([words[1], axes[1]])
 
 
+def stored_embedding(bundle: Bundle, stored: np.ndarray) -> np.ndarray:
+    """The unit embedding x [D] a row's full-length stored vector p_D (its rotated, centred
+    direction z/|z|) was made from: x = s·p_D R + m, s > 0 the scale that makes |x| = 1 (every
+    cache row is a unit embedding), with the bundle's GraSP rotation R and mean m."""
+    u = np.asarray(stored, dtype=np.float64) @ bundle.grasp.rotation.astype(np.float64)
+    u /= max(float(np.linalg.norm(u)), 1e-12)
+    m = bundle.grasp.mean.astype(np.float64)
+    um = float(u @ m)
+    s = -um + np.sqrt(max(um * um - float(m @ m) + 1.0, 0.0))
+    return (s * u + m).astype(np.float32)
+
+
 # the version's gate on a query's zero-shot words, read once per loaded version
 version_gate = lru_cache(maxsize=8)(QueryGate.of)
 

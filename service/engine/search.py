@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,8 @@ from service.engine.explain import (
     prefix_similarities,
     query_words,
     shared_concepts,
+    stored_embedding,
+    version_gate,
     with_words,
 )
 from service.engine.filtering import filter_concepts, open_phrase
@@ -314,8 +317,9 @@ class SearchEngine:
         if item.words is not None:
             q_code = with_words(query_words(self.bundle, embedding)[0], q_code)
             item_code = with_words(item.words, item.axes)
+        vectors = (embedding[0], stored_embedding(self.bundle, item.prefixes[self.bundle.dim]))
         query_description, item_description = self.describe_pair(
-            q_code, item_code, item.row, near_captions
+            q_code, item_code, item.row, near_captions, vectors
         )
         rotated = self.bundle.rotate(embedding)
         return Explanation(
@@ -358,12 +362,23 @@ class SearchEngine:
         item_code: tuple[np.ndarray, np.ndarray],
         row: int,
         near_captions: int,
+        vectors: tuple[np.ndarray, np.ndarray],
     ) -> list[Description]:
         """The descriptions of a query's and an item's code (the item's row excluded from the
-        item's captions), captions found by the scorer's `nearest_rows`."""
+        item's captions), captions found by the scorer's `nearest_rows`; a phrase's names held
+        to the version's text directions on the query's and the item's unit embedding
+        `vectors` where it keeps them."""
         codes = stack_codes([query_code, item_code])
+        gate = version_gate(self.bundle)
+        said = None if gate is None else [partial(gate.says, v) for v in vectors]
         return describe_codes(
-            self.bundle, self.coder, *codes, near_captions, [(), (row,)], self.scorer.nearest_rows
+            self.bundle,
+            self.coder,
+            *codes,
+            near_captions,
+            [(), (row,)],
+            self.scorer.nearest_rows,
+            said,
         )
 
     # --- the catalog ---
