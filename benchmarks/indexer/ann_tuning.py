@@ -41,12 +41,9 @@ import numpy as np
 from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
 from indexer.format.index_plan import parse_index_types, plan_indexes
-from indexer.format.prefix_index import (
-    default_search_parameters,
-    read_prefix_index,
-    search_parameters,
-)
+from indexer.format.prefix_index import read_prefix_index
 from indexer.format.prefix_writers import open_writer, train_index
+from indexer.format.served_index import default_search_parameters, search_parameters
 from indexer.format.tuning import (
     EF_LADDER,
     RECALL_TARGET,

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import exact_storage
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder
 from training.core.granularity import Granularity
