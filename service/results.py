@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
+# the catalog's and the index's answers (service/catalog_info.py), importable from here too
+from service.catalog_info import ConceptInfo as ConceptInfo
+from service.catalog_info import ConceptPage as ConceptPage
+from service.catalog_info import IndexInfo as IndexInfo
+from service.catalog_info import PrefixInfo as PrefixInfo
+from service.catalog_info import concept_text as concept_text
 from service.errors import echo
 from training.core.granularity import AUTO, Granularity, granularity_choices
 
@@ -345,73 +351,3 @@ class Explanation:
             if s.granularity == granularity:
                 return s.cosine
         raise KeyError(granularity)
-
-
-@dataclass
-class ConceptInfo:
-    """A catalog entry as served: name, score, runner-ups, frequency, examples, scope, and the
-    rows of this bundle where the concept is active."""
-
-    id: int
-    label: str
-    name: str
-    score: float
-    runner_ups: list[tuple[str, float]] = field(default_factory=list)
-    frequency: float = 0.0
-    examples: list[dict[str, Any]] = field(default_factory=list)
-    scope: str | None = None
-    active_rows: int = 0
-    precision: float | None = None  # the name's held-out precision, where measured
-    named: bool = True  # False: no name held up; `name` is the label
-    zero_shot: bool = False  # a word concept without labels (its text direction's cosine)
-    below_floor: bool = False  # not shown in explanations and listings (precision < floor)
-    gallery_agreement: float | None = None  # with its name's text direction, on this gallery
-
-
-@dataclass
-class ConceptPage:
-    concepts: list[ConceptInfo]
-    next_page_token: str
-    total_size: int
-
-
-@dataclass(frozen=True)
-class PrefixInfo:
-    granularity: Granularity
-    prefix_length: int
-    factory: str
-    kind: str
-    on_disk: bool
-    search_parameters: str
-    tuned_recall: float | None = None  # 1 for an exact index; None: approximate, not tuned
-    tuned_latency_ms: float | None = None
-    recall_target: float | None = None
-
-
-@dataclass
-class IndexInfo:
-    bundle_version: int
-    bundle_name: str
-    created_at: str
-    rows: int
-    dim: int
-    k: int
-    encoder: str
-    modality: str
-    prefixes: list[PrefixInfo]
-    metadata_fields: list[str]
-    concepts: int
-    image_queries: bool
-    metadata_schema: dict[str, str] = field(default_factory=dict)  # column → FIELD_TYPES or "other"
-
-    @property
-    def contract(self) -> dict[Granularity, int]:
-        return {p.granularity: p.prefix_length for p in self.prefixes}
-
-
-def concept_text(name: str, label: str, zero_shot: bool = False) -> str:
-    """How a concept reads in a listing: "dog (+12)", or just "+12" when it is unnamed (its
-    name is its label); a zero-shot word "giraffe (zero-shot)"."""
-    if zero_shot:
-        return f"{name} (zero-shot)"
-    return label if name == label else f"{name} ({label})"

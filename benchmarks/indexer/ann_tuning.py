@@ -43,12 +43,9 @@ from benchmarks.indexer.peers import EF_CONSTRUCTION as PEER_EF_CONSTRUCTION
 from benchmarks.indexer.peers import M as PEER_M
 from benchmarks.indexer.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
 from indexer.format.index_plan import parse_index_types, plan_indexes
-from indexer.format.prefix_index import (
-    default_search_parameters,
-    read_prefix_index,
-    search_parameters,
-)
+from indexer.format.prefix_index import read_prefix_index
 from indexer.format.prefix_writers import open_writer, train_index
+from indexer.format.served_index import default_search_parameters, search_parameters
 from indexer.format.tuning import (
     EF_LADDER,
     RECALL_TARGET,

@@ -51,13 +51,10 @@ from indexer.build.inputs import BuildConfig
 from indexer.build.sampling import Reservoir
 from indexer.format.bundle import Bundle
 from indexer.format.index_plan import parse_index_types, plan_indexes
-from indexer.format.prefix_index import (
-    apply_search_parameters,
-    default_search_parameters,
-    read_prefix_index,
-)
+from indexer.format.prefix_index import read_prefix_index
 from indexer.format.prefix_writers import open_writer, train_index
 from indexer.format.prefixes import ROW_BLOCK, rotate_blocks, rotate_rows
+from indexer.format.served_index import apply_search_parameters, default_search_parameters
 from indexer.verify.sample import read_cache_rows
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache

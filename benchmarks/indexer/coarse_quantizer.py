@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     index = bundle.index(length)
     if not isinstance(index, StoreRerank):
         raise SystemExit(f"coarse_quantizer: prefix {length} of {args.bundles} holds no IVF codes")
-    ivf = faiss.extract_index_ivf(index.base)
+    ivf = faiss.extract_index_ivf(index.base.faiss)
     own = ivf.quantizer
     centroids = own.reconstruct_n(0, ivf.nlist)
     flat = faiss.IndexFlatIP(length)

@@ -63,9 +63,9 @@ from indexer.format.ids import IDS, IdsWriter, unified_schema
 from indexer.format.index_plan import PrefixPlan
 from indexer.format.manifest import ARTIFACT_COPIES, BundleManifest, PrefixEntry
 from indexer.format.postings_writer import PostingsWriter
-from indexer.format.prefix_index import default_search_parameters
 from indexer.format.prefix_writers import gpu_available, open_writer, train_index
 from indexer.format.prefixes import rotate_rows
+from indexer.format.served_index import default_search_parameters
 from indexer.format.store import VECTORS
 from indexer.format.store.block_codes import block_ends, block_rotation
 from indexer.format.store.writer import StoreWriter, store_record, write_rotation

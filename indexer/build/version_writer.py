@@ -42,9 +42,9 @@ from indexer.format.ids import IdsWriter
 from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES
 from indexer.format.postings_writer import PostingsWriter
-from indexer.format.prefix_open import open_prefix
 from indexer.format.prefix_writers import FlatFileWriter, PrefixIndexWriter
 from indexer.format.prefixes import ROW_BLOCK
+from indexer.format.served_index import open_served
 from indexer.format.store import VectorStore
 from indexer.format.tuning import RECALL_TARGET, TUNING_QUERIES, tune_prefixes
 from indexer.versions.crashpoints import crash_point
@@ -158,7 +158,7 @@ class VersionWriter:
         exact rows the prefixes it serves are read from."""
         started = time.perf_counter()
         shared = None if store is None else VectorStore(self.staging, store)
-        indexes = {p.length: open_prefix(self.staging, p, shared) for p in prefixes}
+        indexes = {p.length: open_served(self.staging, p, shared) for p in prefixes}
         tuned = tune_prefixes(indexes, target, queries, seed)
         del indexes, shared
         entries = []

@@ -66,7 +66,6 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -83,12 +82,11 @@ from indexer.format.manifest import (
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import FILES as POSTINGS_FILES
 from indexer.format.postings import Postings, entries_of_rows
-from indexer.format.prefix_index import IndexFileError, search_parameters
-from indexer.format.prefix_open import open_prefix
+from indexer.format.prefix_index import IndexFileError
 from indexer.format.row_bitmaps import ConceptBitmaps
+from indexer.format.served.params import SearchParams
+from indexer.format.served_index import ServedIndex, open_served
 from indexer.format.store import VectorStore
-from indexer.format.store.faiss_view import StoreIndex
-from indexer.format.store_rerank import StoreRerank
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.granularity import (
@@ -115,7 +113,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: BundleManifest) -> None:
         self.path = path
         self.manifest = manifest
-        self._indexes: dict[int, faiss.Index] = {}
+        self._indexes: dict[int, ServedIndex] = {}
 
     @classmethod
     def open(cls, root: str | Path) -> Bundle:
@@ -224,16 +222,17 @@ class Bundle:
         record = self.manifest.store
         return None if record is None else VectorStore(self.path, record, self.manifest.files)
 
-    def index(self, length: int) -> faiss.Index | StoreIndex | StoreRerank:
-        """The prefix's index as served (indexer.format.prefix_index.open_prefix): its FAISS
-        index memory-mapped, the store's exact view, or codes reranked from the store. Its
-        own files are checked against the manifest before they are mapped (`load`)."""
+    def index(self, length: int) -> ServedIndex:
+        """The prefix's index as served (indexer/format/served_index.py): its FAISS index
+        memory-mapped, the store's exact view, or codes reranked from the store, each behind
+        the one interface. Its own files are checked against the manifest before they are
+        mapped (`load`)."""
         if length not in self._indexes:
             entry = self.manifest.prefix(length)
             if not entry.store:
                 check_mapped_files(self.path, self.manifest.files, entry.own_files, BundleError)
             try:
-                self._indexes[length] = open_prefix(self.path, entry, self.store)
+                self._indexes[length] = open_served(self.path, entry, self.store)
             except IndexFileError as exc:
                 if entry.store or entry.rerank:
                     raise BundleError(str(exc)) from None
@@ -253,8 +252,8 @@ class Bundle:
         if k < 1:
             raise BundleError(f"k must be positive, got {k}")
         index = self.index(length)
-        params = search_parameters(index, setting) if setting else None
-        return index.search(prefix_vectors(rotated, length), k, params=params)
+        params = SearchParams.parse(setting) if setting else None
+        return index.search(prefix_vectors(rotated, length), k, params)
 
     def search(
         self, embeddings: np.ndarray, at: Granularity | str | int, k: int

@@ -38,6 +38,7 @@ import numpy as np
 
 from indexer.format.index_plan import QUANTIZER_EF, IndexTypeError, PrefixPlan, new_index
 from indexer.format.prefix_index import quiet_stdout
+from indexer.format.served_index import mapped
 from training.core.files import HashedFile, create_new, fsync_file
 
 log = logging.getLogger(__name__)
@@ -288,9 +289,9 @@ def train_index(plan: PrefixPlan, sample: np.ndarray) -> faiss.Index:
     index = new_index(plan.factory, plan.length)
     if index.is_trained:
         return index
-    ivf = faiss.try_extract_index_ivf(index)
-    graph = None if ivf is None else faiss.downcast_index(ivf.quantizer)
-    graph = graph if isinstance(graph, faiss.IndexHNSW) else None
+    served = mapped(index)
+    ivf = served.ivf
+    graph = None if served.coarse is None else served.coarse.graph  # a graph quantizer
     if ivf is not None and (graph is not None or gpu_available()):
         # k-means assigns through a flat index (the GPU's where there is one), not the graph
         flat = faiss.IndexFlatIP(ivf.d) if ivf.metric_type == faiss.METRIC_INNER_PRODUCT else None

@@ -16,32 +16,26 @@ time to the recall target (indexer/format/tuning.py). Memory: the codes and the 
 lists; the store is read only for the k·F candidates, so it may stay on disk
 (`strata index build --store-on-disk`).
 
-`StoreRerank` has the part of FAISS's index interface the bundle's readers use (ntotal, d,
-search with per-call parameters, reconstruct*), as `StoreIndex` has; a filtered search passes
-its ID selector to the codes' own search parameters (`RerankParameters.base`).
+`StoreRerank` is a served index (indexer/format/served_index.py), as `StoreIndex` and a mapped
+FAISS index are; a search inside allowed rows searches the codes inside them
+(`reranked_allowed`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-import faiss
 import numpy as np
 
+from indexer.format.row_bitmaps import AllowedRows
+from indexer.format.served.allowed import pad as pad_one
+from indexer.format.served.mapped import K_FACTORS, MappedIndex
+from indexer.format.served.params import K_FACTOR, SearchParams
+from indexer.format.store import VectorStore
 from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store.top_k import pad
 
 DEFAULT_K_FACTOR = 4.0
-K_FACTOR = "k_factor_rf"
-
-
-@dataclass
-class RerankParameters:
-    """One search's parameters: the codes' own (nprobe, a selector) and the rerank factor."""
-
-    base: faiss.SearchParameters | None
-    k_factor: float
 
 
 def rerank_top_k(
@@ -53,10 +47,13 @@ def rerank_top_k(
 
 
 class StoreRerank:
-    """Compressed codes at prefix L (a FAISS index) reranked from the store's exact heads."""
+    """Compressed codes at prefix L (a FAISS index, served: `base`) reranked from the store's
+    exact heads (`exact`)."""
+
+    approximate = True
 
     def __init__(
-        self, base: faiss.Index, exact: StoreIndex, k_factor: float = DEFAULT_K_FACTOR
+        self, base: MappedIndex, exact: StoreIndex, k_factor: float = DEFAULT_K_FACTOR
     ) -> None:
         if base.ntotal != exact.ntotal or base.d != exact.length:
             raise ValueError(
@@ -77,20 +74,45 @@ class StoreRerank:
     def metric_type(self) -> int:
         return int(self.base.metric_type)
 
+    @property
+    def length(self) -> int:
+        return self.exact.length
+
+    @property
+    def store(self) -> VectorStore:
+        """The store it reranks from."""
+        return self.exact.store
+
+    @property
+    def shortlist(self) -> MappedIndex:
+        """What a funnel shortlists with: the codes (the funnel reranks)."""
+        return self.base
+
+    @property
+    def kind_name(self) -> str:
+        return f"{self.base.kind_name} reranked from the store"
+
     def fetch(self, k: int, k_factor: float | None = None) -> int:
         """Candidates a search for k fetches from the codes: ⌈k·F⌉, at most every row."""
         factor = self.k_factor if k_factor is None else k_factor
         return max(k, min(self.ntotal, math.ceil(k * factor)))
 
     def search(
-        self, x: np.ndarray, k: int, params: RerankParameters | None = None
+        self,
+        x: np.ndarray,
+        k: int,
+        params: SearchParams | None = None,
+        allowed: AllowedRows | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k of unit queries [Q, L] by the store's exact s_L among the codes' k·F best:
-        (scores [Q, k], rows [Q, k]) padded as FAISS pads."""
+        (scores [Q, k], rows [Q, k]) padded as FAISS pads; `params`' k_factor the rerank's,
+        the rest the codes'; `allowed`: one query inside these rows (`reranked_allowed`)."""
         queries = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
-        base = None if params is None else params.base
+        if allowed is not None:
+            return reranked_allowed(self, queries, k, allowed, params or SearchParams())
+        base = None if params is None else params.without_k_factor()
         fetch = self.fetch(k, None if params is None else params.k_factor)
-        _, candidates = self.base.search(queries, fetch, params=base)
+        _, candidates = self.base.search(queries, fetch, base)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         for i, (query, found) in enumerate(zip(queries, candidates, strict=True)):
@@ -99,6 +121,30 @@ class StoreRerank:
             best_scores, best_rows = pad(*(a[None] for a in rerank_top_k(found, exact, k)), k)
             scores[i], rows[i] = best_scores[0], best_rows[0]
         return scores, rows
+
+    def apply(self, setting: str) -> None:
+        """Its own parameters: the rerank factor (`k_factor_rf`), the rest the codes'."""
+        rest, factor = split_k_factor(setting)
+        if factor is not None:
+            self.k_factor = factor
+        self.base.apply(rest)
+
+    def ladders(self) -> list[list[str]]:
+        """The codes' ladders climbed once per rerank factor (indexer/format/tuning.py)."""
+        return [
+            [",".join(filter(None, [setting, f"{K_FACTOR}={factor}"])) for setting in ladder]
+            for factor in K_FACTORS
+            for ladder in (self.base.ladders() or [[""]])
+        ]
+
+    def widest(self) -> SearchParams:
+        return self.base.widest()
+
+    def wider_probes(self) -> list[str]:
+        return self.base.wider_probes()
+
+    def scanned_floats(self, length: int, total: int, params: SearchParams) -> float:
+        return self.base.scanned_floats(length, total, params)
 
     def reconstruct(self, row: int) -> np.ndarray:
         return self.exact.reconstruct(row)
@@ -120,3 +166,19 @@ def split_k_factor(parameters: str) -> tuple[str, float | None]:
         else:
             kept.append(item)
     return ",".join(kept), factor
+
+
+def reranked_allowed(
+    index: StoreRerank, query: np.ndarray, k: int, allowed: AllowedRows, params: SearchParams
+) -> tuple[np.ndarray, np.ndarray]:
+    """Codes reranked from the store, inside the allowed rows: the codes' own filtered search
+    (their nprobe widened by the filter's share) for k·F allowed candidates, reranked exactly;
+    should fewer than min(k, allowed) come back, one exact scan of the allowed rows."""
+    fetch = index.fetch(k, params.k_factor)
+    _, candidates = index.base.search(query, fetch, params.without_k_factor(), allowed)
+    found = candidates[0][candidates[0] >= 0]
+    store = index.exact.store
+    if len(found) < min(k, allowed.count):
+        return store.scan(query, index.length, k, allowed.mask())
+    scores = store.prefix_scores(found, index.length, query[0])
+    return pad_one(*(a[None] for a in rerank_top_k(found, scores, k)), k)

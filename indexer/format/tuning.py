@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 import faiss
 import numpy as np
 
-from indexer.format.prefix_index import apply_search_parameters, exact_storage, search_parameters
+from indexer.format.served.mapped import EF_LADDER as EF_LADDER  # the ladders' rungs
+from indexer.format.served.params import SearchParams
+from indexer.format.served_index import ServedIndex, served
 from indexer.format.store import VectorStore
-from indexer.format.store.faiss_view import StoreIndex
-from indexer.format.store_rerank import StoreRerank
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,6 @@ LATENCY_QUERIES = 64  # queries timed one at a time per setting (median)
 EXACT_BLOCK = 65_536  # rows scored per block by the brute-force search
 RELEASE_QUERIES = 16  # queries between two releases of a store on disk (measure)
 
-EF_LADDER = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
-K_FACTORS = (1, 2, 4, 8, 16)
 
 RowBlock = Callable[[int, int], np.ndarray]  # (start, stop) → exact p_L rows [stop − start, L]
 
@@ -106,14 +104,6 @@ class Tuning:
 
 def untuned(note: str) -> Tuning:
     return Tuning(RECALL_TARGET, TUNING_K, 0, 0.0, 0.0, 0.0, [], "untuned", note)
-
-
-def is_approximate(index: faiss.Index | StoreIndex | StoreRerank) -> bool:
-    if isinstance(index, StoreIndex):  # an exact scan of the shared store
-        return False
-    if isinstance(index, StoreRerank):  # codes: the candidates depend on nprobe and the factor
-        return True
-    return not isinstance(faiss.downcast_index(index), faiss.IndexFlat)
 
 
 # --- the mathematics -------------------------------------------------------------------------
@@ -171,34 +161,11 @@ def held_out_rows(n: int, count: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng([seed, 18]).choice(n, size=count, replace=False))
 
 
-def ladders(index: faiss.Index | StoreRerank) -> list[list[str]]:
-    """The settings to try, as ladders of rising cost (each measured until it stops paying);
-    codes reranked from the store climb their own ladders once per rerank factor."""
-    if isinstance(index, StoreRerank):
-        return [
-            [",".join(filter(None, [setting, f"k_factor_rf={factor}"])) for setting in ladder]
-            for factor in K_FACTORS
-            for ladder in (ladders(index.base) or [[""]])
-        ]
-    index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexHNSW):
-        return [[f"efSearch={ef}" for ef in EF_LADDER]]
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is None:
-        return []
-    probes = [2**i for i in range(int(np.log2(ivf.nlist)) + 1)]
-    if probes[-1] != ivf.nlist:
-        probes.append(ivf.nlist)
-    if isinstance(index, faiss.IndexRefine):
-        return [[f"nprobe={p},k_factor_rf={f}" for p in probes] for f in K_FACTORS]
-    return [[f"nprobe={p}" for p in probes]]
-
-
 # --- measuring -------------------------------------------------------------------------------
 
 
 def measure(
-    index: faiss.Index, setting: str, queries: np.ndarray, selves: np.ndarray, exact: np.ndarray
+    index: ServedIndex, setting: str, queries: np.ndarray, selves: np.ndarray, exact: np.ndarray
 ) -> OperatingPoint:
     """Recall@k of one setting (batched searches) and its median single-query latency. Codes
     reranked from a store on disk let the store go every RELEASE_QUERIES queries, outside the
@@ -208,8 +175,8 @@ def measure(
     depend on what the settings measured before it left in the page cache (timed, they left a
     10M-row ladder one point on its front: nprobe=32, k_factor_rf=16, 160 reranks a query)."""
     k = exact.shape[1]
-    apply_search_parameters(index, setting)
-    store = index.exact.store if isinstance(index, StoreRerank) else None
+    index.apply(setting)
+    store = index.store  # codes reranked from a store: the store they read
     step = RELEASE_QUERIES if store is not None and store.on_disk else len(queries)
     found = []
     for start in range(0, len(queries), step):
@@ -221,13 +188,13 @@ def measure(
     )
     recall = float(per_query.mean())
     low = recall - 2 * float(per_query.std()) / np.sqrt(len(per_query))
-    params = search_parameters(index, setting)
+    params = SearchParams.parse(setting)
     times = []
     for number, query in enumerate(queries[:LATENCY_QUERIES], start=1):
         if store is not None and store.on_disk:
-            index.search(query[None, :], k + 1, params=params)  # its pages, untimed
+            index.search(query[None, :], k + 1, params)  # its pages, untimed
         started = time.perf_counter()
-        index.search(query[None, :], k + 1, params=params)
+        index.search(query[None, :], k + 1, params)
         times.append(time.perf_counter() - started)
         if number % step == 0:
             let_go(store)
@@ -255,7 +222,7 @@ def climb(measured: Callable[[str], OperatingPoint], ladder: Sequence[str]) -> l
 
 
 def tune_index(
-    index: faiss.Index,
+    index: faiss.Index | ServedIndex,
     rows: RowBlock,
     target: float = RECALL_TARGET,
     queries: int = TUNING_QUERIES,
@@ -264,6 +231,7 @@ def tune_index(
 ) -> Tuning:
     """Tune one approximate index over n = index.ntotal rows whose exact p_L vectors `rows`
     gives; leaves the chosen setting applied to the index."""
+    index = served(index)
     started = time.perf_counter()
     n = int(index.ntotal)
     count = min(queries, n - 1)
@@ -273,13 +241,13 @@ def tune_index(
     vectors = np.concatenate([rows(int(i), int(i) + 1) for i in selves]).astype(np.float32)
     exact = drop_self(exact_neighbours(rows, n, vectors, k + 1), selves, k)
     points = []
-    for ladder in ladders(index):
+    for ladder in index.ladders():
         points += climb(lambda s: measure(index, s, vectors, selves, exact), ladder)
     if not points:
-        return untuned(f"{type(faiss.downcast_index(index)).__name__} has no tunable parameters")
+        return untuned(f"{index.kind_name} has no tunable parameters")
     front = pareto_front(points)
     chosen, status = choose(front, target)
-    apply_search_parameters(index, chosen.search)
+    index.apply(chosen.search)
     return Tuning(
         target=target,
         k=k,
@@ -293,11 +261,11 @@ def tune_index(
     )
 
 
-def exact_rows(indexes: dict[int, faiss.Index], length: int) -> RowBlock | None:
+def exact_rows(indexes: dict[int, faiss.Index | ServedIndex], length: int) -> RowBlock | None:
     """A reader of the exact p_L rows: the prefix's own flat storage, else the shortest longer
     prefix's that has one, cut to L and renormalised; None when no index keeps them."""
     for source in sorted(m for m in indexes if m >= length):
-        storage = exact_storage(indexes[source])
+        storage = served(indexes[source]).exact
         if storage is None:
             continue
         if source == length:
@@ -309,7 +277,7 @@ def exact_rows(indexes: dict[int, faiss.Index], length: int) -> RowBlock | None:
 
 
 def tune_prefixes(
-    indexes: dict[int, faiss.Index],
+    indexes: dict[int, ServedIndex],
     target: float = RECALL_TARGET,
     queries: int = TUNING_QUERIES,
     seed: int = 0,
@@ -317,7 +285,7 @@ def tune_prefixes(
     """A Tuning for every approximate index of a version (prefix length → index, opened)."""
     tuned = {}
     for length, index in sorted(indexes.items()):
-        if not is_approximate(index):
+        if not index.approximate:
             continue
         rows = exact_rows(indexes, length)
         if rows is None:

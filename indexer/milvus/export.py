@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import exact_storage
 from indexer.milvus.store import (
     ACTIVATIONS,
     ARRAY_CAPACITY_MAX,

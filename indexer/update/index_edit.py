@@ -39,7 +39,7 @@ from faiss.contrib.inspect_tools import get_invlist
 
 from indexer.format.index_plan import IndexTypeError, PrefixPlan, new_index
 from indexer.format.manifest import PrefixEntry
-from indexer.format.prefix_index import exact_storage, read_prefix_index
+from indexer.format.prefix_index import read_prefix_index
 from indexer.format.prefix_writers import (
     FlatFileWriter,
     MemoryIndexWriter,
@@ -51,6 +51,8 @@ from indexer.format.prefix_writers import (
     merge_into_ondisk,
     write_index_file,
 )
+from indexer.format.served.mapped import MappedIndex
+from indexer.format.served_index import mapped
 from training.core.files import fsync_file
 from training.core.granularity import Granularity
 
@@ -85,13 +87,12 @@ def streamed_flat(entry: PrefixEntry, base_dir: Path) -> np.ndarray | None:
     return flat_file_rows(base_dir / entry.file, entry.length)
 
 
-def _kind(index: faiss.Index) -> str:
-    index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexHNSW):
+def _kind(index: MappedIndex) -> str:
+    if index.graph is not None:
         return "hnsw"
-    if faiss.try_extract_index_ivf(index) is not None:
+    if index.ivf is not None:
         return "ivf"
-    if isinstance(index, faiss.IndexFlatCodes):
+    if index.flat_codes:
         return "codes"
     return "other"
 
@@ -125,7 +126,7 @@ def open_extended(
     action = {
         "hnsw": "extended: the new rows inserted into a copy of the HNSW graph",
         "ivf": "extended: the new rows added to a copy (quantizer and codebooks of the base kept)",
-    }.get(_kind(index), "extended: the new rows added to a copy")
+    }.get(_kind(mapped(index)), "extended: the new rows added to a copy")
     return MemoryIndexWriter(plan, path, index), action
 
 
@@ -193,9 +194,10 @@ def write_filtered(
             "inverted lists filtered and renumbered into a new .ivfdata (nothing re-encoded)",
         )
     index = faiss.read_index(str(base_path))
-    kind = _kind(index)
+    served = mapped(index)
+    kind = _kind(served)
     if kind == "hnsw":
-        storage = exact_storage(index)
+        storage = served.exact
         if storage is None:
             raise IndexTypeError(
                 f"prefix {entry.length}: cannot read the vectors back from {entry.factory!r} "
@@ -212,8 +214,8 @@ def write_filtered(
             index, filtered_lists(faiss.extract_index_ivf(index).invlists, new_row), rows
         )
         action = "inverted lists filtered and renumbered (nothing re-encoded)"
-        if isinstance(index, faiss.IndexRefine):
-            _remove_rows(faiss.downcast_index(index.refine_index), np.flatnonzero(~keep))
+        if served.refine is not None:
+            _remove_rows(faiss.downcast_index(served.refine.refine_index), np.flatnonzero(~keep))
             action += "; refine rows removed"
     elif kind == "codes":
         _remove_rows(index, np.flatnonzero(~keep))

@@ -12,7 +12,8 @@ import faiss
 import numpy as np
 
 from indexer.format.manifest import BundleManifest, PrefixEntry
-from indexer.format.prefix_index import apply_search_parameters, exact_storage, read_prefix_index
+from indexer.format.prefix_index import read_prefix_index
+from indexer.format.served_index import ServedIndex, mapped
 from indexer.format.store import TOLERANCE, VectorStore
 from indexer.format.store.faiss_view import StoreIndex
 from indexer.format.store_rerank import StoreRerank
@@ -26,7 +27,7 @@ def check_indexes(
     intact: set[str],
     faults: list[str],
     store: VectorStore | None = None,
-) -> dict[int, faiss.Index | StoreRerank]:
+) -> dict[int, ServedIndex]:
     """Each prefix's own index read back and checked; codes reranked from the store come back
     wrapped in their rerank (`store`: the verified store, None when it is missing or damaged)."""
     opened: dict = {}
@@ -51,7 +52,9 @@ def check_indexes(
         if entry.file not in intact or (entry.ondisk and data not in intact):
             continue  # already reported; never hand FAISS a corrupt file
         try:
-            index = read_prefix_index(path / entry.file, entry.factory, entry.ondisk)
+            index: ServedIndex = mapped(
+                read_prefix_index(path / entry.file, entry.factory, entry.ondisk)
+            )
         except RuntimeError as exc:
             why = str(exc).strip()[-120:]
             faults.append(Fault("index", f"{entry.file}: FAISS cannot read it ({why})"))
@@ -75,14 +78,14 @@ def check_indexes(
     return opened
 
 
-def check_search_settings(entry: PrefixEntry, index: faiss.Index, faults: list[str]) -> None:
+def check_search_settings(entry: PrefixEntry, index: ServedIndex, faults: list[str]) -> None:
     """The entry's search setting and every tuned operating point apply to the index, and the
     tuning record's choice is the setting searched; the index is left at the entry's setting."""
     tuning = entry.tuning
     points = [] if tuning is None else [p.search for p in tuning.points]
     for setting in [*points, entry.search]:  # the entry's last: the one left applied
         try:
-            apply_search_parameters(index, setting)
+            index.apply(setting)
         except RuntimeError:
             faults.append(
                 Fault(
@@ -149,7 +152,7 @@ def prefix_faults(
 
 def check_prefix_consistency(
     manifest: BundleManifest,
-    indexes: dict[int, faiss.Index],
+    indexes: dict[int, ServedIndex],
     sample: int,
     seed: int,
     faults: list[str],
@@ -159,7 +162,7 @@ def check_prefix_consistency(
     stored, files = {}, {}
     for entry in manifest.prefixes:
         index = indexes.get(entry.length)
-        storage = exact_storage(index) if index is not None else None
+        storage = index.exact if index is not None else None
         if storage is None or storage.ntotal != manifest.rows or len(rows) == 0:
             continue
         stored[entry.length] = np.asarray(storage.reconstruct_batch(rows), dtype=np.float32)

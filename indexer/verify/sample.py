@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pyarrow.parquet as pq
 
 from indexer.format.ids import IDS
 from indexer.format.manifest import BundleManifest
 from indexer.format.postings import ROWS, VALUE_ATOL, VALUE_RTOL, VALUES, Postings
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import ServedIndex
 from indexer.format.store import TOLERANCE
 from indexer.verify.faults import VECTOR_TOLERANCE, Fault, VerifyReport
 from training.cedar.concepts import ConceptCoder
@@ -38,7 +37,7 @@ SEARCH_DEPTH = 10  # hits searched for a row's own vector in an index that store
 def check_sample(
     path: Path,
     manifest: BundleManifest,
-    indexes: dict[int, faiss.Index],
+    indexes: dict[int, ServedIndex],
     artifacts: dict[str, TransformArtifact],
     postings_ok: bool,
     cache_dir: Path | None,
@@ -81,7 +80,7 @@ def check_sample(
         if index is None:
             continue
         expected = prefix_vectors(rotated, entry.length)
-        storage = exact_storage(index)
+        storage = index.exact
         if storage is not None:
             stored = np.stack([storage.reconstruct(int(r)) for r in rows])
             error = np.abs(stored - expected).max(axis=1)
@@ -96,10 +95,7 @@ def check_sample(
                     )
                 )
         else:
-            ivf = faiss.try_extract_index_ivf(index)
-            if ivf is not None:
-                ivf.nprobe = ivf.nlist
-            _, found = index.search(expected, SEARCH_DEPTH)
+            _, found = index.search(expected, SEARCH_DEPTH, index.widest())
             for row, hits in zip(rows, found, strict=True):
                 if row not in hits:
                     faults.append(

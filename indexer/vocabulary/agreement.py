@@ -24,7 +24,6 @@ import numpy as np
 
 from indexer.format.bundle import GALLERY_AGREEMENT, Bundle
 from indexer.format.postings import Postings, entries_of_rows
-from indexer.format.prefix_index import stored_rows
 from indexer.vocabulary.gallery_directions import centred_rows
 from indexer.vocabulary.word_gate import Contest
 from training.cedar.gallery_trust import agreement, wins
@@ -79,7 +78,7 @@ def measured_agreement(
     named = word >= 0
     found_rows, concepts, word = found_rows[named], concepts[named], word[named]
     grasp, cedar = bundle.grasp, coder.artifact
-    features = centred_rows(stored_rows(storage, rows), grasp.rotation, grasp.mean, cedar.mean)
+    features = centred_rows(storage.rows(rows), grasp.rotation, grasp.mean, cedar.mean)
     at = np.searchsorted(rows, found_rows)
     text = np.asarray(readout.text, dtype=np.float32)
     active = np.ones(len(concepts), dtype=bool)

@@ -43,10 +43,6 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexer.format.prefix_index import stored_rows
-from indexer.format.store import SCAN_FLOATS
-from indexer.format.store.faiss_view import StoreIndex
-
 CHUNK = 1 << 16  # rows per product pass of a FAISS storage
 SIZING_ROWS = 1 << 13  # sampled x̃ kept: the rows a cut expects, and the sketch's codebooks
 SKETCH_WIDTH = 4  # coordinates per 4-bit code of the sketch
@@ -131,41 +127,29 @@ def direction_scores(
 def product_blocks(storage: Any, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, float32 [n, Q]) blocks of every stored row's inner products with unit
     queries [Q, d], in row order (the shared store's decoded heads, `VectorStore.block_scores`;
-    a FAISS storage's rows, `stored_rows`)."""
+    a FAISS storage's rows), a block what its storage reads at once (`ExactStorage.block_rows`,
+    indexer/format/served_index.py)."""
     total = int(storage.ntotal)
     q = np.asarray(queries, dtype=np.float32)
-    if isinstance(storage, StoreIndex):
-        block = max(1024, SCAN_FLOATS // storage.length)
-        for start in range(0, total, block):
-            stop = min(start + block, total)
-            yield start, storage.store.block_scores(start, stop, storage.length, q).T
-        return
-    for start in range(0, total, CHUNK):
-        rows = np.arange(start, min(start + CHUNK, total), dtype=np.int64)
-        yield start, stored_rows(storage, rows) @ q.T
+    block = storage.block_rows(CHUNK)
+    for start in range(0, total, block):
+        yield start, storage.block_products(start, min(start + block, total), q)
 
 
 def decoded_blocks(storage: Any, first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, float32 [n, d]) blocks of every stored row, in row order (the shared
-    store's p̂_D, `VectorStore.block`; a FAISS storage's rows, `stored_rows`), from the block
-    that holds row `first` on (the blocks before it not read)."""
+    store's p̂_D, `VectorStore.block`; a FAISS storage's rows), from the block that holds row
+    `first` on (the blocks before it not read)."""
     total = int(storage.ntotal)
-    if isinstance(storage, StoreIndex):
-        block = max(1024, SCAN_FLOATS // storage.length)
-        for start in range(first // block * block, total, block):
-            yield start, storage.store.block(start, min(start + block, total), storage.length)
-        return
-    for start in range(first // CHUNK * CHUNK, total, CHUNK):
-        yield start, stored_rows(storage, np.arange(start, min(start + CHUNK, total)))
+    block = storage.block_rows(CHUNK)
+    for start in range(first // block * block, total, block):
+        yield start, storage.block(start, min(start + block, total))
 
 
 def row_products(storage: Any, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """⟨p_i, q⟩ of the given rows for queries [Q, d], float32 [n, Q] (the store scores its
     rows without decoding them whole: VectorStore.rows_scores)."""
-    q = np.asarray(queries, dtype=np.float32)
-    if isinstance(storage, StoreIndex):
-        return storage.store.rows_scores(rows, storage.length, q).T
-    return stored_rows(storage, rows) @ q.T
+    return storage.rows_products(rows, np.asarray(queries, dtype=np.float32))
 
 
 def with_hubs(features: np.ndarray, hubs: np.ndarray) -> np.ndarray:

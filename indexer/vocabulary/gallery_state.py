@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import stored_rows
 from indexer.vocabulary.gallery_directions import (
     GalleryMoments,
     centred_rows,
@@ -92,7 +91,7 @@ def measured_state(
     blocks, hubs, active = [], [], []
     for start in range(0, len(rows), SAMPLE_BLOCK):
         block = rows[start : start + SAMPLE_BLOCK]
-        stored = stored_rows(storage, block)
+        stored = storage.rows(block)
         centred = centred_rows(stored, grasp.rotation, grasp.mean, cedar.mean)
         hubs.append(hub_scores(centred, hub_directions))
         carried = block < len(known)

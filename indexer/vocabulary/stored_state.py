@@ -47,7 +47,7 @@ from indexer.format.bundle import Bundle
 from indexer.format.manifest import BundleError
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import CHUNKS, INDPTR, Postings
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import exact_storage
 from indexer.vocabulary.agreement import AGREEMENT, SPREAD, measured_agreement, sampled
 from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
 from indexer.vocabulary.gallery_state import (

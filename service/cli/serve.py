@@ -19,6 +19,8 @@ from service.cli.serve_setup import (
     LITE_DEADLINE_S,
     SERVER_DEADLINE_S,
     WORKER_LIMIT,
+    Backend,
+    ServingConfig,
     engine_deadline,
     exit_now,
     server_config,
@@ -186,28 +188,29 @@ def serve_command(
         tls_cert=tls_cert,
         tls_key=tls_key,
     )
-    workers = worker_count(workers, backend)
-    engine_timeout = engine_timeout or engine_deadline(backend)
-    mode = f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
+    chosen = Backend.parse(backend)  # the one reading of --backend's text
+    workers = worker_count(workers, chosen)
+    serving = ServingConfig(  # built once; the server, its workers and the engine take it
+        bundles=bundles,
+        backend=chosen,
+        collection=collection,
+        translator=translator,
+        image_root=image_root,
+        device=device or settings.device,
+        batch_size=settings.batch_size,
+        redis_url=redis_url,
+        redis_prefix=redis_prefix,
+        engine_timeout=engine_timeout or engine_deadline(chosen),
+        server=config,
+        mode=(
+            f"batching up to {max_batch} queries, {max_wait_ms:g} ms" if batching else "no batching"
+        ),
+    )
     if workers > 1:
         from service.cli.pool.parent import WorkerPool
         from service.cli.pool.worker import WorkerSpec
 
-        spec = WorkerSpec(
-            bundles=bundles,
-            backend=backend,
-            collection=collection,
-            translator=translator,
-            image_root=image_root,
-            device=device or settings.device,
-            batch_size=settings.batch_size,
-            redis_url=redis_url,
-            redis_prefix=redis_prefix,
-            engine_timeout=engine_timeout,
-            config=config,
-            mode=mode,
-        )
-        WorkerPool(spec, workers, say=typer.echo).run()  # until a signal
+        WorkerPool(WorkerSpec(serving), workers, say=typer.echo).run()  # until a signal
         typer.echo("stopped")
         exit_now()
     from service.api.server import serve
@@ -218,23 +221,11 @@ def serve_command(
     from training.core.encoders import resolve_device
 
     limit_blas()  # numpy's BLAS on one thread (compute_threads.py); FAISS and torch as they are
-    device = resolve_device(device or settings.device)
+    device = resolve_device(serving.device)
     metrics = ServerMetrics()  # the server's series; the cache records into them too
     cache = open_cache(redis_url, redis_prefix, metrics=metrics)  # a bad URL fails here, early
-    engine = open_engine(
-        bundles,
-        backend,
-        collection,
-        translator,
-        image_root,
-        device,
-        settings.batch_size,
-        cache,
-        engine_timeout,
-    )
-    announcement = Announcement(
-        engine, config, cache, mode, translator, backend, collection, redis_url, redis_prefix
-    )
+    engine = open_engine(serving, device, cache)
+    announcement = Announcement(engine, serving, cache)
     try:
         asyncio.run(serve(engine, config, on_ready=announcement.ready, metrics=metrics))
     finally:

@@ -10,6 +10,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,16 +111,48 @@ SERVER_DEADLINE_S = 2.0  # a Milvus server's engine call: a request waits on it
 LITE_DEADLINE_S = 30.0  # Milvus Lite evaluates a filter in Python (docs/how-to/milvus.md: seconds)
 
 
-def engine_deadline(backend: str) -> float:
+class BackendKind(StrEnum):
+    FAISS = "faiss"  # the bundle's own files
+    MILVUS = "milvus"  # the Milvus engine `strata index export` wrote the bundle to
+
+
+@dataclass(frozen=True)
+class Backend:
+    """`--backend`, parsed once: "faiss", or a Milvus URI (milvus://host:19530, or a Milvus
+    Lite file ./file.db, opened by one process only)."""
+
+    kind: BackendKind
+    uri: str = ""  # Milvus's
+
+    @classmethod
+    def parse(cls, text: str) -> Backend:
+        if text == BackendKind.FAISS:
+            return cls(BackendKind.FAISS)
+        return cls(BackendKind.MILVUS, text)
+
+    @property
+    def milvus(self) -> bool:
+        return self.kind == BackendKind.MILVUS
+
+    @property
+    def lite(self) -> bool:
+        """A Milvus Lite file."""
+        return self.milvus and self.uri.endswith(".db")
+
+    def __str__(self) -> str:
+        return self.uri if self.milvus else self.kind.value
+
+
+def engine_deadline(backend: Backend) -> float:
     """The default deadline of a Milvus engine call: a Milvus Lite file's, or a server's."""
-    return LITE_DEADLINE_S if backend.endswith(".db") else SERVER_DEADLINE_S
+    return LITE_DEADLINE_S if backend.lite else SERVER_DEADLINE_S
 
 
-def worker_count(workers: int | None, backend: str, cores: int | None = None) -> int:
+def worker_count(workers: int | None, backend: Backend, cores: int | None = None) -> int:
     """How many server processes `strata serve` runs: `--workers`, else one per core it may use
     (`usable_cores`) up to `WORKER_LIMIT`. A Milvus Lite file is opened by one process only: one
     worker."""
-    lite = backend.endswith(".db")
+    lite = backend.lite
     if workers is None:
         cores = cores or usable_cores()
         return 1 if lite else max(1, min(cores, WORKER_LIMIT))
@@ -162,25 +195,38 @@ def cpu_quota(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> float | None:
     return None if quota == "max" else int(quota) / int(period)
 
 
-def open_engine(
-    bundles: Path,
-    backend: str,
-    collection: str,
-    translator: Path | None,
-    image_root: Path | None,
-    device: str,
-    batch_size: int,
-    cache: QueryCache,
-    engine_timeout: float,
-) -> SearchEngine:
+@dataclass(frozen=True)
+class ServingConfig:
+    """What `strata serve` serves and how, built once from its options and the environment
+    (`load_settings`) and handed to the server, its workers (picklable: it crosses into them)
+    and the engine."""
+
+    bundles: Path
+    backend: Backend
+    collection: str  # Milvus: the alias followed
+    translator: Path | None
+    image_root: Path | None
+    device: str  # as the user gave it (auto: CUDA when present), resolved where the engine opens
+    batch_size: int
+    redis_url: str | None
+    redis_prefix: str
+    engine_timeout: float
+    server: ServerConfig
+    mode: str  # how queries are batched, in words (the announcement)
+
+
+def open_engine(serving: ServingConfig, device: str, cache: QueryCache) -> SearchEngine:
     """The engine `strata serve` serves: the bundle directory's published version over its own
-    FAISS files (`backend` "faiss"), or the version a Milvus alias names."""
+    FAISS files (`backend` "faiss"), or the version a Milvus alias names; `device` resolved."""
     from service.engine.search import EngineConfig, SearchEngine
+
+    bundles, backend, translator = serving.bundles, serving.backend, serving.translator
+    image_root, batch_size = serving.image_root, serving.batch_size
 
     engine_config = EngineConfig(
         image_root=image_root.expanduser().resolve() if image_root else None
     )
-    if backend != "faiss":
+    if backend.milvus:
         from indexer.cli.export import require_pymilvus
         from service.engine.milvus.backend import open_milvus
 
@@ -188,14 +234,14 @@ def open_engine(
         if translator is not None:
             raise InputError("--translator serves a local bundle only (--backend faiss)")
         return open_milvus(
-            backend,
+            backend.uri,
             bundles,
-            collection,
+            serving.collection,
             device=device,
             batch_size=batch_size,
             config=engine_config,
             cache=cache,
-            timeout_s=engine_timeout,
+            timeout_s=serving.engine_timeout,
         )
     return SearchEngine.open(
         bundles,
@@ -213,14 +259,8 @@ class Announcement:
     it starts then (the Milvus alias, or the Redis version channel)."""
 
     engine: SearchEngine
-    config: ServerConfig
+    serving: ServingConfig
     cache: QueryCache
-    mode: str  # how queries are batched, in words
-    translator: Path | None
-    backend: str
-    collection: str
-    redis_url: str | None
-    redis_prefix: str
     followers: list[AliasFollower] = field(default_factory=list)
     swappers: list[HotSwapper] = field(default_factory=list)
 
@@ -235,12 +275,12 @@ class Announcement:
     ) -> list[str]:
         """What `strata serve` prints once serving: `workers` processes share the port, and
         `/metrics` is on `metrics_port` (the pool's, summed) when given, else the server's."""
-        engine, config, translator = self.engine, self.config, self.translator
+        engine, config, translator = self.engine, self.serving.server, self.serving.translator
         bundle = engine.bundle
         pool = f"; {workers} workers" if workers > 1 else ""
         lines = [
             f"serving {bundle.path} ({bundle.rows} rows, {bundle.manifest.encoder}, "
-            f"{engine.encoder.device if engine.encoder else 'no encoder'}; {self.mode}) "
+            f"{engine.encoder.device if engine.encoder else 'no encoder'}; {self.serving.mode}) "
             f"on {server.address}{pool}; Ctrl-C stops",
         ]
         if engine.encoder is None and engine.missing_encoder is not None:
@@ -258,22 +298,24 @@ class Announcement:
         if config.admin_token is not None:
             lines.append("admin: strata.v1.AdminService on (bearer token)")
         lines.append(self.cache.describe())
-        if self.backend != "faiss":
-            lines.append(f"backend: {self.backend}, following alias {self.collection}")
-        elif self.redis_url:
-            lines.append(f"hot swap: following {self.redis_prefix}:bundle:versions")
+        serving = self.serving
+        if serving.backend.milvus:
+            lines.append(f"backend: {serving.backend}, following alias {serving.collection}")
+        elif serving.redis_url:
+            lines.append(f"hot swap: following {serving.redis_prefix}:bundle:versions")
         return lines
 
     def follow(self, server: StrataServer) -> None:
         """Start following new versions: the Milvus alias, or the Redis version channel."""
-        if self.backend != "faiss":
+        serving = self.serving
+        if serving.backend.milvus:
             from service.serving.alias_follower import AliasFollower
 
             self.followers.append(AliasFollower(server).start())
-        elif self.redis_url:
+        elif serving.redis_url:
             from service.serving.hot_swap import HotSwapper
 
-            self.swappers.append(HotSwapper(server, self.redis_url, self.redis_prefix))
+            self.swappers.append(HotSwapper(server, serving.redis_url, serving.redis_prefix))
             self.swappers[0].start()  # on the server's loop
 
 

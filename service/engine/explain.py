@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import exact_storage
 from indexer.vocabulary.query_gate import QueryGate
 from service.results import ConceptActivation, PrefixSimilarity, SharedConcept
 from training.cedar.concepts import ConceptCoder

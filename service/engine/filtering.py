@@ -36,11 +36,13 @@ The search then scores only allowed rows:
 - few allowed rows (≤ `exact_max` at 256 dimensions and above, proportionally more at a shorter
   prefix: `exact_budget`) and an index that stores its vectors exactly (Flat, HNSW's storage, a
   refine's Flat): read just those rows and score them exactly;
-- otherwise FAISS itself skips the other rows, through an ID selector passed in the search
-  parameters of the index's own type (indexer.format.prefix_index.search_parameters: the index's
-  efSearch, nprobe, k_factor or the request's operating point; a refine passes the selector
-  to its base index), so approximate
-  indexes filter during their traversal rather than after it;
+- otherwise each index kind searches inside the allowed rows its own way (`ServedIndex.search`
+  with `allowed`, indexer/format/served/): the shared store scans them, codes reranked from it
+  search their codes inside them, and FAISS itself skips the other rows through an ID selector
+  passed in the search parameters of the index's own type (MappedIndex.faiss_params: the
+  index's efSearch, nprobe, k_factor or the request's operating point; a refine passes the
+  selector to its base index), so approximate indexes filter during their traversal rather
+  than after it;
 - a filter allowing at least a quarter of the rows, on an HNSW index, is answered after the
   search: the unfiltered search fetches twice the hits the filter's share predicts among the
   top k (`post_filtered`), and its allowed hits are kept in order; should fewer than k of them
@@ -67,11 +69,17 @@ import faiss
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import exact_storage, search_parameters, stored_rows
 from indexer.format.row_bitmaps import AllowedRows, bits_of_rows
-from indexer.format.store.faiss_view import StoreIndex
-from indexer.format.store_rerank import StoreRerank, rerank_top_k, split_k_factor
-from service.engine.exact_scan import exact_scores, stored_products
+
+# each kind's search inside allowed rows, and its rules, moved to indexer/format/served/
+# (allowed.py, mapped.py; store_rerank.py): importable from here too
+from indexer.format.served.allowed import POST_FILTER_FETCH as POST_FILTER_FETCH
+from indexer.format.served.allowed import exact_top, pad
+from indexer.format.served.allowed import filtered_ef as filtered_ef
+from indexer.format.served.allowed import filtered_nprobe as filtered_nprobe
+from indexer.format.served.mapped import post_filtered as post_filtered
+from indexer.format.served.params import SearchParams
+from indexer.format.served_index import ServedIndex, served
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded
@@ -82,19 +90,6 @@ from training.core.errors import InputError
 
 EXACT_MAX = 4096
 EXACT_WIDTH = 256  # exact_max counts rows of this width; a shorter prefix scores more rows
-EXACT_FALLBACK_MAX = 200_000
-FILTERED_EF_MAX = 16_384  # no filtered HNSW search goes further (the exact scan, if any, does)
-# an HNSW step reads ~13-32 rows at random (FAISS hnsw_stats: ndis/efSearch 32 at ef 100, 13 at
-# ef 1,000), each costing about what an exact scan's gathered row costs; and a traversal that
-# skips most rows misses some of a clustered filter's top k (a word on 9,378 of 250k rows: ef
-# 640 recall@10 0.78 in 1.6 ms, the exact scan 1.0 in 2.8 ms), so the scan gets a wide margin
-EXACT_ROWS_PER_EF = 32
-# a filter allowing at least this share of the rows, on an HNSW index, first tries the
-# unfiltered search for POST_FILTER_FETCH × k / share hits and keeps the allowed ones: at such a
-# share the filtered traversal's efSearch / share costs up to 4× the unfiltered search (a word
-# on 31 % of 1M rows: 2.0×), where the over-fetch costs about one unfiltered search
-POST_FILTER_SHARE = 0.25
-POST_FILTER_FETCH = 2
 
 
 def resolve_ref(
@@ -298,7 +293,7 @@ def exact_budget(exact_max: int, length: int) -> int:
 
 
 def filtered_search(
-    index: faiss.Index,
+    index: ServedIndex | faiss.Index,
     query: np.ndarray,
     k: int,
     allowed: AllowedRows,
@@ -313,116 +308,19 @@ def filtered_search(
     query = np.ascontiguousarray(np.atleast_2d(query), dtype=np.float32)
     k = int(k)
     if allowed.count == 0:
-        return _pad(np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64), k)
-    exact = exact_storage(index) is not None
+        return pad(np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64), k)
+    index = served(index)
+    storage = index.exact
     length = query.shape[1]
     if (
-        exact
+        storage is not None
         and blocks is not None
         and allowed.key is not None
         and blocks.fits(allowed.count, length, allowed.total)
     ):
-        storage = exact_storage(index)
-        block = blocks.get(
-            (allowed.key, length), allowed.materialise, lambda rows: stored_rows(storage, rows)
-        )
-        return _pad(*block.search(query, k, partial(stored_products, storage, query=query[0])), k)
-    if exact and allowed.count <= exact_budget(exact_max, length):
-        return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
-    if isinstance(index, StoreIndex):  # the shared store: one exact scan of the allowed rows
-        return index.store.scan(query, index.length, k, allowed.mask())
-    if isinstance(index, StoreRerank):  # the codes' filtered search, reranked from the store
-        return reranked_filtered(index, query, k, allowed, setting)
-    wanted = min(k, allowed.count)
-    graph = faiss.downcast_index(index)
-    share = allowed.count / allowed.total
-    if isinstance(graph, faiss.IndexHNSW) and "efSearch" not in setting:
-        if share >= POST_FILTER_SHARE:
-            found = post_filtered(
-                index, graph.hnsw.efSearch, query, k, wanted, allowed, share, setting
-            )
-            if found is not None:
-                return found
-        ef = filtered_ef(graph.hnsw.efSearch, wanted, share)
-        if exact and allowed.count <= min(EXACT_ROWS_PER_EF * ef, EXACT_FALLBACK_MAX):
-            return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
-        setting = ",".join(filter(None, [setting, f"efSearch={min(ef, FILTERED_EF_MAX)}"]))
-    ivf = faiss.try_extract_index_ivf(graph)
-    if ivf is not None and "nprobe" not in setting:
-        probes = filtered_nprobe(ivf.nprobe, ivf.nlist, share)
-        setting = ",".join(filter(None, [setting, f"nprobe={probes}"]))
-    selector = allowed.selector()
-    params = search_parameters(index, setting, selector)
-    scores, rows = index.search(query, k, params=params)
-    if exact and int((rows[0] >= 0).sum()) < wanted and allowed.count <= EXACT_FALLBACK_MAX:
-        return _pad(*exact_scores(index, query, allowed.materialise(), k), k)
-    return scores, rows
-
-
-def reranked_filtered(
-    index: StoreRerank, query: np.ndarray, k: int, allowed: AllowedRows, setting: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """A filtered search of codes reranked from the store: the codes' own filtered search
-    (their nprobe widened by the filter's share) for k·F allowed candidates, reranked exactly;
-    should fewer than min(k, allowed) come back, one exact scan of the allowed rows."""
-    rest, factor = split_k_factor(setting)
-    fetch = index.fetch(k, factor)
-    _, candidates = filtered_search(index.base, query, fetch, allowed, 0, rest)
-    found = candidates[0][candidates[0] >= 0]
-    if len(found) < min(k, allowed.count):
-        return index.exact.store.scan(query, index.length, k, allowed.mask())
-    scores = index.exact.store.prefix_scores(found, index.length, query[0])
-    return _pad(*(a[None] for a in rerank_top_k(found, scores, k)), k)
-
-
-def post_filtered(
-    index: faiss.Index,
-    ef: int,
-    query: np.ndarray,
-    k: int,
-    wanted: int,
-    allowed: AllowedRows,
-    share: float,
-    setting: str,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """A filter allowing a large share of the rows, on an HNSW index: the unfiltered search for
-    POST_FILTER_FETCH times the hits the share predicts among the top k, its allowed hits
-    kept in order; None when fewer than `wanted` of them are allowed (the allowed rows lie
-    away from the query), for the filtered traversal to answer instead. `share`: the allowed
-    rows' share of all."""
-    fetch = min(allowed.total, int(np.ceil(POST_FILTER_FETCH * k / share)))
-    width = f"efSearch={max(ef, fetch)}"
-    params = search_parameters(index, ",".join(filter(None, [setting, width])))
-    scores, rows = index.search(query, fetch, params=params)
-    keep = rows[0] >= 0
-    keep[keep] = allowed.contains(rows[0][keep])
-    if int(keep.sum()) < wanted:
-        return None
-    return _pad(scores[:, keep][:, :k], rows[:, keep][:, :k], k)
-
-
-def filtered_ef(ef: int, wanted: int, share: float) -> int:
-    """efSearch for an HNSW search that keeps only `share` of the rows: the unfiltered search's
-    own max(ef, wanted), divided by the share, so that the traversal meets as many allowed rows
-    as the unfiltered one meets rows (module docstring)."""
-    return int(np.ceil(max(ef, wanted) / max(share, 1e-12) - 1e-9))
-
-
-def filtered_nprobe(nprobe: int, nlist: int, share: float) -> int:
-    """nprobe for an IVF search that keeps only `share` of the rows: the unfiltered nprobe
-    divided by the share, at most every list. An IVF scan tests each entry of a probed list
-    against the filter (one bit read) and scores only the allowed ones, whose vectors lie
-    together in the list, so widening the probe costs little beside the scattered reads of an
-    exact scan of the allowed rows (module docstring)."""
-    return int(min(nlist, np.ceil(nprobe / max(share, 1e-12) - 1e-9)))
-
-
-def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """FAISS's shape: [1, k], rows −1 and scores −inf past the last hit."""
-    missing = k - scores.shape[1]
-    if missing <= 0:
-        return scores, rows
-    return (
-        np.concatenate([scores, np.full((1, missing), -np.inf, np.float32)], axis=1),
-        np.concatenate([rows, np.full((1, missing), -1, np.int64)], axis=1),
-    )
+        block = blocks.get((allowed.key, length), allowed.materialise, storage.rows)
+        return pad(*block.search(query, k, partial(storage.products, query=query[0])), k)
+    if storage is not None and allowed.count <= exact_budget(exact_max, length):
+        return pad(*exact_top(storage, query, allowed.materialise(), k), k)
+    # each kind's own search inside the allowed rows (indexer/format/served/allowed.py)
+    return index.search(query, k, SearchParams.parse(setting), allowed)

@@ -23,16 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import faiss
 import numpy as np
 
-from indexer.format.prefix_index import (
-    exact_storage,
-    parse_search_parameters,
-    search_parameters,
-)
+from indexer.format.served.params import SearchParams
+from indexer.format.served_index import ExactStorage, ServedIndex, served
 from indexer.format.store import VectorStore
-from indexer.format.store.faiss_view import StoreIndex
 from training.core.metrics import neighbour_recall, prefix_vectors
 
 
@@ -44,23 +39,18 @@ class ExactRows:
 
     length: int
     vectors: np.ndarray
-    index: faiss.Index | StoreIndex
+    index: ExactStorage
     store: VectorStore | None = None
 
     @classmethod
-    def of(cls, index: faiss.Index | StoreIndex, length: int) -> ExactRows | None:
+    def of(cls, index: ServedIndex, length: int) -> ExactRows | None:
         """The rows an index stores exactly, or None when it stores none."""
-        if isinstance(index, StoreIndex):
-            return cls(length, np.zeros((0, length), np.float32), index, index.store)
-        storage = exact_storage(index)
+        storage = served(index).exact
         if storage is None:
             return None
-        storage = faiss.downcast_index(storage)
-        count = int(storage.ntotal)
-        if count == 0:
-            return cls(length, np.zeros((0, length), dtype=np.float32), storage)
-        vectors = faiss.rev_swig_ptr(storage.get_xb(), count * length).reshape(count, length)
-        return cls(length, vectors, storage)
+        if storage.store is not None:  # the shared store: p̂_L at any L
+            return cls(length, np.zeros((0, length), np.float32), storage, storage.store)
+        return cls(length, storage.vectors, storage)
 
     def prefix_rows(self, rows: np.ndarray, length: int) -> np.ndarray:
         """p_L of the given rows [n, L]: the stored rows themselves when L = M, else their
@@ -113,7 +103,7 @@ def pad_hits(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, 
 
 
 def funnel_search(
-    shortlist_index: faiss.Index,
+    shortlist_index: ServedIndex,
     shortlist_length: int,
     exact: ExactRows,
     rotated: np.ndarray,
@@ -129,15 +119,15 @@ def funnel_search(
     shortlisted = min(k * factor, int(shortlist_index.ntotal))
     queries = prefix_vectors(rotated, shortlist_length)
     if setting:
-        params = search_parameters(shortlist_index, setting)
-        _, candidates = shortlist_index.search(queries, shortlisted, params=params)
+        params = SearchParams.parse(setting)
+        _, candidates = served(shortlist_index).search(queries, shortlisted, params)
     else:  # any index with FAISS's search(x, k), the GPU benchmark's device arm too
         _, candidates = shortlist_index.search(queries, shortlisted)
     found = [rerank(exact, rotated[i], candidates[i], length, k) for i in range(len(rotated))]
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
-def exact_rows_for(indexes: dict[int, faiss.Index], length: int) -> ExactRows | None:
+def exact_rows_for(indexes: dict[int, ServedIndex], length: int) -> ExactRows | None:
     """The exact rows to rerank at L from: those of the smallest prefix M ≥ L whose index keeps
     them (`indexes`: prefix length → index); None when no such prefix has them."""
     for m in sorted(n for n in indexes if n >= length):
@@ -178,7 +168,7 @@ def exact_neighbours(
 
 
 def calibrate(
-    indexes: dict[int, faiss.Index],
+    indexes: dict[int, ServedIndex],
     exact: ExactRows,
     length: int,
     k: int = 10,
@@ -193,9 +183,10 @@ def calibrate(
     Queries are `queries` gallery rows drawn with `seed`, each searched leave-one-out (k + 1
     hits, its own row dropped), so the rows stand in for queries from the same distribution.
     Candidates (S, F), S every indexed prefix below L and F in `factors`, are tried in order of
-    the floats they scan, `shortlist_floats` + k·F·L, against N·L for a direct scan; the first
-    whose recall@k against exact search at L is ≥ `recall` wins, provided that share is
+    the floats they scan, `ServedIndex.scanned_floats` + k·F·L, against N·L for a direct scan;
+    the first whose recall@k against exact search at L is ≥ `recall` wins, provided that share is
     ≤ `max_cost_share` (else the funnel would not pay, and None is returned)."""
+    indexes = {n: served(index) for n, index in indexes.items()}
     total = exact.count
     picked = np.sort(np.random.default_rng(seed).choice(total, min(queries, total), replace=False))
     rotated = exact.sample(picked)  # p_M(x): its p_L is p_L(x), a rotated query's
@@ -206,14 +197,15 @@ def calibrate(
     truth = _without_self(found, picked, k)
     costs = sorted(
         (
-            (shortlist_floats(indexes[s], s, total, setting) + k * f * length) / (total * length),
+            (indexes[s].scanned_floats(s, total, SearchParams.parse(setting)) + k * f * length)
+            / (total * length),
             s,
             f,
             setting,
         )
         for s in indexes
         if s < length
-        for setting in wider_probes(indexes[s])
+        for setting in indexes[s].wider_probes()
         for f in factors
     )
     for share, s, f, setting in costs:
@@ -224,40 +216,6 @@ def calibrate(
         if reached >= recall:
             return FunnelChoice(s, f, reached, len(picked), share, setting)
     return None
-
-
-def wider_probes(index: faiss.Index | StoreIndex) -> list[str]:
-    """The shortlist settings a calibration tries: the index's own, and for an IVF its nprobe
-    widened 2, 4, 8 and 16 times (at most every list): a neighbour at L can lie in a list the
-    object search at S never probes."""
-    ivf = None if isinstance(index, StoreIndex) else faiss.try_extract_index_ivf(index)
-    if ivf is None:
-        return [""]
-    wider = sorted({min(ivf.nlist, ivf.nprobe * m) for m in (2, 4, 8, 16)} - {ivf.nprobe})
-    return ["", *(f"nprobe={p}" for p in wider)]
-
-
-def shortlist_floats(
-    index: faiss.Index | StoreIndex, length: int, total: int, setting: str = ""
-) -> float:
-    """Floats one shortlist search at prefix S scans: N·S for a scan; for an IVF the probed
-    share of the rows and the coarse quantizer's, (nprobe/nlist)·N·S + the quantizer's own
-    (nprobe the setting's, else the index's); for an HNSW graph about efSearch·2M rows of S
-    floats; for a flat index (a flat quantizer: its nlist centroids) every row."""
-    if isinstance(index, StoreIndex):
-        return float(total * length)
-    index = faiss.downcast_index(index)
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        nprobe = parse_search_parameters(setting).get("nprobe", ivf.nprobe)
-        quantizer = faiss.downcast_index(ivf.quantizer)
-        return (nprobe / ivf.nlist) * total * length + shortlist_floats(
-            quantizer, length, ivf.nlist
-        )
-    if isinstance(index, faiss.IndexHNSW):
-        visited = index.hnsw.efSearch * 2 * index.hnsw.nb_neighbors(1)
-        return float(min(total, visited) * length)
-    return float(total * length)
 
 
 def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:

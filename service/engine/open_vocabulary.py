@@ -89,8 +89,8 @@ from typing import Any
 import numpy as np
 
 from indexer.format.bundle import Bundle
-from indexer.format.prefix_index import exact_storage
 from indexer.format.row_bitmaps import AllowedRows
+from indexer.format.served_index import exact_storage
 from indexer.vocabulary.gallery_directions import (
     corrected_direction,
     direction_scores,

@@ -32,7 +32,6 @@ from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
 from indexer.format.row_bitmaps import AllowedRows
-from indexer.format.store_rerank import StoreRerank
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import filtered_search
 from service.engine.funnel import (
@@ -82,11 +81,9 @@ class Planner:
         self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
         # shortlist candidates: every prefix (codes reranked from the store shortlist as codes:
         # the funnel reranks; a prefix the store serves is a scan of S/L of the floats of a scan
-        # at L), the calibration's cost model ordering them (funnel.shortlist_floats)
+        # at L), the calibration's cost model ordering them (ServedIndex.scanned_floats)
         shortest = min(self.indexes)
-        self.shortlists = {
-            n: i.base if isinstance(i, StoreRerank) else i for n, i in self.indexes.items()
-        }
+        self.shortlists = {n: i.shortlist for n, i in self.indexes.items()}
         self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
         self._exact: dict[int, ExactRows | None] = {}
         self.choices: dict[int, FunnelChoice] = {}

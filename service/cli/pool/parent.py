@@ -102,7 +102,7 @@ class Ask:
 
 
 class WorkerPool:
-    """The parent of `strata serve --workers N` (module docstring). `spec.config` is the
+    """The parent of `strata serve --workers N` (module docstring). `spec.serving.server` is the
     server's as the user gave it; `say` prints the announcement."""
 
     def __init__(self, spec: WorkerSpec, workers: int, say: Callable[[str], None]) -> None:
@@ -139,7 +139,7 @@ class WorkerPool:
             self._restore_signals(previous)
 
     def _start(self) -> None:
-        config = self.spec.config
+        config = self.spec.serving.server
         grpc_holder = reserve_port(config.host, config.port)
         self._holders.append(grpc_holder)
         update: dict[str, Any] = {"port": grpc_holder.getsockname()[1], "reuse_port": True}
@@ -156,7 +156,7 @@ class WorkerPool:
         threads = max(1, usable_cores() // self.count)
         self.spec = replace(
             self.spec,
-            config=config.model_copy(update=update),
+            serving=replace(self.spec.serving, server=config.model_copy(update=update)),
             workers=self.count,
             public_metrics_port=public_metrics,
             threads=threads,
@@ -350,7 +350,7 @@ class WorkerPool:
         for worker in self.workers.values():
             if worker.process.is_alive():
                 worker.process.terminate()
-        deadline = time.monotonic() + self.spec.config.grace_s + STOP_MARGIN_S
+        deadline = time.monotonic() + self.spec.serving.server.grace_s + STOP_MARGIN_S
         for worker in list(self.workers.values()):
             worker.process.join(max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
@@ -366,7 +366,7 @@ class WorkerPool:
     # --- the summed /metrics ---
 
     def _serve_metrics(self, host: str) -> int:
-        port = self.spec.config.metrics_port
+        port = self.spec.serving.server.metrics_port
         assert port is not None
         self._metrics = SummedMetrics(self._worker_ports, self._own_families)
         try:

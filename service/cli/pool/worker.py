@@ -35,13 +35,13 @@ import signal
 import threading
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from service.api.server import ServerConfig, StrataServer
+    from service.api.server import StrataServer
+    from service.cli.serve_setup import ServingConfig
     from service.engine.search import SearchEngine
 
 log = logging.getLogger(__name__)
@@ -50,24 +50,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything a worker needs to open its engine and serve (picklable: it crosses into the
-    worker process): what the command was given, and what the pool sets before it starts its
-    workers (service/cli/pool/parent.py) — `config` on the pool's port with `reuse_port`, how
-    many workers, the summed /metrics' port, `threads` (the cores divided among the workers:
-    FAISS's and torch's threads in each), whether each may hold its threads to a core of its
-    own (`gather`) and the log level."""
+    worker process): the command's one `ServingConfig`, and what the pool sets before it starts
+    its workers (service/cli/pool/parent.py) — the serving's server configuration on the pool's
+    port with `reuse_port`, how many workers, the summed /metrics' port, `threads` (the cores
+    divided among the workers: FAISS's and torch's threads in each), whether each may hold its
+    threads to a core of its own (`gather`) and the log level."""
 
-    bundles: Path
-    backend: str
-    collection: str
-    translator: Path | None
-    image_root: Path | None
-    device: str  # as the user gave it (auto: CUDA when present), resolved in the worker
-    batch_size: int
-    redis_url: str | None
-    redis_prefix: str
-    engine_timeout: float
-    config: ServerConfig
-    mode: str  # how queries are batched, in words (the announcement)
+    serving: ServingConfig
     workers: int = 1
     public_metrics_port: int | None = None  # the parent's summed /metrics, for the announcement
     threads: int = 1
@@ -197,32 +186,13 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
     from service.serving.thread_placement import ThreadPlacement, gathering_core
     from training.core.encoders import resolve_device
 
+    serving = spec.serving
     limit_threads(spec.threads)
-    device = resolve_device(spec.device)
+    device = resolve_device(serving.device)
     metrics = ServerMetrics()
-    cache = open_cache(spec.redis_url, spec.redis_prefix, metrics=metrics)
-    engine = open_engine(
-        spec.bundles,
-        spec.backend,
-        spec.collection,
-        spec.translator,
-        spec.image_root,
-        device,
-        spec.batch_size,
-        cache,
-        spec.engine_timeout,
-    )
-    announcement = Announcement(
-        engine,
-        spec.config,
-        cache,
-        spec.mode,
-        spec.translator,
-        spec.backend,
-        spec.collection,
-        spec.redis_url,
-        spec.redis_prefix,
-    )
+    cache = open_cache(serving.redis_url, serving.redis_prefix, metrics=metrics)
+    engine = open_engine(serving, device, cache)
+    announcement = Announcement(engine, serving, cache)
 
     def ready(server: StrataServer) -> None:
         cache.report_state()
@@ -240,6 +210,6 @@ def serve_worker(spec: WorkerSpec, link: PoolLink) -> None:
             placement.start(asyncio.get_running_loop())
 
     try:
-        asyncio.run(serve(engine, spec.config, on_ready=ready, metrics=metrics))
+        asyncio.run(serve(engine, serving.server, on_ready=ready, metrics=metrics))
     finally:
         cache.close()

@@ -12,13 +12,13 @@ import pytest
 from bundle_inputs import gaussian_unit_rows
 
 from indexer.format.index_plan import QUANTIZER_EF, PrefixPlan
-from indexer.format.prefix_index import (
+from indexer.format.prefix_index import read_prefix_index
+from indexer.format.prefix_writers import FlatFileWriter, OnDiskIvfWriter, flat_layout, train_index
+from indexer.format.served_index import (
     apply_search_parameters,
     exact_storage,
-    read_prefix_index,
     search_parameters,
 )
-from indexer.format.prefix_writers import FlatFileWriter, OnDiskIvfWriter, flat_layout, train_index
 from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall
 

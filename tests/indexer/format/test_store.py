@@ -21,8 +21,8 @@ from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST
 from indexer.format.postings import CHUNKS, ROWS, VALUES, Postings
-from indexer.format.prefix_index import search_parameters
 from indexer.format.prefixes import exact_top_k
+from indexer.format.served.params import SearchParams
 from indexer.format.store import (
     NORMS,
     ROTATION,
@@ -213,8 +213,8 @@ def test_codes_reranked_from_the_store_return_the_stores_scores(layouts, inputs)
         exact = bundle.store.prefix_scores(found, shortest, query)  # the store's, not the codes'
         np.testing.assert_allclose(got, exact, rtol=0, atol=1e-6)
     # every list probed and every row fetched: the rerank is then an exact scan of the store
-    every = f"nprobe={faiss.extract_index_ivf(index.base).nlist},k_factor_rf={bundle.rows}"
-    _, everything = index.search(queries, 10, search_parameters(index, every))
+    every = f"nprobe={faiss.extract_index_ivf(index.base.faiss).nlist},k_factor_rf={bundle.rows}"
+    _, everything = index.search(queries, 10, SearchParams.parse(every))
     _, scanned = bundle.store.scan(queries, shortest, 10)
     np.testing.assert_array_equal(everything, scanned)
 

@@ -130,7 +130,7 @@ def test_add_then_delete_returns_to_the_first_build(parts: Parts, tmp_path: Path
 
 
 def exhaustive(bundle: Bundle, length: int) -> faiss.Index:
-    index = bundle.index(length)
+    index = bundle.index(length).faiss
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         ivf.nprobe = ivf.nlist

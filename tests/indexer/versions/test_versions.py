@@ -157,6 +157,6 @@ def test_a_writer_pointed_at_an_existing_file_fails_and_leaves_it_whole(
     entry = next(p for p in version.manifest.prefixes if not p.store)
     digest = sha256_file(version.path / entry.file)
     with pytest.raises(FileExistsError):
-        write_index_file(version.index(entry.length), version.path / entry.file)
+        write_index_file(version.index(entry.length).faiss, version.path / entry.file)
     assert sha256_file(version.path / entry.file) == digest
     assert {name: sha256_file(version.path / name) for name in before} == before

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from indexer.format.row_bitmaps import AllowedRows
+from indexer.format.served.params import NO_PARAMS
+from indexer.format.served_index import mapped
 from service.engine.exact_scan import exact_scores
 from service.engine.filtering import (
     POST_FILTER_FETCH,
@@ -137,5 +139,5 @@ def test_a_large_filter_keeps_the_allowed_hits_of_the_unfiltered_search_in_order
         kept = allowed.contains(top[0])
         assert found[0].tolist() == top[0][kept][:10].tolist()
         np.testing.assert_array_equal(scores[0], top_scores[0][kept][:10])
-        direct = post_filtered(index, 16, q[None, :], 10, 10, allowed, share, "")
+        direct = post_filtered(mapped(index), 16, q[None, :], 10, 10, allowed, share, NO_PARAMS)
         assert direct is not None and direct[1].tolist() == found.tolist()

@@ -33,7 +33,12 @@ from indexer.milvus.store import EngineUnavailable, ExportError, MilvusStore, co
 from service.api.background import BackgroundServer
 from service.api.grpc.client import StrataClient, StrataClientError
 from service.api.server import ServerConfig
-from service.cli.serve_setup import LITE_DEADLINE_S, SERVER_DEADLINE_S, engine_deadline
+from service.cli.serve_setup import (
+    LITE_DEADLINE_S,
+    SERVER_DEADLINE_S,
+    Backend,
+    engine_deadline,
+)
 from service.engine.milvus.backend import milvus_engine as engine_over
 from service.engine.milvus.backend import open_milvus
 from service.engine.milvus.calibration import CALIBRATION_CHUNK, CALIBRATION_DEADLINE_S
@@ -335,8 +340,9 @@ def test_closing_a_lite_files_store_stops_its_engine(tmp_path: Path) -> None:
 def test_a_lite_file_gets_a_longer_engine_deadline_than_a_server() -> None:
     """A Milvus Lite file evaluates filters in Python (seconds a request): its default deadline
     is the longer."""
-    assert engine_deadline("./rows.db") == LITE_DEADLINE_S > engine_deadline("milvus://h:19530")
-    assert engine_deadline("milvus://h:19530") == SERVER_DEADLINE_S
+    lite, server = Backend.parse("./rows.db"), Backend.parse("milvus://h:19530")
+    assert engine_deadline(lite) == LITE_DEADLINE_S > engine_deadline(server)
+    assert engine_deadline(server) == SERVER_DEADLINE_S
 
 
 def test_an_exports_calls_over_every_row_get_the_deadline_per_100k_rows() -> None:

@@ -19,7 +19,7 @@ import pytest
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST
 from indexer.format.postings import Postings
-from indexer.format.prefix_index import exact_storage
+from indexer.format.served_index import exact_storage
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.verify.check import verify_bundle
 from indexer.vocabulary import stored_state as stored

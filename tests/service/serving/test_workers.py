@@ -34,7 +34,13 @@ from indexer.versions.publish import RedisPublisher
 from service._generated.strata.v1 import admin_pb2 as apb
 from service._generated.strata.v1 import admin_pb2_grpc
 from service.api.grpc.client import StrataClient
-from service.cli.serve_setup import WORKER_LIMIT, cores_of_their_own, usable_cores, worker_count
+from service.cli.serve_setup import (
+    WORKER_LIMIT,
+    Backend,
+    cores_of_their_own,
+    usable_cores,
+    worker_count,
+)
 from service.serving.metrics_sum import summed_exposition
 from training.core.errors import InputError
 
@@ -303,12 +309,13 @@ def test_the_summed_exposition_adds_counters_and_keeps_gauges_by_meaning():
 
 
 def test_the_default_is_one_worker_per_usable_core_up_to_the_limit(tmp_path: Path):
-    assert worker_count(None, "faiss", cores=3) == 3
-    assert worker_count(None, "faiss", cores=64) == WORKER_LIMIT
-    assert worker_count(None, "./rows.db", cores=4) == 1  # Milvus Lite: one process
-    assert worker_count(5, "faiss", cores=2) == 5  # asked for: as asked
+    faiss, lite = Backend.parse("faiss"), Backend.parse("./rows.db")
+    assert worker_count(None, faiss, cores=3) == 3
+    assert worker_count(None, faiss, cores=64) == WORKER_LIMIT
+    assert worker_count(None, lite, cores=4) == 1  # Milvus Lite: one process
+    assert worker_count(5, faiss, cores=2) == 5  # asked for: as asked
     with pytest.raises(InputError, match="Milvus Lite"):
-        worker_count(2, "./rows.db")
+        worker_count(2, lite)
     quota = tmp_path / "cpu.max"
     affinity = len(os.sched_getaffinity(0))
     quota.write_text("100000 100000\n")  # a container limited to one core
