@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TypedDict, Unpack
 
 # the catalog's and the index's answers (service/catalog_info.py), importable from here too
@@ -24,8 +25,27 @@ from training.core.granularity import AUTO, Granularity, granularity_choices
 GRANULARITY_CHOICES = granularity_choices(auto=True)
 DEFAULT_K = 10
 MAX_K = 1000
-SCOPES = ("any", "local", "global")  # a concept filter's scope (CDS, `strata eval cds`)
-PLAN_KINDS = ("auto", "direct", "funnel")  # how a search finds its hits (service/engine/funnel.py)
+
+
+class Scope(StrEnum):
+    """A concept filter's scope (CDS, `strata eval cds`): its references stand for concepts of
+    this scope only ("any": every concept)."""
+
+    ANY = "any"
+    LOCAL = "local"
+    GLOBAL = "global"
+
+
+class PlanKind(StrEnum):
+    """How a search finds its hits (service/engine/plans.py)."""
+
+    AUTO = "auto"
+    DIRECT = "direct"
+    FUNNEL = "funnel"
+
+
+SCOPES = tuple(s.value for s in Scope)
+PLAN_KINDS = tuple(k.value for k in PlanKind)
 MAX_FACTOR = 1000  # a funnel's shortlist factor F at most
 MAX_SHORTLIST = 100_000  # a funnel's shortlist k·F at most
 MAX_GROUP_SIZE = 100  # hits per group at most (group_by)
@@ -117,9 +137,13 @@ class SearchPlan:
     service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix
     or factor to the engine; setting either asks for a funnel."""
 
-    kind: str = AUTO
+    kind: PlanKind | str = PlanKind.AUTO  # a str only when unknown (refused by the checks)
     shortlist_prefix: int = 0
     factor: int = 0
+
+    def __post_init__(self) -> None:  # parsed once, here: a known kind becomes its PlanKind
+        if not isinstance(self.kind, PlanKind) and self.kind in PLAN_KINDS:
+            object.__setattr__(self, "kind", PlanKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -127,7 +151,7 @@ class PlanRun:
     """The plan a search ran, and why: for a funnel, the prefix of its shortlist, the factor F
     and the rows shortlisted (k·F, at most the rows there are)."""
 
-    kind: str
+    kind: PlanKind
     reason: str
     shortlist_prefix: int = 0
     factor: int = 0
@@ -135,7 +159,7 @@ class PlanRun:
 
     def describe(self, prefix_length: int) -> str:
         """One line: `funnel: 1000 rows at prefix 24, reranked exactly at 384 (reason)`."""
-        if self.kind == "funnel":
+        if self.kind == PlanKind.FUNNEL:
             return (
                 f"funnel: {self.shortlist_rows} rows at prefix {self.shortlist_prefix}, "
                 f"reranked exactly at {prefix_length} ({self.reason})"
@@ -176,12 +200,16 @@ class SearchQuery:
     exclude: tuple[ConceptRef, ...] = ()
     explain: bool = False
     metadata_fields: tuple[str, ...] = ()
-    scope: str = "any"  # the concept filter's references stand for concepts of this scope only
+    scope: Scope | str = Scope.ANY  # a str only when unknown (refused by the checks)
     min_recall: float | None = None  # recall@k to reach (indexer/format/tuning.py); None: as tuned
     plan: SearchPlan = SearchPlan()
     where: tuple[MetadataCondition, ...] = ()  # every one must hold (and the concept filter)
     group_by: str = ""  # a metadata column: top k groups of `group_size` hits; "": no groups
     group_size: int | None = None  # hits per group (None: 1); only with group_by
+
+    def __post_init__(self) -> None:  # parsed once, here: a known scope becomes its Scope
+        if not isinstance(self.scope, Scope) and self.scope in SCOPES:
+            object.__setattr__(self, "scope", Scope(self.scope))
 
     @classmethod
     def of(

@@ -83,7 +83,7 @@ from indexer.format.served_index import ServedIndex, served
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded
-from service.results import ConceptRef, FilterConcept
+from service.results import ConceptRef, FilterConcept, Scope
 from training.cedar.near_misses import typo_hint
 from training.cedar.sparse_codes import parse_concept_label
 from training.core.errors import InputError
@@ -93,7 +93,7 @@ EXACT_WIDTH = 256  # exact_max counts rows of this width; a shorter prefix score
 
 
 def resolve_ref(
-    bundle: Bundle, ref: ConceptRef, role: str = "filter", scope: str = "any"
+    bundle: Bundle, ref: ConceptRef, role: str = "filter", scope: Scope = Scope.ANY
 ) -> list[int]:
     """The concept ids a reference stands for, only those of `scope` unless it is "any";
     QueryError naming the reference when the catalog lacks it or has none of that scope."""
@@ -109,7 +109,7 @@ def resolve_ref(
             raise QueryError(f"an empty concept reference in {role}")
     except (InputError, ValueError) as exc:
         raise QueryError(f"unknown concept {ref} in {role}: {bounded(str(exc), 400)}") from None
-    if scope == "any":
+    if scope == Scope.ANY:
         return concepts
     if all(entry.scope is None for entry in coder.catalog):
         raise QueryError(
@@ -152,7 +152,7 @@ def open_phrase(
     or only zero-shot word concepts of the readout (whose training corpus's cosine cut τ does
     not carry to another gallery: the open vocabulary's cut is taught on this one), in a
     filter of any scope; None otherwise (the catalog resolves it, or refuses it)."""
-    if vocabulary is None or ref.name is None or scope != "any":
+    if vocabulary is None or ref.name is None or scope != Scope.ANY:
         return None
     phrase = phrase_of(ref.name)
     if phrase is None:
@@ -168,7 +168,7 @@ def allowed_rows(
     bundle: Bundle,
     require: Sequence[ConceptRef],
     exclude: Sequence[ConceptRef],
-    scope: str = "any",
+    scope: Scope = Scope.ANY,
     kept: FilterBlocks | None = None,
     vocabulary: OpenVocabulary | None = None,
 ) -> AllowedRows:
@@ -233,7 +233,7 @@ def filter_concepts(
     bundle: Bundle,
     require: Sequence[ConceptRef],
     exclude: Sequence[ConceptRef],
-    scope: str = "any",
+    scope: Scope = Scope.ANY,
     vocabulary: OpenVocabulary | None = None,
 ) -> tuple[list[FilterConcept], list[str]]:
     """How each reference of a filter was made — a learnt word concept, a zero-shot one (a

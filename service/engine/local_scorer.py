@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,10 +27,11 @@ import pyarrow.parquet as pq
 from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS
 from indexer.format.row_bitmaps import AllowedRows
+from service.engine.batch_search import batch_search, grouped_hits
 from service.engine.explain import explained_codes, item_prefixes, row_concepts, row_words
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import allowed_rows, filtered_search
-from service.engine.grouping import FETCH_MAX, grouped_search
+from service.engine.grouping import FETCH_MAX
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
@@ -44,7 +44,7 @@ from service.engine.scoring import (
     query_result,
 )
 from service.errors import NotFoundError, echo
-from service.results import MAX_SHORTLIST, SearchResult
+from service.results import MAX_SHORTLIST, PlanKind, SearchResult
 from training.core.metrics import prefix_vectors
 
 
@@ -69,6 +69,11 @@ class LocalScorer:
         budget = config.filter_block_bytes
         self.blocks = FilterBlocks(budget) if budget else None  # this version's, kept with it
 
+    follows_alias = False  # a new version comes by a hot swap (SearchEngine.with_bundle)
+
+    def moved_to(self) -> str | None:
+        return None
+
     # --- search ---
 
     def restrict(self, prepared: PreparedQuery) -> None:
@@ -89,39 +94,45 @@ class LocalScorer:
         prepared.plan = self.planner.plan(query, length, prepared.allowed, self.config.exact_max)
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
-        groups: dict[tuple[int, str, int, int], list[int]] = defaultdict(list)  # (L, setting, S, F)
-        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for i, p in enumerate(live):
-            assert p.plan is not None
-            length = p.length
-            if p.query.group_by:
-                found[i] = self._grouped(p, rotated[i : i + 1], length)
-            elif p.allowed is None:
-                groups[length, p.setting, p.plan.shortlist_prefix, p.plan.factor].append(i)
-            else:
-                found[i] = self._search_one(p, rotated[i : i + 1], length, p.query.k)
-        for (length, setting, shortlist, factor), members in groups.items():
-            k = max(live[i].query.k for i in members)
-            if factor:
-                scores, rows = self.planner.funnel(shortlist, factor, rotated[members], length, k)
-            else:
-                scores, rows = self.bundle.search_prefix(length, rotated[members], k, setting)
-            for j, i in enumerate(members):
-                found[i] = (
-                    scores[j : j + 1, : live[i].query.k],
-                    rows[j : j + 1, : live[i].query.k],
-                )
+        found = batch_search(self, live, rotated)  # service/engine/batch_search.py
         codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
             scores, rows = found[i]
             p.result = self.result(p, scores[0], rows[0], codes.get(i))
+
+    def together_key(self, p: PreparedQuery) -> tuple[int, str, int, int] | None:
+        """Unfiltered queries of one prefix, setting and plan share one FAISS call."""
+        assert p.plan is not None
+        if p.allowed is not None:
+            return None
+        return p.length, p.setting, p.plan.shortlist_prefix, p.plan.factor
+
+    def together(
+        self, members: Sequence[PreparedQuery], rotated: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        first = members[0]
+        assert first.plan is not None
+        length, factor = first.length, first.plan.factor
+        k = max(p.query.k for p in members)
+        if factor:
+            shortlist = first.plan.shortlist_prefix
+            scores, rows = self.planner.funnel(shortlist, factor, rotated, length, k)
+        else:
+            scores, rows = self.bundle.search_prefix(length, rotated, k, first.setting)
+        return [
+            (scores[j : j + 1, : p.query.k], rows[j : j + 1, : p.query.k])
+            for j, p in enumerate(members)
+        ]
+
+    def one(self, p: PreparedQuery, rotated: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._search_one(p, rotated, p.length, k)
 
     def _search_one(
         self, p: PreparedQuery, rotated: np.ndarray, length: int, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """One query's k best rows by its plan, inside its allowed rows if it has any."""
         assert p.plan is not None
-        funnel = p.plan.kind == "funnel"
+        funnel = p.plan.kind == PlanKind.FUNNEL
         if p.allowed is None:
             if funnel:
                 return self.planner.funnel(
@@ -138,24 +149,13 @@ class LocalScorer:
             index, query, k, p.allowed, self.config.exact_max, p.setting, self.blocks
         )
 
-    def _grouped(
-        self, p: PreparedQuery, rotated: np.ndarray, length: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """A grouped query's hits, group by group (service/engine/grouping.py); their group
-        codes kept in `p.groups`."""
+    def grouped(self, p: PreparedQuery, rotated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A grouped query's hits, group by group (service/engine/batch_search.py)."""
         assert p.plan is not None
-        codes, _ = self.metadata.group_keys(p.query.group_by)
-        available = self.bundle.rows if p.allowed is None else p.allowed.count
-        cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == "funnel" else FETCH_MAX
-        scores, rows, p.groups = grouped_search(
-            lambda k: self._search_one(p, rotated, length, k),
-            codes,
-            p.query.k,
-            p.query.group_size or 1,
-            available,
-            max(cap, 1),
+        cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == PlanKind.FUNNEL else FETCH_MAX
+        return grouped_hits(
+            p, self.metadata, lambda k: self.one(p, rotated, k), self.bundle.rows, cap
         )
-        return scores[None, :], rows[None, :]
 
     def result(
         self,

@@ -23,6 +23,7 @@ kept, so neither needs anything of the funnel.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ from service.engine.funnel import (
     rerank,
 )
 from service.errors import QueryError
-from service.results import PlanRun, SearchQuery
+from service.results import PlanKind, PlanRun, SearchQuery
 from training.core.config import ConfigModel
 from training.core.granularity import Granularity
 from training.core.metrics import prefix_vectors
@@ -141,35 +142,24 @@ class Planner:
     ) -> PlanRun:
         """The plan a query runs at target prefix L (module docstring); QueryError for a
         funnel the bundle cannot run."""
-        asked = query.plan
-        if asked.kind == "direct":
-            return PlanRun("direct", "requested")
-        if asked.kind == "funnel" or asked.shortlist_prefix or asked.factor:
-            return self._requested_funnel(query, length, allowed)
-        count = None if allowed is None else allowed.count
-        return auto_plan(
-            self.choices, self.direct_reasons, query, length, self.rows, count, exact_max
-        )
-
-    def _requested_funnel(
-        self, query: SearchQuery, length: int, allowed: AllowedRows | None
-    ) -> PlanRun:
-        if self.exact(length) is None:
+        if requests_funnel(query) and self.exact(length) is None:
             raise QueryError(
                 f"no funnel at prefix {length}: the bundle keeps no exact rows at prefix ≥ "
                 f"{length} to rerank from ({self.factories[max(self.indexes)]} at the full "
                 "prefix); ask for a direct plan"
             )
-        shortlist, factor = requested_funnel(
-            query, length, self.indexes, self.choices.get(length), self.config.default_factor
+        count = None if allowed is None else allowed.count
+        return plan_query(
+            query,
+            length,
+            self.rows,
+            count,
+            self.choices,
+            self.direct_reasons,
+            self.indexes,
+            self.config.default_factor,
+            exact_max,
         )
-        return self._funnel(shortlist, factor, query.k, allowed, "requested")
-
-    def _funnel(
-        self, shortlist: int, factor: int, k: int, allowed: AllowedRows | None, reason: str
-    ) -> PlanRun:
-        rows = self.rows if allowed is None else allowed.count
-        return PlanRun("funnel", reason, shortlist, factor, min(k * factor, rows))
 
     # --- running ---
 
@@ -266,6 +256,47 @@ def requested_funnel(
     return shortlist, factor
 
 
+def requests_funnel(query: SearchQuery) -> bool:
+    """A query that asks for a funnel: by its kind, or by naming a shortlist prefix or factor
+    without asking for a direct plan."""
+    asked = query.plan
+    return asked.kind != PlanKind.DIRECT and bool(
+        asked.kind == PlanKind.FUNNEL or asked.shortlist_prefix or asked.factor
+    )
+
+
+def plan_query(
+    query: SearchQuery,
+    length: int,
+    rows: int,
+    allowed: int | None,
+    choices: dict[int, FunnelChoice],
+    direct_reasons: dict[int, str],
+    prefixes: Iterable[int],
+    default_factor: int,
+    exact_max: int,
+    shortlist_cap: int | None = None,
+) -> PlanRun:
+    """The plan a query runs at target prefix L, every engine's (module docstring): direct
+    when asked; a requested funnel (`requested_funnel`); else what "auto" runs (`auto_plan`).
+    `allowed`: the rows a filter allows (None: no filter); `shortlist_cap`: the most rows an
+    engine's shortlist search returns (None: no cap)."""
+    if query.plan.kind == PlanKind.DIRECT:
+        return PlanRun(PlanKind.DIRECT, "requested")
+    if requests_funnel(query):
+        shortlist, factor = requested_funnel(
+            query, length, prefixes, choices.get(length), default_factor
+        )
+        available = rows if allowed is None else allowed
+        available = min(query.k * factor, available)
+        run = PlanRun(PlanKind.FUNNEL, "requested", shortlist, factor, available)
+    else:
+        run = auto_plan(choices, direct_reasons, query, length, rows, allowed, exact_max)
+    if shortlist_cap is not None and run.shortlist_rows > shortlist_cap:
+        run = dataclasses.replace(run, shortlist_rows=shortlist_cap)  # PlanRun is frozen
+    return run
+
+
 def auto_plan(
     choices: dict[int, FunnelChoice],
     direct_reasons: dict[int, str],
@@ -282,12 +313,14 @@ def auto_plan(
     choice = choices.get(length)
     if choice is None:
         reason = direct_reasons.get(length, "auto: the funnel is used at caption and full")
-        return PlanRun("direct", reason)
+        return PlanRun(PlanKind.DIRECT, reason)
     if allowed is not None and allowed <= exact_max:
-        return PlanRun("direct", f"auto: the filter allows ≤ {exact_max} rows, scored exactly")
+        return PlanRun(
+            PlanKind.DIRECT, f"auto: the filter allows ≤ {exact_max} rows, scored exactly"
+        )
     if query.min_recall is not None and query.min_recall > choice.recall:
         return PlanRun(
-            "direct",
+            PlanKind.DIRECT,
             f"auto: min_recall {query.min_recall:g} is above the funnel's calibrated "
             f"recall@10 {choice.recall:.3f}",
         )
@@ -296,4 +329,4 @@ def auto_plan(
         f"{choice.cost_share:.0%} of a direct scan's floats"
     )
     shortlisted = min(query.k * choice.factor, rows if allowed is None else allowed)
-    return PlanRun("funnel", reason, choice.shortlist_prefix, choice.factor, shortlisted)
+    return PlanRun(PlanKind.FUNNEL, reason, choice.shortlist_prefix, choice.factor, shortlisted)

@@ -54,6 +54,15 @@ class EngineConfig(ConfigModel):
     image_root: Path | None = None
 
 
+class RowRestriction(Protocol):
+    """The rows a query may return, in its scorer's form: `AllowedRows` (a bitmap or row ids,
+    indexer/format/row_bitmaps.py) for the local scorer, a filter expression for Milvus
+    (service/engine/milvus/scorer.py); `count` the rows it allows (None: not counted)."""
+
+    @property
+    def count(self) -> int | None: ...
+
+
 @dataclass
 class PreparedQuery:
     """A validated query on its way through the batch."""
@@ -64,7 +73,7 @@ class PreparedQuery:
     route: Route | None = None
     length: int = 0  # the prefix length its route searches (the contract's), set with route
     setting: str = ""  # search parameters other than the index's own (operating_points.py)
-    allowed: Any = None  # the rows it may return, in its scorer's form (None: every row)
+    allowed: RowRestriction | None = None  # the rows it may return (None: every row)
     plan: PlanRun | None = None
     image: Any = None  # the decoded PIL image, between decoding and encoding
     groups: list[int] | None = None  # group_by: each hit's group code (MetadataFilter.group_keys)
@@ -132,6 +141,11 @@ class Scorer(Protocol):
     metadata: MetadataFilter  # the version's metadata table: conditions checked, groups coded
     metadata_fields: list[str]  # the fields a query may ask hits to carry
     vocabulary: OpenVocabulary | None  # a phrase the catalog lacks, made a zero-shot concept
+    follows_alias: bool  # a Milvus alias: new versions come by following it, not a hot swap
+
+    def moved_to(self) -> str | None:
+        """The collection its alias names now, where it follows one that moved off its own;
+        else None (service/serving/alias_follower.py)."""
 
     def restrict(self, prepared: PreparedQuery) -> None:
         """Set the rows a checked and routed query may return (`prepared.allowed`) and its

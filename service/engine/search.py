@@ -32,7 +32,7 @@ index opened, a prefix's exact rows) is the same whichever thread computes it fi
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -81,6 +81,7 @@ from service.results import (
     Description,
     Explanation,
     IndexInfo,
+    Scope,
     SearchQuery,
     SearchResult,
 )
@@ -104,11 +105,11 @@ class SearchEngine:
         encoder: Encoder | None,
         config: EngineConfig | None = None,
         cache: QueryCache | None = None,
-        scorer: Scorer | None = None,
+        open_scorer: Callable[[OpenVocabulary | None], Scorer] | None = None,
         missing_encoder: str | None = None,
     ):
         engine_blas()  # numpy's BLAS on one thread, as a server runs it (compute_threads.py)
-        self.bundle = bundle.load() if scorer is None else bundle
+        self.bundle = bundle.load() if open_scorer is None else bundle
         self.encoder = encoder
         self.missing_encoder = missing_encoder  # why encoder is None, told to text/image queries
         self.config = config or EngineConfig()
@@ -126,17 +127,19 @@ class SearchEngine:
             if encoder is not None and self.coder.readout is not None
             else None
         )
-        self.scorer: Scorer = scorer or LocalScorer(
-            self.bundle, self.config, self.image_root, self.vocabulary
+        # where the rows are scored, given the vocabulary the engine's encoder makes concepts of
+        self.scorer: Scorer = (
+            open_scorer(self.vocabulary)
+            if open_scorer is not None
+            else LocalScorer(self.bundle, self.config, self.image_root, self.vocabulary)
         )
-        self.scorer.vocabulary = self.vocabulary
         self.metadata = self.scorer.metadata
         self.metadata_fields = self.scorer.metadata_fields
 
     def with_bundle(self, bundle: Bundle) -> SearchEngine:
         """A new engine over `bundle` sharing this one's encoder, config and query cache (what
         a hot swap serves next)."""
-        if not isinstance(self.scorer, LocalScorer):
+        if self.scorer.follows_alias:
             raise ServiceError(
                 "the Milvus backend follows its alias: publish a version with `strata index export`"
             )
@@ -404,7 +407,7 @@ class SearchEngine:
         """Every concept a reference stands for (`service.engine.catalog.find_concepts`); a
         word or phrase the catalog lacks (or holds as zero-shot words only), its zero-shot
         concept on this gallery (made now, or kept: service/engine/open_vocabulary.py)."""
-        phrase = open_phrase(self.bundle, ConceptRef.parse(ref), "any", self.vocabulary)
+        phrase = open_phrase(self.bundle, ConceptRef.parse(ref), Scope.ANY, self.vocabulary)
         if phrase is not None and self.vocabulary is not None:
             return [zero_shot_info(self.bundle, self.vocabulary.concept(phrase))]
         return find_concepts(self.bundle, ref, self.config.limits)

@@ -27,6 +27,7 @@ from service.results import (
     MAX_SHORTLIST,
     PLAN_KINDS,
     SCOPES,
+    PlanKind,
     SearchPlan,
     SearchQuery,
 )
@@ -108,7 +109,7 @@ def check_plan(plan: SearchPlan, k: int) -> None:
     if plan.kind not in PLAN_KINDS:
         choices = ", ".join(PLAN_KINDS)
         raise QueryError(f"unknown search plan {echo(plan.kind)}; choose from {choices}")
-    if plan.kind == "direct" and (plan.shortlist_prefix or plan.factor):
+    if plan.kind == PlanKind.DIRECT and (plan.shortlist_prefix or plan.factor):
         raise QueryError("a direct plan takes no shortlist prefix or factor (ask for a funnel)")
     if not isinstance(plan.factor, int) or not 0 <= plan.factor <= MAX_FACTOR:
         raise QueryError(

@@ -7,7 +7,6 @@ import logging
 import threading
 
 from service.engine.milvus.backend import following
-from service.engine.milvus.scorer import MilvusScorer
 from service.errors import ServiceError
 from service.serving.served_engine import EngineHost
 
@@ -20,7 +19,7 @@ class AliasFollower:
     `strata index export` makes. A failed poll or load is logged; the served engine stays."""
 
     def __init__(self, server: EngineHost, poll_s: float = 2.0) -> None:
-        if not isinstance(server.served.engine.scorer, MilvusScorer):
+        if not server.served.engine.scorer.follows_alias:
             raise ServiceError("the alias follower needs a Milvus-backed engine")
         self.server, self.poll_s = server, poll_s
         self.swaps, self.failures = 0, 0
@@ -38,14 +37,12 @@ class AliasFollower:
     def check(self) -> bool:
         """One poll: swap when the alias moved; True when it swapped."""
         engine = self.server.served.engine
-        scorer = engine.scorer
-        assert isinstance(scorer, MilvusScorer)
-        current = scorer.store.current(scorer.name)
-        if current is None or current == scorer.collection:
+        current = engine.scorer.moved_to()
+        if current is None:
             return False
         self.server.swap_engine(following(engine, current))
         self.swaps += 1
-        log.info("alias %s: now %s", scorer.name, current)
+        log.info("the alias now names %s", current)
         return True
 
     def _run(self) -> None:

@@ -7,6 +7,7 @@ Each is a `SearchEngine` whose scorer is a `MilvusScorer` (service/engine/milvus
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from indexer.format.bundle import Bundle
 from indexer.milvus.store import DEFAULT_NAME, ExportError, MilvusStore
@@ -63,16 +64,22 @@ def milvus_engine(
     from `bundle` (ExportError when it holds another version). `ef`: an HNSW field's search
     breadth where the request's setting names none."""
     config = config or EngineConfig()
-    scorer = MilvusScorer(bundle, store, collection, config, name, ef)
-    return SearchEngine(bundle, encoder, config, cache, scorer, missing_encoder)
+    return SearchEngine(
+        bundle,
+        encoder,
+        config,
+        cache,
+        lambda vocabulary: MilvusScorer(bundle, store, collection, config, name, ef, vocabulary),
+        missing_encoder,
+    )
 
 
 def following(engine: SearchEngine, collection: str) -> SearchEngine:
     """The engine over another collection of a Milvus engine's alias (its version's folder next
     to the served one), sharing encoder, config, cache and connection."""
-    scorer = engine.scorer
-    if not isinstance(scorer, MilvusScorer):
+    if not engine.scorer.follows_alias:
         raise ServiceError("the alias follower needs a Milvus-backed engine")
+    scorer = cast(MilvusScorer, engine.scorer)  # the one scorer that follows an alias
     store = scorer.store
     bundle = Bundle.open_version(engine.bundle.path.parent / store.record(collection).bundle)
     return milvus_engine(

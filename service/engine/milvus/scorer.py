@@ -28,9 +28,7 @@ alias moves (a hot swap without Redis).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +48,9 @@ from indexer.milvus.store import (
     MilvusStore,
     vector_field,
 )
+from service.engine.batch_search import batch_search, grouped_hits
 from service.engine.explain import activations_of, explained_codes, shared_concepts, with_words
 from service.engine.filtering import open_phrase, resolve_ref
-from service.engine.grouping import grouped_search
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels, reranked
 from service.engine.milvus.entities import entity_code, padded_rows, read_entity
@@ -63,7 +61,7 @@ from service.engine.milvus.expressions import (
     where_expression,
 )
 from service.engine.open_vocabulary import OpenVocabulary
-from service.engine.plans import auto_plan, requested_funnel
+from service.engine.plans import plan_query
 from service.engine.scoring import (
     EngineConfig,
     PreparedQuery,
@@ -98,6 +96,7 @@ class MilvusScorer:
         config: EngineConfig,
         name: str = DEFAULT_NAME,
         ef: int | None = None,
+        vocabulary: OpenVocabulary | None = None,
     ) -> None:
         self.bundle, self.store, self.config = bundle, store, config
         self.ef = ef  # an HNSW field's search breadth where the request's setting names none
@@ -115,9 +114,9 @@ class MilvusScorer:
         self.metadata_fields = list(record.metadata_fields)
         # conditions are checked and typed, and groups coded, by the version's own table
         self.metadata = MetadataFilter(bundle.metadata_table())
-        # a phrase the catalog lacks, made a zero-shot concept beside the engine (SearchEngine
-        # sets it: the engine's encoder embeds the phrase)
-        self.vocabulary: OpenVocabulary | None = None
+        # a phrase the catalog lacks, made a zero-shot concept beside the engine (the engine's
+        # encoder embeds the phrase)
+        self.vocabulary = vocabulary
         try:  # AUTO's funnel, calibrated as the local engine calibrates its own
             self.choices, self.direct_reasons = calibrated_funnels(self)
         except EngineUnavailable as exc:
@@ -167,6 +166,13 @@ class MilvusScorer:
         assert self.vocabulary is not None
         return self.vocabulary.concept(phrase).rows.materialise()
 
+    follows_alias = True  # AliasFollower swaps the engine when the alias moves
+
+    def moved_to(self) -> str | None:
+        """The collection the alias names now, where it moved off this one; else None."""
+        current = self.store.current(self.name)
+        return None if current is None or current == self.collection else current
+
     def count(self, expression: str) -> int:
         found = self.store.call(
             "counting rows",
@@ -178,32 +184,19 @@ class MilvusScorer:
         return int(found[0]["count(*)"])
 
     def _plan(self, query: SearchQuery, length: int, allowed: int | None) -> PlanRun:
-        asked = query.plan
-        if asked.kind == "direct":
-            return PlanRun("direct", "requested")
-        rows = self.bundle.rows if allowed is None else allowed
-        if asked.kind != "funnel" and not asked.shortlist_prefix and not asked.factor:
-            run = auto_plan(
-                self.choices,
-                self.direct_reasons,
-                query,
-                length,
-                self.bundle.rows,
-                allowed,
-                self.config.exact_max,
-            )
-            if run.shortlist_rows > TOPK_MAX:  # PlanRun is frozen: a new one
-                run = dataclasses.replace(run, shortlist_rows=TOPK_MAX)
-            return run
-        shortlist, factor = requested_funnel(
+        """The engines' one planner (service/engine/plans.py), its shortlist at most what one
+        Milvus search returns."""
+        return plan_query(
             query,
             length,
+            self.bundle.rows,
+            allowed,
+            self.choices,
+            self.direct_reasons,
             self.bundle.prefix_lengths,
-            self.choices.get(length),
             self.config.funnel.default_factor,
-        )
-        return PlanRun(
-            "funnel", "requested", shortlist, factor, min(query.k * factor, rows, TOPK_MAX)
+            self.config.exact_max,
+            TOPK_MAX,
         )
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
@@ -213,75 +206,84 @@ class MilvusScorer:
             raise UnavailableError(str(exc)) from None
 
     def _search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
-        groups: dict[tuple[int, str, str, int, int], list[int]] = defaultdict(list)
-        found: dict[int, list[dict[str, Any]]] = {}
-        for i, p in enumerate(live):
-            plan = p.plan
-            assert plan is not None
-            if p.query.group_by:
-                found[i] = self._grouped(p, rotated[i : i + 1])
-                continue
-            key = (p.length, p.setting, p.allowed.expression, plan.shortlist_prefix, plan.factor)
-            groups[key].append(i)
-        for (length, setting, expression, shortlist, factor), members in groups.items():
-            fields = self._output_fields([live[i].query for i in members])
-            k = max(live[i].query.k for i in members)
-            if factor:
-                rows = max(live[i].plan.shortlist_rows for i in members)  # type: ignore[union-attr]
-                answers = self.engine_search(
-                    rotated[members],
-                    shortlist,
-                    rows,
-                    expression,
-                    setting,
-                    [*fields, vector_field(length)],
-                )
-                for j, i in enumerate(members):
-                    found[i] = reranked(answers[j], rotated[i], length, live[i].query.k)
-            else:
-                answers = self.engine_search(
-                    rotated[members], length, k, expression, setting, fields
-                )
-                for j, i in enumerate(members):
-                    found[i] = answers[j][: live[i].query.k]
+        found = batch_search(self, live, rotated)  # service/engine/batch_search.py
         codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
-            p.result = self._engine_result(p, found[i], codes.get(i))  # type: ignore[arg-type]
+            p.result = self._engine_result(p, found[i], codes.get(i))
 
-    def _grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
-        """A grouped query's hits, group by group (service/engine/grouping.py widens the engine's
-        search until it has top_k full groups), each hit's group code in `p.groups`."""
+    def together_key(self, p: PreparedQuery) -> tuple[int, str, str, int, int]:
+        """Queries of one prefix, setting, filter expression and plan share one Milvus call
+        (nq > 1)."""
         assert p.plan is not None
-        length = p.length
-        codes, _ = self.metadata.group_keys(p.query.group_by)
-        fields, where = self._output_fields([p.query]), p.allowed.expression
+        expression = self._restriction(p).expression
+        return p.length, p.setting, expression, p.plan.shortlist_prefix, p.plan.factor
+
+    def together(
+        self, members: Sequence[PreparedQuery], rotated: np.ndarray
+    ) -> list[list[dict[str, Any]]]:
+        first = members[0]
+        assert first.plan is not None
+        length, setting = first.length, first.setting
+        expression = self._restriction(first).expression
+        fields = self._output_fields([p.query for p in members])
+        if first.plan.factor:
+            rows = max(p.plan.shortlist_rows for p in members)  # type: ignore[union-attr]
+            answers = self.engine_search(
+                rotated,
+                first.plan.shortlist_prefix,
+                rows,
+                expression,
+                setting,
+                [*fields, vector_field(length)],
+            )
+            return [
+                reranked(answers[j], rotated[j], length, p.query.k) for j, p in enumerate(members)
+            ]
+        k = max(p.query.k for p in members)
+        answers = self.engine_search(rotated, length, k, expression, setting, fields)
+        return [answers[j][: p.query.k] for j, p in enumerate(members)]
+
+    def one(self, p: PreparedQuery, rotated: np.ndarray, k: int) -> list[dict[str, Any]]:
+        """One query's k best hits by its plan: a funnel's shortlist (at most TOPK_MAX rows)
+        reranked here, else one search."""
+        assert p.plan is not None
+        length, where = p.length, self._restriction(p).expression
+        fields = self._output_fields([p.query])
+        if p.plan.factor:
+            shortlist = min(k * p.plan.factor, TOPK_MAX)
+            answer = self.engine_search(
+                rotated,
+                p.plan.shortlist_prefix,
+                shortlist,
+                where,
+                p.setting,
+                [*fields, vector_field(length)],
+            )[0]
+            return reranked(answer, rotated[0], length, k)
+        return self.engine_search(rotated, length, k, where, p.setting, fields)[0]
+
+    def grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
+        """A grouped query's hits (service/engine/batch_search.py), each hit's group code in
+        `p.groups`."""
+        assert p.plan is not None
         by_row: dict[int, dict[str, Any]] = {}
 
         def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
-            if p.plan is not None and p.plan.factor:
-                shortlist = min(k * p.plan.factor, TOPK_MAX)
-                answer = self.engine_search(
-                    rotated,
-                    p.plan.shortlist_prefix,
-                    shortlist,
-                    where,
-                    p.setting,
-                    [*fields, vector_field(length)],
-                )[0]
-                answer = reranked(answer, rotated[0], length, k)
-            else:
-                answer = self.engine_search(rotated, length, k, where, p.setting, fields)[0]
+            answer = self.one(p, rotated, k)
             by_row.update((int(h[ROW]), h) for h in answer)
             rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
             scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
             return scores[None, :].astype(np.float32), rows[None, :]
 
-        available = self.bundle.rows if p.allowed.count is None else p.allowed.count
         cap = TOPK_MAX // p.plan.factor if p.plan.factor else TOPK_MAX
-        _, rows, p.groups = grouped_search(
-            ranked, codes, p.query.k, p.query.group_size or 1, available, max(cap, 1)
-        )
-        return [by_row[int(r)] for r in rows]
+        _, rows = grouped_hits(p, self.metadata, ranked, self.bundle.rows, cap)
+        return [by_row[int(r)] for r in rows[0]]
+
+    @staticmethod
+    def _restriction(p: PreparedQuery) -> MilvusFilter:
+        """The query's rows in Milvus (`restrict` sets a MilvusFilter on every query)."""
+        assert isinstance(p.allowed, MilvusFilter)
+        return p.allowed
 
     def _output_fields(self, queries: list[SearchQuery]) -> list[str]:
         fields = {ROW, ITEM_ID}
