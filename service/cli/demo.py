@@ -143,7 +143,8 @@ class DemoPlan:
 
 def plan_demo(settings: StrataSettings, config: DemoConfig, out: Path | None = None) -> DemoPlan:
     """The stages ahead (reused where their output is complete) and their estimated time,
-    scaled by the corpus's rows from what the demo took on two cores (STAGE_SECONDS_PER_1K_ROWS)."""
+    scaled by the corpus's rows from what the demo took on that corpus on two cores
+    (STAGE_SECONDS_PER_1K_ROWS)."""
     name, corpus = demo_corpus(settings, config.scenes, config.seed)
     root = out or settings.runs_dir / "demo"
     rows = corpus.size_hint() or config.scenes
@@ -156,7 +157,7 @@ def plan_demo(settings: StrataSettings, config: DemoConfig, out: Path | None = N
     }
     stages = {
         stage: None if done[stage] else rate * rows / 1000
-        for stage, rate in STAGE_SECONDS_PER_1K_ROWS.items()
+        for stage, rate in STAGE_SECONDS_PER_1K_ROWS[name].items()
     }
     return DemoPlan(corpus=name, rows=rows, root=root, stages=stages)
 

@@ -27,13 +27,24 @@ class DemoConfig(ConfigModel):
     progress: bool = True
 
 
-# Seconds per 1,000 corpus rows of each stage, measured by `strata demo` on Flickr8k (40,460
-# captions) on two quiet x86_64 cores (docs/tutorials/getting-started.md): the first screen's
-# estimates.
+# Seconds per 1,000 corpus rows of each stage, for each corpus the demo may run on, at its
+# defaults (Flickr8k's 40,460 captions; 20,000 compositional scenes) on two x86_64 cores: the
+# first screen's estimates (docs/tutorials/getting-started.md). GraSP-VL trains on a sample of
+# at most `grasp_rows`, so its time per row is higher on the smaller corpus. Calibrated to the
+# demo's runs on a fresh machine: 4 min 45 s on Flickr8k, 3 min 24 s on the compositional set.
 STAGE_SECONDS_PER_1K_ROWS = {
-    "embed": 1.85,
-    "grasp-vl": 2.75,
-    "cedar": 1.6,
-    "index": 0.15,
-    "search": 0.1,
+    "flickr8k": {
+        "embed": 2.0,
+        "grasp-vl": 3.0,
+        "cedar": 1.75,
+        "index": 0.16,
+        "search": 0.11,
+    },
+    "compositional": {
+        "embed": 2.04,
+        "grasp-vl": 6.1,
+        "cedar": 1.76,
+        "index": 0.17,
+        "search": 0.11,
+    },
 }
