@@ -153,7 +153,7 @@ def describe_codes(
     captions: int,
     exclude: Sequence[Collection[int]] | None = None,
     search: PrefixSearch | None = None,
-    said: Sequence[Said] | None = None,
+    said: Sequence[Said | None] | None = None,
 ) -> list[Description]:
     """The description of each code [N, width] (word concepts and axes, padded with −1): its
     phrase and its nearest captions (module docstring); `exclude[i]` the rows code i's captions
@@ -178,3 +178,19 @@ def describe_codes(
         phrases,
     )
     return [Description(p, n) for p, n in zip(phrases, near, strict=True)]
+
+
+def describe_pair(
+    bundle: Bundle,
+    coder: ConceptCoder,
+    codes: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    row: int,
+    captions: int,
+    search: PrefixSearch,
+    said: Sequence[Said | None],
+) -> list[Description]:
+    """Explain's descriptions of a query's and an item's code (`codes`, each its ids and
+    activations), the item's `row` excluded from its captions, captions found by `search`;
+    `said[i]` whether a name holds of code i's vector (None: every name the precision admits)."""
+    ids, values = stack_codes(list(codes))
+    return describe_codes(bundle, coder, ids, values, captions, [(), (row,)], search, said)

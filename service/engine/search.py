@@ -42,7 +42,7 @@ from indexer.format.bundle import Bundle
 from indexer.verify.check import check_servable
 from service.engine.catalog import catalog_page, describe_index, find_concepts, zero_shot_info
 from service.engine.compute_threads import engine_blas
-from service.engine.descriptions import describe_codes, stack_codes
+from service.engine.descriptions import describe_pair
 from service.engine.explain import (
     activations_of,
     prefix_similarities,
@@ -78,7 +78,6 @@ from service.results import (
     ConceptInfo,
     ConceptPage,
     ConceptRef,
-    Description,
     Explanation,
     IndexInfo,
     Scope,
@@ -321,8 +320,16 @@ class SearchEngine:
             q_code = with_words(query_words(self.bundle, embedding)[0], q_code)
             item_code = with_words(item.words, item.axes)
         vectors = (embedding[0], stored_embedding(self.bundle, item.prefixes[self.bundle.dim]))
-        query_description, item_description = self.describe_pair(
-            q_code, item_code, item.row, near_captions, vectors
+        query_description, item_description = describe_pair(
+            self.bundle,
+            self.coder,
+            (q_code, item_code),
+            item.row,
+            near_captions,
+            self.scorer.nearest_rows,
+            [None, None]
+            if (gate := version_gate(self.bundle)) is None
+            else [partial(gate.says, v) for v in vectors],
         )
         rotated = self.bundle.rotate(embedding)
         return Explanation(
@@ -358,31 +365,6 @@ class SearchEngine:
         embedding = prepared.embedding[None, :]
         q_ids, q_values = (a[0] for a in self.coder.encode(embedding))
         return embedding, q_ids, q_values
-
-    def describe_pair(
-        self,
-        query_code: tuple[np.ndarray, np.ndarray],
-        item_code: tuple[np.ndarray, np.ndarray],
-        row: int,
-        near_captions: int,
-        vectors: tuple[np.ndarray, np.ndarray],
-    ) -> list[Description]:
-        """The descriptions of a query's and an item's code (the item's row excluded from the
-        item's captions), captions found by the scorer's `nearest_rows`; a phrase's names held
-        to the version's text directions on the query's and the item's unit embedding
-        `vectors` where it keeps them."""
-        codes = stack_codes([query_code, item_code])
-        gate = version_gate(self.bundle)
-        said = None if gate is None else [partial(gate.says, v) for v in vectors]
-        return describe_codes(
-            self.bundle,
-            self.coder,
-            *codes,
-            near_captions,
-            [(), (row,)],
-            self.scorer.nearest_rows,
-            said,
-        )
 
     # --- the catalog ---
 
