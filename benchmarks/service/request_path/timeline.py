@@ -70,7 +70,9 @@ class StampedEngine(SearchEngine):
 def timeline_part(engine: SearchEngine, vectors: np.ndarray, rounds: int) -> dict[str, Any]:
     """Median ms of each stage (module doc) for object and full vector queries."""
     stamps: dict[str, float] = {}
-    stamped = StampedEngine(engine.bundle, None, engine.config, engine.cache, engine.scorer)
+    scorer = engine.scorer  # the same scorer, its vocabulary already bound
+
+    stamped = StampedEngine(engine.bundle, None, engine.config, engine.cache, lambda _: scorer)
     stamped.stamps = stamps
     background = BackgroundServer(stamped, ServerConfig(port=0))
     servicer = background.server.servicer
