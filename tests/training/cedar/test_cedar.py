@@ -157,7 +157,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValidationError, match="k_min <= k <= k_max"):
         CedarConfig(k=256, k_max=128)
     x, _ = sparse_data(100)
-    with pytest.raises(ValueError, match="k_max 128 exceeds the dimension 16"):
+    with pytest.raises(ValueError, match="k_max 128 exceeds the embeddings' dimension 16"):
         train_cedar(x, x, CedarConfig(), progress=False)
     bad = x.copy()
     bad[3, 2] = np.nan
