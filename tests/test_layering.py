@@ -282,6 +282,7 @@ TRAINING_ORDER = (
     "sae",
     "grasp",
     "cedar",
+    "synthetic",
     "cosae",
     "cds",
     "cli",

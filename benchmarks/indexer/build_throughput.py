@@ -39,13 +39,6 @@ import faiss
 import numpy as np
 
 from benchmarks.harness import publish
-from benchmarks.indexer.synthetic import (
-    cluster_centres,
-    clustered_rows,
-    random_cedar_artifact,
-    random_grasp_artifact,
-    write_synthetic_cache,
-)
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.build.sampling import Reservoir
@@ -59,6 +52,13 @@ from indexer.verify.sample import read_cache_rows
 from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
 from training.core.metrics import neighbour_recall, prefix_vectors
+from training.synthetic import (
+    cluster_centres,
+    clustered_rows,
+    random_cedar_artifact,
+    random_grasp_artifact,
+    write_synthetic_cache,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

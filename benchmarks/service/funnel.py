@@ -47,7 +47,6 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.harness import benchmark_parser, interleaved, publish
-from benchmarks.indexer.synthetic import random_cedar_artifact, spectrum_rows
 from benchmarks.service.load import drive_load, set_threads
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
@@ -61,6 +60,7 @@ from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.granularity import Granularity
 from training.core.metrics import neighbour_recall, prefix_vectors
+from training.synthetic import random_cedar_artifact, spectrum_rows
 
 K = 10
 FACTORS = (10, 20, 50, 100)

@@ -9,7 +9,7 @@ Sections (each reports its own figures, or why it was skipped):
   machine needs no network) text and image encoding, fp16 on the device against fp32 on the
   CPU; texts / s and images / s, and their ratio;
 - flat: exact inner-product search over N synthetic rows (variance λ_j ∝ 1/j, as a learned
-  rotation orders it: benchmarks/indexer/synthetic.py) at D/16 and at D: FAISS's GPU Flat
+  rotation orders it: training/synthetic.py) at D/16 and at D: FAISS's GPU Flat
   where this FAISS has GPUs (else torch's matmul + top-k on the device, said as such),
   against FAISS's CPU Flat; the median of
   interleaved single-query rounds and the throughput of a 256-query batch;
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, interleaved, publish
-from benchmarks.indexer.synthetic import spectrum_rows
 from training.core.errors import InputError
+from training.synthetic import spectrum_rows
 
 K = 10
 

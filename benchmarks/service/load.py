@@ -33,11 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import publish
-from benchmarks.indexer.synthetic import (
-    random_cedar_artifact,
-    random_grasp_artifact,
-    write_synthetic_cache,
-)
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -48,6 +43,11 @@ from service.results import SearchQuery
 from service.serving.batching import BatchingConfig
 from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
+from training.synthetic import (
+    random_cedar_artifact,
+    random_grasp_artifact,
+    write_synthetic_cache,
+)
 
 QUERIES = (
     "a dog",

@@ -41,7 +41,6 @@ import pyarrow as pa
 from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.ann_tuning import interleaved_ms, spectrum_rows
 from benchmarks.indexer.peers import hnswlib_bytes, hnswlib_index, hnswlib_search
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -53,6 +52,7 @@ from service.engine.plans import Planner
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard
 from training.core.metrics import neighbour_recall, prefix_vectors
+from training.synthetic import random_cedar_artifact
 
 K, SHARD = 10, 50_000
 

@@ -36,10 +36,10 @@ import pyarrow as pa
 
 from benchmarks.harness import benchmark_parser, publish, read_figures
 from benchmarks.indexer.ann_tuning import SHARD, spectrum_block
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from training.core.artifacts import TransformArtifact
 from training.core.cache import CacheManifest, write_manifest, write_shard
 from training.core.metrics import prefix_vectors
+from training.synthetic import random_cedar_artifact
 
 K, CLUSTERS, ALPHA, SEED = 10, 1024, 1.0, 0
 

@@ -38,7 +38,7 @@ import torch
 
 from benchmarks.harness import publish
 from training.cds.config import CdsConfig
-from training.cds.constructed import ConstructedViT, random_cedar_artifact, synthetic_images
+from training.cds.constructed import ConstructedViT, synthetic_images
 from training.cds.cropping import CropGeometry, shifted_crops
 from training.cds.images import ImageSource
 from training.cds.patches import OpenClipPatches, concept_features
@@ -47,6 +47,7 @@ from training.cds.result import CdsResult
 from training.cds.score import score_features
 from training.core.encoders import load_encoder
 from training.core.settings import load_settings
+from training.synthetic import random_cedar_artifact
 
 VARIANTS = {
     "plain": {},

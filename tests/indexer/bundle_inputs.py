@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.indexer.synthetic import (
+from indexer.build.full import BuildSummary, build_bundle
+from indexer.build.inputs import BuildConfig
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
+from training.synthetic import (
     cluster_centres,
     clustered_rows,
     random_cedar_artifact,
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build.full import BuildSummary, build_bundle
-from indexer.build.inputs import BuildConfig
-from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 
 DIM = 64  # default contract 4 / 8 / 16 / 32 / 64
 K = 4

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from service.engine.descriptions import code_names
@@ -51,6 +50,7 @@ from training.core.rotations import pca_rotation
 from training.corpora import open_corpus
 from training.corpora.compositional import CompositionalCorpus
 from training.embedding.job import EmbedConfig, embed_corpus
+from training.synthetic import random_cedar_artifact
 
 SCENES = 300
 CEDAR_K = 8

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.indexer.synthetic import spectrum_rows
 from benchmarks.service.gpu import (
     DeviceFlat,
     check_device,
@@ -15,6 +14,7 @@ from benchmarks.service.gpu import (
     funnel_section,
 )
 from training.core.errors import InputError
+from training.synthetic import spectrum_rows
 
 
 def test_spectrum_rows_are_unit_rows_with_falling_variance() -> None:

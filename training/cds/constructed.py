@@ -203,31 +203,3 @@ def synthetic_images(count: int, size: int = 128, seed: int = 0) -> list[Any]:
         pixels = np.clip(pixels + np.moveaxis(noise, 0, -1) + 0.02 * xx[..., None], 0, 1)
         images.append(Image.fromarray((pixels * 255).astype(np.uint8)))
     return images
-
-
-def random_cedar_artifact(
-    dim: int, k: int = 8, seed: int = 0, encoder: str | None = None, words: int = 64
-) -> Any:
-    """A CEDAR-like artifact for exercising the pipeline: a Haar-random rotation, zero mean,
-    and a complete catalog (2·dim entries) named from a random vocabulary (`word-0`, ...)."""
-    from training.cedar.catalog import build_catalog, catalog_json, name_concepts
-    from training.core.artifacts import TransformArtifact
-    from training.core.granularity import default_contract
-    from training.core.rotations import random_rotation
-
-    rng = np.random.default_rng([seed, 7])
-    rotation = random_rotation(dim, seed)
-    mean = np.zeros(dim)
-    vocabulary = [f"word-{i}" for i in range(words)]
-    names = name_concepts(rotation, mean, vocabulary, rng.normal(size=(words, dim)))
-    sample = rng.normal(size=(64, dim))
-    sample /= np.linalg.norm(sample, axis=1, keepdims=True)
-    catalog = build_catalog(names, rotation, mean, k, sample, [f"s{i}" for i in range(64)])
-    return TransformArtifact(
-        method="cedar",
-        rotation=rotation,
-        mean=mean,
-        contract=default_contract(dim),
-        encoder=encoder,
-        extra={"k": k, "catalog": catalog_json(catalog)},
-    )

@@ -29,7 +29,7 @@ scan or a search found them and the search's recall against a scan at the same c
 query by query, unfiltered against `require` the phrase, warm: the p50 ratio (with
 `--phrases` and no `--words`, the phrases alone).
 `--rows N` above the cache's size indexes N rows tiled from it instead (real rows plus a little
-noise: benchmarks.indexer.synthetic.write_tiled_cache), so the postings keep their real density.
+noise: training.synthetic.write_tiled_cache), so the postings keep their real density.
 
     python -m benchmarks.service.filters.filter_latency
     python -m benchmarks.service.filters.filter_latency --cache runs/flickr-minilm \
@@ -48,7 +48,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.indexer.synthetic import write_tiled_cache
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -62,6 +61,7 @@ from training.core.cache import EmbeddingCache
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
 from training.core.metrics import prefix_vectors
+from training.synthetic import write_tiled_cache
 
 
 def word_bundle(

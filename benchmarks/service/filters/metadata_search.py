@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -41,6 +40,7 @@ from training.core.artifacts import TransformArtifact
 from training.core.cache import EmbeddingCache
 from training.core.granularity import Granularity
 from training.core.metrics import prefix_vectors
+from training.synthetic import random_cedar_artifact
 
 K = 10
 

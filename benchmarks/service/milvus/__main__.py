@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, interleaved, publish
-from benchmarks.indexer.synthetic import spectrum_rows
 from benchmarks.service.funnel import spectrum_bundle
 from benchmarks.service.milvus import milvus_target
 from indexer.format.bundle import Bundle
@@ -58,6 +57,7 @@ from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
 from service.query.cache import QueryCache
 from service.results import SearchQuery
+from training.synthetic import spectrum_rows
 
 FILTERS = ("unfiltered", "filtered")
 

@@ -35,10 +35,10 @@ import numpy as np
 from pymilvus import DataType, MilvusException
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.indexer.synthetic import spectrum_rows
 from benchmarks.service.milvus import milvus_target
 from indexer.format.index_plan import ivf_lists
 from indexer.milvus.store import MilvusStore
+from training.synthetic import spectrum_rows
 
 NARROW = (  # a narrow setting: an engine that builds the index it is given loses recall here
     ("FLAT", {}, {}),

@@ -2,7 +2,7 @@
 interleaved in one run, with one FAISS thread; served QPS at several concurrencies; and where
 one served query's time goes, stage by stage.
 
-The bundle: N × 512 synthetic clustered rows (default 100,000; benchmarks/indexer/synthetic.py)
+The bundle: N × 512 synthetic clustered rows (default 100,000; training/synthetic.py)
 in a float16 cache whose manifest names `open_clip:ViT-B-32@random:0` (a 512-d text tower with
 random weights: no download), random GraSP-VL and CEDAR artifacts, every prefix Flat; built
 once into `--work` and reused (so a before and an after run search the same rows).
@@ -60,17 +60,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.indexer.synthetic import (
+from indexer.build.full import build_bundle
+from indexer.build.inputs import BuildConfig
+from service._generated.strata.v1 import search_pb2 as pb
+from training.core.cache import EmbeddingCache
+from training.synthetic import (
     cluster_centres,
     clustered_rows,
     random_cedar_artifact,
     random_grasp_artifact,
     write_synthetic_cache,
 )
-from indexer.build.full import build_bundle
-from indexer.build.inputs import BuildConfig
-from service._generated.strata.v1 import search_pb2 as pb
-from training.core.cache import EmbeddingCache
 
 ENCODER = "open_clip:ViT-B-32@random:0"
 DIM = 512

@@ -146,7 +146,7 @@ def listening_socket() -> socket.socket:
 
 
 def cache_without_encoder(root: Path) -> Path:
-    from benchmarks.indexer.synthetic import write_synthetic_cache
+    from training.synthetic import write_synthetic_cache
 
     return write_synthetic_cache(root, rows=64, dim=16, modality="text", encoder=None)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
-from benchmarks.indexer.synthetic import random_grasp_artifact
+from training.synthetic import random_grasp_artifact
 
 
 def test_build_then_info_then_verify(strata_main, inputs: Inputs, tmp_path: Path):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import check_codable, code_run, concept_dtype, top_k_mask
 from indexer.format.postings import PostingRun, shard_postings
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
+from training.synthetic import random_cedar_artifact
 
 DIM = 32
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.indexer.synthetic import random_grasp_artifact
 from indexer.format.prefixes import exact_top_k, rotate_blocks, rotate_rows
 from training.core.metrics import prefix_vectors
+from training.synthetic import random_grasp_artifact
 
 
 def test_rotation_is_one_matmul_and_keeps_full_length_cosine():

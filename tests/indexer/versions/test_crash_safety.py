@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from bundle_inputs import DIM, Inputs, assert_one_line_error, run_strata_batch, write_cache
 
-from benchmarks.indexer.synthetic import cluster_centres, clustered_rows
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import read_current
 from indexer.update.row_changes import UpdateError
@@ -27,6 +26,7 @@ from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows
 from indexer.verify.check import verify_bundle
 from indexer.versions.bundle_store import BundleStore
 from indexer.versions.crashpoints import ENVIRONMENT, STAGES
+from training.synthetic import cluster_centres, clustered_rows
 
 pytestmark = pytest.mark.slow
 PUBLISHED = ("after-pointer-switch",)  # stages at which the new version is already CURRENT

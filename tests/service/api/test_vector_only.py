@@ -12,11 +12,6 @@ import numpy as np
 import pytest
 from http_helpers import call
 
-from benchmarks.indexer.synthetic import (
-    random_cedar_artifact,
-    random_grasp_artifact,
-    write_synthetic_cache,
-)
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from service.api.background import BackgroundServer
@@ -26,6 +21,11 @@ from service.engine.search import SearchEngine
 from service.errors import EncoderUnavailableError
 from service.results import SearchQuery
 from training.core.cache import EmbeddingCache
+from training.synthetic import (
+    random_cedar_artifact,
+    random_grasp_artifact,
+    write_synthetic_cache,
+)
 
 DIM = 64
 

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -30,6 +29,7 @@ from training.core.cache import EmbeddingCache
 from training.core.metrics import prefix_vectors
 from training.corpora import open_corpus
 from training.embedding.job import EmbedConfig, embed_corpus
+from training.synthetic import random_cedar_artifact
 
 # --- the conditions, against a brute-force evaluation ------------------------------------------
 

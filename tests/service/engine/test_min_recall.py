@@ -11,11 +11,6 @@ import grpc
 import numpy as np
 import pytest
 
-from benchmarks.indexer.synthetic import (
-    random_cedar_artifact,
-    random_grasp_artifact,
-    write_synthetic_cache,
-)
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -30,6 +25,11 @@ from service.errors import QueryError
 from service.results import SearchQuery
 from training.core.cache import EmbeddingCache
 from training.core.metrics import neighbour_recall, prefix_vectors
+from training.synthetic import (
+    random_cedar_artifact,
+    random_grasp_artifact,
+    write_synthetic_cache,
+)
 
 ROWS, DIM = 3000, 64  # prefixes 4 / 8 / 16 / 32 / 64
 

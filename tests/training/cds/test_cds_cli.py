@@ -12,12 +12,13 @@ import torch
 from typer.testing import CliRunner
 
 from service.cli import app, main
-from training.cds.constructed import random_cedar_artifact, synthetic_images
+from training.cds.constructed import synthetic_images
 from training.cedar.catalog import catalog_entry
 from training.cedar.concepts import ConceptCoder
 from training.core.artifacts import TransformArtifact
 from training.core.encoders import load_encoder
 from training.core.errors import InputError
+from training.synthetic import random_cedar_artifact
 
 TINY_VIT = {
     "embed_dim": 32,

@@ -8,7 +8,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from training.cedar.catalog import catalog_entry
 from training.cedar.concepts import (
     DEFAULT_FLOOR,
@@ -29,6 +28,7 @@ from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT
 from training.cedar.readout.artifact import readout_record, readout_tensors
 from training.cedar.readout.vocabulary import VocabularyReadout
 from training.core.errors import InputError
+from training.synthetic import random_cedar_artifact
 
 DIM, K = 16, 4
 

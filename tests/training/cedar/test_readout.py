@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.indexer.synthetic import random_cedar_artifact
 from indexer.format.codes import code_run
 from indexer.format.postings import entries_of_rows, postings_faults
 from training.cedar.concepts import ConceptCoder
@@ -39,6 +38,7 @@ from training.cedar.readout.vocabulary import (
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 from training.core.metrics import unit_rows
+from training.synthetic import random_cedar_artifact
 
 
 def no_encoder(words: list[str]) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Synthetic inputs of the indexer: a clustered gallery cache, random GraSP and CEDAR artifacts.
+"""Synthetic inputs for exercising and sizing the pipeline without data: clustered and
+spectrum rows, a clustered or tiled embedding cache, random GraSP-VL and CEDAR artifacts.
 
 The gallery: C unit centres; row i = normalise(centre[c_i] + σ·g_i / √D) with g_i Gaussian, so
 neighbours are meaningful (rows of a cluster are closer to each other than to the rest) and
@@ -107,10 +108,19 @@ def random_grasp_artifact(dim: int, seed: int = 0) -> TransformArtifact:
 
 
 def random_cedar_artifact(
-    dim: int, k: int, sample: np.ndarray, seed: int = 1, words: int = 64
+    dim: int,
+    k: int = 8,
+    sample: np.ndarray | None = None,
+    seed: int = 1,
+    encoder: str | None = None,
+    words: int = 64,
 ) -> TransformArtifact:
-    """A CEDAR artifact: a random rotation, mean of `sample`, and a catalog named from a random
-    vocabulary (`word-0`, ...) with frequencies and examples measured on `sample`."""
+    """A CEDAR artifact: a random rotation, the mean of `sample`, and a catalog named from a
+    random vocabulary (`word-0`, ...) with frequencies and examples measured on `sample` (64
+    Gaussian unit rows when None). `encoder`: the encoder its manifest names."""
+    if sample is None:
+        sample = np.random.default_rng([seed, 4]).normal(size=(64, dim))
+        sample /= np.linalg.norm(sample, axis=1, keepdims=True)
     rotation = random_rotation(dim, seed)
     mean = np.asarray(sample, dtype=np.float64).mean(axis=0)
     vocabulary = [f"word-{i}" for i in range(words)]
@@ -124,6 +134,7 @@ def random_cedar_artifact(
         rotation=rotation,
         mean=mean,
         contract=default_contract(dim),
+        encoder=encoder,
         extra={"k": k, "catalog": catalog_json(catalog)},
     )
 
