@@ -4,7 +4,8 @@
 
 `training.core` holds what every stage shares and imports nothing else of Strata; a stage may
 import the stages before it, never one after it. `benchmarks` (the top-level package beside the
-product, not in its wheel) may import every stage, and nothing imports it. Inside training and
+product, not in its wheel) may import every stage (and borrow the tests' throwaway servers and
+request fuzz), and only its own tests (tests/benchmarks/) import it. Inside training and
 indexer, the subpackages are ordered (TRAINING_ORDER, INDEXER_ORDER); inside service, the same
 way:
 
@@ -196,6 +197,34 @@ def test_benchmarks_import_every_stage_and_nothing_imports_them() -> None:
         if target.split(".")[0] == BENCHMARKS
     )
     assert product_imports == []
+
+
+# what the benchmarks borrow of the tests' equipment: throwaway servers, the request fuzz
+BORROWED_FROM_TESTS = ("tests.servers", "tests.robustness.fuzz")
+
+
+def test_tests_test_and_benchmarks_measure() -> None:
+    """Only the benchmarks' own tests (tests/benchmarks/) import `benchmarks`; the product imports
+    nothing of the tests; the benchmarks borrow only BORROWED_FROM_TESTS."""
+    everywhere = modules((*PACKAGES, "tests"))
+    arrows = sorted(
+        (name, imported.split(".")[0] if imported.startswith(BENCHMARKS) else imported)
+        for name, path in everywhere.items()
+        for imported in imported_names(name, path)
+        if imported.split(".")[0] in (BENCHMARKS, "tests")
+    )
+    into_benchmarks = {
+        name for name, target in arrows if target == BENCHMARKS and name.split(".")[0] == "tests"
+    }
+    assert into_benchmarks and all(n.startswith("tests.benchmarks.") for n in into_benchmarks), (
+        sorted(n for n in into_benchmarks if not n.startswith("tests.benchmarks."))
+    )
+    product_into_tests = [(n, t) for n, t in arrows if n.split(".")[0] in PRODUCT]
+    assert product_into_tests == []
+    borrowed = {
+        t for n, t in arrows if n.split(".")[0] == BENCHMARKS and t.split(".")[0] == "tests"
+    }
+    assert borrowed and all(t.startswith(BORROWED_FROM_TESTS) for t in borrowed), borrowed
 
 
 def test_a_planted_import_of_benchmarks_is_an_upward_arrow() -> None:

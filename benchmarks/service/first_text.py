@@ -36,8 +36,8 @@ TEXTS = (
 
 def first_calls(bundles: Path, root: Path | None, workers: int | None) -> list[float]:
     """Milliseconds of each of TEXTS' searches against a server started for them."""
-    from benchmarks.service.robustness.fuzz import start_server
     from service.api.grpc.client import StrataClient
+    from tests.servers import start_server
 
     extra = () if workers is None else ("--workers", str(workers))
     server, target, _ = start_server(bundles, extra=extra, root=root)

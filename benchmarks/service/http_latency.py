@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/http_latency.json"))
     args = parser.parse_args(argv)
-    from benchmarks.service.robustness.fuzz import start_server
+    from tests.servers import start_server
 
     with tempfile.TemporaryDirectory(prefix="strata-http-latency-") as folder:
         bundles = args.bundles

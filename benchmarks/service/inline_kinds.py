@@ -123,9 +123,9 @@ def latency(bundles: Path, arms: dict[str, Path | None], calls: int, rounds: int
     import grpc
 
     from benchmarks.service.request_path import query_vectors, vector_request
-    from benchmarks.service.robustness.fuzz import start_server
     from service._generated.strata.v1 import search_pb2_grpc
     from service.api.grpc.requests import granularity_to_proto
+    from tests.servers import start_server
 
     vectors = query_vectors(calls)
     objects = [vector_request(v, granularity_to_proto("object")) for v in vectors]

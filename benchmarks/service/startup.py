@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, default=Path("runs/bench/startup.json"))
     args = parser.parse_args(argv)
     from benchmarks.service.load import build_gallery
-    from benchmarks.service.robustness.fuzz import start_server
+    from tests.servers import start_server
 
     here = Path(__file__).resolve().parents[2]
     python = sys.executable

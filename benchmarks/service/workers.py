@@ -58,13 +58,13 @@ import numpy as np
 from benchmarks.harness import benchmark_parser, paired_ratio, publish
 from benchmarks.service.h2load import h2load_arm, handled
 from benchmarks.service.load import QUERIES
-from benchmarks.service.redis_server import RedisServer, free_port
 from benchmarks.service.request_path import gallery, query_vectors
 from benchmarks.service.request_path.qps import qps_arm, qps_medians, qps_requests
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
 from service.api.grpc.client import StrataClient, StrataClientError
+from tests.servers import RedisServer, free_port
 
 START_S = 600.0
 GENERATORS = ("h2load", "python")

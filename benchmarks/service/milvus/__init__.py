@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.service.redis_server import free_port
+from tests.servers import free_port
 
 
 @contextlib.contextmanager

@@ -40,7 +40,6 @@ from benchmarks.service.request_path.profile import (
 )
 from benchmarks.service.request_path.qps import qps_part
 from benchmarks.service.request_path.timeline import timeline_part
-from benchmarks.service.robustness.fuzz import start_server
 from indexer.format.bundle import Bundle
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
@@ -48,6 +47,7 @@ from service.api.grpc.requests import granularity_to_proto
 from service.engine.search import SearchEngine
 from service.query.cache import QueryCache
 from service.results import SearchQuery
+from tests.servers import start_server
 from training.core.encoders import load_encoder
 from training.core.metrics import prefix_vectors
 

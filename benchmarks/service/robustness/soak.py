@@ -12,9 +12,8 @@ that completed in it and the ones that failed:
   redis_outage   redis-server killed, held down `--outage-seconds`, restarted; the query cache
                  must go disconnected → connected and its Redis hits resume, and a version
                  published after the restart must still be swapped in;
-  fuzz           benchmarks/service/robustness/fuzz.py's
+  fuzz           tests/robustness/fuzz.py's
                  `run_fuzz(target, requests, seed, max_seconds)` against the same server
-                 (skipped when that module is absent);
 
 then the server must still answer correctly: a vector query's hits equal a fresh in-process
 search of the served version, and GetIndexInfo names that version.
@@ -29,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import logging
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,8 @@ import numpy as np
 
 from benchmarks.harness import publish
 from benchmarks.service.load import QUERIES as LOAD_QUERIES
-from benchmarks.service.redis_server import RedisServer
+from tests.robustness.fuzz import run_fuzz
+from tests.servers import RedisServer
 from training.core.errors import InputError
 
 log = logging.getLogger("strata.soak")
@@ -163,17 +162,9 @@ def publish_delete(bundles: Path, row_id: str, redis_url: str) -> str:
 
 def fuzz_phase(target: str, requests: int, seconds: float) -> dict[str, Any]:
     try:
-        from benchmarks.service.robustness.fuzz import run_fuzz  # type: ignore[import-not-found]
-    except ImportError as exc:
-        return {"skipped": f"benchmarks.service.robustness.fuzz not available ({exc})"}
-    names = list(inspect.signature(run_fuzz).parameters)
-    values = {"target": target, "requests": requests, "seed": 0, "max_seconds": seconds}
-    try:
-        result = run_fuzz(**{n: values[n] for n in names if n in values})
+        result = run_fuzz(target, requests=requests, seed=0, max_seconds=seconds)
     except Exception as exc:  # the fuzzer's own fault: reported, the soak goes on
         return {"error": f"{type(exc).__name__}: {exc}"}
-    if is_dataclass(result) and not isinstance(result, type):
-        result = asdict(result)
     return {"result": result}
 
 

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from bundle_inputs import Parts, assert_one_line_error, write_cache
 
-from benchmarks.indexer.tamper import damages
 from indexer.format.bundle import Bundle
 from indexer.format.manifest import MANIFEST, read_current
 from indexer.format.prefixes import exact_top_k
@@ -26,6 +25,7 @@ from indexer.update.row_changes import UpdateError
 from indexer.update.rows import AddConfig, DeleteConfig, add_rows, delete_rows, replan_notes
 from indexer.verify.check import verify_bundle
 from indexer.verify.faults import VersionRefusedError
+from tests.tamper import damages
 from training.core.cache import EmbeddingCache
 from training.core.metrics import neighbour_recall, prefix_vectors
 

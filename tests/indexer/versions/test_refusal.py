@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from bundle_inputs import Inputs, assert_one_line_error
 
-from benchmarks.indexer.tamper import damages, flip_byte
 from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
 from indexer.format.manifest import MANIFEST, BundleError, read_current
@@ -23,6 +22,7 @@ from indexer.format.postings import ROWS
 from indexer.format.store import NORMS, ROTATION, SCALES, StoreError
 from indexer.verify.check import check_servable
 from indexer.verify.faults import VersionRefusedError
+from tests.tamper import damages, flip_byte
 from training.core.files import sha256_file
 
 # damage → (the reason a replica reports, a text the refusal names)

@@ -1,21 +1,16 @@
-"""Every RPC at its boundaries through a real server (benchmarks/service/robustness/boundaries.py's
+"""Every RPC at its boundaries through a real server (tests/robustness/boundaries.py's
 table): each bound answered at the bound and refused just past it with the documented code, and a
 BatchSearch of every size the limits allow (0, 1, 2, 256) answered OK with one response per request,
 one past the limit (257) refused INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from benchmarks.harness import read_figures
-from benchmarks.service.robustness import boundaries
 from service.api.background import BackgroundServer
+from tests.robustness.boundaries import run_boundaries
 
 
-def test_every_rpc_is_answered_as_documented_at_its_boundaries(
-    server: BackgroundServer, tmp_path: Path
-):
-    report = boundaries.main(["--target", server.target, "--json", str(tmp_path / "b.json")])
+def test_every_rpc_is_answered_as_documented_at_its_boundaries(server: BackgroundServer):
+    report = run_boundaries(server.target)
     assert report["mismatches"] == [], report["mismatches"]
     assert report["batch_sizes"] == {
         "0": "OK",
@@ -39,4 +34,3 @@ def test_every_rpc_is_answered_as_documented_at_its_boundaries(
         "GetConcept",
         "GetIndexInfo",
     }
-    assert read_figures(tmp_path / "b.json") == report  # the figures of the result file

@@ -3,15 +3,11 @@ expected status, counts every call in its metrics, and still answers the good qu
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from benchmarks.harness import read_figures
-from benchmarks.service.robustness import fuzz
-from benchmarks.service.robustness.fuzz import run_fuzz
-from benchmarks.service.robustness.fuzz_requests import KINDS, Target, draw_requests
 from service.api.background import BackgroundServer
 from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
+from tests.robustness.fuzz import run_fuzz
+from tests.robustness.fuzz_requests import KINDS, Target, draw_requests
 
 TARGET = Target(dim=384, concepts=768, metadata_fields=("caption",), rows=300)
 ALWAYS_INVALID = (
@@ -38,7 +34,7 @@ def test_the_requests_are_a_function_of_the_seed():
     }
 
 
-def test_a_small_fuzz_finds_the_server_sound(engine: SearchEngine, tmp_path: Path):
+def test_a_small_fuzz_finds_the_server_sound(engine: SearchEngine):
     with BackgroundServer(engine, ServerConfig(port=0)) as running:
         report = run_fuzz(running.target, requests=300, seed=0, max_seconds=60, concurrency=4)
         registry = running.server.metrics.registry
@@ -50,10 +46,7 @@ def test_a_small_fuzz_finds_the_server_sound(engine: SearchEngine, tmp_path: Pat
             if sample.name.endswith("_total")
             and sample.labels["grpc_service"] == "strata.v1.SearchService"
         )
-        written = fuzz.main(
-            ["--target", running.target, "--requests", "30", "--json", str(tmp_path / "f.json")]
-        )
-        assert running.server.serving  # alive and SERVING after both runs
+        assert running.server.serving  # alive and SERVING after the fuzz
     assert report["sent"] == 300 and not report["stopped_by_time"]
     assert report["unexpected"] == {} and report["ok"], report["unexpected"]
     assert report["after"] == {"health": "SERVING", "good_query_same_hits": True}
@@ -66,5 +59,3 @@ def test_a_small_fuzz_finds_the_server_sound(engine: SearchEngine, tmp_path: Pat
     # the interceptor counted every call: the fuzz's, plus GetIndexInfo and the good query
     # before and after
     assert handled == 300 + 3
-    assert read_figures(tmp_path / "f.json") == written  # the figures of the result file
-    assert written["sent"] == 30 and written["ok"]

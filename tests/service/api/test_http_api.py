@@ -340,7 +340,7 @@ def test_the_http_api_stops_with_the_server(engine: SearchEngine):
 
 
 def test_a_fuzz_of_bad_requests_gets_4xx_and_no_path_leaks(image_bundle: Path, tiny_clip):
-    from benchmarks.service.robustness.http_fuzz import run_http_fuzz
+    from tests.robustness.http_fuzz import run_http_fuzz
 
     engine = SearchEngine(Bundle.open(image_bundle), tiny_clip)
     with BackgroundServer(engine, ServerConfig(port=0, http_port=0)) as running:

@@ -1,7 +1,7 @@
 """Start-up and errors of the `strata` command, as a user meets them (real subprocesses).
 
 The light paths (`import service.cli`, `--help`, the client side of `strata search`) load no torch,
-FAISS, POT or scikit-learn; every bad input of benchmarks/service/robustness/cli_errors.py is one
+FAISS, POT or scikit-learn; every bad input of tests/robustness/cli_errors.py is one
 line `strata: error: …` with its exit code, no traceback; a busy port is refused at once.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.service.robustness.cli_errors import (
+from tests.robustness.cli_errors import (
     Outcome,
     cache_without_encoder,
     error_cases,

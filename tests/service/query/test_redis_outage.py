@@ -12,7 +12,6 @@ import pytest
 from serving_helpers import CountingEncoder, Searching
 from waiting import wait_for
 
-from benchmarks.service.redis_server import RedisServer
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
@@ -22,6 +21,7 @@ from service.engine.search import SearchEngine
 from service.query.cache import CONNECTED, DISCONNECTED, QueryCache
 from service.serving.batching import BatchingConfig
 from service.serving.hot_swap import HotSwapper
+from tests.servers import RedisServer
 
 PREFIX = "strata-outage"
 

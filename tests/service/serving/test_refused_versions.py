@@ -11,7 +11,6 @@ import pytest
 from serving_helpers import REDIS_URL as URL
 from waiting import WAIT_S, wait_for
 
-from benchmarks.indexer.tamper import damages
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
@@ -25,6 +24,7 @@ from service.api.grpc.client import StrataClient
 from service.api.server import ServerConfig
 from service.engine.search import SearchEngine
 from service.serving.hot_swap import HotSwapper
+from tests.tamper import damages
 
 TOKEN = "refusal-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)

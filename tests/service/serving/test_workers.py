@@ -26,8 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving_helpers import Searching
 from waiting import WAIT_S, wait_for
 
-from benchmarks.service.redis_server import RedisServer
-from benchmarks.service.robustness.fuzz import run_fuzz
 from indexer.format.bundle import Bundle
 from indexer.update.rows import DeleteConfig, delete_rows
 from indexer.versions.publish import RedisPublisher
@@ -42,6 +40,8 @@ from service.cli.serve_setup import (
     worker_count,
 )
 from service.serving.metrics_sum import summed_exposition
+from tests.robustness.fuzz import run_fuzz
+from tests.servers import RedisServer
 from training.core.errors import InputError
 
 TOKEN = "pool-admin-token"

@@ -1,7 +1,6 @@
 """Damage done to a copy of a bundle version, the way corruption or an operator would: a byte
-flipped, a file truncated, a manifest edited to match a tampered file. The refusal tests and
-`benchmarks.service.robustness.refusals` use the same damages, so the table the benchmark prints is
-the table the tests check.
+flipped, a file truncated, a manifest edited to match a tampered file. The refusal tests (every
+damage at the verifier, and on each path a version takes to users) use these.
 
 Every damage takes a version folder and changes it in place (work on a copy)."""
 

@@ -3,7 +3,7 @@ thumbnail and static URLs. Counts sent / 2xx / 4xx / 5xx (5xx must be 0), checks
 outside the image root or the static folder leaked, and that the server still answers the
 good query as before and says SERVING.
 
-The gRPC fuzz's generators (benchmarks/service/robustness/fuzz_requests.py) make the body mutations:
+The gRPC fuzz's generators (tests/robustness/fuzz_requests.py) make the body mutations:
 each drawn request that parses as its message is sent in the proto's JSON mapping (its wrong values
 then arrive as JSON), and those that do not (raw, truncated, bit-flipped bytes) as the body itself.
 Beside them, HTTP's own kinds (HTTP_KINDS): malformed JSON, values of the wrong JSON type, unknown
@@ -11,11 +11,8 @@ fields, bodies over the limit (declared or sent), paths that climb out of the th
 routes (`..`, encoded, double-encoded, NUL, backslashes, absolute, very long), verbs a route does
 not take, and bad headers.
 
-    python -m benchmarks.service.robustness.http_fuzz --requests 5000 --seed 0 --max-seconds 120
-    python -m benchmarks.service.robustness.http_fuzz --bundles runs/bundles  # serve this bundle
-    python -m benchmarks.service.robustness.http_fuzz --target 127.0.0.1:8080  # a running server
-
-`run_http_fuzz(target, requests, seed, max_seconds)` is the importable core.
+tests/service/api/test_http_api.py runs `run_http_fuzz(target, requests, seed, max_seconds)`
+against a real server.
 """
 
 from __future__ import annotations
@@ -23,23 +20,20 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import tempfile
 import threading
 import time
 import urllib.parse
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from benchmarks.harness import publish
-from benchmarks.service.robustness.fuzz_requests import WORDS, Target, draw_requests
 from service._generated.strata.v1 import search_pb2 as pb
 from service.limits import MAX_REQUEST_BYTES
+from tests.robustness.fuzz_requests import WORDS, Target, draw_requests
 
 ROUTES = {
     "Search": "/v1/search",
@@ -350,35 +344,3 @@ def run_http_fuzz(
         "after": {"health": health, "good_query_same_hits": same},
         "ok": not bad and not leaks and same and health == "SERVING",
     }
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from benchmarks.service.robustness.fuzz import fuzz_parser, served_process
-
-    parser = fuzz_parser(
-        __doc__,
-        5000,
-        "host:port of a running server's HTTP API",
-        Path("runs/bench/http_fuzz.json"),
-    )
-    args = parser.parse_args(argv)
-    run = (args.requests, args.seed, args.max_seconds, args.concurrency)
-    if args.target:
-        return publish(run_http_fuzz(args.target, *run), args.json)
-    with tempfile.TemporaryDirectory(prefix="strata-http-fuzz-") as folder:
-        bundles = args.bundles
-        if bundles is None:
-            from benchmarks.service.load import build_gallery
-
-            bundles = build_gallery(Path(folder), args.rows, 384)
-        (Path(folder) / "secret.txt").write_text("STRATA-FUZZ-SECRET\n")  # beside the bundle
-        with served_process(bundles, http=True) as (process, _, target):
-            assert target is not None
-            result = run_http_fuzz(target, *run)
-            result["after"]["process_alive"] = process.poll() is None
-            result["ok"] = result["ok"] and result["after"]["process_alive"]
-    return publish(result, args.json)
-
-
-if __name__ == "__main__":
-    main()

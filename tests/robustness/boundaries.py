@@ -8,24 +8,18 @@ when its code is the expected one (and an OK BatchSearch holds one response per 
 report lists every case with its code, the BatchSearch size table (size → code)
 and the mismatches.
 
-    python -m benchmarks.service.robustness.boundaries  # a synthetic gallery served
-    python -m benchmarks.service.robustness.boundaries --target 127.0.0.1:50051
-
-`run_boundaries(target)` is the importable core (tests/service/api/test_boundaries.py runs it).
+tests/service/api/test_boundaries.py runs `run_boundaries(target)` against a real server.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
-from benchmarks.harness import benchmark_parser, publish
 from service._generated.strata.v1 import search_pb2 as pb
 from service._generated.strata.v1 import search_pb2_grpc
 from service.limits import LIMITS
@@ -251,25 +245,3 @@ def run_boundaries(target: str) -> dict[str, Any]:
         "mismatches": mismatches,
         "ok": not mismatches,
     }
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = benchmark_parser(__doc__)
-    parser.add_argument("--target", help="host:port of a running server (else one is started)")
-    parser.add_argument("--rows", type=int, default=2000, help="synthetic gallery rows")
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/rpc_boundaries.json"))
-    args = parser.parse_args(argv)
-    if args.target:
-        return publish(run_boundaries(args.target), args.json)
-    from benchmarks.service.load import build_gallery
-    from benchmarks.service.robustness.fuzz import served_process
-
-    with tempfile.TemporaryDirectory(prefix="strata-boundaries-") as folder:
-        bundles = build_gallery(Path(folder), args.rows, 384)
-        with served_process(bundles) as (_, target, _):
-            result = run_boundaries(target)
-    return publish(result, args.json)
-
-
-if __name__ == "__main__":
-    main()

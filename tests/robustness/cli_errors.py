@@ -1,11 +1,9 @@
 """The bad-input table of the `strata` command: every input a user can get wrong, its message
 and its exit code, each run as a real `strata` subprocess.
 
-    python -m benchmarks.service.robustness.cli_errors [--json runs/bench/cli_errors.json]
-
-Prints a Markdown table and writes it as JSON. A small synthetic bundle is built in a temporary
-folder (one copy missing its first vector file, one with it truncated); a busy port is a socket of
-this process. tests/service/cli/test_cli_errors.py runs the same cases and asserts them.
+tests/service/cli/test_cli_errors.py builds a small bundle (and copies of it missing or truncating
+its first vector file: `damaged_copies`), holds a busy port (`listening_socket`), runs every case
+of `error_cases` and asserts its outcome.
 """
 
 from __future__ import annotations
@@ -15,12 +13,9 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from benchmarks.harness import benchmark_parser, publish
 
 
 @dataclass(frozen=True)
@@ -149,49 +144,3 @@ def cache_without_encoder(root: Path) -> Path:
     from training.synthetic import write_synthetic_cache
 
     return write_synthetic_cache(root, rows=64, dim=16, modality="text", encoder=None)
-
-
-def table(outcomes: list[Outcome]) -> str:
-    lines = ["| bad input | exit | message | ok |", "|---|---|---|---|"]
-    for o in outcomes:
-        message = o.line.replace("|", "\\|")
-        lines.append(f"| {o.case.what} | {o.code} | `{message}` | {'yes' if o.ok else 'NO'} |")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
-    parser.add_argument("--json", type=Path, default=Path("runs/bench/cli_errors.json"))
-    parser.add_argument("--rows", type=int, default=2000, help="rows of the synthetic bundle")
-    args = parser.parse_args(argv)
-    from benchmarks.service.load import build_gallery
-
-    with tempfile.TemporaryDirectory(prefix="strata-cli-errors-") as folder:
-        work = Path(folder)
-        bundles = build_gallery(work / "gallery", args.rows)
-        cache = cache_without_encoder(work / "no-encoder")
-        with listening_socket() as busy:
-            cases = error_cases(work, bundles, busy.getsockname()[1], cache)
-            outcomes = [run_case(case) for case in cases]
-    print(table(outcomes))
-    result = {
-        "benchmark": "cli_errors",
-        "all_ok": all(o.ok for o in outcomes),
-        "cases": [
-            {
-                "bad_input": o.case.what,
-                "command": "strata " + " ".join(o.case.args),
-                "exit_code": o.code,
-                "message": o.line,
-                "stderr_lines": len(o.stderr.strip().splitlines()),
-                "seconds": round(o.seconds, 2),
-                "ok": o.ok,
-            }
-            for o in outcomes
-        ],
-    }
-    return publish(result, args.json)
-
-
-if __name__ == "__main__":
-    main()

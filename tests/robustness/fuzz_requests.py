@@ -1,5 +1,5 @@
 """The fuzz's requests: each KIND drawn from a seeded `random.Random`, the same seed giving the
-same requests (benchmarks/service/robustness/fuzz.py sends them).
+same requests (tests/robustness/fuzz.py sends them).
 
 A kind is a mutation of a good SearchRequest (empty, huge or random text; random bytes as an
 image; vectors of random dimension, with NaN/Inf, or of extreme magnitude; random enum
