@@ -55,6 +55,7 @@ from benchmarks.training.held_out_topic import topic_groups
 from indexer.vocabulary.gallery_directions import gallery_moments, with_hubs
 from indexer.vocabulary.gallery_state import learnt_words, taught_z
 from indexer.vocabulary.word_gate import gate_cuts
+from training.cedar.caption_words import lexicon_terms
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import groups_of, load_split_rows
 from training.cedar.descriptions import compose_phrase, content_words
@@ -73,7 +74,6 @@ from training.cedar.gallery_trust import (
     wins,
     word_spread,
 )
-from training.cedar.naming import lexicon_terms
 from training.cedar.readout.vocabulary import active_on
 from training.core.artifacts import TransformArtifact
 from training.core.lexicon.nouns import ANIMAL_GROUPS, pluralise

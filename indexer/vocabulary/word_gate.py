@@ -50,9 +50,9 @@ import numpy as np
 from indexer.format.postings import CHUNK_BITS, Postings
 from indexer.format.postings_writer import filter_postings
 from indexer.vocabulary.gallery_directions import GalleryMoments, corrected_direction
+from training.cedar.caption_words import lexicon_terms
 from training.cedar.gallery_cuts import GATE_Z, raised_cuts
 from training.cedar.gallery_trust import standard_scores, wins
-from training.cedar.naming import lexicon_terms
 from training.cedar.readout.vocabulary import VocabularyReadout
 
 GATES = "vocabulary_gates.npy"

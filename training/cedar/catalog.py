@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.caption_words import caption_vocabulary
 from training.cedar.naming import (
     CANDIDATES,
     Cooccurrence,
-    caption_vocabulary,
     choose_names,
     pick_threshold,
     trusted,

@@ -16,6 +16,7 @@ import torch
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from training.cedar.caption_words import caption_vocabulary
 from training.cedar.catalog import name_directions
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import SplitRows, load_split_rows
@@ -42,9 +43,6 @@ from training.cedar.gallery_quality import (
     embed_words,
     filter_quality_markdown,
     gallery_quality,
-)
-from training.cedar.naming import (
-    caption_vocabulary,
 )
 from training.cedar.readout.quality import readout_variants
 from training.cedar.readout.vocabulary import (

@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import ConfigDict
 from scipy import sparse
 
+from training.cedar.caption_words import CaptionVocabulary, caption_vocabulary
 from training.cedar.catalog import (
     CatalogEntry,
     ConceptName,
@@ -34,11 +35,7 @@ from training.cedar.gallery_quality import (
     caption_relevance,
     embed_words,
 )
-from training.cedar.naming import (
-    CaptionVocabulary,
-    caption_vocabulary,
-    cooccurrence,
-)
+from training.cedar.naming import cooccurrence
 from training.cedar.readout.artifact import readout_record, readout_tensors
 from training.cedar.readout.rows import learn_readout
 from training.cedar.readout.vocabulary import ReadoutConfig, mean_held_out, text_directions

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.caption_words import caption_vocabulary
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import SplitRows, groups_of
-from training.cedar.naming import THRESHOLDS, caption_vocabulary, word_relevance
+from training.cedar.naming import THRESHOLDS, word_relevance
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 

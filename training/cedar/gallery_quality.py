@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from training.cedar.caption_words import CaptionVocabulary, caption_vocabulary
 from training.cedar.data import SplitRows, groups_of, load_split_rows
 from training.cedar.evaluate import SparseMethod
 from training.cedar.filter_quality import (
@@ -28,14 +29,7 @@ from training.cedar.filter_quality import (
     pick_cosine_threshold,
     quality_table,
 )
-from training.cedar.naming import (
-    CaptionVocabulary,
-    caption_vocabulary,
-    cooccurrence,
-    fires_matrix,
-    naming_precision,
-    word_relevance,
-)
+from training.cedar.naming import cooccurrence, fires_matrix, naming_precision, word_relevance
 from training.cedar.readout.quality import gallery_shift, readout_quality, served_quality
 from training.cedar.readout.vocabulary import VocabularyReadout, text_directions
 from training.core.artifacts import TransformArtifact

@@ -17,8 +17,9 @@ from benchmarks.service.filters.filter_latency import word_bundle
 from indexer.format.bundle import Bundle
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
+from training.cedar.caption_words import caption_vocabulary
 from training.cedar.data import load_split_rows
-from training.cedar.naming import OTHER_CAPTIONS, caption_vocabulary
+from training.cedar.naming import OTHER_CAPTIONS
 from training.core.encoders import load_encoder
 
 SEARCHES = (

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
+from training.cedar.caption_words import caption_vocabulary, typo_targets
 from training.cedar.catalog import (
     build_catalog,
     catalog_entry,
@@ -25,13 +26,11 @@ from training.cedar.filter_quality import (
 from training.cedar.naming import (
     Cooccurrence,
     DataName,
-    caption_vocabulary,
     choose_names,
     cooccurrence,
     naming_precision,
     pick_threshold,
     trusted,
-    typo_targets,
     word_relevance,
 )
 from training.core.artifacts import TransformArtifact

@@ -9,6 +9,7 @@ import pytest
 
 from indexer.format.codes import code_run
 from indexer.format.postings import entries_of_rows, postings_faults
+from training.cedar.caption_words import caption_vocabulary
 from training.cedar.concepts import ConceptCoder
 from training.cedar.gallery_cuts import (
     HUB_BLOCK,
@@ -17,7 +18,6 @@ from training.cedar.gallery_cuts import (
     hub_words,
     zero_shot_cuts,
 )
-from training.cedar.naming import caption_vocabulary
 from training.cedar.readout.artifact import readout_of, readout_record, readout_tensors
 from training.cedar.readout.quality import (
     gallery_shift,

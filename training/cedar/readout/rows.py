@@ -16,14 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from training.cedar.caption_words import CaptionVocabulary, caption_vocabulary, lexicon_terms
 from training.cedar.data import SplitRows, groups_of
-from training.cedar.naming import (
-    OTHER_CAPTIONS,
-    CaptionVocabulary,
-    caption_vocabulary,
-    lexicon_terms,
-    word_relevance,
-)
+from training.cedar.naming import OTHER_CAPTIONS, word_relevance
 from training.cedar.readout.cuts import calibration_sample, split_calibration
 from training.cedar.readout.discriminant import mention_matrix
 from training.cedar.readout.fitting import fit_readout
