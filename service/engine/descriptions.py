@@ -58,16 +58,22 @@ def code_names(
     coder: ConceptCoder, concepts: np.ndarray, activations: np.ndarray, said: Said | None = None
 ) -> list[str]:
     """The names a phrase of a code may say (module doc): of what the code shows
-    (`ConceptCoder.shown`: word concepts first, then axes, one per name), those whose held-out
-    precision reaches DESCRIBED and, with `said`, that hold of the code's vector on the
-    gallery's own text directions, in that order; padding (−1) left out."""
+    (`ConceptCoder.shown`: word concepts first, then axes, one per name), those a concept of
+    the code shown under that name holds to a held-out precision of DESCRIBED (a zero-shot word
+    merged with a precise axis of its name keeps the axis's precision) and, with `said`, that
+    hold of the code's vector on the gallery's own text directions, in that order; padding (−1)
+    left out."""
+    ids = np.asarray(concepts)
+    precise = {
+        coder.catalog[c].name.lower()
+        for c in map(int, ids)
+        if c >= 0 and coder.holds(c) and (coder.catalog[c].precision or 0.0) >= DESCRIBED
+    }
     names = []
-    for concept, _ in coder.shown(np.asarray(concepts), np.asarray(activations)):
-        entry = coder.catalog[concept]
-        if entry.precision is None or entry.precision < DESCRIBED:
-            continue
-        if said is None or said(entry.name):
-            names.append(entry.name)
+    for concept, _ in coder.shown(ids, np.asarray(activations)):
+        name = coder.catalog[concept].name
+        if name.lower() in precise and (said is None or said(name)):
+            names.append(name)
     return names
 
 
