@@ -30,21 +30,22 @@ class DemoConfig(ConfigModel):
 # Seconds per 1,000 corpus rows of each stage, for each corpus the demo may run on, at its
 # defaults (Flickr8k's 40,460 captions; 20,000 compositional scenes) on two x86_64 cores: the
 # first screen's estimates (docs/tutorials/getting-started.md). GraSP-VL trains on a sample of
-# at most `grasp_rows`, so its time per row is higher on the smaller corpus. Calibrated to the
-# demo's runs on a fresh machine: 4 min 45 s on Flickr8k, 3 min 24 s on the compositional set.
+# at most `grasp_rows`, so its time per row is higher on the smaller corpus. Calibrated to each
+# stage's "built in" time of a first run on a fresh machine: 5 min 10 s in all on Flickr8k,
+# 2 min 57 s on the compositional set.
 STAGE_SECONDS_PER_1K_ROWS = {
     "flickr8k": {
-        "embed": 2.0,
-        "grasp-vl": 3.0,
-        "cedar": 1.75,
-        "index": 0.16,
-        "search": 0.11,
+        "embed": 2.25,
+        "grasp-vl": 3.07,
+        "cedar": 1.95,
+        "index": 0.18,
+        "search": 0.05,
     },
     "compositional": {
-        "embed": 2.04,
-        "grasp-vl": 6.1,
-        "cedar": 1.76,
-        "index": 0.17,
-        "search": 0.11,
+        "embed": 1.70,
+        "grasp-vl": 6.12,
+        "cedar": 0.54,
+        "index": 0.11,
+        "search": 0.06,
     },
 }

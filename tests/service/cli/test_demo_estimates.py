@@ -12,7 +12,7 @@ from service.cli.demo_command import format_plan
 from service.cli.demo_config import DemoConfig
 from training.core.settings import StrataSettings
 
-TOOK_S = {"compositional": 204.0, "flickr8k": 285.0}  # 3 min 24 s, 4 min 45 s
+TOOK_S = {"compositional": 177.0, "flickr8k": 310.0}  # 2 min 57 s, 5 min 10 s
 FLICKR8K_CAPTIONS = 40_460
 
 
