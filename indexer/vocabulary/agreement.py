@@ -32,6 +32,7 @@ AGREEMENT = GALLERY_AGREEMENT
 SPREAD = "vocabulary_spread.npy"
 AGREEMENT_ROWS = 4096  # gallery rows the agreement is measured on, at most
 ENTRY_BLOCK = 8192  # entries scored at once
+CUT_SLACK = 1e-3  # below its cut by more than this, an entry is inactive whatever the rounding
 
 
 def sampled(rows: int, most: int = AGREEMENT_ROWS) -> np.ndarray:
@@ -81,19 +82,25 @@ def measured_agreement(
     features = centred_rows(storage.rows(rows), grasp.rotation, grasp.mean, cedar.mean)
     at = np.searchsorted(rows, found_rows)
     text = np.asarray(readout.text, dtype=np.float32)
-    active = np.ones(len(concepts), dtype=bool)
+    # a word's entry under its cut is not active: its neighbourhood is scored only where it
+    # can be (an axis's entry, an ungated word's, one within CUT_SLACK of its cut; every
+    # sampled row's score on every word in one product)
+    own = (features @ text.T)[at, word] - hubs[found_rows]
+    cut = cuts[word]
+    can = (concepts < coder.axis_concepts) | np.isnan(cut) | (own >= cut - CUT_SLACK)
+    found_rows, concepts, word, at = (a[can] for a in (found_rows, concepts, word, at))
+    active = np.zeros(len(concepts), dtype=bool)
     won = np.zeros(len(concepts), dtype=bool)
     for start in range(0, len(concepts), ENTRY_BLOCK):
-        part = slice(start, start + ENTRY_BLOCK)
+        part = np.arange(start, min(start + ENTRY_BLOCK, len(concepts)))
         x, h, w = features[at[part]], hubs[found_rows[part]], word[part]
         words = np.concatenate([w[:, None], contest.neighbours[w]], axis=1)
         z = np.einsum("nd,nmd->nm", x, text[words]) - h[:, None]
         z = (z - contest.mu[words]) / contest.sigma[words]
         won[part] = wins(z[:, 0], z[:, 1:])
-        cut = cuts[w]
         is_word = concepts[part] >= coder.axis_concepts
         corrected = z[:, 0] * contest.sigma[w] + contest.mu[w]
-        active[part] = ~is_word | np.isnan(cut) | (corrected >= cut)
+        active[part] = ~is_word | np.isnan(cuts[w]) | (corrected >= cuts[w])
     active_count = np.bincount(concepts[active], minlength=coder.concepts)
     won_count = np.bincount(concepts[active & won], minlength=coder.concepts)
     return agreement(won_count, active_count)

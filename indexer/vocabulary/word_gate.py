@@ -152,7 +152,11 @@ def gated_entries(
     if postings.chunks is None:
         raise ValueError("the gate reads postings in the compact format (a chunk table)")
     keep = np.ones(postings.entries, dtype=bool)
-    words = np.flatnonzero(~np.isnan(cuts))
+    for w in np.flatnonzero(np.isposinf(cuts)):  # a word that keeps no entry: none scored
+        begin, end = int(postings.indptr[first_word + w]), int(postings.indptr[first_word + w + 1])
+        a = int(np.searchsorted(postings.rows[begin:end], from_row)) if from_row else 0
+        keep[begin + a : end] = False
+    words = np.flatnonzero(~np.isnan(cuts) & ~np.isposinf(cuts))
     directions = np.asarray(text, dtype=np.float32)
     chunks = postings.chunks
     lows = np.asarray(postings.stored_rows)  # a plain view: no memmap wrapping per slice
@@ -164,7 +168,10 @@ def gated_entries(
         low, high = first >> CHUNK_BITS, ((stop - 1) >> CHUNK_BITS) + 1
         begins = chunks[first_word + words, low]
         ends = chunks[first_word + words, high]
-        for at in np.flatnonzero(ends > begins):
+        present = np.flatnonzero(ends > begins)
+        # every present word's score on every row of the block, in one product
+        scores = features @ directions[words[present]].T
+        for column, at in enumerate(present):
             w, begin, end = int(words[at]), int(begins[at]), int(ends[at])
             if high == low + 1:  # the block within one chunk: its low bits are the rows'
                 rows = lows[begin:end].astype(np.int64) + (low << CHUNK_BITS)
@@ -173,11 +180,8 @@ def gated_entries(
             a, b = np.searchsorted(rows, (first, stop))
             if a == b:
                 continue
-            if np.isinf(cuts[w]):  # a word that keeps no entry
-                keep[begin + a : begin + b] = False
-                continue
             local = rows[a:b] - start
-            corrected = features[local] @ directions[w] - hubs[local]
+            corrected = scores[local, column] - hubs[local]
             passed = corrected >= cuts[w]  # words with a cut only
             if contest is not None and contest.contested[w] and passed.any():
                 held = np.flatnonzero(passed)
