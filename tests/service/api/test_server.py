@@ -121,7 +121,13 @@ def test_explain_rpc(client: StrataClient):
     item = {c.name for c in explanation.item_concepts}
     shared = [s.name for s in explanation.shared_concepts]
     assert len(shared) == len(set(shared)) and set(shared) <= query & item
-    assert client.explain("a red dog", row=hit.row).similarities == explanation.similarities
+    by_row = client.explain("a red dog", row=hit.row).similarities  # the same item by its row
+    assert [(s.granularity, s.prefix_length) for s in by_row] == [
+        (s.granularity, s.prefix_length) for s in explanation.similarities
+    ]
+    assert [s.cosine for s in by_row] == pytest.approx(
+        [s.cosine for s in explanation.similarities], abs=1e-6
+    )  # the query may be embedded again (a batch of its own): equal up to float rounding
     with pytest.raises(StrataClientError) as caught:
         client.explain("a red dog", item_id="scene-9999999")
     assert caught.value.code == grpc.StatusCode.NOT_FOUND
