@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "per_word": per_word,
     }
+    macro = result["macro"]
     print(
-        f"{len(per_word)} words ({len(refused)} refused): macro P {result['macro']['precision']:.3f}"
-        f" R {result['macro']['recall']:.3f} F1 {result['macro']['f1']:.3f}"
+        f"{len(per_word)} words ({len(refused)} refused): macro P {macro['precision']:.3f}"
+        f" R {macro['recall']:.3f} F1 {macro['f1']:.3f}"
     )
     return publish(result, args.json)
 
