@@ -26,6 +26,7 @@ from indexer.build.inputs import BuildConfig
 from service.engine.descriptions import code_names
 from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
+from service.results import SearchQuery
 from training.cedar.catalog import (
     CatalogEntry,
     build_catalog,
@@ -295,10 +296,21 @@ def build_image_bundle(
 
 
 def described_rows(engine: SearchEngine) -> list[int]:
-    """The text bundle's rows whose code's phrase says its described word (search_gallery's
-    write_test_concepts: the premise of a phrase with near captions)."""
+    """The text bundle's rows whose code's phrase says its described word and not LANTERN
+    (write_test_concepts: the premise of a phrase with near captions; no caption uses LANTERN,
+    so a phrase saying it has none)."""
     word = described_word(engine.coder.catalog)
     ids, values = row_concepts(engine.bundle, range(engine.bundle.rows))
-    return [
-        r for r in range(engine.bundle.rows) if word in code_names(engine.coder, ids[r], values[r])
-    ]
+    names = [code_names(engine.coder, ids[r], values[r]) for r in range(engine.bundle.rows)]
+    return [r for r, said in enumerate(names) if word in said and LANTERN not in said]
+
+
+def captioned_row(engine: SearchEngine, count: int = 3) -> int:
+    """The first of `described_rows` whose description has `count` near captions (the premise
+    of the caption tests: among the rows nearest its code, that many captions say its phrase)."""
+    query = SearchQuery.of("a red car")
+    for row in described_rows(engine):
+        explained = engine.explain(query, row=row, near_captions=count)
+        if len(explained.item_description.captions) >= count:
+            return row
+    raise AssertionError("no described row of the text bundle has near captions")

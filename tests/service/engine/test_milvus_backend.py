@@ -16,7 +16,7 @@ from typing import ClassVar
 import grpc
 import numpy as np
 import pytest
-from search_gallery import BEACON, MANY_WORDS, beacon_words, described_rows
+from search_gallery import BEACON, MANY_WORDS, beacon_words, captioned_row
 from serving_helpers import Searching
 from two_engines import LiteServer, configured
 from waiting import WAIT_S, wait_for
@@ -226,7 +226,7 @@ def test_explain_through_the_server_with_near_captions(
     which the Milvus engine's Explain did not take): the local engine's answer, descriptions and
     their near captions included, the captions searched in Milvus; out-of-range near_captions
     is refused as on FAISS."""
-    row = described_rows(engine)[0]  # a row whose description has a phrase and captions
+    row = captioned_row(engine)  # a row whose description has a phrase and captions
     item = engine.bundle.ids([row])[0]
     local = engine.explain(SearchQuery.of("a red car"), item_id=item, near_captions=3)
     with (
