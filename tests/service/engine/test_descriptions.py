@@ -3,6 +3,7 @@ engine and over gRPC, on the service's MiniLM text bundle."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import grpc
 import numpy as np
 import pyarrow as pa
 import pytest
-from search_gallery import described_rows, described_word
+from search_gallery import BEACON, captioned_row, described_word
 
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
@@ -24,6 +25,7 @@ from service.engine.explain import row_concepts
 from service.engine.search import SearchEngine
 from service.errors import QueryError
 from service.results import SearchQuery
+from training.cedar.concepts import ConceptCoder
 from training.cedar.descriptions import code_reconstruction, compose_phrase
 from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.metrics import prefix_vectors, unit_rows
@@ -32,7 +34,7 @@ from training.core.metrics import prefix_vectors, unit_rows
 def test_the_item_description_is_its_codes_phrase_and_the_nearest_rows_saying_it(
     engine: SearchEngine,
 ):
-    row = described_rows(engine)[0]
+    row = captioned_row(engine)
     explanation = engine.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
     bundle, coder = engine.bundle, engine.coder
     ids, values = (a[0] for a in row_concepts(bundle, [row]))
@@ -86,7 +88,7 @@ def test_a_querys_description_is_its_codes_and_its_captions_say_it(
 ):
     """A vector query equal to a described row's embedding is coded as that row was: its phrase
     says the described word and its near captions say the phrase, nearest first."""
-    row = described_rows(engine)[0]
+    row = captioned_row(engine)
     vector = gallery_rows(text_bundle)[row]
     explanation = engine.explain(SearchQuery.of(vector=vector), row=0, near_captions=5)
     described = explanation.query_description
@@ -103,7 +105,7 @@ def test_near_captions_outside_its_range_is_refused(engine: SearchEngine):
 
 
 def test_explain_rpc_returns_both_descriptions(client: StrataClient, engine: SearchEngine):
-    row = described_rows(engine)[0]
+    row = captioned_row(engine)
     query = engine.bundle.metadata([row]).column("caption").to_pylist()[0]
     remote = client.explain(query, row=row, near_captions=4)
     local = engine.explain(SearchQuery.of(query), row=row, near_captions=4)
@@ -158,9 +160,35 @@ def test_a_bundle_without_captions_describes_by_phrase_only(
         )
     )
     bare = SearchEngine(Bundle.open(tmp_path / "bundles"), minilm)
-    row = described_rows(engine)[0]
+    row = captioned_row(engine)
     explanation = bare.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
     with_captions = engine.explain(SearchQuery.of("a red dog"), row=row, near_captions=5)
     assert explanation.item_description.phrase == with_captions.item_description.phrase != ""
     assert explanation.item_description.captions == []
     assert explanation.query_description.captions == []
+
+
+def test_a_zero_shot_word_shown_for_a_precise_axis_of_its_name_keeps_the_name(
+    word_bundle: Path,
+):
+    """The premise built here: the readout's word BEACON made zero-shot (no held-out
+    precision), an unnamed axis named BEACON and held to 0.95, every concept agreeing on the
+    gallery. Shown together they are one entry under the word, and the phrase says the name on
+    the axis's precision; the word alone is no description, the axis alone is."""
+    artifact = copy.deepcopy(Bundle.open(word_bundle).coder.artifact)
+    words = artifact.extra["readout"]["words"]
+    w = next(i for i, r in enumerate(words) if r["word"] == BEACON)
+    words[w] = {**words[w], "zero_shot": True, "precision": None}
+    catalog = artifact.extra["catalog"]
+    axis = next(c for c, e in enumerate(catalog) if not e["named"])
+    catalog[axis] = {**catalog[axis], "name": BEACON, "named": True, "precision": 0.95}
+    coder = ConceptCoder(artifact)
+    coder = coder.on_gallery(np.ones(coder.concepts, np.float32))
+    word = coder.axis_concepts + w
+    assert coder.catalog[word].zero_shot and coder.holds(word) and coder.holds(axis)
+    both = np.array([axis, word, -1]), np.array([0.4, 0.5, 0.0], np.float32)
+    assert [c for c, _ in coder.shown(*both)] == [word]  # one entry, under the word
+    assert code_names(coder, *both) == [BEACON]
+    assert code_names(coder, *both, said=lambda name: False) == []
+    assert code_names(coder, np.array([word]), np.array([0.5], np.float32)) == []
+    assert code_names(coder, np.array([axis]), np.array([0.4], np.float32)) == [BEACON]
