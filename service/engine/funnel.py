@@ -21,7 +21,9 @@ Scores are s_L, as a direct search at L returns them; ties are broken by row.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -76,8 +78,16 @@ class ExactRows:
         return self.prefix_rows(np.asarray(rows, dtype=np.int64), self.length)
 
 
+class RerankRows(Protocol):
+    """Where a shortlist's exact rows are read back from: `ExactRows`, or the vectors an
+    engine returned with its hits (service/engine/milvus/entities.py)."""
+
+    def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
+        """s_L of the given rows against one unit query p_L [L], float32 [n]."""
+
+
 def rerank(
-    exact: ExactRows, query: np.ndarray, candidates: np.ndarray, length: int, k: int
+    exact: RerankRows, query: np.ndarray, candidates: np.ndarray, length: int, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k best candidates by exact s_L: (scores [1, k], rows [1, k]), rows −1 and scores
     −inf past the last candidate; `query` is the rotated query [≥ L] (p_L taken here),
@@ -194,7 +204,7 @@ def calibrate(
         found = exact.store.scan(prefix_vectors(rotated, length), length, k + 1)[1]
     else:
         found = exact_neighbours(exact, rotated, length, k + 1)
-    truth = _without_self(found, picked, k)
+    truth = without_self(found, picked, k)
     costs = sorted(
         (
             (indexes[s].scanned_floats(s, total, SearchParams.parse(setting)) + k * f * length)
@@ -208,16 +218,36 @@ def calibrate(
         for setting in indexes[s].wider_probes()
         for f in factors
     )
+
+    def funnel_rows(s: int, f: int, setting: str) -> np.ndarray:
+        return funnel_search(indexes[s], s, exact, rotated, length, k + 1, f, setting)[1]
+
+    return cheapest_funnel(costs, funnel_rows, truth, picked, k, recall, max_cost_share)
+
+
+def cheapest_funnel(
+    costs: Iterable[tuple[float, int, int, str]],
+    funnel_rows: Callable[[int, int, str], np.ndarray],
+    truth: np.ndarray,
+    picked: np.ndarray,
+    k: int,
+    recall: float,
+    max_cost_share: float,
+) -> FunnelChoice | None:
+    """The first funnel, in order of `costs` ((share of a direct scan, S, F, the shortlist's
+    search parameters), cheapest first), whose rows for the `picked` gallery rows as queries
+    (`funnel_rows(S, F, setting)`: k + 1 each, their own row among them) reach recall@k ≥
+    `recall` against `truth` ([Q, k], their own rows left out); None when none does at ≤
+    `max_cost_share`. Every engine's calibration (the local `calibrate`, Milvus's)."""
     for share, s, f, setting in costs:
         if share > max_cost_share:
             break
-        _, found = funnel_search(indexes[s], s, exact, rotated, length, k + 1, f, setting)
-        reached = neighbour_recall(_without_self(found, picked, k), truth)
+        reached = neighbour_recall(without_self(funnel_rows(s, f, setting), picked, k), truth)
         if reached >= recall:
             return FunnelChoice(s, f, reached, len(picked), share, setting)
     return None
 
 
-def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+def without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Each row's first k entries other than the query's own row."""
     return np.stack([r[r != q][:k] for r, q in zip(rows, queries, strict=True)])

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +27,12 @@ import pyarrow.parquet as pq
 from indexer.format.bundle import Bundle
 from indexer.format.ids import IDS
 from indexer.format.row_bitmaps import AllowedRows
-from service.engine.batch_search import batch_search, grouped_hits
+from indexer.format.served.params import SearchParams
+from service.engine.batch_search import PlannedSearch, RowHits, batch_search
 from service.engine.explain import explained_codes, item_prefixes, row_concepts, row_words
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import allowed_rows, filtered_search
-from service.engine.grouping import FETCH_MAX
+from service.engine.funnel import RerankRows
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
@@ -44,7 +45,7 @@ from service.engine.scoring import (
     query_result,
 )
 from service.errors import NotFoundError, echo
-from service.results import MAX_SHORTLIST, PlanKind, SearchResult
+from service.results import MAX_SHORTLIST, SearchResult
 from training.core.metrics import prefix_vectors
 
 
@@ -66,6 +67,7 @@ class LocalScorer:
         self.id_column = IdColumn(self._ids)  # a hit's id without an Arrow call (engine/hits.py)
         self.metadata_fields = list(self.metadata.schema)
         self.planner = Planner(bundle, config.funnel)
+        self.planned = PlannedSearch(self, self.metadata, bundle.rows)
         budget = config.filter_block_bytes
         self.blocks = FilterBlocks(budget) if budget else None  # this version's, kept with it
 
@@ -94,68 +96,52 @@ class LocalScorer:
         prepared.plan = self.planner.plan(query, length, prepared.allowed, self.config.exact_max)
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
-        found = batch_search(self, live, rotated)  # service/engine/batch_search.py
+        found = batch_search(self.planned, live, rotated)  # service/engine/batch_search.py
         codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
-            scores, rows = found[i]
-            p.result = self.result(p, scores[0], rows[0], codes.get(i))
+            p.result = self.result(p, found[i].scores, found[i].rows, codes.get(i))
 
-    def together_key(self, p: PreparedQuery) -> tuple[int, str, int, int] | None:
-        """Unfiltered queries of one prefix, setting and plan share one FAISS call."""
-        assert p.plan is not None
-        if p.allowed is not None:
-            return None
-        return p.length, p.setting, p.plan.shortlist_prefix, p.plan.factor
+    # --- what the plans run on (service/engine/batch_search.py's EngineRows) ---
 
-    def together(
-        self, members: Sequence[PreparedQuery], rotated: np.ndarray
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        first = members[0]
-        assert first.plan is not None
-        length, factor = first.length, first.plan.factor
-        k = max(p.query.k for p in members)
-        if factor:
-            shortlist = first.plan.shortlist_prefix
-            scores, rows = self.planner.funnel(shortlist, factor, rotated, length, k)
-        else:
-            scores, rows = self.bundle.search_prefix(length, rotated, k, first.setting)
-        return [
-            (scores[j : j + 1, : p.query.k], rows[j : j + 1, : p.query.k])
-            for j, p in enumerate(members)
-        ]
+    search_cap = MAX_SHORTLIST
 
-    def one(self, p: PreparedQuery, rotated: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self._search_one(p, rotated, p.length, k)
+    def shares_call(self, p: PreparedQuery) -> Hashable | None:
+        """Unfiltered queries share one FAISS call; a filtered one is searched alone."""
+        return None if p.allowed is not None else ""
 
-    def _search_one(
-        self, p: PreparedQuery, rotated: np.ndarray, length: int, k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One query's k best rows by its plan, inside its allowed rows if it has any."""
-        assert p.plan is not None
-        funnel = p.plan.kind == PlanKind.FUNNEL
-        if p.allowed is None:
-            if funnel:
-                return self.planner.funnel(
-                    p.plan.shortlist_prefix, p.plan.factor, rotated, length, k
-                )
-            return self.bundle.search_prefix(length, rotated, k, p.setting)
-        if funnel:
-            return self.planner.filtered_funnel(
-                p.plan, rotated, length, k, p.allowed, self.config.exact_max, self.blocks
-            )
+    def search_rows(
+        self,
+        members: Sequence[PreparedQuery],
+        rotated: np.ndarray,
+        length: int,
+        k: int,
+        setting: str,
+        rerank_at: int | None = None,
+    ) -> list[RowHits]:
+        """Each member's k best rows at prefix L, inside its allowed rows if it has any; a
+        funnel's shortlist (`rerank_at`) searches the shortlist view of the prefix with the
+        parameters the calibration chose for it."""
+        allowed = members[0].allowed
         index = self.bundle.index(length)
+        if rerank_at is not None:
+            setting = self.planner.shortlist_search(rerank_at, length)
+            if allowed is None:
+                index = self.planner.shortlists[length]
+                k = min(k, int(index.ntotal))
         query = prefix_vectors(rotated, length)
-        return filtered_search(
-            index, query, k, p.allowed, self.config.exact_max, p.setting, self.blocks
-        )
+        if allowed is None:
+            params = SearchParams.parse(setting) if setting else None
+            scores, rows = index.search(query, k, params)
+        else:
+            scores, rows = filtered_search(
+                index, query, k, allowed, self.config.exact_max, setting, self.blocks
+            )
+        return [RowHits(scores[j], rows[j]) for j in range(len(members))]
 
-    def grouped(self, p: PreparedQuery, rotated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A grouped query's hits, group by group (service/engine/batch_search.py)."""
-        assert p.plan is not None
-        cap = MAX_SHORTLIST // p.plan.factor if p.plan.kind == PlanKind.FUNNEL else FETCH_MAX
-        return grouped_hits(
-            p, self.metadata, lambda k: self.one(p, rotated, k), self.bundle.rows, cap
-        )
+    def rerank_rows(self, shortlist: RowHits, length: int) -> RerankRows:
+        exact = self.planner.exact(length)
+        assert exact is not None  # the plan funnels only where the bundle keeps exact rows
+        return exact
 
     def result(
         self,

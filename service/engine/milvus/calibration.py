@@ -1,6 +1,5 @@
 """AUTO's funnel on a Milvus collection, calibrated by the local engine's rule
-(service/engine/plans.py) but measured on the engine itself, and the exact rerank of a funnel's
-shortlist that both the calibration and the scorer's searches use.
+(service/engine/plans.py, `funnel.cheapest_funnel`) but measured on the engine itself.
 
     choices, direct_reasons = calibrated_funnels(scorer)   # when a replica opens a version
 
@@ -18,11 +17,11 @@ import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.milvus.store import ROW, MilvusStore, vector_field
-from service.engine.funnel import FunnelChoice, pad_hits
+from service.engine.funnel import FunnelChoice, cheapest_funnel, rerank, without_self
+from service.engine.milvus.entities import ReturnedRows, row_hits
 from service.engine.milvus.expressions import rows_expression
 from service.engine.plans import calibration_skipped, no_funnel_reason
 from service.engine.scoring import EngineConfig
-from training.core.metrics import neighbour_recall, prefix_vectors
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search
 # queries per calibration search: one call for all of them would return up to queries·k·F
@@ -90,25 +89,27 @@ def _calibrated(
     )
     by_row = {int(h[ROW]): np.asarray(h[full], dtype=np.float32) for h in found}
     rotated = np.stack([by_row[int(r)] for r in picked])
-    truth = _without_self(_ranked_rows(scorer, rotated, length, k + 1), picked, k)
+    truth = without_self(_ranked_rows(scorer, rotated, length, k + 1), picked, k)
     costs = sorted(
-        ((total * s + k * f * length) / (total * length), s, f)
+        ((total * s + k * f * length) / (total * length), s, f, "")
         for s in scorer.bundle.prefix_lengths
         if s < length
         for f in config.factors
     )
-    for share, s, f in costs:
-        if share > config.max_cost_share:
-            break
-        shortlists = chunked_search(
-            scorer, rotated, s, min((k + 1) * f, TOPK_MAX), [ROW, vector_field(length)]
-        )
-        ranked = [reranked(h, q, length, k + 1) for h, q in zip(shortlists, rotated, strict=True)]
-        rows = np.array([[int(h[ROW]) for h in r] + [-1] * (k + 1 - len(r)) for r in ranked])
-        reached = neighbour_recall(_without_self(rows, picked, k), truth)
-        if reached >= config.recall:
-            return FunnelChoice(s, f, reached, len(picked), share)
-    return None
+
+    def funnel_rows(s: int, f: int, _: str) -> np.ndarray:
+        shortlisted = min((k + 1) * f, TOPK_MAX)
+        answers = chunked_search(scorer, rotated, s, shortlisted, [ROW, vector_field(length)])
+        found = []
+        for answer, query in zip(answers, rotated, strict=True):
+            shortlist = row_hits(answer, shortlisted)
+            returned = ReturnedRows(shortlist.fields, length)
+            found.append(rerank(returned, query, shortlist.rows, length, k + 1)[1][0])
+        return np.stack(found)
+
+    return cheapest_funnel(
+        costs, funnel_rows, truth, picked, k, config.recall, config.max_cost_share
+    )
 
 
 def _ranked_rows(scorer: CalibratedEngine, rotated: np.ndarray, length: int, k: int) -> np.ndarray:
@@ -131,27 +132,3 @@ def chunked_search(
         chunk = rotated[start : start + CALIBRATION_CHUNK]
         answers.extend(scorer.engine_search(chunk, length, k, "", "", fields, deadline(scorer)))
     return answers
-
-
-def _without_self(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Each row's first k entries other than the query's own row."""
-    return np.stack([r[r != q][:k] for r, q in zip(rows, queries, strict=True)])
-
-
-def reranked(
-    shortlist: list[dict[str, Any]], rotated: np.ndarray, length: int, k: int
-) -> list[dict[str, Any]]:
-    """A funnel's shortlist (with each row's p_L) reranked exactly by s_L, ties by row."""
-    if not shortlist:
-        return []
-    rows = np.array([h[ROW] for h in shortlist], dtype=np.int64)
-    vectors = np.asarray([h[vector_field(length)] for h in shortlist], dtype=np.float32)
-    scores = vectors @ prefix_vectors(rotated[None, :], length)[0]
-    order = np.lexsort((rows, -scores))[:k]
-    _, top = pad_hits(scores[order].astype(np.float32), rows[order], k)
-    by_row = {h[ROW]: h for h in shortlist}
-    return [
-        {**by_row[int(r)], "distance": float(scores[o])}
-        for r, o in zip(top[0], order, strict=False)
-        if r >= 0
-    ]

@@ -1,6 +1,7 @@
 """What the Milvus scorer (service/engine/milvus/scorer.py) reads back from an exported
 collection, as the local engine's parts: a row's entity by item id or row number, its concept
-code split into word and axis concepts, and a search's answers as padded (scores, rows)."""
+code split into word and axis concepts, a search's answers as padded (scores, rows) or as the
+plans' `RowHits`, and a shortlist's returned vectors as the rows a funnel reranks from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from indexer.format.bundle import Bundle
 from indexer.milvus.store import ACTIVATIONS, CONCEPTS, ITEM_ID, ROW, MilvusStore, vector_field
+from service.engine.batch_search import RowHits
 from service.engine.milvus.expressions import string_literal
 from service.engine.scoring import check_item
 from service.errors import NotFoundError, echo
@@ -73,3 +75,23 @@ def padded_rows(answers: list[list[dict[str, Any]]], k: int) -> tuple[np.ndarray
         for j, hit in enumerate(answer[:k]):
             scores[i, j], rows[i, j] = hit["distance"], int(hit[ROW])
     return scores, rows
+
+
+def row_hits(answer: list[dict[str, Any]], k: int) -> RowHits:
+    """One search answer (each hit's entity fields and its `distance`) as the plans' hits:
+    scores and rows padded to k, each row's entity kept."""
+    rows = np.array([int(h[ROW]) for h in answer], dtype=np.int64)
+    scores = np.array([h["distance"] for h in answer], dtype=np.float32)
+    return RowHits.padded(scores, rows, k, {int(h[ROW]): h for h in answer})
+
+
+class ReturnedRows:
+    """A shortlist's exact p_L as Milvus returned them with its hits (the field p{L} of each
+    row's entity): where the funnel reranks from (service/engine/funnel.py's RerankRows)."""
+
+    def __init__(self, entities: dict[int, dict[str, Any]], length: int) -> None:
+        self.entities, self.field = entities, vector_field(length)
+
+    def prefix_scores(self, rows: np.ndarray, length: int, query: np.ndarray) -> np.ndarray:
+        vectors = np.asarray([self.entities[int(r)][self.field] for r in rows], np.float32)
+        return (vectors.reshape(len(rows), -1) @ query).astype(np.float32)

@@ -6,11 +6,12 @@ embedding, the GraSP rotation, routing, Explain, the concept catalog and the ans
 are the engine's own; what changes is where rows are scored. The engine over it is opened by
 service/engine/milvus/backend.py.
 
-- direct plan: one Milvus search of the field p{L} (inner product, the stored p_L), every
-  unfiltered query of one prefix and setting in one call (nq > 1), as FAISS batches them;
-- funnel (asked for): the shortlist is a Milvus search of p{S} for k·F rows that returns their
-  p{L}, reranked exactly here (`service.engine.funnel.rerank`'s rule: s_L, ties by row); "auto"
-  searches directly, since the engine does the scan (the funnel's calibration measures FAISS);
+- searches: the plans run once for both engines (service/engine/batch_search.py); this
+  scorer supplies its rows (`EngineRows`): one Milvus search of the field p{L} (inner product,
+  the stored p_L) per group of queries sharing a filter expression (nq > 1), each hit's entity
+  fields returned with it; a funnel's shortlist at p{S} returns its rows' p{L} too, which the
+  shared rerank reads (`ReturnedRows`); "auto" funnels by a calibration measured on the
+  engine (service/engine/milvus/calibration.py);
 - filters: concept references and metadata conditions become one Milvus expression
   (service/engine/milvus/expressions.py), so the filter runs inside the engine's search; the
   allowed rows are counted with `count(*)` over the same expression;
@@ -29,7 +30,7 @@ alias moves (a hot swap without Redis).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +49,19 @@ from indexer.milvus.store import (
     MilvusStore,
     vector_field,
 )
-from service.engine.batch_search import batch_search, grouped_hits
+from service.engine.batch_search import PlannedSearch, RowHits, batch_search
 from service.engine.explain import activations_of, explained_codes, shared_concepts, with_words
 from service.engine.filtering import open_phrase, resolve_ref
+from service.engine.funnel import RerankRows
 from service.engine.metadata_filter import MetadataFilter
-from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels, reranked
-from service.engine.milvus.entities import entity_code, padded_rows, read_entity
+from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels
+from service.engine.milvus.entities import (
+    ReturnedRows,
+    entity_code,
+    padded_rows,
+    read_entity,
+    row_hits,
+)
 from service.engine.milvus.expressions import (
     concept_expression,
     engine_params,
@@ -117,6 +125,7 @@ class MilvusScorer:
         # a phrase the catalog lacks, made a zero-shot concept beside the engine (the engine's
         # encoder embeds the phrase)
         self.vocabulary = vocabulary
+        self.planned = PlannedSearch(self, self.metadata, bundle.rows)
         try:  # AUTO's funnel, calibrated as the local engine calibrates its own
             self.choices, self.direct_reasons = calibrated_funnels(self)
         except EngineUnavailable as exc:
@@ -201,83 +210,42 @@ class MilvusScorer:
 
     def search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
         try:
-            self._search(live, rotated)
+            found = batch_search(self.planned, live, rotated)  # service/engine/batch_search.py
         except EngineUnavailable as exc:
             raise UnavailableError(str(exc)) from None
-
-    def _search(self, live: Sequence[PreparedQuery], rotated: np.ndarray) -> None:
-        found = batch_search(self, live, rotated)  # service/engine/batch_search.py
         codes = explained_codes(self.bundle, live)
         for i, p in enumerate(live):
             p.result = self._engine_result(p, found[i], codes.get(i))
 
-    def together_key(self, p: PreparedQuery) -> tuple[int, str, str, int, int]:
-        """Queries of one prefix, setting, filter expression and plan share one Milvus call
-        (nq > 1)."""
-        assert p.plan is not None
-        expression = self._restriction(p).expression
-        return p.length, p.setting, expression, p.plan.shortlist_prefix, p.plan.factor
+    # --- what the plans run on (service/engine/batch_search.py's EngineRows) ---
 
-    def together(
-        self, members: Sequence[PreparedQuery], rotated: np.ndarray
-    ) -> list[list[dict[str, Any]]]:
-        first = members[0]
-        assert first.plan is not None
-        length, setting = first.length, first.setting
-        expression = self._restriction(first).expression
+    search_cap = TOPK_MAX
+
+    def shares_call(self, p: PreparedQuery) -> Hashable:
+        """Queries of one filter expression share one Milvus call (nq > 1)."""
+        return self._restriction(p).expression
+
+    def search_rows(
+        self,
+        members: Sequence[PreparedQuery],
+        rotated: np.ndarray,
+        length: int,
+        k: int,
+        setting: str,
+        rerank_at: int | None = None,
+    ) -> list[RowHits]:
+        """One Milvus search of the field p{L} inside the members' expression, the hits'
+        entity fields returned with them (with `rerank_at`, the rows' p at that target too)."""
         fields = self._output_fields([p.query for p in members])
-        if first.plan.factor:
-            rows = max(p.plan.shortlist_rows for p in members)  # type: ignore[union-attr]
-            answers = self.engine_search(
-                rotated,
-                first.plan.shortlist_prefix,
-                rows,
-                expression,
-                setting,
-                [*fields, vector_field(length)],
-            )
-            return [
-                reranked(answers[j], rotated[j], length, p.query.k) for j, p in enumerate(members)
-            ]
-        k = max(p.query.k for p in members)
+        if rerank_at is not None:
+            fields.append(vector_field(rerank_at))
+        expression = self._restriction(members[0]).expression
         answers = self.engine_search(rotated, length, k, expression, setting, fields)
-        return [answers[j][: p.query.k] for j, p in enumerate(members)]
+        return [row_hits(answer, k) for answer in answers]
 
-    def one(self, p: PreparedQuery, rotated: np.ndarray, k: int) -> list[dict[str, Any]]:
-        """One query's k best hits by its plan: a funnel's shortlist (at most TOPK_MAX rows)
-        reranked here, else one search."""
-        assert p.plan is not None
-        length, where = p.length, self._restriction(p).expression
-        fields = self._output_fields([p.query])
-        if p.plan.factor:
-            shortlist = min(k * p.plan.factor, TOPK_MAX)
-            answer = self.engine_search(
-                rotated,
-                p.plan.shortlist_prefix,
-                shortlist,
-                where,
-                p.setting,
-                [*fields, vector_field(length)],
-            )[0]
-            return reranked(answer, rotated[0], length, k)
-        return self.engine_search(rotated, length, k, where, p.setting, fields)[0]
-
-    def grouped(self, p: PreparedQuery, rotated: np.ndarray) -> list[dict[str, Any]]:
-        """A grouped query's hits (service/engine/batch_search.py), each hit's group code in
-        `p.groups`."""
-        assert p.plan is not None
-        by_row: dict[int, dict[str, Any]] = {}
-
-        def ranked(k: int) -> tuple[np.ndarray, np.ndarray]:
-            answer = self.one(p, rotated, k)
-            by_row.update((int(h[ROW]), h) for h in answer)
-            rows = np.array([int(h[ROW]) for h in answer] + [-1] * (k - len(answer)), np.int64)
-            scores = np.array([h["distance"] for h in answer] + [0.0] * (k - len(answer)))
-            return scores[None, :].astype(np.float32), rows[None, :]
-
-        cap = TOPK_MAX // p.plan.factor if p.plan.factor else TOPK_MAX
-        _, rows = grouped_hits(p, self.metadata, ranked, self.bundle.rows, cap)
-        return [by_row[int(r)] for r in rows[0]]
+    def rerank_rows(self, shortlist: RowHits, length: int) -> RerankRows:
+        """The shortlist's p_L, as the search returned them."""
+        return ReturnedRows(shortlist.fields, length)
 
     @staticmethod
     def _restriction(p: PreparedQuery) -> MilvusFilter:
@@ -332,23 +300,24 @@ class MilvusScorer:
     def _engine_result(
         self,
         p: PreparedQuery,
-        found: list[dict[str, Any]],
+        found: RowHits,
         query_code: tuple[np.ndarray, np.ndarray] | None,
     ) -> SearchResult:
         wanted = [f for f in p.query.metadata_fields if f != "id"]
+        entities = [found.fields[int(r)] for r in found.rows if r >= 0]
         hits = [
             Hit(
                 id=str(h[ITEM_ID]),
-                score=float(h["distance"]),
+                score=float(score),
                 row=int(h[ROW]),
                 metadata={f: str(h[f]) for f in wanted if h.get(f) is not None},
             )
-            for h in found
+            for h, score in zip(entities, found.scores, strict=False)
         ]
         result = query_result(p, hits, self.metadata, self.bundle.version)
         if query_code is not None:
             q_ids, q_values = query_code
-            for hit, h in zip(hits, found, strict=True):
+            for hit, h in zip(hits, entities, strict=True):
                 ids, values = with_words(*entity_code(h, self.coder.axis_concepts))
                 hit.concepts = activations_of(self.coder, ids, values, self.config.hit_concepts)
                 hit.shared_concepts = shared_concepts(self.coder, q_ids, q_values, ids, values)
