@@ -1,4 +1,4 @@
-"""The Explain-time benchmark's arms: NAME=ROOT:BUNDLES, a malformed one refused by name."""
+"""The checkout-time benchmark's arms: NAME=ROOT:BUNDLES, a malformed one refused by name."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.service.explain_time import arm
+from benchmarks.service.checkout_time import arm
 from training.core.errors import InputError
 
 
