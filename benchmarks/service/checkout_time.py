@@ -10,9 +10,8 @@ rows:
     explain   Explain with the row's own caption as the query (as benchmarks.service.explanations
               calls it);
     search    Search with the row's cached embedding (`--modality`) as a vector query (no
-              encoder), once at every granularity (plan auto), once a requested funnel at
-              full, and once explained at caption: the plans, the batching and the hits'
-              shaping, per call.
+              encoder), once at every granularity (plan auto) and once a requested funnel
+              at full: the plans, the batching and the hits' shaping, per call.
 
 Reported: each arm's mean ms per call in every round, its median, and each later arm's paired
 ratio to the first, round by round.
@@ -53,7 +52,6 @@ rng = np.random.default_rng(seed)
 picked = np.sort(rng.choice(len(index), min(rows, len(index)), replace=False))
 KINDS = [dict(granularity=g) for g in ("object", "attribute", "relation", "caption", "full")]
 KINDS.append(dict(granularity="full", plan=SearchPlan("funnel")))
-KINDS.append(dict(granularity="caption", explain=True))
 def calls(i):
     if call == "explain":
         engine.explain(SearchQuery(text=texts[i]), row=int(index[i]))
