@@ -11,7 +11,9 @@ rows:
               calls it);
     search    Search with the row's cached embedding (`--modality`) as a vector query (no
               encoder), once at every granularity (plan auto) and once a requested funnel
-              at full: the plans, the batching and the hits' shaping, per call.
+              at full: the plans, the batching and the hits' shaping, per call;
+    explained the same vector queries with `explain` (each hit's concepts read back from
+              the postings, the concepts shared), at object and at caption.
 
 Reported: each arm's mean ms per call in every round, its median, and each later arm's paired
 ratio to the first, round by round.
@@ -52,6 +54,8 @@ rng = np.random.default_rng(seed)
 picked = np.sort(rng.choice(len(index), min(rows, len(index)), replace=False))
 KINDS = [dict(granularity=g) for g in ("object", "attribute", "relation", "caption", "full")]
 KINDS.append(dict(granularity="full", plan=SearchPlan("funnel")))
+if call == "explained":
+    KINDS = [dict(granularity=g, explain=True) for g in ("object", "caption")]
 def calls(i):
     if call == "explain":
         engine.explain(SearchQuery(text=texts[i]), row=int(index[i]))
@@ -67,7 +71,7 @@ for i in picked:
     made += calls(i)
 print(1000 * (time.perf_counter() - started) / made)
 """
-CALLS = ("explain", "search")
+CALLS = ("explain", "search", "explained")
 
 
 def arm(text: str) -> tuple[str, Path, Path]:

@@ -81,7 +81,7 @@ from indexer.format.manifest import (
 )
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import FILES as POSTINGS_FILES
-from indexer.format.postings import Postings, entries_of_rows
+from indexer.format.postings import Postings
 from indexer.format.prefix_index import IndexFileError
 from indexer.format.row_bitmaps import ConceptBitmaps
 from indexer.format.served.params import SearchParams
@@ -301,12 +301,11 @@ class Bundle:
         return ConceptBitmaps(self.rows, lambda concept: self.postings(concept)[0])
 
     def entries_of_rows(
-        self, first_concept: int, rows: np.ndarray
+        self, first_concept: int, rows: np.ndarray, stop: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row, concept, activation) of the postings entries of `rows` among the concepts
-        from `first_concept` on (indexer.format.postings.entries_of_rows)."""
-        p = self._postings
-        return entries_of_rows(p.indptr, p.rows, p.values, first_concept, rows)
+        [first_concept, stop) (None: to the last), in concept order (Postings.entries_of_rows)."""
+        return self._postings.entries_of_rows(rows, first_concept, stop)
 
     def postings(self, concept: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows int64 ascending, activations float32) of the rows where the concept is active."""

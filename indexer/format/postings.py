@@ -50,6 +50,9 @@ CHUNKS = "postings_chunks.npy"
 FILES = (INDPTR, ROWS, CHUNKS, VALUES)  # what a bundle written now holds
 LEGACY_FILES = (INDPTR, ROWS, VALUES)  # a bundle written before the chunk table
 CHECK_CHUNK = 4 * 2**20
+# stored ids a binary search reads per (concept, row) pair, about: past len(rows) × concepts ×
+# this many, one pass over the entries reads fewer (Postings.entries_of_rows)
+SEARCH_READS = 16
 
 CHUNK_BITS = 16
 CHUNK_ROWS = 1 << CHUNK_BITS  # 65,536 rows a chunk
@@ -271,21 +274,78 @@ class Postings:
         start, stop = int(self.indptr[concept]), int(self.indptr[concept + 1])
         return self.rows[start:stop], self.values[start:stop]
 
+    def entries_of_rows(
+        self, wanted: np.ndarray, first: int = 0, stop: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, concept, activation) of every entry of concepts [first, stop) whose row is one
+        of `wanted`, in concept order (rows ascending within one): a few rows are found by a
+        binary search in each concept's postings (`located_entries`, no posting decoded),
+        many by one pass over the entries (`entries_of_rows`), whichever reads fewer."""
+        stop = self.concepts if stop is None else stop
+        wanted = np.unique(np.asarray(wanted, dtype=np.int64))
+        span = int(self.indptr[stop] - self.indptr[first])
+        if len(wanted) * (stop - first) * SEARCH_READS >= span:
+            indptr = self.indptr[: stop + 1]
+            return entries_of_rows(indptr, self.rows, self.values, first, wanted)
+        at, concepts, entries = located_entries(
+            self.indptr, self.stored_rows, self.chunks, first, stop, wanted
+        )
+        values = np.asarray(self.stored_values[entries], dtype=np.float32)
+        return wanted[at], concepts, values
+
+
+def located_entries(
+    indptr: np.ndarray,
+    stored_rows: np.ndarray,
+    chunks: np.ndarray | None,
+    first: int,
+    stop: int,
+    wanted: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position in `wanted`, concept, entry) of every entry of concepts [first, stop) whose
+    row is one of `wanted`, concept by concept: one binary search per (concept, row) pair, all
+    pairs a step at a time, inside the pair's sorted range of stored ids (the concept's entries
+    in the row's 65,536-row chunk, its low 16 bits sought; the whole concept in the older
+    format, its id sought). Reads about log₂(range) stored ids a pair."""
+    wanted = np.asarray(wanted, dtype=np.int64)
+    concept = np.repeat(np.arange(first, stop, dtype=np.int64), len(wanted))
+    at = np.tile(np.arange(len(wanted), dtype=np.int64), stop - first)
+    row = wanted[at]
+    if chunks is None:
+        low, high, sought = indptr[concept], indptr[concept + 1], row
+    else:
+        chunk = row >> CHUNK_BITS
+        low, high = chunks[concept, chunk], chunks[concept, chunk + 1]
+        sought = row & (CHUNK_ROWS - 1)
+    low, high, end = low.astype(np.int64), high.astype(np.int64), high.astype(np.int64)
+    searching = np.flatnonzero(low < high)
+    while len(searching):  # the first entry ≥ the sought id, in each pair's range
+        middle = (low[searching] + high[searching]) // 2
+        below = np.asarray(stored_rows[middle]) < sought[searching]
+        low[searching] = np.where(below, middle + 1, low[searching])
+        high[searching] = np.where(below, high[searching], middle)
+        searching = searching[low[searching] < high[searching]]
+    hit = np.flatnonzero(low < end)
+    hit = hit[np.asarray(stored_rows[low[hit]]) == sought[hit]]
+    return at[hit], concept[hit], low[hit]
+
 
 def entries_of_rows(
     indptr: np.ndarray,
-    rows: np.ndarray,
-    values: np.ndarray,
+    rows: Any,
+    values: Any,
     first_concept: int,
     wanted: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, concept, value) of every entry of concepts first_concept and up whose row is one
-    of `wanted` (few rows): one pass over those concepts' entries, in concept order."""
-    start = int(indptr[first_concept])
-    tail = np.asarray(rows[start:])
+    """(row, concept, value) of every entry of concepts first_concept up to the last of
+    `indptr` whose row is one of `wanted`: one pass over those concepts' entries, in concept
+    order (`rows`, `values`: arrays, or a `Postings`' decoded views)."""
+    start, stop = int(indptr[first_concept]), int(indptr[-1])
+    tail = np.asarray(rows[start:stop])
     at = np.flatnonzero(np.isin(tail, np.asarray(wanted, dtype=np.int64)))
     concepts = np.searchsorted(indptr, start + at, side="right") - 1
-    return tail[at].astype(np.int64), concepts.astype(np.int64), np.asarray(values[start:])[at]
+    found_values = np.asarray(values[start:stop], dtype=np.float32)[at]
+    return tail[at].astype(np.int64), concepts.astype(np.int64), found_values
 
 
 def chunk_table_faults(chunks: np.ndarray, indptr: np.ndarray, n_rows: int) -> list[str]:

@@ -58,27 +58,29 @@ if TYPE_CHECKING:
 
 
 def row_concepts(bundle: Bundle, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(concept ids [n, k] int64, activations [n, k] float32) of bundle rows, strongest first,
-    read from the postings: one binary search per concept (2D of them) for all rows at once."""
+    """(concept ids [n, k] int64, activations [n, k] float32) of bundle rows, strongest first
+    (ties in concept order), read from the postings of the 2D axis concepts
+    (`Bundle.entries_of_rows`: a few rows by binary searches, many by one pass)."""
     rows = np.asarray(rows, dtype=np.int64)
     k = bundle.manifest.k
     ids = np.full((len(rows), k), -1, dtype=np.int64)
     values = np.zeros((len(rows), k), dtype=np.float32)
-    filled = np.zeros(len(rows), dtype=np.int64)
     if len(rows) == 0:
         return ids, values
-    for concept in range(2 * bundle.dim):
-        posting_rows, activations = bundle.postings(concept)
-        if len(posting_rows) == 0:
-            continue
-        at = np.minimum(np.searchsorted(posting_rows, rows), len(posting_rows) - 1)
-        found = np.flatnonzero(posting_rows[at] == rows)
-        slots = filled[found]
-        keep = slots < k
-        found, slots = found[keep], slots[keep]
-        ids[found, slots] = concept
-        values[found, slots] = activations[at[found]]
-        filled[found] += 1
+    found_rows, concepts, activations = bundle.entries_of_rows(0, rows, 2 * bundle.dim)
+    unique = np.unique(rows)
+    owner = np.searchsorted(unique, found_rows)  # entries in concept order: rank within row
+    order = np.argsort(owner, kind="stable")
+    owner, concepts, activations = owner[order], concepts[order], activations[order]
+    starts = np.searchsorted(owner, np.arange(len(unique)))
+    slot = np.arange(len(owner)) - starts[owner]
+    keep = slot < k
+    by_row_ids = np.full((len(unique), k), -1, dtype=np.int64)
+    by_row_values = np.zeros((len(unique), k), dtype=np.float32)
+    by_row_ids[owner[keep], slot[keep]] = concepts[keep]
+    by_row_values[owner[keep], slot[keep]] = activations[keep]
+    at = np.searchsorted(unique, rows)
+    ids, values = by_row_ids[at], by_row_values[at]
     order = np.argsort(-values, axis=1, kind="stable")
     return np.take_along_axis(ids, order, axis=1), np.take_along_axis(values, order, axis=1)
 

@@ -386,3 +386,38 @@ def test_verification_finds_a_chunk_table_that_disagrees(spanning, tmp_path: Pat
     assert postings_faults(indptr, lows, values, n, 2) == [
         f"{ROWS}: uint16 row ids without {CHUNKS}"
     ]
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_a_rows_entries_are_found_alike_by_search_and_by_scan(
+    spanning, tmp_path: Path, compact: bool
+):
+    """Postings.entries_of_rows: a few rows (binary searches in each concept's range of their
+    chunk, or of the whole concept in the older format) and many (one pass over the entries)
+    give the entries the brute-force transpose has, in concept order, over any concept range;
+    a row asked twice is found once."""
+    concepts, activations = spanning
+    n = len(concepts)
+    run = shard_postings(concepts, activations, 0, CONCEPTS)
+    indptr, rows, values = csr_from_runs([run], CONCEPTS)
+    if compact:
+        stored = write_postings(tmp_path / "v", [run], rows=n)
+    else:
+        write_old_format(tmp_path / "v", indptr, rows, values)
+        stored = Postings(tmp_path / "v")
+    few = np.array([n - 1, 0, 65_535, 65_536, 131_072, 7, 7])
+    many = np.random.default_rng(3).choice(n, 60_000, replace=False)
+    for wanted, first, stop in [(few, 0, CONCEPTS), (few, 3, 8), (many, 0, CONCEPTS)]:
+        found_rows, found_concepts, found_values = stored.entries_of_rows(wanted, first, stop)
+        expected_rows, expected_concepts, expected_values = [], [], []
+        for concept in range(first, stop):
+            concept_rows, concept_values = brute_force(concepts, activations, concept)
+            keep = np.isin(concept_rows, wanted)
+            expected_rows += concept_rows[keep].tolist()
+            expected_concepts += [concept] * int(keep.sum())
+            expected_values += concept_values[keep].tolist()
+        assert found_rows.tolist() == expected_rows
+        assert found_concepts.tolist() == expected_concepts
+        expected_values = np.array(expected_values, np.float32)
+        kept = as_stored(expected_values) if compact else expected_values
+        np.testing.assert_array_equal(found_values, kept)
