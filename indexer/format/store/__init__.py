@@ -57,6 +57,8 @@ from indexer.format.store.block_codes import (
     block_dots,
     block_ends,
     decode_heads,
+    gathered_dots,
+    rotation_blocks,
 )
 from indexer.format.store.block_layout import BlockCodes, code_files
 from indexer.format.store.integer_scan import (
@@ -186,6 +188,8 @@ class VectorStore:
                 advise_random(array)
         self.norms = np.asarray(self.norms)
         self.scales = None if self.scales is None else np.asarray(self.scales)
+        blocks = [] if self.rotation is None else rotation_blocks(self.rotation, self.ends)
+        self._blocks = blocks  # R's diagonal blocks, a rerank's query turned block by block
 
     @property
     def rows(self) -> int:
@@ -265,10 +269,19 @@ class VectorStore:
 
     def _scores(self, at: np.ndarray | slice, length: int, queries: np.ndarray) -> np.ndarray:
         """s_L of the rows `at` against unit queries [Q, L], float32 [Q, n]."""
+        scales = None if self.scales is None else self.scales[at]
+        if (
+            isinstance(at, np.ndarray)
+            and self.layout == "blocks"
+            and scales is not None
+            and length in self.lengths
+        ):  # a rerank's rows in a store kept by blocks: scored block by block
+            dots = gathered_dots(self.codes.parts, at, scales, queries, self._blocks)
+            norms = np.asarray(self.norms[at, self.lengths.index(length)], dtype=np.float32)
+            return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
         turned = self._turned(queries, length)
         if turned is None:  # L inside a block: the rows decoded back to their own space
             return np.asarray(queries, np.float32) @ self._rows_at(at, length).T
-        scales = None if self.scales is None else self.scales[at]
         codes = self.codes[at, :length]
         if length in self.lengths:
             head = np.asarray(codes, dtype=np.float32)

@@ -36,6 +36,42 @@ def block_rotation(ends: Sequence[int], seed: int = 0) -> np.ndarray:
     return rotation
 
 
+def rotation_blocks(rotation: np.ndarray, ends: Sequence[int]) -> list[np.ndarray]:
+    """R's diagonal blocks, each its own contiguous [w_b, w_b] array (R is zero elsewhere)."""
+    starts = (0, *ends[:-1])
+    return [
+        np.ascontiguousarray(rotation[start:end, start:end])
+        for start, end in zip(starts, ends, strict=True)
+    ]
+
+
+def gathered_dots(
+    parts: Sequence[np.ndarray],
+    rows: np.ndarray,
+    scales: np.ndarray,
+    queries: np.ndarray,
+    blocks: Sequence[np.ndarray],
+) -> np.ndarray:
+    """Inner products [Q, n] of queries [Q, L] (in the rows' own space, L a block's end) with
+    the heads of code rows kept block by block (`parts`: [N, w_b] each, `rows` gathered from
+    each; `scales` [n, B] theirs): block by block, the query's block turned by R's block, the
+    rows' codes of that block gathered and scored, times their scale. No [n, L] head and no
+    turned [Q, L] query are written whole: a rerank's cost is its B small products."""
+    queries = np.asarray(queries, dtype=np.float32)
+    length = queries.shape[1]
+    dots = np.zeros((len(rows), len(queries)), dtype=np.float32)
+    start = 0
+    for block, (part, turn) in enumerate(zip(parts, blocks, strict=False)):
+        if start >= length:
+            break
+        end = start + len(turn)
+        turned = queries[:, start:end] @ turn
+        codes = part.take(rows, axis=0).astype(np.float32)
+        dots += (codes @ turned.T) * scales[:, block : block + 1]
+        start = end
+    return dots.T
+
+
 def encode_rotated(
     unit_rows: np.ndarray, rotation: np.ndarray, ends: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray]:
