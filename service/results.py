@@ -134,7 +134,7 @@ class ConceptRef:
 class SearchPlan:
     """How a search finds its hits: "direct" (one search of the target prefix's index),
     "funnel" (shortlist k·factor rows at `shortlist_prefix`, rerank them exactly at the target:
-    service/engine/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix
+    indexer/format/funnel.py) or "auto" (the engine's choice). 0 leaves a funnel's shortlist prefix
     or factor to the engine; setting either asks for a funnel."""
 
     kind: PlanKind | str = PlanKind.AUTO  # a str only when unknown (refused by the checks)

@@ -51,9 +51,9 @@ from benchmarks.service.load import drive_load, set_threads
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import ExactRows, calibrate, funnel_search
 from service.api.background import BackgroundServer
 from service.api.server import ServerConfig
-from service.engine.funnel import ExactRows, calibrate, funnel_search
 from service.engine.search import SearchEngine
 from service.results import SearchPlan, SearchQuery
 from training.core.artifacts import TransformArtifact

@@ -13,7 +13,7 @@ Sections (each reports its own figures, or why it was skipped):
   where this FAISS has GPUs (else torch's matmul + top-k on the device, said as such),
   against FAISS's CPU Flat; the median of
   interleaved single-query rounds and the throughput of a 256-query batch;
-- funnel: the engine's funnel (service/engine/funnel.py: shortlist k·F at D/16, rerank exactly at D)
+- funnel: the engine's funnel (indexer/format/funnel.py: shortlist k·F at D/16, rerank exactly at D)
   with the shortlist on the device against the same on the CPU; recall@10 against exact D;
 - server: a live `strata serve`-equivalent server (service/api/server.py) whose query encoder runs
   on the device (MiniLM, as `--device cuda` does) against one on the CPU, at concurrency 1:
@@ -188,7 +188,7 @@ def funnel_section(
     with the shortlist on the device against the CPU; recall@10 against exact D."""
     import faiss
 
-    from service.engine.funnel import ExactRows, funnel_search
+    from indexer.format.funnel import ExactRows, funnel_search
     from training.core.metrics import neighbour_recall, prefix_vectors
 
     dim = rotated.shape[1]

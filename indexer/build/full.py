@@ -256,7 +256,7 @@ def write_version(
     )
     if written is not None:  # after the gate, which writes the postings again
         written.update(writer.written)
-    return writer.finish(manifest)
+    return writer.finish(writer.funnels(manifest))
 
 
 def build_bundle(

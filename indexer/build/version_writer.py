@@ -38,6 +38,7 @@ from tqdm import tqdm
 from indexer.build.engines import ShardEngine
 from indexer.build.shard_step import ShardBatch, ShardSource
 from indexer.format.bundle import Bundle
+from indexer.format.funnel_plans import FunnelConfig, calibrate_plans, plans_record
 from indexer.format.ids import IdsWriter
 from indexer.format.manifest import MANIFEST, BundleManifest, FileRecord, PrefixEntry
 from indexer.format.postings import CHUNKS, INDPTR, ROWS, VALUES
@@ -193,6 +194,20 @@ class VersionWriter:
             self.record({path: None}, rows)
         postings = {**manifest.postings, "entries": self.files[ROWS].rows}
         return replace(manifest, files=self.files, open_vocabulary=record, postings=postings)
+
+    def funnels(
+        self, manifest: BundleManifest, config: FunnelConfig | None = None
+    ) -> BundleManifest:
+        """The manifest with the funnels "auto" runs, calibrated on the files written so far
+        (indexer/format/funnel_plans.py) under `config` (default: the service's), so that a
+        replica plans at once when it opens the version."""
+        config = config or FunnelConfig()
+        started = time.perf_counter()
+        opened = Bundle(self.staging, replace(manifest, files=dict(self.files), funnels=None))
+        plans = calibrate_plans(opened, config)
+        del opened
+        record = plans_record(plans, config, time.perf_counter() - started)
+        return replace(manifest, funnels=record)
 
     def finish(self, manifest: BundleManifest) -> BundleManifest:
         """Write manifest.json last, then fsync every file and folder of the version."""

@@ -107,6 +107,9 @@ class BundleManifest:
     # the open vocabulary's gallery state (indexer/vocabulary/stored_state.py); None: measured by
     # the service at the first phrase (as in every bundle before it)
     open_vocabulary: dict[str, Any] | None = None
+    # the funnels "auto" runs, calibrated at build time (indexer/format/funnel_plans.py); None:
+    # calibrated by the service when it loads the version (as in every bundle before it)
+    funnels: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:

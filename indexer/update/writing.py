@@ -116,6 +116,11 @@ def new_manifest(
                 f"; {gate['entries_removed']:,} word entries of the new rows gated out"
             )
         written.build["actions"] = dict(actions)
+    written = writer.funnels(written)  # the base's record is of its rows
+    written.build["actions"] = {
+        **written.build.get("actions", actions),
+        "funnels": "the funnels auto runs calibrated again on the new rows",
+    }
     return written
 
 

@@ -2,7 +2,7 @@
 
 Queries that can share one engine call are searched together, the others one by one; a funnel
 plan shortlists k·F rows at its prefix S and reranks them exactly at the target L
-(service/engine/funnel.py); a grouped query (`group_by`) widens its own search group by group
+(indexer/format/funnel.py); a grouped query (`group_by`) widens its own search group by group
 (service/engine/grouping.py). An engine supplies only what differs (`EngineRows`):
 
     shares_call(p)                      what queries searched in one call share: their
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.engine.funnel import RerankRows, pad_hits, rerank
+from indexer.format.funnel import RerankRows, pad_hits, rerank
 from service.engine.grouping import Ranked, grouped_search
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.scoring import PreparedQuery

@@ -3,7 +3,7 @@
 - restrict: a concept filter's rows (service/engine/filtering.py) and the rows meeting the
   metadata conditions `where` (service/engine/metadata_filter.py), intersected; the plan
   (service/engine/plans.py): direct, or a funnel that shortlists at a short prefix and reranks
-  exactly at the target (service/engine/funnel.py);
+  exactly at the target (indexer/format/funnel.py);
 - search: unfiltered queries of one prefix length, search setting (a query's min_recall picks
   one of the index's tuned operating points, service/engine/operating_points.py) and plan in
   one FAISS call; each filtered query over its allowed rows only; a grouped query (`group_by`)
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import RerankRows
 from indexer.format.ids import IDS
 from indexer.format.row_bitmaps import AllowedRows
 from indexer.format.served.params import SearchParams
@@ -32,7 +33,6 @@ from service.engine.batch_search import PlannedSearch, RowHits, batch_search
 from service.engine.explain import explained_codes, item_prefixes, row_concepts, row_words
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import allowed_rows, filtered_search
-from service.engine.funnel import RerankRows
 from service.engine.hits import IdColumn, explain_hits, hits_of
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary

@@ -3,15 +3,16 @@
 A query's `SearchPlan` (service/results.py) is "direct", "funnel" or "auto":
 
 - direct: one search of the target prefix's index (what every search did before the funnel);
-- funnel (service/engine/funnel.py): shortlist k·F rows at a prefix S below the target L, rerank
-them
-  exactly at L from the bundle's exact rows. S and F are the request's, else the calibrated
-  ones (below), else S = the contract's shortest prefix and F = `default_factor`;
-- auto, the default: the funnel where it was measured to pay, else direct. The rule: when an
-  engine loads a bundle of at least `min_rows` rows, it calibrates a funnel for the caption
-  and full prefixes (`funnel.calibrate`: the cheapest S and F, by floats scanned, whose
-  recall@10 against exact search at L on 100 held-out gallery rows is ≥ `recall`, 0.99, at
-  ≤ `max_cost_share` of a direct scan's floats); auto funnels to those targets when a choice
+- funnel (indexer/format/funnel.py): shortlist k·F rows at a prefix S below the target L,
+  rerank them exactly at L from the bundle's exact rows. S and F are the request's, else the
+  calibrated ones (below), else S = the contract's shortest prefix and F = `default_factor`;
+- auto, the default: the funnel where it was measured to pay, else direct. The rule
+  (indexer/format/funnel_plans.py, run when the version is built and recorded in its
+  manifest; run when the engine loads a version that recorded none, or none for the engine's
+  FunnelConfig): on a bundle of at least `min_rows` rows, a funnel for the caption and full
+  prefixes (and the prefixes a shared store serves) — the cheapest S and F, by floats scanned,
+  whose recall@10 against exact search at L on 100 held-out gallery rows is ≥ `recall`, 0.99,
+  at ≤ `max_cost_share` of a direct scan's floats; auto funnels to those targets when a choice
   was found, and searches directly otherwise (other granularities, small bundles, no exact
   rows to rerank from, no funnel reaching the recall). A filtered query that allows at most
   `exact_max` rows is scored exactly by the direct plan, which auto then keeps.
@@ -24,118 +25,48 @@ kept, so neither needs anything of the funnel.
 from __future__ import annotations
 
 import dataclasses
-import logging
-import time
 from collections.abc import Iterable
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import ExactRows, FunnelChoice, funnel_search, rerank
+from indexer.format.funnel_plans import (
+    FunnelConfig,
+    PlanInputs,
+    calibrate_plans,
+    recorded_plans,
+)
 from indexer.format.row_bitmaps import AllowedRows
 from service.engine.filter_blocks import FilterBlocks
 from service.engine.filtering import filtered_search
-from service.engine.funnel import (
-    ExactRows,
-    FunnelChoice,
-    calibrate,
-    exact_rows_for,
-    funnel_search,
-    rerank,
-)
 from service.errors import QueryError
 from service.results import PlanKind, PlanRun, SearchQuery
-from training.core.config import ConfigModel
-from training.core.granularity import Granularity
 from training.core.metrics import prefix_vectors
-
-log = logging.getLogger(__name__)
-
-DEFAULT_TARGETS = (Granularity.CAPTION, Granularity.FULL)
-
-
-class FunnelConfig(ConfigModel):
-    """When "auto" funnels (module docstring): calibrated on bundles of ≥ `min_rows` rows, for
-    the `targets` granularities, to recall@10 ≥ `recall` on `queries` gallery rows, trying the
-    `factors`, at most `max_cost_share` of a direct scan's floats; `enabled` False makes auto
-    always direct; `default_factor` is a requested funnel's F when nothing else gives one."""
-
-    model_config = ConfigDict(frozen=True)
-
-    enabled: bool = True
-    min_rows: int = Field(20_000, ge=1)
-    targets: tuple[Granularity, ...] = DEFAULT_TARGETS
-    recall: float = Field(0.99, gt=0.0, le=1.0)
-    factors: tuple[int, ...] = (10, 20, 50, 100)
-    queries: int = Field(100, ge=1)
-    max_cost_share: float = Field(0.5, gt=0.0, le=1.0)
-    default_factor: int = Field(100, ge=1)
 
 
 class Planner:
     """The plans of one loaded bundle: its indexes, the exact rows to rerank from, and the
-    funnel calibrated per target prefix (done once, when the engine loads the bundle)."""
+    funnel per target prefix: recorded in the version at build time, else calibrated now
+    (indexer/format/funnel_plans.py), once, when the engine loads the bundle."""
 
     def __init__(self, bundle: Bundle, config: FunnelConfig | None = None) -> None:
         self.config = config or FunnelConfig()
         self.rows = bundle.rows
-        self.indexes = {length: bundle.index(length) for length in bundle.prefix_lengths}
+        self.inputs = PlanInputs.of(bundle)
         # shortlist candidates: every prefix (codes reranked from the store shortlist as codes:
         # the funnel reranks; a prefix the store serves is a scan of S/L of the floats of a scan
         # at L), the calibration's cost model ordering them (ServedIndex.scanned_floats)
-        shortest = min(self.indexes)
-        self.shortlists = {n: i.shortlist for n, i in self.indexes.items()}
+        self.indexes, self.shortlists = self.inputs.indexes, self.inputs.shortlists
         self.factories = {p.length: p.factory for p in bundle.manifest.prefixes}
-        self._exact: dict[int, ExactRows | None] = {}
-        self.choices: dict[int, FunnelChoice] = {}
-        self.direct_reasons: dict[int, str] = {}
-        contract = bundle.contract
-        targets = {contract[g] for g in self.config.targets}
-        if bundle.store is not None:  # a direct search there is a scan of the store: funnel it
-            targets |= {p.length for p in bundle.manifest.prefixes if p.store}
-            targets.discard(shortest)
-            self.direct_reasons[shortest] = "auto: the shortest prefix, none below to shortlist"
-        for length in sorted(targets):
-            self._calibrate(length)
-        if bundle.store is not None and bundle.store.on_disk:
-            bundle.store.release()  # the calibration's scans and reranks held none of it
+        plans = recorded_plans(bundle.manifest, self.config)
+        self.recorded = plans is not None
+        if plans is None:
+            plans = calibrate_plans(bundle, self.config, self.inputs)
+        self.choices, self.direct_reasons = plans.choices, plans.direct_reasons
 
     def exact(self, length: int) -> ExactRows | None:
-        if length not in self._exact:
-            self._exact[length] = exact_rows_for(self.indexes, length)
-        return self._exact[length]
-
-    def _calibrate(self, length: int) -> None:
-        config = self.config
-        skipped = calibration_skipped(config, self.rows)
-        if skipped is not None:
-            self.direct_reasons[length] = skipped
-            return
-        exact = self.exact(length)
-        if exact is None:
-            self.direct_reasons[length] = f"auto: no exact rows at prefix ≥ {length} to rerank"
-            return
-        started = time.perf_counter()
-        choice = calibrate(
-            self.shortlists,
-            exact,
-            length,
-            10,
-            config.recall,
-            config.factors,
-            config.queries,
-            config.max_cost_share,
-        )
-        log.info(
-            "prefix %d: funnel %s (calibrated in %.1f s)",
-            length,
-            choice or "none",
-            time.perf_counter() - started,
-        )
-        if choice is None:
-            self.direct_reasons[length] = no_funnel_reason(config)
-        else:
-            self.choices[length] = choice
+        return self.inputs.exact(length)
 
     def plan(
         self, query: SearchQuery, length: int, allowed: AllowedRows | None, exact_max: int
@@ -208,24 +139,6 @@ class Planner:
             blocks,
         )
         return rerank(exact, rotated[0], candidates[0], length, k)
-
-
-def calibration_skipped(config: FunnelConfig, rows: int) -> str | None:
-    """Why "auto" searches a bundle of `rows` rows directly without calibrating a funnel (the
-    funnel off, or too few rows for one to pay); None when it calibrates. Both engines' rule."""
-    if not config.enabled:
-        return "auto: the funnel is off"
-    if rows < config.min_rows:
-        return f"auto: {rows} rows < {config.min_rows}, a direct scan is cheap"
-    return None
-
-
-def no_funnel_reason(config: FunnelConfig) -> str:
-    """Why "auto" searches directly where calibration found no funnel that pays."""
-    return (
-        f"auto: no funnel reached recall@10 {config.recall} at ≤ "
-        f"{config.max_cost_share:.0%} of a direct scan"
-    )
 
 
 def requested_funnel(

@@ -22,11 +22,11 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel_plans import FunnelConfig
 from service.engine.filter_blocks import BLOCK_BUDGET
 from service.engine.filtering import EXACT_MAX
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.open_vocabulary import OpenVocabulary
-from service.engine.plans import FunnelConfig
 from service.errors import NotFoundError, QueryError, ServiceError
 from service.limits import LIMITS, RequestLimits, check_chars
 from service.query.routing import Route

@@ -51,9 +51,9 @@ from benchmarks.harness import benchmark_parser, publish
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import exact_rows_for
 from service.engine.compute_threads import limit_threads
 from service.engine.filtering import allowed_rows
-from service.engine.funnel import exact_rows_for
 from service.engine.search import SearchEngine
 from service.results import ConceptRef, SearchQuery, SearchResult
 from training.core.artifacts import TransformArtifact

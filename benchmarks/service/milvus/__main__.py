@@ -49,10 +49,10 @@ from benchmarks.harness import benchmark_parser, interleaved, publish
 from benchmarks.service.funnel import spectrum_bundle
 from benchmarks.service.milvus import milvus_target
 from indexer.format.bundle import Bundle
+from indexer.format.funnel_plans import FunnelConfig
 from indexer.milvus.export import export_bundle
 from indexer.milvus.store import MilvusStore
 from service.engine.milvus.backend import milvus_engine
-from service.engine.plans import FunnelConfig
 from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
 from service.query.cache import QueryCache

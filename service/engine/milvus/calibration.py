@@ -16,11 +16,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import FunnelChoice, cheapest_funnel, rerank, without_self
+from indexer.format.funnel_plans import calibration_skipped, no_funnel_reason
 from indexer.milvus.store import ROW, MilvusStore, vector_field
-from service.engine.funnel import FunnelChoice, cheapest_funnel, rerank, without_self
 from service.engine.milvus.entities import ReturnedRows, row_hits
 from service.engine.milvus.expressions import rows_expression
-from service.engine.plans import calibration_skipped, no_funnel_reason
 from service.engine.scoring import EngineConfig
 
 TOPK_MAX = 16_384  # Milvus's limit on hits per search

@@ -87,7 +87,7 @@ def row_hits(answer: list[dict[str, Any]], k: int) -> RowHits:
 
 class ReturnedRows:
     """A shortlist's exact p_L as Milvus returned them with its hits (the field p{L} of each
-    row's entity): where the funnel reranks from (service/engine/funnel.py's RerankRows)."""
+    row's entity): where the funnel reranks from (indexer/format/funnel.py's RerankRows)."""
 
     def __init__(self, entities: dict[int, dict[str, Any]], length: int) -> None:
         self.entities, self.field = entities, vector_field(length)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import RerankRows
 from indexer.format.manifest import MANIFEST
 from indexer.milvus.store import (
     ACTIVATIONS,
@@ -52,7 +53,6 @@ from indexer.milvus.store import (
 from service.engine.batch_search import PlannedSearch, RowHits, batch_search
 from service.engine.explain import activations_of, explained_codes, shared_concepts, with_words
 from service.engine.filtering import open_phrase, resolve_ref
-from service.engine.funnel import RerankRows
 from service.engine.metadata_filter import MetadataFilter
 from service.engine.milvus.calibration import TOPK_MAX, calibrated_funnels
 from service.engine.milvus.entities import (

@@ -74,6 +74,12 @@ def gallery(parts: Parts, cache: str) -> np.ndarray:
     return EmbeddingCache.open(parts.caches[cache]).embeddings("image")
 
 
+def recorded_funnels(bundle: Bundle) -> dict:
+    """The funnels a version recorded at build time, less the seconds they took."""
+    assert bundle.manifest.funnels is not None
+    return {k: v for k, v in bundle.manifest.funnels.items() if k != "seconds"}
+
+
 def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
     out = tmp_path / "bundles"
     parts.build("A", out, store="none")
@@ -91,6 +97,7 @@ def test_add_equals_a_full_build_file_for_file(parts: Parts, tmp_path: Path):
     rebuilt = Bundle.open(parts.build("AB", tmp_path / "rebuilt", store="none").path)
     # every index, postings and ids file (and the artifact copies) are a full build's bytes
     assert checksums(ours) == checksums(rebuilt)
+    assert recorded_funnels(ours) == recorded_funnels(rebuilt)  # of the new rows, not the base's
     x = gallery(parts, "AB")
     assert_same_search(ours, rebuilt, x[::13])
     assert ours.ids([0, 299, 300, 419]) == ["a-0-0", "a-1-149", "b-0-0", "b-1-39"]
@@ -113,6 +120,7 @@ def test_delete_equals_a_full_build_of_the_kept_rows(parts: Parts, tmp_path: Pat
     ours = Bundle.open(out)
     rebuilt = Bundle.open(parts.build("A_KEPT", tmp_path / "rebuilt", store="none").path)
     assert_same_rows(ours, rebuilt)
+    assert recorded_funnels(ours) == recorded_funnels(rebuilt)
     assert_same_search(ours, rebuilt, gallery(parts, "A_KEPT")[::11], atol=1e-5)
     assert ours.manifest.source["operation"] == "delete"
     assert ours.manifest.source["deleted_rows"] == len(ids)

@@ -3,6 +3,7 @@ rerank's p_L of stored rows, the calibrated default, the concept filter, deletio
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -13,11 +14,18 @@ from search_gallery import LANTERN
 from indexer.build.full import build_bundle
 from indexer.build.inputs import BuildConfig
 from indexer.format.bundle import Bundle
+from indexer.format.funnel import ExactRows, FunnelChoice, calibrate, exact_rows_for
+from indexer.format.funnel_plans import (
+    FunnelConfig,
+    FunnelPlans,
+    calibrate_plans,
+    plans_record,
+    recorded_plans,
+)
 from indexer.update.rows import DeleteConfig, delete_rows
 from service.cli.search import format_result
 from service.engine.filtering import allowed_rows
-from service.engine.funnel import ExactRows, FunnelChoice, calibrate, exact_rows_for
-from service.engine.plans import FunnelConfig, requested_funnel
+from service.engine.plans import Planner, requested_funnel
 from service.engine.search import EngineConfig, SearchEngine
 from service.errors import QueryError
 from service.results import ConceptRef, SearchPlan, SearchQuery
@@ -192,14 +200,14 @@ def test_a_requested_funnel_takes_what_it_names_then_the_calibrated_choice_then_
 
 
 def test_a_funnel_needs_exact_rows_at_the_target(engine, minilm):
-    engine.scorer.planner._exact[engine.contract[Granularity.FULL]] = (
+    engine.scorer.planner.inputs.exact_by_target[engine.contract[Granularity.FULL]] = (
         None  # as for IVF-PQ with lists on disk
     )
     try:
         with pytest.raises(QueryError, match=r"keeps no exact rows at prefix ≥ 384"):
             engine.search(SearchQuery.of(vector=vectors(minilm)[0], plan="funnel"))
     finally:
-        del engine.scorer.planner._exact[engine.contract[Granularity.FULL]]
+        del engine.scorer.planner.inputs.exact_by_target[engine.contract[Granularity.FULL]]
 
 
 def test_the_plan_goes_through_grpc_and_the_cli_shows_it(client, engine, minilm):
@@ -260,3 +268,28 @@ def test_the_rerank_reads_exact_rows_of_any_index_that_keeps_them(
         np.testing.assert_allclose(
             [h.score for h in found.hits], [h.score for h in expected.hits], atol=1e-6
         )
+
+
+def test_a_version_plans_its_funnels_at_build_time(engine):
+    """The text bundle records the plans calibrated under the default FunnelConfig, and an
+    engine so configured takes them without calibrating; the record reads back as calibrated."""
+    bundle = engine.bundle
+    assert bundle.manifest.funnels is not None
+    default = FunnelConfig()
+    planner = Planner(bundle, default)
+    fresh = calibrate_plans(bundle, default)
+    assert planner.recorded
+    assert (planner.choices, planner.direct_reasons) == (fresh.choices, fresh.direct_reasons)
+    assert f"{bundle.rows} rows < {default.min_rows}" in planner.direct_reasons[bundle.dim]
+
+
+def test_another_funnel_config_calibrates_when_the_engine_loads(engine):
+    """A config the version recorded no plans under calibrates at load (here one that funnels
+    the 300-row bundle); its plans, recorded, read back equal."""
+    config = FunnelConfig(min_rows=100, max_cost_share=1.0)
+    planner = Planner(engine.bundle, config)
+    assert not planner.recorded and planner.choices  # the premise: a funnel that pays
+    record = plans_record(FunnelPlans(planner.choices, planner.direct_reasons), config, 0.0)
+    manifest = dataclasses.replace(engine.bundle.manifest, funnels=record)
+    assert recorded_plans(manifest, config) == FunnelPlans(planner.choices, planner.direct_reasons)
+    assert recorded_plans(manifest, FunnelConfig()) is None

@@ -22,6 +22,7 @@ from two_engines import LiteServer, configured
 from waiting import WAIT_S, wait_for
 
 from indexer.format.bundle import Bundle
+from indexer.format.funnel_plans import FunnelConfig
 from indexer.format.manifest import MANIFEST, read_current, version_name
 from indexer.milvus.export import (
     bulk_deadline,
@@ -44,7 +45,7 @@ from service.engine.milvus.backend import open_milvus
 from service.engine.milvus.calibration import CALIBRATION_CHUNK, CALIBRATION_DEADLINE_S
 from service.engine.milvus.expressions import concept_expression, where_expression
 from service.engine.milvus.scorer import MilvusScorer
-from service.engine.plans import FunnelConfig, Planner
+from service.engine.plans import Planner
 from service.engine.scoring import EngineConfig
 from service.engine.search import SearchEngine
 from service.errors import QueryError, UnavailableError
