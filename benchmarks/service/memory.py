@@ -11,14 +11,15 @@ and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layout
    - `per_prefix` (`--before`; `--store none`, the layout before the store: a float32 index per
      prefix, which the rules make HNSW32 at every prefix past 200k rows).
 3. hnswlib (M = 32, ef_construction = 200, as its own docs build it) over the full rows: its
-   bytes per row; Qdrant's embedded engine (m = 32) over the same rows: its folder's bytes per
-   row (`--no-qdrant`).
+   bytes per row (with `--prefix-peers`, one more over each shorter prefix's rows, the
+   strongest baseline a user could build for that granularity); Qdrant's embedded engine
+   (m = 32) over the same rows: its folder's bytes per row (`--no-qdrant`).
 4. Per granularity L, on held-out gallery rows (leave one out), truth = exact float32 search
    at L: the default bundle as a service plans it (service/engine/plans.py: the object prefix
-   its reranked codes; each longer one the funnel calibrated when the bundle loads, else a scan
-   of the store) — its recall@10, its reranks per query (rows read from the store) and the
-   bytes they read; hnswlib at the smallest ef whose recall@10 against exact full-D search
-   reaches Strata's at L; p50 of both, one thread, interleaved rounds, and their ratio.
+   its reranked codes; each longer one the funnel the build calibrated and recorded, else a
+   scan of the store) — its recall@10, its reranks per query (rows read from the store) and the
+   bytes they read; hnswlib at the smallest ef (from k + 1) whose recall@10 against exact full-D
+   search reaches Strata's at L; p50 of both, one thread, interleaved rounds, and their ratio.
 
     python -m benchmarks.service.memory --rows 100000 --before
     python -m benchmarks.service.memory --rows 1000000
@@ -55,6 +56,9 @@ from training.core.metrics import neighbour_recall, prefix_vectors
 from training.synthetic import random_cedar_artifact
 
 K, SHARD = 10, 50_000
+# hnswlib's ef from the least it takes (ef ≥ the k + 1 asked, leave one out) up: the peer at
+# the smallest breadth that reaches Strata's recall, not at the tuning ladder's first rung
+PEER_EF = (K + 1, 12, 14, *EF_LADDER)
 
 
 def write_inputs(work: Path, rows: int, dim: int, alpha: float) -> tuple[Path, np.ndarray]:
@@ -140,8 +144,11 @@ def reranks_per_query(bundle: Bundle, planner: Planner, length: int) -> int:
     return index.fetch(K + 1) if isinstance(index, StoreRerank) else bundle.rows
 
 
-def granularities(bundle: Bundle, x, peer, queries: int, rounds: int) -> dict:
-    """Per granularity: recall@10, reranks and p50 of Strata and hnswlib at equal recall."""
+def granularities(
+    bundle: Bundle, x, peer, queries: int, rounds: int, prefix_peers: bool = False
+) -> dict:
+    """Per granularity: recall@10, reranks and p50 of Strata and hnswlib at equal recall (with
+    `prefix_peers`, also an hnswlib built on that prefix's own rows)."""
     faiss.omp_set_num_threads(1)
     selves = np.sort(np.random.default_rng(7).choice(len(x), queries, replace=False))
     rotated = bundle.rotate(x[selves])
@@ -149,21 +156,26 @@ def granularities(bundle: Bundle, x, peer, queries: int, rounds: int) -> dict:
     planner = Planner(bundle)
     calibration = round(time.perf_counter() - started, 1)
     full_truth = exact_truth(x, selves, bundle.dim)
-    out: dict = {"calibration_seconds": calibration}
+    out: dict = {"calibration_seconds": calibration, "plans_recorded": planner.recorded}
     for granularity, length in sorted(bundle.contract.items(), key=lambda g: g[1]):
         truth = exact_truth(x, selves, length)
         search, plan = strata_search(bundle, planner, length)
         found = np.stack([search(q) for q in rotated])
         recall = neighbour_recall(drop_self(found, selves, K), truth)
-        ef, peer_recall = EF_LADDER[-1], 0.0
-        for ef in EF_LADDER:
-            found = np.stack([hnswlib_search(peer, ef, K + 1)(q) for q in rotated])
-            peer_recall = neighbour_recall(drop_self(found, selves, K), full_truth)
-            if peer_recall >= recall:
-                break
-        ms = interleaved_ms(
-            {"strata": search, "hnswlib": hnswlib_search(peer, ef, K + 1)}, rotated, rounds
-        )
+        ef, peer_recall = smallest_ef(peer, rotated, selves, full_truth, recall)
+        arms = {"strata": search, "hnswlib": hnswlib_search(peer, ef, K + 1)}
+        own: dict = {}
+        if prefix_peers and length < bundle.dim:  # at D the full-length peer is that peer
+            heads = np.ascontiguousarray(prefix_vectors(x, length))
+            at_prefix, seconds = hnswlib_index(heads, threads=1)
+            queries_at = np.ascontiguousarray(prefix_vectors(rotated, length))
+            own_ef, own_recall = smallest_ef(at_prefix, queries_at, selves, truth, recall)
+            own = {"ef": own_ef, "recall_at_10": round(own_recall, 4), "build_seconds": seconds}
+            at_ef = hnswlib_search(at_prefix, own_ef, K + 1)
+            arms["hnswlib_at_prefix"] = lambda q, at_ef=at_ef, n=length: at_ef(
+                prefix_vectors(q[None, :], n)[0]
+            )
+        ms = interleaved_ms(arms, rotated, rounds)
         reranks = reranks_per_query(bundle, planner, length)
         out[granularity.value] = {
             "prefix": length,
@@ -176,8 +188,25 @@ def granularities(bundle: Bundle, x, peer, queries: int, rounds: int) -> dict:
             "p50_ms": ms,
             "strata_over_hnswlib": round(ms["strata"] / ms["hnswlib"], 2),
         }
+        if own:
+            own["strata_over"] = round(ms["strata"] / ms["hnswlib_at_prefix"], 2)
+            out[granularity.value]["hnswlib_at_prefix"] = own
         print(granularity.value, out[granularity.value], flush=True)
     return out
+
+
+def smallest_ef(
+    peer, queries: np.ndarray, selves: np.ndarray, truth: np.ndarray, recall: float
+) -> tuple[int, float]:
+    """The smallest of PEER_EF whose recall@10 against `truth` reaches `recall` (else the
+    largest), and the recall it reached."""
+    ef, reached = PEER_EF[-1], 0.0
+    for ef in PEER_EF:
+        found = np.stack([hnswlib_search(peer, ef, K + 1)(q) for q in queries])
+        reached = neighbour_recall(drop_self(found, selves, K), truth)
+        if reached >= recall:
+            break
+    return ef, reached
 
 
 def exact_truth(x: np.ndarray, selves: np.ndarray, length: int) -> np.ndarray:
@@ -199,6 +228,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--memory-only", action="store_true", help="no latency/recall part")
     parser.add_argument("--before", action="store_true", help="also the per-prefix layout")
     parser.add_argument("--no-qdrant", action="store_true")
+    parser.add_argument(
+        "--prefix-peers",
+        action="store_true",
+        help="also an hnswlib (M 32, ef_construction 200) built on each shorter prefix's rows",
+    )
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/memory.json"))
     args = parser.parse_args(argv)
@@ -241,7 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
                 result["qdrant_edge"] = {"skipped": str(exc)}
         publish(result, args.json)
         if not args.memory_only:
-            result["granularities"] = granularities(default, x, peer, args.queries, args.rounds)
+            result["granularities"] = granularities(
+                default, x, peer, args.queries, args.rounds, args.prefix_peers
+            )
         result["seconds"] = round(time.perf_counter() - started, 1)
         return publish(result, args.json)
     finally:
