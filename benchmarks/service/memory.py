@@ -24,6 +24,10 @@ and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layout
     python -m benchmarks.service.memory --rows 100000 --before
     python -m benchmarks.service.memory --rows 1000000
 
+With `--cache`, `--grasp` and `--cedar` (e.g. `strata demo`'s), the rows are a cache the project
+made instead of spectrum rows: its embeddings under its own rotation, the peers over the same
+rotated rows.
+
 hnswlib and Qdrant's engine are the `bench` extra: `.venv/bin/pip install -e '.[bench]'`.
 """
 
@@ -51,7 +55,7 @@ from indexer.format.store_rerank import StoreRerank
 from indexer.format.tuning import EF_LADDER, drop_self
 from service.engine.plans import Planner
 from training.core.artifacts import TransformArtifact
-from training.core.cache import CacheManifest, write_manifest, write_shard
+from training.core.cache import CacheManifest, EmbeddingCache, write_manifest, write_shard
 from training.core.metrics import neighbour_recall, prefix_vectors
 from training.synthetic import random_cedar_artifact
 
@@ -148,10 +152,11 @@ def granularities(
     bundle: Bundle, x, peer, queries: int, rounds: int, prefix_peers: bool = False
 ) -> dict:
     """Per granularity: recall@10, reranks and p50 of Strata and hnswlib at equal recall (with
-    `prefix_peers`, also an hnswlib built on that prefix's own rows)."""
+    `prefix_peers`, also an hnswlib built on that prefix's own rows); `x` the gallery's rows as
+    the bundle rotates them, unit length (`rotated_rows`)."""
     faiss.omp_set_num_threads(1)
     selves = np.sort(np.random.default_rng(7).choice(len(x), queries, replace=False))
-    rotated = bundle.rotate(x[selves])
+    rotated = x[selves]  # the gallery's rows as the bundle rotates them, their own queries
     started = time.perf_counter()
     planner = Planner(bundle)
     calibration = round(time.perf_counter() - started, 1)
@@ -209,9 +214,23 @@ def smallest_ef(
     return ef, reached
 
 
+def rotated_rows(bundle: Bundle, x: np.ndarray) -> np.ndarray:
+    """The gallery's rows as the bundle serves them: p_D of their GraSP rotation, unit length
+    (the spectrum rows themselves: their rotation is the identity)."""
+    return np.ascontiguousarray(prefix_vectors(bundle.rotate(x), bundle.dim))
+
+
+def real_inputs(work: Path, cache: Path, grasp: Path, cedar: Path, modality: str) -> np.ndarray:
+    """A cache and artifacts the project made (`strata demo`'s), linked into `work` as the
+    builds read them; the cache's rows."""
+    for name, source in (("cache", cache), ("grasp", grasp), ("cedar", cedar)):
+        (work / name).symlink_to(source.resolve(), target_is_directory=True)
+    return np.asarray(EmbeddingCache.open(cache).embeddings(modality), dtype=np.float32)
+
+
 def exact_truth(x: np.ndarray, selves: np.ndarray, length: int) -> np.ndarray:
-    """Exact float32 top-k at prefix L of the held-out rows, their own rows dropped (the
-    rotation is the identity: p_L is the rows' renormalised head)."""
+    """Exact float32 top-k at prefix L of the held-out rows, their own rows dropped (`x` the
+    rotated rows: p_L is their renormalised head)."""
     gallery = np.ascontiguousarray(prefix_vectors(x, length))
     flat = faiss.IndexFlatIP(length)
     flat.add(gallery)
@@ -233,6 +252,10 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="also an hnswlib (M 32, ef_construction 200) built on each shorter prefix's rows",
     )
+    parser.add_argument("--cache", type=Path, help="a real cache (with --grasp and --cedar)")
+    parser.add_argument("--grasp", type=Path, help="the GraSP-VL artifact of --cache")
+    parser.add_argument("--cedar", type=Path, help="the CEDAR artifact of --cache")
+    parser.add_argument("--modality", default="text", help="the embeddings of --cache indexed")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/memory.json"))
     args = parser.parse_args(argv)
@@ -240,11 +263,19 @@ def main(argv: list[str] | None = None) -> dict:
         import hnswlib  # noqa: F401
     except ImportError:
         parser.exit(2, "memory: hnswlib is not installed: .venv/bin/pip install -e '.[bench]'\n")
+    real = (args.cache, args.grasp, args.cedar)
+    if any(real) and not all(real):
+        parser.exit(2, "memory: --cache, --grasp and --cedar go together\n")
     work = Path(tempfile.mkdtemp(prefix="memory-", dir=args.work))
     result: dict = {"rows": args.rows, "dim": args.dim, "alpha": args.alpha, "k": K}
     try:
         started = time.perf_counter()
-        _, x = write_inputs(work, args.rows, args.dim, args.alpha)
+        if args.cache is not None:
+            x = real_inputs(work, args.cache, args.grasp, args.cedar, args.modality)
+            result = {"rows": len(x), "dim": x.shape[1], "cache": str(args.cache), "k": K}
+        else:
+            _, x = write_inputs(work, args.rows, args.dim, args.alpha)
+        n = len(x)
         if args.before:
             result["per_prefix"] = parts(build(work, "per_prefix", store="none"))
             shutil.rmtree(work / "per_prefix")
@@ -261,11 +292,12 @@ def main(argv: list[str] | None = None) -> dict:
         result["on_disk"] = parts(build(work, "on_disk", store_on_disk=True))
         shutil.rmtree(work / "on_disk")
         publish(result, args.json)
+        x = rotated_rows(default, x)  # what is served, and what the peers index
         # one thread when its speed is compared: a threaded build's graph, and so the ef
         # that reaches Strata's recall, differ from run to run (caption: ef 128 or 192)
         peer, seconds = hnswlib_index(x, threads=-1 if args.memory_only else 1)
         result["hnswlib"] = {
-            "bytes_per_row": round(hnswlib_bytes(peer, work) / args.rows, 1),
+            "bytes_per_row": round(hnswlib_bytes(peer, work) / n, 1),
             "build_seconds": round(seconds, 1),
         }
         if not args.no_qdrant:
