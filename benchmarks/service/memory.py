@@ -256,6 +256,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--grasp", type=Path, help="the GraSP-VL artifact of --cache")
     parser.add_argument("--cedar", type=Path, help="the CEDAR artifact of --cache")
     parser.add_argument("--modality", default="text", help="the embeddings of --cache indexed")
+    parser.add_argument(
+        "--index-type",
+        action="append",
+        default=[],
+        help="PREFIX=KIND for the default bundle, as `strata index build --index-type` takes it",
+    )
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=Path("runs/bench/memory.json"))
     args = parser.parse_args(argv)
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.rmtree(work / "per_prefix")
             publish(result, args.json)
         tick = time.perf_counter()
-        default = build(work, "default")
+        default = build(work, "default", index_types=tuple(args.index_type))
         result["default"] = parts(default)
         result["default"]["build_seconds"] = round(time.perf_counter() - tick, 1)
         result["default"]["layout"] = [
@@ -289,7 +295,9 @@ def main(argv: list[str] | None = None) -> dict:
             + (" (store)" if p.store else " (rerank)" if p.rerank else "")
             for p in default.manifest.prefixes
         ]
-        result["on_disk"] = parts(build(work, "on_disk", store_on_disk=True))
+        result["on_disk"] = parts(
+            build(work, "on_disk", store_on_disk=True, index_types=tuple(args.index_type))
+        )
         shutil.rmtree(work / "on_disk")
         publish(result, args.json)
         x = rotated_rows(default, x)  # what is served, and what the peers index
