@@ -10,7 +10,7 @@ each quantizer: the quantizer alone, the codes' search, and the whole search wit
 and reports the share of the flat quantizer's lists the graph finds, and the recall@10 of the
 graph's answers against the flat one's.
 
-    python -m benchmarks.service.scale --rows 10000000          # builds runs/bench/scale
+    python -m benchmarks.service.layout.scale --rows 10000000          # builds runs/bench/scale
     python -m benchmarks.indexer.coarse_quantizer --bundles runs/bench/scale/bundles --rows 10000000
 """
 
@@ -24,7 +24,7 @@ import faiss
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.service.scale import held_out, held_out_rows
+from benchmarks.service.layout.scale import held_out, held_out_rows
 from indexer.format.bundle import Bundle
 from indexer.format.store_rerank import StoreRerank
 from training.core.metrics import neighbour_recall, prefix_vectors

@@ -6,7 +6,7 @@
 A prefix index scans S/L of the bytes a direct search at L scans, and the rerank reads k·F
 rows; on rows whose variance a learned rotation puts first, the true top k at L lie within the
 top k·F at S, so the funnel finds them for a fraction of the cost (figures:
-docs/benchmarks.md#the-funnel; `python -m benchmarks.service.funnel`).
+docs/benchmarks.md#the-funnel; `python -m benchmarks.service.layout.funnel`).
 
 The rerank reads exact rows the bundle already holds: the stored p_M rows of the smallest
 prefix M ≥ L whose index keeps them exactly (Flat; HNSW's flat storage; a refine's Flat), as

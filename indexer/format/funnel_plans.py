@@ -97,12 +97,12 @@ def calibrate_plans(
         targets |= {p.length for p in bundle.manifest.prefixes if p.store}
         targets.discard(shortest)
         plans.direct_reasons[shortest] = "auto: the shortest prefix, none below to shortlist"
+    skipped = calibration_skipped(config, bundle.rows)
     for length in sorted(targets):
-        skipped = calibration_skipped(config, bundle.rows)
-        exact = None if skipped else inputs.exact(length)
         if skipped is not None:
             plans.direct_reasons[length] = skipped
             continue
+        exact = inputs.exact(length)
         if exact is None:
             plans.direct_reasons[length] = f"auto: no exact rows at prefix ≥ {length} to rerank"
             continue

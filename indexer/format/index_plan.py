@@ -121,7 +121,7 @@ SHORTLIST_RULE = IndexRule(
 # up to this many rows, every prefix of a bundle with a store is an exact scan of its heads (the
 # funnel's own floor, FunnelConfig.min_rows: past it the longer prefixes funnel from the codes);
 # on the Flickr8k demo's 40,460 rows the codes answer an object query ~10x faster than the scan
-# at recall@10 0.95 (`python -m benchmarks.service.memory --cache …`)
+# at recall@10 0.95 (`python -m benchmarks.service.layout.memory --cache …`)
 SMALL_GALLERY = 20_000
 
 

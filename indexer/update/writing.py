@@ -115,12 +115,9 @@ def new_manifest(
             actions["postings_*.npy"] += (
                 f"; {gate['entries_removed']:,} word entries of the new rows gated out"
             )
-        written.build["actions"] = dict(actions)
+    actions["funnels"] = "the funnels auto runs calibrated again on the new rows"
     written = writer.funnels(written)  # the base's record is of its rows
-    written.build["actions"] = {
-        **written.build.get("actions", actions),
-        "funnels": "the funnels auto runs calibrated again on the new rows",
-    }
+    written.build["actions"] = dict(actions)
     return written
 
 

@@ -1,7 +1,7 @@
 """The Milvus backend against local FAISS on the same bundle, in the same run.
 
-1. `serve`: a spectrum bundle (benchmarks/service/funnel.spectrum_bundle: every prefix Flat) of
-   --rows rows, exported to Milvus (Milvus Lite, a gRPC server in this process, unless --to
+1. `serve`: a spectrum bundle (benchmarks/service/layout/funnel.spectrum_bundle: every prefix
+   Flat) of --rows rows, exported to Milvus (Milvus Lite, a gRPC server in this process, unless --to
    names another engine), then searched with the same vector queries through the local
    local `SearchEngine` and the Milvus-backed one:
    - parity: the share of queries whose top-10 is the same list, and recall@10 against local
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, interleaved, publish
-from benchmarks.service.funnel import spectrum_bundle
+from benchmarks.service.layout.funnel import spectrum_bundle
 from benchmarks.service.milvus import milvus_target
 from indexer.format.bundle import Bundle
 from indexer.format.funnel_plans import FunnelConfig

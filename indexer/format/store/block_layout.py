@@ -11,7 +11,7 @@ which torch's weight-only int8 kernel reads as they lie, one block at a time wit
 its rows' scales (indexer/format/store/kernel_scan.py). The bytes are the same; a row's codes
 are B short runs instead of one, so a rerank gathers from B arrays (at 100,000 × 512 the
 engine's p50 where no direct scan is involved stayed within 6 %,
-`python -m benchmarks.service.store_layout`). An index build keeps an int8 store by blocks
+`python -m benchmarks.service.layout.store_layout`). An index build keeps an int8 store by blocks
 unless told `--store-layout rows`; both are read: the record of a store kept by rows names
 `vectors`, of one kept by blocks `blocks`.
 """

@@ -14,8 +14,9 @@ is dropped. Each engine's answers are checked to be the other's (the same rows).
 Prints and writes p50 per granularity and layout, and rows over blocks. `--threads 1`: FAISS and
 torch on one thread, as in each worker of `strata serve --workers` one per core.
 
-    python -m benchmarks.service.store_layout --bundles runs/demo/bundles-flickr8k
-    python -m benchmarks.service.store_layout --bundles runs/demo/bundles-flickr8k --threads 1
+    python -m benchmarks.service.layout.store_layout --bundles runs/demo/bundles-flickr8k
+    python -m benchmarks.service.layout.store_layout --bundles runs/demo/bundles-flickr8k \\
+        --threads 1
 """
 
 from __future__ import annotations

@@ -26,10 +26,11 @@ query, the direct search, then each funnel, timed one after another; medians):
 
 FAISS and torch run on one thread (`--threads`), as the latency figures say "one thread".
 
-    python -m benchmarks.service.funnel --bundle runs/bench/flickr-bundle
-    python -m benchmarks.service.funnel --bundle B --parts bundle,grpc --queries 100
-    python -m benchmarks.service.funnel --parts synthetic --rows 200000
-    python -m benchmarks.service.funnel --parts spectrum-bundle,grpc --json runs/bench/f1m.json
+    python -m benchmarks.service.layout.funnel --bundle runs/bench/flickr-bundle
+    python -m benchmarks.service.layout.funnel --bundle B --parts bundle,grpc --queries 100
+    python -m benchmarks.service.layout.funnel --parts synthetic --rows 200000
+    python -m benchmarks.service.layout.funnel --parts spectrum-bundle,grpc \\
+        --json runs/bench/f1m.json
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """What ten times the rows costs a query: two bundles of the scale benchmark served in one process,
 their queries interleaved, the p50 ratio per granularity.
 
-The scale benchmark (benchmarks/service/scale.py) serves each size in a process of its own, runs
-minutes apart; on a shared machine the p50 of one run against another's moves by a third. Here
-both bundles (by default the 10M and the 1M run's) are opened, their funnels calibrated
+The scale benchmark (benchmarks/service/layout/scale.py) serves each size in a process of its
+own, runs minutes apart; on a shared machine the p50 of one run against another's moves by a
+third. Here both bundles (by default the 10M and the 1M run's) are opened, their funnels calibrated
 (service/engine/plans.py), and then, per granularity, each round times every held-out query of
 the large bundle and every held-out query of the small one in alternation (one thread, the plan
-the engine runs unfiltered: benchmarks/service/memory.strata_search), so the machine's drift hits
-both alike. Prints and writes per granularity the plan of each, their p50 and the ratio
+the engine runs unfiltered: benchmarks/service/layout/memory.strata_search), so the machine's
+drift hits both alike. Prints and writes per granularity the plan of each, their p50 and the ratio
 large / small.
 
-    python -m benchmarks.service.scale --rows 10000000 --work runs/bench/scale
-    python -m benchmarks.service.scale --rows 1000000 --work runs/bench/scale-1m
-    python -m benchmarks.service.scale_ratio
+    python -m benchmarks.service.layout.scale --rows 10000000 --work runs/bench/scale
+    python -m benchmarks.service.layout.scale --rows 1000000 --work runs/bench/scale-1m
+    python -m benchmarks.service.layout.scale_ratio
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import faiss
 import numpy as np
 
 from benchmarks.harness import benchmark_parser, publish
-from benchmarks.service.memory import reranks_per_query, strata_search
-from benchmarks.service.scale import held_out, held_out_rows
+from benchmarks.service.layout.memory import reranks_per_query, strata_search
+from benchmarks.service.layout.scale import held_out, held_out_rows
 from indexer.format.bundle import Bundle
 
 

@@ -21,8 +21,8 @@ and p50 beside hnswlib's full-D HNSW at equal recall, in one run, for the layout
    bytes they read; hnswlib at the smallest ef (from k + 1) whose recall@10 against exact full-D
    search reaches Strata's at L; p50 of both, one thread, interleaved rounds, and their ratio.
 
-    python -m benchmarks.service.memory --rows 100000 --before
-    python -m benchmarks.service.memory --rows 1000000
+    python -m benchmarks.service.layout.memory --rows 100000 --before
+    python -m benchmarks.service.layout.memory --rows 1000000
 
 With `--cache`, `--grasp` and `--cedar` (e.g. `strata demo`'s), the rows are a cache the project
 made instead of spectrum rows: its embeddings under its own rotation, the peers over the same

@@ -2,7 +2,7 @@
 long granularities would come from, beside hnswlib.
 
 The default bundle (`strata index build`, no flags) over N × D spectrum rows
-(benchmarks.service.memory's inputs) is built once. For targets L = 2S and L = D, every
+(benchmarks.service.layout.memory's inputs) is built once. For targets L = 2S and L = D, every
 shortlist index at the shortest prefix S (32 at D = 512) is tried with every probe breadth and
 factor F; each query's k·F shortlist is reranked exactly at L from the bundle's store, as the
 service's funnel does (indexer/format/funnel.py). Shortlists:
@@ -15,7 +15,7 @@ Each arm: recall@10 against exact search at L (leave one out) and p50 of the who
 thread), beside hnswlib over the full rows (M 32, ef_construction 200) at each ef from k + 1, and
 a direct scan of the store at L. Interleaved, one run.
 
-    python -m benchmarks.service.shortlists --rows 100000
+    python -m benchmarks.service.layout.shortlists --rows 100000
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from benchmarks.harness import benchmark_parser, publish
 from benchmarks.indexer.ann_tuning import interleaved_ms
 from benchmarks.indexer.peers import hnswlib_index, hnswlib_search
-from benchmarks.service.memory import PEER_EF, build, exact_truth, write_inputs
+from benchmarks.service.layout.memory import PEER_EF, build, exact_truth, write_inputs
 from indexer.format.funnel import rerank
 from indexer.format.tuning import drop_self
 from service.engine.plans import Planner

@@ -17,9 +17,9 @@ disk, in one run.
 4. recall@10 of each granularity against exact float32 search at its prefix over every row
    (the rows regenerated block by block), leave one out.
 
-    python -m benchmarks.service.scale --rows 10000000 --work runs/bench/scale
-    python -m benchmarks.service.scale --rows 1000000 --work runs/bench/scale-1m
-    python -m benchmarks.service.scale --rows 10000000 --serve-only   # steps 3-4 again
+    python -m benchmarks.service.layout.scale --rows 10000000 --work runs/bench/scale
+    python -m benchmarks.service.layout.scale --rows 1000000 --work runs/bench/scale-1m
+    python -m benchmarks.service.layout.scale --rows 10000000 --serve-only   # steps 3-4 again
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def serve(bundles: Path, rows: int, queries: int, rounds: int, out: Path) -> Non
     """Step 3, in a fresh process (see the module docstring); writes its JSON to `out`."""
     import faiss
 
-    from benchmarks.service.memory import reranks_per_query, strata_search
+    from benchmarks.service.layout.memory import reranks_per_query, strata_search
     from indexer.format.bundle import Bundle
     from indexer.format.footprint import footprint
     from indexer.format.store_rerank import StoreRerank
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
         [
             sys.executable,
             "-m",
-            "benchmarks.service.scale",
+            "benchmarks.service.layout.scale",
             "--rows",
             str(args.rows),
             "--queries",
