@@ -23,13 +23,13 @@ best a is a candidate, and the candidates scored as the float scan scores them g
 
 The kernel's vector code loads 16 coordinates at a time from 16-byte-aligned rows, so a block
 goes to it only when its width is a multiple of 16 and its array is aligned (`kernel_ready`).
-Another block whose width is a multiple of 8 (the 24-wide first blocks of a 384-dimensional
-model) is read as the row layout's integer scan reads a head: the query's block rounded to
-int8 on its own grid (σ_b = max |t_b| / 127) and multiplied with the codes by `torch._int_mm`,
-within (σ_b / 2) √w_b s_b ‖c_b‖ of its exact term; any other is scored in float32. With α_b
-the block's factor (4u‖t_b‖ for the kernel, (σ_b / 2) √w_b rounded, 0 in float32), the same
-Cauchy–Schwarz across the blocks gives ε = √(Σ_b α_b²), which is 4u‖q‖ when the kernel takes
-every block. Pure functions; the store reads its files and calls them.
+Any other block (the 24-wide first blocks of a 384-dimensional model) is scored in float32: its
+codes widened and multiplied with the query's block, exact but for float32's sums (α_b = 0).
+Such a block was once multiplied in int8 by `torch._int_mm`, which on the CPU ran many times
+slower than the float product (`python -m benchmarks.indexer.direct_scan --dim 384`). With α_b
+the block's factor (4u‖t_b‖ for the kernel, 0 in float32), the same Cauchy–Schwarz across the
+blocks gives ε = √(Σ_b α_b²), which is 4u‖q‖ when the kernel takes every block. Pure
+functions; the store reads its files and calls them.
 """
 
 from __future__ import annotations
@@ -42,12 +42,7 @@ from functools import cache
 import numpy as np
 
 from indexer.format.store.block_layout import LANES
-from indexer.format.store.integer_scan import (
-    COLUMNS,
-    FLOAT_SLACK,
-    integer_product,
-    rounded_queries,
-)
+from indexer.format.store.integer_scan import FLOAT_SLACK
 
 ALIGNMENT = 16  # bytes: where a block's rows must start for the kernel's aligned loads
 UNIT = 2.0**-9  # bf16's relative rounding error (8 significant bits)
@@ -62,9 +57,8 @@ class TurnedPart:
     """One block of a query batch's turned queries, as its scorer takes it."""
 
     block: int
-    kind: str  # "kernel": bf16 [Q, w]; "integer": int8 [w, C] (query q in column q); "float"
-    values: object  # a torch tensor as `kind` says (float: float32 [Q, w])
-    steps: np.ndarray | None  # "integer": float32 [Q], σ_b of each query's rounded block
+    kernel: bool  # scored by the kernel (values bf16 [Q, w]), else in float32 ([Q, w])
+    values: object  # a torch tensor
 
 
 @dataclass(frozen=True)
@@ -113,23 +107,15 @@ def turned_blocks(turned: np.ndarray, ends: Sequence[int], ready: Sequence[bool]
     q = np.asarray(turned, dtype=np.float32)
     count, length = q.shape
     starts = [0, *[end for end in ends if end < length]]
-    integer = integer_product() is not None
     parts: list[TurnedPart] = []
     spread = np.zeros(count, dtype=np.float64)  # Σ_b α_b²
     for block, start in enumerate(starts):
         part = np.ascontiguousarray(q[:, start : ends[block]])
-        width = part.shape[1]
         if ready[block]:
-            values = torch.from_numpy(part).to(torch.bfloat16)
-            parts.append(TurnedPart(block, "kernel", values, None))
+            parts.append(TurnedPart(block, True, torch.from_numpy(part).to(torch.bfloat16)))
             spread += (KERNEL_BOUND * np.linalg.norm(part.astype(np.float64), axis=1)) ** 2
-        elif integer and width % COLUMNS == 0:  # rounded as the row layout's scan rounds
-            rounded = rounded_queries(part, [width])  # one block: query q in column q
-            step = rounded.steps[:, 0]
-            parts.append(TurnedPart(block, "integer", torch.from_numpy(rounded.laid), step))
-            spread += width * (step.astype(np.float64) / 2) ** 2
         else:
-            parts.append(TurnedPart(block, "float", torch.from_numpy(part), None))
+            parts.append(TurnedPart(block, False, torch.from_numpy(part)))
     return TurnedBlocks(parts, np.sqrt(spread) + FLOAT_SLACK)
 
 
@@ -152,13 +138,9 @@ def kernel_scores(
         for part in blocks.parts:
             column = torch.from_numpy(np.ascontiguousarray(scales[:, part.block]))
             weights = torch.from_numpy(codes[part.block])
-            if part.kind == "kernel":
+            if part.kernel:
                 term = kernel(part.values, weights, column.to(torch.bfloat16)).float()
-            elif part.kind == "integer":  # the query's block rounded to int8 (module doc)
-                count = len(part.steps)
-                products = torch._int_mm(weights, part.values)[:, :count].float()
-                term = (products * column[:, None]).T * torch.from_numpy(part.steps)[:, None]
-            else:  # scored in float32
+            else:  # scored in float32 (module doc)
                 term = (part.values @ weights.float().T) * column
             total = term if total is None else total.add_(term)
     assert total is not None

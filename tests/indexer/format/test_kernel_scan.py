@@ -90,8 +90,8 @@ def test_the_kernel_scores_every_row_within_the_bound(tmp_path: Path):
     ready = [kernel_ready(codes) for _, _, codes in covering]
     assert ready == [False, False, False, True]
     q = store._turned(queries, DIM)
-    kinds = [part.kind for part in turned_blocks(q, store.ends, ready).parts]
-    assert kinds == ["float", "integer", "float", "kernel"]  # widths 20, 24, 36, 16
+    kinds = [part.kernel for part in turned_blocks(q, store.ends, ready).parts]
+    assert kinds == [False, False, False, True]  # widths 20, 24, 36, 16: float32 but the last
     for length in LENGTHS:
         at = store.lengths.index(length)
         q = prefix_vectors(queries, length)
@@ -105,8 +105,10 @@ def test_the_kernel_scores_every_row_within_the_bound(tmp_path: Path):
         exact = store.block_scores(0, store.rows, length, q)
         gap = np.abs(approx - exact).max(axis=1)
         assert (gap <= blocks.bound - FLOAT_SLACK + 1e-6).all(), (length, gap, blocks.bound)
-        if length > 20:  # a rounded block (int8 or bf16): not exact, the bound makes it so
+        if length == DIM:  # the kernel's bf16 block: not exact, the bound makes it so
             assert (gap > 1e-5).any()
+        else:  # blocks of widths not a multiple of 16: scored in float32, exact
+            assert (gap <= 1e-5).all()
 
 
 @pytest.mark.parametrize("k", [1, 10, 700])
