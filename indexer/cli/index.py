@@ -116,8 +116,9 @@ def build(
         bool,
         typer.Option(
             "--store-on-disk",
-            help="the store is read through mmap for reranks only: a replica need not hold it "
-            "in RAM (index info counts it on disk)",
+            help="the store is read through mmap for reranks only, the concepts' activations "
+            "for explained rows only: a replica need not hold them in RAM (index info counts "
+            "them on disk)",
         ),
     ] = False,
     store_layout: Annotated[

@@ -293,7 +293,8 @@ class Bundle:
     @cached_property
     def _postings(self) -> Postings:
         check_mapped_files(self.path, self.manifest.files, POSTINGS_FILES, BundleError)
-        return Postings(self.path)
+        on_disk = bool((self.manifest.store or {}).get("on_disk", False))
+        return Postings(self.path, values_on_disk=on_disk)
 
     @cached_property
     def concept_bitmaps(self) -> ConceptBitmaps:

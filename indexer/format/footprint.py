@@ -5,10 +5,12 @@ prefix's own index file, with its .ivfdata), `postings`, `ids`, `artifacts` and 
 open vocabulary's gallery state: indexer/vocabulary/stored_state.py). On disk is
 the files' bytes (the manifest's records). Resident is what a serving replica keeps in RAM
 once its working set is paged in: every mapped file a search or a filter reads through, i.e.
-all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe) and a store
-built `--store-on-disk` (its record's `on_disk`: read through mmap for the k·F candidates of a
-rerank, page by page, so what a replica holds of it is the page cache's to keep or drop). Pure:
-it reads the manifest's records only.
+all of them, except inverted lists on disk (`.ivfdata`, read list by list per probe) and, in a
+bundle built `--store-on-disk` (its store record's `on_disk`), the store and the postings'
+activations: the store is read through mmap for the k·F candidates of a rerank, the
+activations for the entries of the rows an explanation shows (filters read the postings' rows
+alone), page by page, so what a replica holds of them is the page cache's to keep or drop.
+Pure: it reads the manifest's records only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from indexer.format.manifest import BundleManifest
+from indexer.format.postings import VALUES
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ def footprint(manifest: BundleManifest) -> list[Part]:
     for name, record in manifest.files.items():
         part = part_of(name)
         disk[part] = disk.get(part, 0) + record.bytes
-        on_disk = name.endswith(".ivfdata") or (store_on_disk and part == "store")
+        read_by_page = part == "store" or name == VALUES
+        on_disk = name.endswith(".ivfdata") or (store_on_disk and read_by_page)
         kept = 0 if on_disk else record.bytes
         resident[part] = resident.get(part, 0) + kept
     return [Part(name, disk[name], resident[name]) for name in disk]

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.format.mapped import release_rows
+from indexer.format.mapped import advise_random, release_rows
 
 INDPTR, ROWS, VALUES = "postings_indptr.npy", "postings_rows.npy", "postings_values.npy"
 CHUNKS = "postings_chunks.npy"
@@ -158,7 +158,9 @@ class DecodedRows:
 
 
 class DecodedValues:
-    """A CSR's activations by entry, float32 when sliced (stored float16, or float32 before)."""
+    """A CSR's activations by entry, float32 when read (stored float16, or float32 before):
+    `values[a:b]` an entry range, `values[entries]` the given entries only (an int array: the
+    pages holding them are all that is read)."""
 
     def __init__(self, stored: np.ndarray) -> None:
         self.stored = stored
@@ -166,9 +168,9 @@ class DecodedValues:
     def __len__(self) -> int:
         return len(self.stored)
 
-    def __getitem__(self, entries: slice) -> np.ndarray:
-        if not isinstance(entries, slice):
-            raise TypeError("postings values are read by entry range (values[a:b])")
+    def __getitem__(self, entries: slice | np.ndarray) -> np.ndarray:
+        if not isinstance(entries, slice | np.ndarray):
+            raise TypeError("postings values are read by entry range or entry array")
         return np.asarray(self.stored[entries], dtype=np.float32)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -244,12 +246,19 @@ RunReader = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 class Postings:
     """A bundle's postings, read memory-mapped: `get(concept)` → (int64 rows, float32
     activations); `rows[a:b]` and `values[a:b]` the same decoded per entry range. Reads both
-    formats: the compact one (a chunk file) and the older absolute ids with float32 values."""
+    formats: the compact one (a chunk file) and the older absolute ids with float32 values.
 
-    def __init__(self, folder: Path) -> None:
+    Filters read rows only; activations are read for the entries of the rows an explanation
+    shows (`entries_of_rows`). With `values_on_disk` (a bundle built `--store-on-disk`) the
+    activations are mapped for random reads (a page fault reads its page alone), so a replica
+    holds only the pages its explanations touched (indexer/format/footprint.py)."""
+
+    def __init__(self, folder: Path, values_on_disk: bool = False) -> None:
         self.indptr = np.load(folder / INDPTR, allow_pickle=False)
         self.stored_rows = np.load(folder / ROWS, mmap_mode="r", allow_pickle=False)
         self.stored_values = np.load(folder / VALUES, mmap_mode="r", allow_pickle=False)
+        if values_on_disk:
+            advise_random(self.stored_values)
         chunk_file = folder / CHUNKS
         self.chunks = np.load(chunk_file, allow_pickle=False) if chunk_file.is_file() else None
         self.rows = DecodedRows(self.stored_rows, self.chunks)
@@ -338,13 +347,14 @@ def entries_of_rows(
     wanted: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, concept, value) of every entry of concepts first_concept up to the last of
-    `indptr` whose row is one of `wanted`: one pass over those concepts' entries, in concept
-    order (`rows`, `values`: arrays, or a `Postings`' decoded views)."""
+    `indptr` whose row is one of `wanted`: one pass over those concepts' rows, in concept
+    order, the values read at the found entries alone (`rows`, `values`: arrays, or a
+    `Postings`' decoded views)."""
     start, stop = int(indptr[first_concept]), int(indptr[-1])
     tail = np.asarray(rows[start:stop])
     at = np.flatnonzero(np.isin(tail, np.asarray(wanted, dtype=np.int64)))
     concepts = np.searchsorted(indptr, start + at, side="right") - 1
-    found_values = np.asarray(values[start:stop], dtype=np.float32)[at]
+    found_values = np.asarray(values[start + at], dtype=np.float32)
     return tail[at].astype(np.int64), concepts.astype(np.int64), found_values
 
 
