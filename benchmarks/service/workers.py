@@ -130,7 +130,7 @@ class Served:
 
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) the server's whole process tree has used so far."""
-        return sum(_cpu_seconds(pid) for pid in _tree(self.process.pid))
+        return cpu_seconds_of_tree(self.process.pid)
 
     def pss_mb(self) -> float:
         """PSS of the server's whole process tree, MiB."""
@@ -139,6 +139,11 @@ class Served:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=60)
+
+
+def cpu_seconds_of_tree(root: int) -> float:
+    """CPU seconds (user + system) a process and its descendants have used so far."""
+    return sum(_cpu_seconds(pid) for pid in _tree(root))
 
 
 def _tree(root: int) -> list[int]:

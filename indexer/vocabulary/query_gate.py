@@ -36,7 +36,9 @@ class QueryGate:
         self.text = np.asarray(readout.text, dtype=np.float32)
         index = {word: w for w, word in enumerate(readout.words)}
         hub = [index[w] for w in hub_words(readout.words, readout.frequency)]
-        self.hub_text = self.text[hub]
+        # column-major, so that hub_scores reads its transpose as it lies (no copy of the
+        # [words, D] directions on every query: an Explain reads several)
+        self.hub_text = np.asfortranarray(self.text[hub])
         self.cuts = np.asarray(cuts, dtype=np.float32)
         contested = np.array([readout.is_zero_shot(w) for w in range(len(readout.words))])
         self.contest = Contest(word_neighbours(readout), spread[:, 0], spread[:, 1], contested)
