@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.servers import free_port
 from training.core.cache import EmbeddingCache
 from training.core.encoders import EncoderSpec
 
@@ -95,12 +95,6 @@ def write_clip_out(cache_dir: Path, out: Path) -> None:
     np.save(out / "img_emb" / "img_emb_0.npy", cache.embeddings("image").astype(np.float16))
     paths = cache.metadata().column("image_path").to_pylist()
     pq.write_table(pa.table({"image_path": paths}), out / "metadata" / "metadata_0.parquet")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def strata(args: list[str], capsys) -> str:

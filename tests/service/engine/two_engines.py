@@ -4,7 +4,6 @@ overriding their engine fixture with `either` (params ENGINES; the fixtures: con
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,9 @@ from indexer.milvus.store import MilvusStore
 from service.engine.milvus.backend import milvus_engine, open_milvus
 from service.engine.milvus.scorer import MilvusScorer
 from service.engine.search import EngineConfig, SearchEngine
+from tests.servers import free_port
 
 ENGINES = ("local", "milvus")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiteServer:
