@@ -299,7 +299,7 @@ class Bundle:
     @cached_property
     def concept_bitmaps(self) -> ConceptBitmaps:
         """The dense concepts' rows as bitmaps, each built on first use (indexer/row_bitmaps)."""
-        return ConceptBitmaps(self.rows, lambda concept: self.postings(concept)[0])
+        return ConceptBitmaps(self.rows, self.concept_rows)
 
     def entries_of_rows(
         self, first_concept: int, rows: np.ndarray, stop: int | None = None
@@ -312,6 +312,14 @@ class Bundle:
         """(rows int64 ascending, activations float32) of the rows where the concept is active."""
         try:
             return self._postings.get(int(concept))
+        except IndexError as exc:
+            raise BundleError(str(exc)) from None
+
+    def concept_rows(self, concept: int) -> np.ndarray:
+        """The rows (int64 ascending) where the concept is active, without their activations
+        (a filter's read: with the store on disk, the activations stay there)."""
+        try:
+            return self._postings.rows_of(int(concept))
         except IndexError as exc:
             raise BundleError(str(exc)) from None
 

@@ -278,10 +278,18 @@ class Postings:
         return LEGACY_FILES if self.chunks is None else FILES
 
     def get(self, concept: int) -> tuple[np.ndarray, np.ndarray]:
+        start, stop = self._range(concept)
+        return self.rows[start:stop], self.values[start:stop]
+
+    def rows_of(self, concept: int) -> np.ndarray:
+        """The concept's rows alone (int64 ascending): what a filter reads, no activation."""
+        start, stop = self._range(concept)
+        return self.rows[start:stop]
+
+    def _range(self, concept: int) -> tuple[int, int]:
         if not 0 <= concept < self.concepts:
             raise IndexError(f"concept {concept} outside [0, {self.concepts})")
-        start, stop = int(self.indptr[concept]), int(self.indptr[concept + 1])
-        return self.rows[start:stop], self.values[start:stop]
+        return int(self.indptr[concept]), int(self.indptr[concept + 1])
 
     def entries_of_rows(
         self, wanted: np.ndarray, first: int = 0, stop: int | None = None

@@ -33,7 +33,7 @@ MAX_PAGE = 1000
 
 def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
     """A catalog entry and how many rows it is active in."""
-    rows, _ = bundle.postings(entry.concept)
+    rows = bundle.concept_rows(entry.concept)
     return ConceptInfo(
         id=entry.concept,
         label=entry.label,

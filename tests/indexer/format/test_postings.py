@@ -97,7 +97,10 @@ def test_runs_merge_into_the_transpose(tmp_path: Path):
         got_rows, got_values = on_disk.get(concept)
         assert got_rows.dtype == np.int64 and got_values.dtype == np.float32
         np.testing.assert_array_equal(got_rows, expected_rows)
+        np.testing.assert_array_equal(on_disk.rows_of(concept), expected_rows)  # a filter's read
         np.testing.assert_array_equal(got_values, as_stored(expected_values))
+    with pytest.raises(IndexError, match="outside"):
+        on_disk.rows_of(CONCEPTS)
     assert postings_faults(indptr, rows, values, 50, 3) == []
     stored = (on_disk.stored_rows, on_disk.stored_values)
     assert postings_faults(on_disk.indptr, *stored, 50, 3, chunks=on_disk.chunks) == []
@@ -255,6 +258,7 @@ def test_postings_spanning_several_chunks_round_trip(
     for concept in range(CONCEPTS):
         a, b = indptr[concept], indptr[concept + 1]
         got_rows, got_values = stored.get(concept)
+        np.testing.assert_array_equal(stored.rows_of(concept), rows[a:b])
         lows = stored.stored_rows[a:b]
         by_formula = np.repeat(np.arange(4) << 16, np.diff(stored.chunks[concept])) + lows
         np.testing.assert_array_equal(got_rows, rows[a:b])
@@ -329,6 +333,7 @@ def test_the_older_format_still_reads_and_is_written_compact(tmp_path: Path):
         got_rows, got_values = old.get(concept)
         assert got_rows.dtype == np.int64 and got_values.dtype == np.float32
         np.testing.assert_array_equal(got_rows, expected_rows)
+        np.testing.assert_array_equal(old.rows_of(concept), expected_rows)
         np.testing.assert_array_equal(got_values, expected_values)  # float32, not rounded
     np.testing.assert_array_equal(old.rows[10:100], rows[10:100])
     assert postings_faults(old.indptr, old.stored_rows, old.stored_values, 60, 3) == []

@@ -19,7 +19,7 @@ from bundle_inputs import Inputs, Parts, gaussian_unit_rows
 
 from indexer.format.bundle import Bundle
 from indexer.format.index_plan import SHORTLIST_RULE
-from indexer.format.manifest import MANIFEST
+from indexer.format.manifest import MANIFEST, BundleError
 from indexer.format.postings import CHUNKS, ROWS, VALUES, Postings
 from indexer.format.prefixes import exact_top_k
 from indexer.format.served.params import SearchParams
@@ -387,6 +387,10 @@ def test_a_store_on_disk_is_counted_on_disk_not_resident(inputs: Inputs, strata_
     assert 0 < parts["postings"].resident == parts["postings"].disk - values
     rows, _, activations = bundle.entries_of_rows(0, np.arange(min(5, bundle.rows)))
     assert len(rows) and np.isfinite(activations).all()
+    for concept in range(0, bundle.coder.concepts, 7):  # what a filter reads: rows alone
+        np.testing.assert_array_equal(bundle.concept_rows(concept), bundle.postings(concept)[0])
+    with pytest.raises(BundleError, match="outside"):
+        bundle.concept_rows(bundle.coder.concepts)
     info = strata_main("index", "info", "--bundles", str(out))
     lines = [line.split() for line in info.stdout.splitlines()]
     assert "store        int8, on disk: read through mmap for reranks (bytes per row:)" in (
