@@ -12,6 +12,8 @@ A version that kept none of them leaves the words as they are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from indexer.format.bundle import Bundle
@@ -59,12 +61,19 @@ class QueryGate:
         """Whether a name holds of one vector (a unit embedding [D]) by the gallery's own text
         directions: the name is a readout word and wins its neighbourhood on the vector, as a
         zero-shot word's row entry must (a name no readout word reads: not shown to hold)."""
-        word = self.word_of.get(name.lower())
-        if word is None:
-            return False
+        return self.judge(embedding)(name)
+
+    def judge(self, embedding: np.ndarray) -> Callable[[str], bool]:
+        """`says` for one vector and any number of names, its features and hub value read once
+        (a description asks of several names)."""
         x = unit_rows(np.asarray(embedding, dtype=np.float32)[None, :] - self.mean)
         h = hub_scores(x, self.hub_text)
-        return bool(self.contest.wins(word, x, h, self.text)[0])
+
+        def holds(name: str) -> bool:
+            word = self.word_of.get(name.lower())
+            return word is not None and bool(self.contest.wins(word, x, h, self.text)[0])
+
+        return holds
 
     def kept(
         self, embeddings: np.ndarray, words: list[tuple[np.ndarray, np.ndarray]]

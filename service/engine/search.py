@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -329,7 +328,7 @@ class SearchEngine:
             self.scorer.nearest_rows,
             [None, None]
             if (gate := version_gate(self.bundle)) is None
-            else [partial(gate.says, v) for v in vectors],
+            else [gate.judge(v) for v in vectors],
         )
         rotated = self.bundle.rotate(embedding)
         return Explanation(
