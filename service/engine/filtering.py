@@ -84,7 +84,6 @@ from service.engine.filter_blocks import FilterBlocks
 from service.engine.open_vocabulary import OpenVocabulary, phrase_of
 from service.errors import QueryError, bounded
 from service.results import ConceptRef, FilterConcept, Scope
-from training.cedar.near_misses import typo_hint
 from training.cedar.sparse_codes import parse_concept_label
 from training.core.errors import InputError
 
@@ -248,9 +247,8 @@ def filter_concepts(
             if phrase := open_phrase(bundle, ref, scope, vocabulary):
                 assert vocabulary is not None
                 made.append(FilterConcept(str(ref), role, "zero-shot"))
-                allowed = vocabulary.concept(phrase).rows.count
                 warnings.append(
-                    typo_hint(coder.catalog, phrase, allowed, bundle.rows)
+                    vocabulary.concept(phrase).typo
                     or below_floor_warning(coder.floor, ref, role, "a zero-shot phrase")
                 )
                 continue

@@ -111,6 +111,7 @@ from indexer.vocabulary.stored_state import SAMPLE_ROWS, SKETCH_ROWS, stored_ske
 from service.engine.compute_threads import same_threads
 from service.errors import QueryError
 from training.cedar.gallery_cuts import empirical_null, null_cut
+from training.cedar.near_misses import typo_hint
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +135,16 @@ def phrase_of(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class ZeroShotConcept:
-    """A phrase made a concept on this gallery: its cut on s, the rows it allows, and how they
-    were found ('scan' or 'search')."""
+    """A phrase made a concept on this gallery: its cut on s, the rows it allows, how they
+    were found ('scan' or 'search'), and, where it allows (almost) none and is near catalog
+    names, the warning that reads it as a typo of them (training.cedar.near_misses.typo_hint:
+    made once with the concept, not on every query that names it)."""
 
     phrase: str
     cut: float
     rows: AllowedRows
     found: str = "scan"
+    typo: str | None = None
 
 
 class OpenVocabulary:
@@ -214,8 +218,9 @@ class OpenVocabulary:
             rows = np.flatnonzero(every >= first).astype(np.int64)
             scores = every[rows]
         cut = null_cut(scores, self.bundle.rows, null)
-        kept = rows[scores >= cut]
-        return ZeroShotConcept(phrase, cut, AllowedRows(self.bundle.rows, kept), found)
+        allowed = AllowedRows(self.bundle.rows, rows[scores >= cut])
+        typo = typo_hint(self.bundle.coder.catalog, phrase, allowed.count, self.bundle.rows)
+        return ZeroShotConcept(phrase, cut, allowed, found, typo)
 
     def searched(
         self, sketch: Any, direction: np.ndarray, cut: float, expected: float, limit: int

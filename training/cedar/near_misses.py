@@ -42,27 +42,37 @@ C = TypeVar("C", bound=NamedConcept)
 
 
 def name_similarity(
-    word: str, entry: NamedConcept, names: frozenset[str] = frozenset()
+    word: str, entry: NamedConcept, names: frozenset[str] = frozenset(), floor: float = 0.0
 ) -> tuple[float, str | None]:
     """How near `word` (lower-cased) is to a concept: difflib's ratio with its name, or with a
     runner-up that is no concept's name in `names` (lower-cased; such a word is suggested as
     that concept instead), weighted by RUNNER_UP_WEIGHT; a substring either way counts as
-    SUBSTRING. Also the runner-up that matched best, None when the name did."""
-    best, via = _similarity(word, entry.name.lower()), None
+    SUBSTRING. Also the runner-up that matched best, None when the name did. A similarity
+    below `floor` may come back as any value below it (its ratio is not computed where
+    difflib's upper bounds already fall short: a near-miss search asks only what reaches its
+    cutoff)."""
+    best, via = _similarity(word, entry.name.lower(), floor), None
     for runner_up, _ in entry.runner_ups:
         if runner_up.lower() in names:
             continue
-        value = RUNNER_UP_WEIGHT * _similarity(word, runner_up.lower())
+        value = RUNNER_UP_WEIGHT * _similarity(word, runner_up.lower(), floor / RUNNER_UP_WEIGHT)
         if value > best:
             best, via = value, runner_up
     return best, via
 
 
-def _similarity(word: str, name: str) -> float:
-    ratio = SequenceMatcher(None, word, name).ratio()
-    if word and name and (word in name or name in word):
-        ratio = max(ratio, SUBSTRING)
-    return ratio
+def _similarity(word: str, name: str, floor: float = 0.0) -> float:
+    """difflib's ratio (SUBSTRING at least for a substring either way); below `floor`, an upper
+    bound of it where one already falls short (real_quick_ratio, then quick_ratio, as
+    difflib.get_close_matches screens)."""
+    substring = SUBSTRING if word and name and (word in name or name in word) else 0.0
+    matcher = SequenceMatcher(None, word, name)
+    if substring < floor:
+        for bound in (matcher.real_quick_ratio, matcher.quick_ratio):
+            upper = bound()
+            if upper < floor:
+                return upper
+    return max(matcher.ratio(), substring)
 
 
 def near_misses(
@@ -77,7 +87,7 @@ def near_misses(
     for entry in catalog:
         if not key or not entry.named or _is_label(entry.name):
             continue
-        value, via = name_similarity(key, entry, names)
+        value, via = name_similarity(key, entry, names, cutoff)
         name = entry.name.lower()
         if value < cutoff or name == key:
             continue
@@ -91,7 +101,11 @@ def near_misses(
 def suggestion(catalog: Sequence[NamedConcept], word: str, most: int = NEAR_MISSES) -> str:
     """The tail of the message for a name the catalog lacks: '; did you mean: zebras (+12),
     horse (-3, runner-up zebra)?', or that no name is near it."""
-    found = near_misses(catalog, word, most)
+    return suggested(near_misses(catalog, word, most))
+
+
+def suggested(found: Sequence[tuple[NamedConcept, float, str | None]]) -> str:
+    """`suggestion`'s text for near misses already found."""
     if not found:
         return "; no concept has a name near it"
     parts = [
@@ -106,12 +120,12 @@ def typo_hint(catalog: Sequence[NamedConcept], phrase: str, allowed: int, rows: 
     (at most ALMOST_NONE of them) and is a near miss of catalog names: most likely a typo of one
     ("'dgo' allows 0 of 300 rows as a zero-shot phrase; did you mean: dog (+12)?"); None when it
     allows more or no name is near it."""
-    if allowed > ALMOST_NONE * rows or not near_misses(catalog, phrase, TYPO_SUGGESTIONS):
+    if allowed > ALMOST_NONE * rows:
         return None
-    return (
-        f"'{phrase}' allows {allowed} of {rows} rows as a zero-shot phrase"
-        f"{suggestion(catalog, phrase, TYPO_SUGGESTIONS)}"
-    )
+    found = near_misses(catalog, phrase, TYPO_SUGGESTIONS)
+    if not found:
+        return None
+    return f"'{phrase}' allows {allowed} of {rows} rows as a zero-shot phrase{suggested(found)}"
 
 
 def _is_label(name: str) -> bool:

@@ -58,3 +58,25 @@ def test_a_zero_shot_phrase_allowing_almost_no_rows_near_a_name_reads_as_a_typo(
 def test_a_word_concept_whose_label_is_its_word_is_suggested():
     word = CatalogEntry(9, "beacon", "beacon", 0.75, [], 0.1)
     assert [e.concept for e, _, _ in near_misses([*CATALOG, word], "beacno")] == [9]
+
+
+def test_screening_by_difflibs_upper_bounds_changes_no_near_miss():
+    """near_misses skips a name whose quick ratios already fall below the cutoff; on a catalog
+    of many words, every word asked finds what the unscreened similarity finds."""
+    import random
+
+    from training.cedar.near_misses import NEAR_CUTOFF, name_similarity
+
+    rng = random.Random(0)
+    letters = "abcdeghilmnorstu"
+    words = sorted({"".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(400)})
+    catalog = [_entry(c, w, rng.random(), rng.sample(words, 2)) for c, w in enumerate(words[:300])]
+    names = frozenset(e.name for e in catalog)
+    for word in [*words[250:], "dgo", "zebra", "ab"]:
+        found = {e.concept: (value, via) for e, value, via in near_misses(catalog, word, 1000)}
+        for entry in catalog:
+            value, via = name_similarity(word, entry, names)  # no floor: every ratio computed
+            if entry.concept in found:
+                assert found[entry.concept] == (value, via)
+            elif value >= NEAR_CUTOFF and entry.name != word:  # else a better-scored namesake
+                assert any(e.name == entry.name for e, _, _ in near_misses(catalog, word, 1000))
