@@ -66,12 +66,16 @@ def _similarity(word: str, name: str, floor: float = 0.0) -> float:
     bound of it where one already falls short (real_quick_ratio, then quick_ratio, as
     difflib.get_close_matches screens)."""
     substring = SUBSTRING if word and name and (word in name or name in word) else 0.0
+    if substring < floor:  # real_quick_ratio, without making a matcher
+        total = len(word) + len(name)
+        upper = 2.0 * min(len(word), len(name)) / total if total else 1.0
+        if upper < floor:
+            return upper
     matcher = SequenceMatcher(None, word, name)
     if substring < floor:
-        for bound in (matcher.real_quick_ratio, matcher.quick_ratio):
-            upper = bound()
-            if upper < floor:
-                return upper
+        upper = matcher.quick_ratio()
+        if upper < floor:
+            return upper
     return max(matcher.ratio(), substring)
 
 
