@@ -50,7 +50,7 @@ from benchmarks.service.workers import Served, cpu_seconds_of_tree
 from indexer.format.bundle import Bundle
 
 KINDS = ("vector", "text_fresh", "text_cached", "explain", "batch")
-CACHED_TEXTS = 8  # the texts the cached arm cycles through (each sent once before timing)
+CACHED_TEXTS = 8  # the texts the cached arm cycles through (each sent before timing)
 WORDS = ("dog", "bicycle", "red", "street", "child", "beach", "horse", "market", "snow", "boat")
 
 

@@ -57,15 +57,12 @@ class QueryGate:
         check_mapped_files(bundle.path, bundle.manifest.files, (SPREAD,), BundleError)
         return cls(bundle, cuts, np.load(bundle.path / SPREAD, allow_pickle=False))
 
-    def says(self, embedding: np.ndarray, name: str) -> bool:
+    def judge(self, embedding: np.ndarray) -> Callable[[str], bool]:
         """Whether a name holds of one vector (a unit embedding [D]) by the gallery's own text
         directions: the name is a readout word and wins its neighbourhood on the vector, as a
-        zero-shot word's row entry must (a name no readout word reads: not shown to hold)."""
-        return self.judge(embedding)(name)
-
-    def judge(self, embedding: np.ndarray) -> Callable[[str], bool]:
-        """`says` for one vector and any number of names, its features and hub value read once
-        (a description asks of several names)."""
+        zero-shot word's row entry must (a name no readout word reads: not shown to hold). The
+        vector's features and hub value are read once, for every name asked of it (a
+        description asks several)."""
         x = unit_rows(np.asarray(embedding, dtype=np.float32)[None, :] - self.mean)
         h = hub_scores(x, self.hub_text)
 

@@ -8,7 +8,7 @@ is described by what a reader is shown of it, and nothing else (training/cedar/d
   reaches DESCRIBED only — a description is every one of its words at once, so it takes the
   surest — and, where the version keeps its gallery's text directions, whose name holds of the
   code's own vector there (its readout word wins its neighbourhood on it:
-  indexer/vocabulary/query_gate.py's `says`); no such concept, no phrase (rather than a wrong
+  indexer/vocabulary/query_gate.py's `judge`); no such concept, no phrase (rather than a wrong
   one);
 - its nearest captions: examples of the phrase — the gallery rows nearest to the code's
   reconstruction x̂ = Uᵀ z̃ + b (its k axes), searched in the bundle's full-length prefix index
@@ -50,7 +50,7 @@ def caption_column(columns: Collection[str]) -> str | None:
     return next((c for c in CAPTION_COLUMNS if c in columns), None)
 
 
-# whether a name holds of the vector a code was read from (QueryGate.says, bound to the vector)
+# whether a name holds of the vector a code was read from (QueryGate.judge of that vector)
 Said = Callable[[str], bool]
 
 

@@ -117,7 +117,7 @@ def test_a_phrase_says_a_name_only_where_it_holds_of_the_row(gated: Path, minilm
     word = described_word(engine.coder.catalog)
     x = np.asarray(EmbeddingCache.open(gated.parent / "cache").embeddings("text"), np.float32)
     shown = described_rows(engine)  # rows whose code shows the word, by precision alone
-    said = [r for r in shown if gate.says(x[r], word)]
+    said = [r for r in shown if gate.judge(x[r])(word)]
     assert word in gate.word_of and said  # the premise: the word is read, and holds somewhere
     for row in shown[:12]:
         phrase = engine.explain(SearchQuery.of("a red car"), row=row).item_description.phrase
