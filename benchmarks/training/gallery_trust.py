@@ -27,6 +27,20 @@ words ≥ 3 other captions use, the share shown). The pick: the highest mean ove
 than the rule without gallery trust, less TOLERANCE (the sampling noise of the judged rows; the
 first pair is the in-corpus one).
 
+**Shift from the training corpus** (`--trained-on ARTIFACT=CACHE`: the cache an artifact was
+trained on). A concept's agreement on a gallery, read alone, does not say whether the concept
+moved: a learnt word that agreed with its name on 40 % of its rows in training and does so on
+the gallery holds there as well as it did, one that agreed on 90 % and now on 40 % does not.
+So its *reference* agreement is read the same way on its training corpus's `--split` rows
+(up to `--sample`), and the rules `shift=R/Z` also hide a learnt word or a named axis whose
+gallery agreement falls below R times its reference with confidence: the one-sided Wilson upper
+bound at Z of its gallery share (won of active sampled rows) is below R × the reference share.
+Both agreements are read with the contest on the corrected scores ⟨x̃, t̃⟩ − h themselves (a
+name beats its neighbours on the row's own scores), not in standard units: on a gallery where
+a word is common (dogs on a gallery of dogs) its spread is wide and its standard score low, and
+its hypernym ("animal") or rare neighbours win on its own rows. The shift rules are judged
+beside the others and picked by the same criterion.
+
 Descriptions (service/engine/descriptions.py): under the picked rule, the phrase composed from
 the shown concepts whose held-out precision reaches `described`, judged as the served
 explanation benchmark judges it (every content word of the phrase used by an other caption of
@@ -37,13 +51,16 @@ DESCRIBED_TARGET of the rows given one.
         --pair flickr8k:runs/demo/cedar-flickr8k:runs/demo/cache-flickr8k-minilm \\
         --pair f-to-c:runs/demo/cedar-flickr8k:runs/comp20k-minilm \\
         --pair c-to-f:runs/cedar-comp20k:runs/demo/cache-flickr8k-minilm \\
-        --pair no-dogs:runs/cedar-no-dogs:runs/demo/cache-flickr8k-minilm:topic
+        --pair no-dogs:runs/cedar-no-dogs:runs/demo/cache-flickr8k-minilm:topic \\
+        --trained-on runs/demo/cedar-flickr8k=runs/demo/cache-flickr8k-minilm \\
+        --trained-on runs/cedar-comp20k=runs/comp20k-minilm \\
+        --trained-on runs/cedar-no-dogs=runs/flickr8k-no-dogs
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +85,10 @@ from training.cedar.gallery_cuts import (
     zero_shot_cuts,
 )
 from training.cedar.gallery_trust import (
+    AGREEMENT,
+    MIN_ROWS,
+    NEIGHBOURS,
+    ZERO_SHOT_AGREEMENT,
     agreement,
     neighbourhoods,
     standard_scores,
@@ -84,6 +105,7 @@ BLOCK = 4096
 DESCRIBED_GRID = (0.4, 0.5, 0.6, 0.7)
 DESCRIBED_TARGET = 0.8  # the share of described rows whose phrase holds, at least
 CUT_RULES = ("filter", "null")
+SHIFT_GRID = ((0.6, 1.0), (0.7, 1.0), (0.8, 1.0), (0.8, 1.64), (0.9, 1.64))
 TOLERANCE = 0.005  # in-corpus precision or recall a setting may lose and still be picked
 DOG_WORDS = [w for w in ANIMAL_GROUPS["dog"] if w not in ("shepherd", "lab", "boxer")]
 
@@ -210,8 +232,64 @@ def agreements(g: Gallery, codes: Codes) -> np.ndarray:
     return agreement(won, active)
 
 
+def agreement_counts(g: Gallery, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+    """(won, active) [concepts] over the sampled rows of `codes`: `agreements`' counts."""
+    a = g.coder.axis_concepts
+    active = np.zeros(g.coder.concepts)
+    won = np.zeros(g.coder.concepts)
+    words = codes.learnt | codes.zero_shot
+    active[a:] = words.sum(0)
+    won[a:] = (words & codes.won).sum(0)
+    for r, row_axes in enumerate(codes.axes):
+        for c in row_axes:
+            w = g.axis_word[c]
+            if w >= 0:
+                active[c] += 1
+                won[c] += codes.won[r, w]
+    return won, active
+
+
+def corrected_contest(g: Gallery, codes: Codes, rows: np.ndarray, near: np.ndarray) -> Codes:
+    """`codes` with `won` read on the rows' corrected scores ⟨x̃, t̃⟩ − h (module doc)."""
+    text = np.asarray(g.coder.readout.text, np.float32)
+    scores = g.features[rows] @ text.T - g.hubs[rows, None]
+    won = np.stack([wins(scores[:, w], scores[:, near[w]]) for w in range(len(text))], axis=1)
+    return replace(codes, won=won)
+
+
+def wilson_upper(won: np.ndarray, active: np.ndarray, z: float) -> np.ndarray:
+    """The one-sided Wilson upper bound at z of the shares won / active (active ≥ 1)."""
+    n = np.maximum(np.asarray(active, np.float64), 1.0)
+    p = np.asarray(won, np.float64) / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre + half
+
+
+def shifted(
+    gallery: tuple[np.ndarray, np.ndarray],
+    reference: tuple[np.ndarray, np.ndarray],
+    ratio: float,
+    z: float,
+    min_rows: int = MIN_ROWS,
+) -> np.ndarray:
+    """bool [concepts]: the concepts whose gallery agreement (won, active) falls below `ratio`
+    times their reference agreement with confidence (module doc); only where both were read
+    on at least `min_rows` active rows."""
+    won, active = gallery
+    reference_won, reference_active = reference
+    measured = (active >= min_rows) & (reference_active >= min_rows)
+    share = reference_won / np.maximum(reference_active, 1)
+    return measured & (wilson_upper(won, active, z) < ratio * share)
+
+
 def shown(
-    g: Gallery, codes: Codes, trust: np.ndarray, floor_agreement, zero_shot_floor
+    g: Gallery,
+    codes: Codes,
+    trust: np.ndarray,
+    floor_agreement,
+    zero_shot_floor,
+    hidden: np.ndarray | None = None,
 ) -> list[list[str]]:
     coder, a = g.coder, g.coder.axis_concepts
     out = []
@@ -233,7 +311,7 @@ def shown(
                 if np.isnan(t) or t < zero_shot_floor:
                     continue
             else:
-                if not coder.holds(c):
+                if not coder.holds(c) or (hidden is not None and hidden[c]):
                     continue
                 if floor_agreement is not None and not np.isnan(t) and t < floor_agreement:
                     continue
@@ -285,6 +363,18 @@ def judged(names, used, salient) -> dict[str, float]:
     }
 
 
+def reference_counts(artifact: Path, cache: Path, args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(won, active) [concepts]: each concept's agreement counts on up to `args.sample` of the
+    `args.split` rows of the cache its artifact was trained on, read as on a gallery (the
+    corrected-score contest; module doc)."""
+    g, data = read_gallery(artifact, cache)
+    g.zero_shot_cut = g.zero_shot_cuts["null"]
+    rows = data.rows(args.split)
+    rows = np.sort(np.random.default_rng(1).choice(rows, min(args.sample, len(rows)), False))
+    near = neighbourhoods(np.asarray(g.coder.readout.text), NEIGHBOURS)
+    return agreement_counts(g, corrected_contest(g, codes_of(g, rows, near), rows, near))
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--pair", action="append", required=True)
@@ -292,6 +382,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1500, help="judged rows per pair (seeded)")
     parser.add_argument("--sample", type=int, default=4096, help="gallery rows agreement reads")
     parser.add_argument("--topic", nargs="+", default=DOG_WORDS)
+    parser.add_argument(
+        "--trained-on",
+        action="append",
+        default=[],
+        help="ARTIFACT=CACHE: the cache an artifact was trained on (its reference agreement)",
+    )
     parser.add_argument("--json", type=Path, default=Path("runs/bench/gallery_trust.json"))
     args = parser.parse_args()
     topic = set(args.topic) | {pluralise(w) for w in args.topic}
@@ -300,8 +396,12 @@ def main() -> None:
     lists: dict[str, dict[str, list[list[str]]]] = {}
     references: dict[str, list[set[str]]] = {}
     coders: dict[str, ConceptCoder] = {}
+    trained_on = dict(spec.split("=", 1) for spec in args.trained_on)
     for spec in args.pair:
         name, artifact, cache, *flags = spec.split(":")
+        reference = None
+        if artifact in trained_on:
+            reference = reference_counts(Path(artifact), Path(trained_on[artifact]), args)
         g, data = read_gallery(Path(artifact), Path(cache))
         rows = data.rows(args.split)
         texts, groups = data.texts(rows), groups_of(data, rows)
@@ -334,6 +434,19 @@ def main() -> None:
                 coders[name] = g.coder
                 figures[name][key] = judged(names, used, salient)
                 print(name, key, figures[name][key], flush=True)
+            if reference is None or m != NEIGHBOURS or rule != "null":
+                continue
+            read = corrected_contest(g, codes_of(g, sample, near), sample, near)
+            counts = agreement_counts(g, read)
+            for ratio, z in SHIFT_GRID:
+                key = f"neighbours={m} agreement={AGREEMENT} zero_shot={ZERO_SHOT_AGREEMENT}"
+                key += f" cut={rule} shift={ratio}/{z}"
+                hidden = shifted(counts, reference, ratio, z)
+                names = shown(g, judged_codes, trust, AGREEMENT, ZERO_SHOT_AGREEMENT, hidden)
+                lists[name][key] = names
+                figures[name][key] = judged(names, used, salient)
+                figures[name][key]["hidden"] = int(hidden.sum())
+                print(name, key, figures[name][key], flush=True)
     base = "neighbours=3 agreement=None zero_shot=None"
     first = next(iter(figures))
     ok = [
@@ -343,11 +456,14 @@ def main() -> None:
         and figures[first][k]["salient_recall"]
         >= figures[first][base]["salient_recall"] - TOLERANCE
     ]
+    # a shift rule is judged only where every pair has it (each artifact's training cache given)
+    shared = [k for k in figures[first] if all(k in f for f in figures.values())]
+    ok = [k for k in ok if k in shared]
     score = {
         k: float(
             np.mean([(f[k]["precision"] + f[k]["salient_recall"]) / 2 for f in figures.values()])
         )
-        for k in figures[first]
+        for k in shared
     }
     picked_key = max(ok, key=lambda k: (score[k], k)) if ok else base
     descriptions = {
