@@ -83,7 +83,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -110,8 +110,10 @@ from indexer.vocabulary.gallery_state import (
 from indexer.vocabulary.stored_state import SAMPLE_ROWS, SKETCH_ROWS, stored_sketch, stored_state
 from service.engine.compute_threads import same_threads
 from service.errors import QueryError
+from training.cedar.caption_words import lexicon_terms
 from training.cedar.gallery_cuts import empirical_null, null_cut
 from training.cedar.near_misses import typo_hint
+from training.core.lexicon.nouns import pluralise
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +135,21 @@ def phrase_of(name: str) -> str | None:
     return text if _PHRASE.match(text) else None
 
 
+@cache
+def known_words() -> frozenset[str]:
+    """The words a zero-shot phrase is read as meant, never as a typo of a catalog name: the
+    caption lexicon's nouns (and their plurals), adjectives and verbs."""
+    words = lexicon_terms().words
+    return frozenset({*words, *(pluralise(w) for w in words)})
+
+
 @dataclass(frozen=True)
 class ZeroShotConcept:
     """A phrase made a concept on this gallery: its cut on s, the rows it allows, how they
     were found ('scan' or 'search'), and, where it allows (almost) none and is near catalog
     names, the warning that reads it as a typo of them (training.cedar.near_misses.typo_hint:
-    made once with the concept, not on every query that names it)."""
+    made once with the concept, not on every query that names it; never for a phrase of words
+    of the caption lexicon, `known_words`: a real word the gallery hardly shows was meant)."""
 
     phrase: str
     cut: float
@@ -219,7 +230,9 @@ class OpenVocabulary:
             scores = every[rows]
         cut = null_cut(scores, self.bundle.rows, null)
         allowed = AllowedRows(self.bundle.rows, rows[scores >= cut])
-        typo = typo_hint(self.bundle.coder.catalog, phrase, allowed.count, self.bundle.rows)
+        typo = typo_hint(
+            self.bundle.coder.catalog, phrase, allowed.count, self.bundle.rows, known_words()
+        )
         return ZeroShotConcept(phrase, cut, allowed, found, typo)
 
     def searched(

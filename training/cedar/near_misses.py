@@ -3,6 +3,7 @@
     near_misses(catalog, "zebra")   # [(entry, 0.95, "zebra"), (entry, 0.91, None), ...]
     suggestion(catalog, "zebra")    # "; did you mean: horse (-3, runner-up zebra), zebras (+12)?"
     typo_hint(catalog, "dgo", 0, 8091)  #  "'dgo' allows 0 of 8091 rows …; did you mean: dog (+12)?"
+    typo_hint(catalog, "giraffe", 0, 8091, known=lexicon)  # None: a real word, meant
 
 A name is near a concept when difflib's similarity ratio with the concept's name, or with one
 of its runner-ups (the next vocabulary words of its axis, weighted a little lower; only words
@@ -14,7 +15,7 @@ only, so the client path can use it without numpy or torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from difflib import SequenceMatcher
 from typing import Protocol, TypeVar
 
@@ -119,12 +120,23 @@ def suggested(found: Sequence[tuple[NamedConcept, float, str | None]]) -> str:
     return f"; did you mean: {', '.join(parts)}?"
 
 
-def typo_hint(catalog: Sequence[NamedConcept], phrase: str, allowed: int, rows: int) -> str | None:
+def typo_hint(
+    catalog: Sequence[NamedConcept],
+    phrase: str,
+    allowed: int,
+    rows: int,
+    known: Collection[str] = frozenset(),
+) -> str | None:
     """The warning of a zero-shot phrase that allows (almost) no rows of a gallery of `rows`
     (at most ALMOST_NONE of them) and is a near miss of catalog names: most likely a typo of one
     ("'dgo' allows 0 of 300 rows as a zero-shot phrase; did you mean: dog (+12)?"); None when it
-    allows more or no name is near it."""
+    allows more, when no name is near it, or when every word of it is a word of `known`
+    (lower case): a real word the gallery hardly shows ("giraffe" on a gallery of dogs) was
+    meant, whatever catalog names are spelt like it."""
     if allowed > ALMOST_NONE * rows:
+        return None
+    words = phrase.lower().split()
+    if words and all(w in known for w in words):
         return None
     found = near_misses(catalog, phrase, TYPO_SUGGESTIONS)
     if not found:

@@ -384,3 +384,8 @@ def test_a_typo_of_a_name_allowing_no_row_is_answered_with_the_name(
     assert "allows 0 of" in warning and f"did you mean: {BEACON} (" in warning
     far = engine.search(SearchQuery.of("a shape", k=5, require=["zzyzx"]))
     assert far.filtered_rows == 0 and all("did you mean" not in w for w in far.warnings)
+    # a real word spelt like the name (a word of the caption lexicon) was meant: no typo
+    real = "bacon"
+    assert real in open_vocabulary.known_words() and real != BEACON
+    meant = engine.search(SearchQuery.of("a shape", k=5, require=[real]))
+    assert meant.filtered_rows == 0 and all("did you mean" not in w for w in meant.warnings)

@@ -55,6 +55,14 @@ def test_a_zero_shot_phrase_allowing_almost_no_rows_near_a_name_reads_as_a_typo(
     assert typo_hint(CATALOG, "xylophone", allowed=0, rows=300) is None  # near no name
 
 
+def test_a_real_word_the_gallery_hardly_shows_is_meant_not_a_typo():
+    assert typo_hint(CATALOG, "zebra", allowed=0, rows=300) is not None  # near the name zebras
+    assert typo_hint(CATALOG, "zebra", allowed=0, rows=300, known={"zebra"}) is None
+    # every word of the phrase must be known: one unknown word may still be a typo
+    assert typo_hint(CATALOG, "striped dgo", allowed=0, rows=300, known={"striped"}) is not None
+    assert typo_hint(CATALOG, "dgo", allowed=0, rows=300, known={"zebra"}) is not None
+
+
 def test_a_word_concept_whose_label_is_its_word_is_suggested():
     word = CatalogEntry(9, "beacon", "beacon", 0.75, [], 0.1)
     assert [e.concept for e, _, _ in near_misses([*CATALOG, word], "beacno")] == [9]
