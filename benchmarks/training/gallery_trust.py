@@ -217,23 +217,13 @@ def codes_of(g: Gallery, rows: np.ndarray, near: np.ndarray) -> Codes:
 
 def agreements(g: Gallery, codes: Codes) -> np.ndarray:
     """Each concept's agreement over the sampled rows of `codes`."""
-    a = g.coder.axis_concepts
-    active = np.zeros(g.coder.concepts)
-    won = np.zeros(g.coder.concepts)
-    words = codes.learnt | codes.zero_shot
-    active[a:] = words.sum(0)
-    won[a:] = (words & codes.won).sum(0)
-    for r, row_axes in enumerate(codes.axes):
-        for c in row_axes:
-            w = g.axis_word[c]
-            if w >= 0:
-                active[c] += 1
-                won[c] += codes.won[r, w]
-    return agreement(won, active)
+    return agreement(*agreement_counts(g, codes))
 
 
 def agreement_counts(g: Gallery, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
-    """(won, active) [concepts] over the sampled rows of `codes`: `agreements`' counts."""
+    """(won, active) [concepts] over the sampled rows of `codes`: the rows where each concept
+    is active (a word's entry, an axis among the row's k read by its name's word) and where its
+    name also won."""
     a = g.coder.axis_concepts
     active = np.zeros(g.coder.concepts)
     won = np.zeros(g.coder.concepts)
