@@ -31,10 +31,12 @@ first pair is the in-corpus one).
 trained on). A concept's agreement on a gallery, read alone, does not say whether the concept
 moved: a learnt word that agreed with its name on 40 % of its rows in training and does so on
 the gallery holds there as well as it did, one that agreed on 90 % and now on 40 % does not.
-So its *reference* agreement is read the same way on its training corpus's `--split` rows
-(up to `--sample`), and the rules `shift=R/Z` also hide a learnt word or a named axis whose
-gallery agreement falls below R times its reference with confidence: the one-sided Wilson upper
-bound at Z of its gallery share (won of active sampled rows) is below R × the reference share.
+So its *reference* agreement is read the same way on its training corpus's val rows (as the
+artifact keeps it: training/cedar/reference_agreement.py), and the rules `shift=R/Z` also hide
+a learnt word or a named axis whose gallery agreement falls below R times its reference with
+confidence: the one-sided Wilson upper bound at Z of its gallery share (won of active sampled
+rows) is below R × the reference share (training/cedar/gallery_trust.py's `shifted`; the
+served rule is its SHIFT_RATIO / SHIFT_Z).
 Both agreements are read with the contest on the corrected scores ⟨x̃, t̃⟩ − h themselves (a
 name beats its neighbours on the row's own scores), not in standard units: on a gallery where
 a word is common (dogs on a gallery of dogs) its spread is wide and its standard score low, and
@@ -86,16 +88,17 @@ from training.cedar.gallery_cuts import (
 )
 from training.cedar.gallery_trust import (
     AGREEMENT,
-    MIN_ROWS,
     NEIGHBOURS,
     ZERO_SHOT_AGREEMENT,
     agreement,
     neighbourhoods,
+    shifted,
     standard_scores,
     wins,
     word_spread,
 )
 from training.cedar.readout.vocabulary import active_on
+from training.cedar.reference_agreement import reference_agreement
 from training.core.artifacts import TransformArtifact
 from training.core.lexicon.nouns import ANIMAL_GROUPS, pluralise
 from training.core.metrics import unit_rows
@@ -247,32 +250,6 @@ def corrected_contest(g: Gallery, codes: Codes, rows: np.ndarray, near: np.ndarr
     return replace(codes, won=won)
 
 
-def wilson_upper(won: np.ndarray, active: np.ndarray, z: float) -> np.ndarray:
-    """The one-sided Wilson upper bound at z of the shares won / active (active ≥ 1)."""
-    n = np.maximum(np.asarray(active, np.float64), 1.0)
-    p = np.asarray(won, np.float64) / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre + half
-
-
-def shifted(
-    gallery: tuple[np.ndarray, np.ndarray],
-    reference: tuple[np.ndarray, np.ndarray],
-    ratio: float,
-    z: float,
-    min_rows: int = MIN_ROWS,
-) -> np.ndarray:
-    """bool [concepts]: the concepts whose gallery agreement (won, active) falls below `ratio`
-    times their reference agreement with confidence (module doc); only where both were read
-    on at least `min_rows` active rows."""
-    won, active = gallery
-    reference_won, reference_active = reference
-    measured = (active >= min_rows) & (reference_active >= min_rows)
-    share = reference_won / np.maximum(reference_active, 1)
-    return measured & (wilson_upper(won, active, z) < ratio * share)
-
-
 def shown(
     g: Gallery,
     codes: Codes,
@@ -353,16 +330,14 @@ def judged(names, used, salient) -> dict[str, float]:
     }
 
 
-def reference_counts(artifact: Path, cache: Path, args: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(won, active) [concepts]: each concept's agreement counts on up to `args.sample` of the
-    `args.split` rows of the cache its artifact was trained on, read as on a gallery (the
-    corrected-score contest; module doc)."""
-    g, data = read_gallery(artifact, cache)
-    g.zero_shot_cut = g.zero_shot_cuts["null"]
-    rows = data.rows(args.split)
-    rows = np.sort(np.random.default_rng(1).choice(rows, min(args.sample, len(rows)), False))
-    near = neighbourhoods(np.asarray(g.coder.readout.text), NEIGHBOURS)
-    return agreement_counts(g, corrected_contest(g, codes_of(g, rows, near), rows, near))
+def reference_counts(artifact: Path, cache: Path) -> np.ndarray:
+    """int32 [concepts, 2]: each concept's reference agreement (won, active) on the val rows of
+    the cache its artifact was trained on, as the artifact keeps it
+    (training/cedar/reference_agreement.py)."""
+    loaded = TransformArtifact.load(artifact)
+    counts = reference_agreement(loaded, load_split_rows(cache))
+    assert counts is not None, f"{artifact} has no readout with text directions"
+    return counts
 
 
 def main() -> None:
@@ -391,7 +366,7 @@ def main() -> None:
         name, artifact, cache, *flags = spec.split(":")
         reference = None
         if artifact in trained_on:
-            reference = reference_counts(Path(artifact), Path(trained_on[artifact]), args)
+            reference = reference_counts(Path(artifact), Path(trained_on[artifact]))
         g, data = read_gallery(Path(artifact), Path(cache))
         rows = data.rows(args.split)
         texts, groups = data.texts(rows), groups_of(data, rows)
@@ -431,7 +406,7 @@ def main() -> None:
             for ratio, z in SHIFT_GRID:
                 key = f"neighbours={m} agreement={AGREEMENT} zero_shot={ZERO_SHOT_AGREEMENT}"
                 key += f" cut={rule} shift={ratio}/{z}"
-                hidden = shifted(counts, reference, ratio, z)
+                hidden = shifted(np.stack(counts, axis=1), reference, ratio, z)
                 names = shown(g, judged_codes, trust, AGREEMENT, ZERO_SHOT_AGREEMENT, hidden)
                 lists[name][key] = names
                 figures[name][key] = judged(names, used, salient)

@@ -100,6 +100,7 @@ from training.core.metrics import prefix_vectors
 
 # each concept's agreement on the version's gallery (written by indexer/vocabulary/agreement.py)
 GALLERY_AGREEMENT = "vocabulary_agreement.npy"
+GALLERY_AGREEMENT_COUNTS = "vocabulary_agreement_counts.npy"
 
 
 class Bundle:
@@ -194,21 +195,27 @@ class Bundle:
     @cached_property
     def coder(self) -> ConceptCoder:
         """The CEDAR artifact's coder as this version's gallery shows its concepts: each held
-        to its agreement here where the version measured it (training.cedar.gallery_trust)."""
+        to its agreement here where the version measured it, and to its shift from the
+        artifact's reference where both kept counts (training.cedar.gallery_trust)."""
         coder = ConceptCoder(
             TransformArtifact.load(self.path / self.manifest.artifacts["cedar"].copy)
         )
-        return coder.on_gallery(self.gallery_agreement())
+        return coder.on_gallery(
+            self.gallery_agreement(GALLERY_AGREEMENT),
+            self.gallery_agreement(GALLERY_AGREEMENT_COUNTS),
+        )
 
-    def gallery_agreement(self) -> np.ndarray | None:
-        """float32 [concepts]: each concept's agreement on this version's gallery (written with
-        its open-vocabulary state: indexer/vocabulary/agreement.py), its file checked against
-        the manifest; None where the version measured none."""
+    def gallery_agreement(self, name: str = GALLERY_AGREEMENT) -> np.ndarray | None:
+        """Each concept's agreement on this version's gallery (written with its open-vocabulary
+        state: indexer/vocabulary/agreement.py): float32 [concepts] its share, or with
+        GALLERY_AGREEMENT_COUNTS int32 [concepts, 2] its counts; the file checked against the
+        manifest; None where the version measured none (or, made before counts were kept, no
+        counts)."""
         record = (self.manifest.open_vocabulary or {}).get("agreement")
-        if not record:
+        if not record or (name == GALLERY_AGREEMENT_COUNTS and "counts" not in record):
             return None
-        check_mapped_files(self.path, self.manifest.files, (GALLERY_AGREEMENT,), BundleError)
-        return np.load(self.path / GALLERY_AGREEMENT, allow_pickle=False)
+        check_mapped_files(self.path, self.manifest.files, (name,), BundleError)
+        return np.load(self.path / name, allow_pickle=False)
 
     def rotate(self, embeddings: np.ndarray) -> np.ndarray:
         """z = (x − mean) @ Rᵀ with the bundle's GraSP artifact, float32 [Q, D]."""

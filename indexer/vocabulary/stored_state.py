@@ -13,7 +13,8 @@ directions (training.cedar.readout's `text`). So the version that holds the rows
     vocabulary_second.npy     float64 [D + 1, D + 1]: the mean of [x̃, h][x̃, h]ᵀ
     vocabulary_sizing.npy     float32 [n, D + 1]: the kept sample of [x̃, h]
     vocabulary_sketch.faiss   the sketch of every row's [x̃, h] (past SKETCH_ROWS rows)
-    vocabulary_agreement.npy  each concept's agreement on the gallery, and
+    vocabulary_agreement.npy  each concept's agreement on the gallery,
+    vocabulary_agreement_counts.npy   its counts (the shift rule's), and
     vocabulary_spread.npy     each word's spread there (indexer/vocabulary/agreement.py)
 
 and the manifest's `open_vocabulary` record holds z, the rows the moments were measured on, the
@@ -48,7 +49,13 @@ from indexer.format.manifest import BundleError
 from indexer.format.mapped import check_mapped_files
 from indexer.format.postings import CHUNKS, INDPTR, Postings
 from indexer.format.served_index import exact_storage
-from indexer.vocabulary.agreement import AGREEMENT, SPREAD, measured_agreement, sampled
+from indexer.vocabulary.agreement import (
+    AGREEMENT,
+    COUNTS,
+    SPREAD,
+    measured_agreement,
+    sampled,
+)
 from indexer.vocabulary.gallery_directions import GalleryMoments, sketched
 from indexer.vocabulary.gallery_state import (
     GalleryState,
@@ -148,7 +155,8 @@ def write_state(
         (MEAN, np.asarray(moments.mean, dtype=np.float64)),
         (SECOND, np.asarray(moments.second, dtype=np.float64)),
         (SIZING, np.asarray(moments.sizing, dtype=np.float32)),
-        (AGREEMENT, np.asarray(agreement, dtype=np.float32)),
+        (AGREEMENT, np.asarray(agreement.share, dtype=np.float32)),
+        (COUNTS, np.asarray(agreement.counts, dtype=np.int32)),
         (SPREAD, np.stack([contest.mu, contest.sigma], axis=1).astype(np.float64)),
     ):
         np.save(staging / name, values, allow_pickle=False)
@@ -166,6 +174,7 @@ def write_state(
         "gate": gate_record,
         "agreement": {
             "file": AGREEMENT,
+            "counts": COUNTS,
             "spread": SPREAD,
             "rows": len(sampled(bundle.rows)),
             "neighbours": int(contest.neighbours.shape[1]),

@@ -13,9 +13,10 @@ What is shown (`ConceptCoder.shown`): the concepts whose held-out precision reac
 (`merged_by_name`), an axis named like a learnt word only where that word is active
 (`axis_words`). On a bundle's gallery (`ConceptCoder.on_gallery`) each concept is also held to
 its agreement there (training/cedar/gallery_trust.py): a learnt word or an axis whose agreement
-falls below AGREEMENT is not shown, and a zero-shot word (no held-out precision; its entries
-already won their neighbourhood, indexer/vocabulary/word_gate.py) is shown where its agreement
-reaches ZERO_SHOT_AGREEMENT.
+falls below AGREEMENT is not shown, nor one whose agreement shifted from its reference on the
+training corpus (the artifact's REFERENCE tensor against the gallery's counts: `shifted`), and
+a zero-shot word (no held-out precision; its entries already won their neighbourhood,
+indexer/vocabulary/word_gate.py) is shown where its agreement reaches ZERO_SHOT_AGREEMENT.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from training.cedar.catalog import CatalogEntry, catalog_entry, word_entry
-from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT
+from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT, shifted
 from training.cedar.near_misses import suggestion
 from training.cedar.readout.artifact import readout_of
 from training.cedar.readout.vocabulary import VocabularyReadout, margins, readout_input
@@ -40,6 +41,8 @@ from training.cedar.sparse_codes import (
 )
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
+
+REFERENCE = "reference_agreement"  # the artifact's tensor (training/cedar/reference_agreement.py)
 
 # The held-out precision a concept needs to be shown (explanations, a hit's concepts, the
 # catalog's listing) when its artifact records no floor picked on dev (training/cedar/floor.py)
@@ -90,6 +93,7 @@ class ConceptCoder:
         self._axis_word = axis_words(self.catalog, self.axis_concepts, self.readout)
         self.floor = display_floor(artifact.extra.get("floor"), self.catalog)
         self.agreement: np.ndarray | None = None  # on a gallery: each concept's (on_gallery)
+        self.shifted: np.ndarray | None = None  # on a gallery: bool, moved from its reference
         self._holds = self._shown_mask()
 
     @property
@@ -109,16 +113,29 @@ class ConceptCoder:
         other._holds = other._shown_mask()
         return other
 
-    def on_gallery(self, agreement: np.ndarray | None) -> ConceptCoder:
+    def on_gallery(
+        self, agreement: np.ndarray | None, counts: np.ndarray | None = None
+    ) -> ConceptCoder:
         """The same coder showing what holds on a gallery where each concept's agreement is
-        `agreement` [concepts] (module doc; NaN: not measured there); None: the artifact's
-        rule alone."""
-        if agreement is not None and len(agreement) != self.concepts:
-            raise InputError(
-                f"gallery agreement for {len(agreement)} concepts, the catalog has {self.concepts}"
-            )
+        `agreement` [concepts] (module doc; NaN: not measured there) and its counts `counts`
+        [concepts, 2] (won, active: the shift rule's, against the artifact's reference where
+        it keeps one; None: no shift read); `agreement` None: the artifact's rule alone."""
+        for what, given in (("agreement", agreement), ("agreement counts", counts)):
+            if given is not None and len(given) != self.concepts:
+                raise InputError(
+                    f"gallery {what} for {len(given)} concepts, the catalog has {self.concepts}"
+                )
         other = copy.copy(self)
         other.agreement = None if agreement is None else np.asarray(agreement, dtype=np.float32)
+        reference = self.artifact.tensors.get(REFERENCE)
+        other.shifted = None
+        if agreement is not None and counts is not None and reference is not None:
+            if np.shape(reference) != (self.concepts, 2):
+                raise InputError(
+                    f"the artifact's {REFERENCE} is {np.shape(reference)}, "
+                    f"expected ({self.concepts}, 2)"
+                )
+            other.shifted = shifted(counts, reference)
         other._holds = other._shown_mask()
         return other
 
@@ -131,6 +148,8 @@ class ConceptCoder:
         with np.errstate(invalid="ignore"):
             weak = self.agreement < AGREEMENT  # NaN: not measured, not weak
             agrees = self.agreement >= ZERO_SHOT_AGREEMENT
+        if self.shifted is not None:
+            weak |= self.shifted
         return np.where(zero_shot, named & agrees, held & ~weak)
 
     def holds(self, concept: int) -> bool:

@@ -25,6 +25,7 @@ from training.cedar.catalog import (
     name_directions,
     read_vocabulary,
 )
+from training.cedar.concepts import REFERENCE
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.evaluate import (
     SparseMethod,
@@ -39,6 +40,7 @@ from training.cedar.naming import cooccurrence
 from training.cedar.readout.artifact import readout_record, readout_tensors
 from training.cedar.readout.rows import learn_readout
 from training.cedar.readout.vocabulary import ReadoutConfig, mean_held_out, text_directions
+from training.cedar.reference_agreement import reference_agreement
 from training.cedar.train import CedarConfig, CedarResult, train_cedar
 from training.core.artifacts import TransformArtifact, data_fingerprint
 from training.core.config import ConfigModel
@@ -257,5 +259,8 @@ def fit_cedar(fit: CedarFitConfig) -> FittedCedar:
         if "caption" in data.metadata.column_names:  # which concepts are shown: floor.py
             artifact.extra["floor"] = dev_floor(artifact, data, str(fit.cache))
             log.info("precision floor %.2f, picked on val", artifact.extra["floor"]["value"])
+            reference = reference_agreement(artifact, data)  # what a gallery's shift is read by
+            if reference is not None:
+                artifact.tensors[REFERENCE] = reference
         artifact.save(fit.out, overwrite=fit.overwrite)
         return FittedCedar(artifact, result, catalog, rows.info, naming, readout)

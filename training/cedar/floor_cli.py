@@ -1,5 +1,7 @@
 """`strata train floor`: pick the precision floor of a CEDAR artifact's shown concepts on a
-cache's dev (val) rows (training/cedar/floor.py) and write it into the artifact; with
+cache's dev (val) rows (training/cedar/floor.py) and write it into the artifact, with each
+concept's reference agreement on those rows (training/cedar/reference_agreement.py: what a
+gallery's shift is read against, recorded at fit since it was kept); with
 `--zero-shot-z`, record the readout's zero-shot cut in standard units too (what `strata train
 cedar` records at fit: service/engine/open_vocabulary.py reads it)."""
 
@@ -11,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from training.cedar.concepts import REFERENCE
 from training.cedar.data import SplitRows, load_split_rows
 from training.cedar.floor import OTHER_CAPTIONS, SHOWN, dev_floor
 from training.cedar.gallery_quality import embed_words
@@ -21,6 +24,7 @@ from training.cedar.readout.vocabulary import (
     text_directions,
     zero_shot_z,
 )
+from training.cedar.reference_agreement import reference_agreement
 from training.core.artifacts import TransformArtifact
 from training.core.errors import InputError
 
@@ -79,8 +83,13 @@ def floor_command(
         readout["training"] = {**readout.get("training", {}), "zero_shot_z": round(z, 6)}
         extra["readout"] = readout
         typer.echo(f"zero_shot_z {z:.3f} (the val rows, over the learnt words' text directions)")
+    reference = reference_agreement(loaded, data)
+    if reference is not None:
+        typer.echo(f"reference agreement of {int((reference[:, 1] > 0).sum())} concepts")
     if dry_run:
         return
     loaded.extra = extra
+    if reference is not None:
+        loaded.tensors = {**loaded.tensors, REFERENCE: reference}
     loaded.save(artifact, overwrite=True)
     typer.echo(f"written into {artifact}")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from search_gallery import build_text_bundle, described_rows, described_word
 
-from indexer.format.bundle import Bundle
+from indexer.format.bundle import GALLERY_AGREEMENT_COUNTS, Bundle
 from indexer.verify.check import verify_bundle
 from indexer.vocabulary.query_gate import QueryGate
 from service.engine.explain import (
@@ -29,7 +29,7 @@ from service.engine.explain import (
 )
 from service.engine.search import SearchEngine
 from service.results import SearchQuery
-from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT
+from training.cedar.gallery_trust import AGREEMENT, MIN_ROWS, ZERO_SHOT_AGREEMENT
 from training.core.cache import EmbeddingCache
 from training.corpora.compositional import ATTRIBUTES, PLACES, RELATIONS, SUBJECTS, THINGS
 
@@ -80,6 +80,12 @@ def test_the_version_keeps_each_concepts_agreement_and_shows_what_agrees(gated: 
     for c in range(coder.axis_concepts):
         if measured[c] and agreement[c] < AGREEMENT:
             assert not coder.holds(c)
+    # and its counts (won, active) with the contest on the corrected scores: on the same
+    # active rows as the agreement, so measured exactly where those reach MIN_ROWS
+    counts = bundle.gallery_agreement(GALLERY_AGREEMENT_COUNTS)
+    assert counts is not None and counts.shape == (coder.concepts, 2)
+    assert ((counts[:, 0] >= 0) & (counts[:, 0] <= counts[:, 1])).all()
+    assert np.array_equal(measured, counts[:, 1] >= MIN_ROWS)
 
 
 def test_a_query_keeps_the_zero_shot_words_its_row_kept(gated: Path):

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from training.cedar.catalog import build_catalog, catalog_json, name_concepts, vocabulary_from_texts
-from training.cedar.concepts import ConceptCoder
+from training.cedar.concepts import REFERENCE, ConceptCoder
 from training.cedar.evaluate import concept_purity, factor_rows, rotation_method
 from training.cedar.fit import CedarFitConfig, fit_cedar
 from training.cedar.readout.vocabulary import ReadoutConfig
@@ -348,6 +348,16 @@ def test_fit_cedar_takes_one_config_and_returns_one_result(
     assert set(saved.extra["readout"]) == set(readout.record)
     assert set(saved.extra["readout"]["training"]) == set(readout.info) - {"history"}
     assert readout.tensors and set(readout.tensors) <= set(saved.tensors)
+    # each concept's reference agreement on the cache's val rows: won of active, counted on
+    # learnt words and named axes, never on a zero-shot word (no training rows to shift from)
+    coder = ConceptCoder(saved)
+    reference = saved.tensors[REFERENCE]
+    assert reference.shape == (coder.concepts, 2) and reference[:, 1].sum() > 0
+    assert ((reference[:, 0] >= 0) & (reference[:, 0] <= reference[:, 1])).all()
+    zero_shot = [c for c, e in enumerate(coder.catalog) if e.zero_shot]
+    assert (reference[zero_shot] == 0).all()
+    unnamed = [c for c, e in enumerate(coder.catalog[: coder.axis_concepts]) if not e.named]
+    assert (reference[unnamed] == 0).all()
     bare = fit_cedar(fit.model_copy(update={"out": tmp_path / "bare", "readout": None}))
     assert bare.readout is None and "readout" not in TransformArtifact.load(tmp_path / "bare").extra
     with pytest.raises(ValidationError, match="extra"):  # a misspelt option is an error

@@ -3,6 +3,7 @@ picked on dev rows by explanation utility (training/cedar/floor.py)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from training.cedar.catalog import catalog_entry
 from training.cedar.concepts import (
     DEFAULT_FLOOR,
+    REFERENCE,
     ConceptCoder,
     display_floor,
     holds,
@@ -188,3 +190,31 @@ def test_on_a_gallery_a_concept_is_also_held_to_its_agreement_there():
     assert coder.on_gallery(None).holds(w0) and coder.holds(w0)  # the coder is left as it was
     with pytest.raises(InputError, match="agreement for 3 concepts"):
         coder.on_gallery(np.zeros(3))
+
+
+def test_on_a_gallery_a_concept_whose_agreement_shifted_from_its_reference_is_hidden():
+    """w0 holds by the artifact and agrees enough on the gallery; with the artifact's reference
+    (it won on 90 of 100 training rows) it is hidden where it now wins on 10 of 100 gallery
+    rows, kept where it wins on 80; the zero-shot w2 is not held to a reference. Without a
+    reference or without the gallery's counts, no shift is read."""
+    coder, _ = coder_with_words(0.5)
+    w0, w2 = coder.axis_concepts, coder.axis_concepts + 2
+    agreement_there = np.full(coder.concepts, np.nan, dtype=np.float32)
+    agreement_there[[w0, w2]] = 0.5
+    reference = np.zeros((coder.concepts, 2), dtype=np.int32)
+    reference[[w0, w2]] = (90, 100)
+    fell = np.zeros((coder.concepts, 2), dtype=np.int32)
+    fell[[w0, w2]] = (10, 100)
+    held = fell.copy()
+    held[w0] = (80, 100)
+    assert coder.on_gallery(agreement_there, fell).holds(w0)  # no reference in the artifact
+    referenced = copy.copy(coder.artifact)
+    referenced.tensors = {**coder.artifact.tensors, REFERENCE: reference}
+    with_reference = ConceptCoder(referenced)
+    assert with_reference.holds(w0)  # the artifact's rule alone
+    assert not with_reference.on_gallery(agreement_there, fell).holds(w0)
+    assert with_reference.on_gallery(agreement_there, fell).holds(w2)  # zero-shot: no shift
+    assert with_reference.on_gallery(agreement_there, held).holds(w0)
+    assert with_reference.on_gallery(agreement_there).holds(w0)  # no counts kept
+    with pytest.raises(InputError, match="agreement counts for 3 concepts"):
+        with_reference.on_gallery(agreement_there, np.zeros((3, 2)))

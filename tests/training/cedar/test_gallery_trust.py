@@ -15,7 +15,9 @@ from indexer.vocabulary.gallery_directions import gallery_moments, with_hubs
 from training.cedar.gallery_trust import (
     agreement,
     neighbourhoods,
+    shifted,
     standard_scores,
+    wilson_upper,
     wins,
     word_spread,
 )
@@ -69,3 +71,19 @@ def test_a_name_wins_where_it_reaches_every_neighbour():
 def test_agreement_is_the_share_won_and_unmeasured_below_the_minimum():
     got = agreement(np.array([3, 0, 1]), np.array([4, 10, 2]), min_rows=3)
     assert got[0] == pytest.approx(0.75) and got[1] == 0.0 and np.isnan(got[2])
+
+
+def test_the_wilson_upper_bound_lies_above_the_share_and_closes_in_with_more_rows():
+    few, many = wilson_upper(np.array([2, 20]), np.array([10, 100]), 1.0)
+    assert 0.2 < many < few <= 1.0
+    assert wilson_upper(np.array([0]), np.array([0]), 1.0)[0] > 0  # no rows: no certainty
+
+
+def test_a_concept_shifted_where_its_gallery_share_falls_below_the_ratio_with_confidence():
+    reference = np.array([[90, 100], [90, 100], [90, 100], [90, 100], [2, 3]])
+    gallery = np.array([[10, 100], [80, 100], [1, 4], [40, 100], [0, 50]])
+    got = shifted(gallery, reference, ratio=0.6, z=1.0, min_rows=5)
+    # fell to 0.1: shifted; 0.8 held; 4 rows: unmeasured; 0.4 < 0.54 even at its upper bound;
+    # a reference of 3 rows: unmeasured
+    assert got.tolist() == [True, False, False, True, False]
+    assert not shifted(gallery, reference, ratio=0.6, z=8.0)[3]  # less sure: not hidden
