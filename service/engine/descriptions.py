@@ -5,8 +5,9 @@ is described by what a reader is shown of it, and nothing else (training/cedar/d
 
 - its phrase: composed from the concepts the code shows (`ConceptCoder.shown`, on the bundle's
   gallery: held to their agreement there), strongest first, those whose held-out precision
-  reaches DESCRIBED only — a description is every one of its words at once, so it takes the
-  surest — and, where the version keeps its gallery's text directions, whose name holds of the
+  reaches DESCRIBED only, and on a gallery whose agreement fell less than a shown concept's
+  may (`ConceptCoder.sayable`) — a description is every one of its words at once, so it takes
+  the surest — and, where the version keeps its gallery's text directions, whose name holds of the
   code's own vector there (its readout word wins its neighbourhood on it:
   indexer/vocabulary/query_gate.py's `judge`); no such concept, no phrase (rather than a wrong
   one);
@@ -59,15 +60,15 @@ def code_names(
 ) -> list[str]:
     """The names a phrase of a code may say (module doc): of what the code shows
     (`ConceptCoder.shown`: word concepts first, then axes, one per name), those a concept of
-    the code shown under that name holds to a held-out precision of DESCRIBED (a zero-shot word
-    merged with a precise axis of its name keeps the axis's precision) and, with `said`, that
-    hold of the code's vector on the gallery's own text directions, in that order; padding (−1)
-    left out."""
+    the code shown under that name, sayable on the gallery (`ConceptCoder.sayable`), holds to a
+    held-out precision of DESCRIBED (a zero-shot word merged with a precise axis of its name
+    keeps the axis's precision) and, with `said`, that hold of the code's vector on the
+    gallery's own text directions, in that order; padding (−1) left out."""
     ids = np.asarray(concepts)
     precise = {
         coder.catalog[c].name.lower()
         for c in map(int, ids)
-        if c >= 0 and coder.holds(c) and (coder.catalog[c].precision or 0.0) >= DESCRIBED
+        if c >= 0 and coder.sayable(c) and (coder.catalog[c].precision or 0.0) >= DESCRIBED
     }
     names = []
     for concept, _ in coder.shown(ids, np.asarray(activations)):

@@ -14,7 +14,8 @@ What is shown (`ConceptCoder.shown`): the concepts whose held-out precision reac
 (`axis_words`). On a bundle's gallery (`ConceptCoder.on_gallery`) each concept is also held to
 its agreement there (training/cedar/gallery_trust.py): a learnt word or an axis whose agreement
 falls below AGREEMENT is not shown, nor one whose agreement shifted from its reference on the
-training corpus (the artifact's REFERENCE tensor against the gallery's counts: `shifted`), and
+training corpus (the artifact's REFERENCE tensor against the gallery's counts: `shifted`; a
+phrase, stricter, says one only where it fell less: `sayable`), and
 a zero-shot word (no held-out precision; its entries already won their neighbourhood,
 indexer/vocabulary/word_gate.py) is shown where its agreement reaches ZERO_SHOT_AGREEMENT.
 """
@@ -29,7 +30,12 @@ from typing import Any
 import numpy as np
 
 from training.cedar.catalog import CatalogEntry, catalog_entry, word_entry
-from training.cedar.gallery_trust import AGREEMENT, ZERO_SHOT_AGREEMENT, shifted
+from training.cedar.gallery_trust import (
+    AGREEMENT,
+    DESCRIBED_SHIFT_RATIO,
+    ZERO_SHOT_AGREEMENT,
+    shifted,
+)
 from training.cedar.near_misses import suggestion
 from training.cedar.readout.artifact import readout_of
 from training.cedar.readout.vocabulary import VocabularyReadout, margins, readout_input
@@ -94,6 +100,7 @@ class ConceptCoder:
         self.floor = display_floor(artifact.extra.get("floor"), self.catalog)
         self.agreement: np.ndarray | None = None  # on a gallery: each concept's (on_gallery)
         self.shifted: np.ndarray | None = None  # on a gallery: bool, moved from its reference
+        self._unsaid: np.ndarray | None = None  # on a gallery: bool, moved too far for a phrase
         self._holds = self._shown_mask()
 
     @property
@@ -128,7 +135,7 @@ class ConceptCoder:
         other = copy.copy(self)
         other.agreement = None if agreement is None else np.asarray(agreement, dtype=np.float32)
         reference = self.artifact.tensors.get(REFERENCE)
-        other.shifted = None
+        other.shifted = other._unsaid = None
         if agreement is not None and counts is not None and reference is not None:
             if np.shape(reference) != (self.concepts, 2):
                 raise InputError(
@@ -136,6 +143,7 @@ class ConceptCoder:
                     f"expected ({self.concepts}, 2)"
                 )
             other.shifted = shifted(counts, reference)
+            other._unsaid = shifted(counts, reference, DESCRIBED_SHIFT_RATIO)
         other._holds = other._shown_mask()
         return other
 
@@ -157,6 +165,11 @@ class ConceptCoder:
         the floor (every concept when the catalog measures no precision: no floor); on a
         gallery, held to its agreement there too (module doc)."""
         return bool(self._holds[concept])
+
+    def sayable(self, concept: int) -> bool:
+        """Whether a phrase may say a concept it shows: it holds and, on a gallery, its agreement
+        did not fall below DESCRIBED_SHIFT_RATIO of its reference (module doc)."""
+        return self.holds(concept) and not (self._unsaid is not None and self._unsaid[concept])
 
     def shown(
         self, ids: np.ndarray, values: np.ndarray, limit: int | None = None

@@ -32,7 +32,8 @@ active) with the contest on the corrected scores ⟨x̃, t̃⟩ − h themselves
 low, so its hypernym or rare neighbours win on its own rows). A learnt word or a named axis is
 hidden where its gallery agreement falls below SHIFT_RATIO times its reference with confidence:
 the one-sided Wilson upper bound at SHIFT_Z of its gallery share is below SHIFT_RATIO × the
-reference share (`shifted`).
+reference share (`shifted`). A description (a phrase that says every one of its words at once)
+takes a name only where it did not fall below DESCRIBED_SHIFT_RATIO of its reference.
 
 The floors, NEIGHBOURS and the shift's ratio and confidence were picked on the dev pairs (the
 val rows of Flickr8k in-corpus, Flickr8k → the compositional corpus and back, and Flickr8k with
@@ -51,6 +52,9 @@ ZERO_SHOT_AGREEMENT = 0.3  # a zero-shot word's, at least, to be shown (it has n
 MIN_ROWS = 5  # sampled active rows a concept needs for its agreement to be measured
 SHIFT_RATIO = 0.6  # hidden below this share of its reference agreement (with confidence)
 SHIFT_Z = 1.0  # the confidence: the one-sided Wilson upper bound at this z
+# a phrase says every one of its words at once: a name is said only where its agreement did not
+# fall below this share of its reference (at SHIFT_Z): service/engine/descriptions.py
+DESCRIBED_SHIFT_RATIO = 0.9
 
 
 def neighbourhoods(text: np.ndarray, most: int = NEIGHBOURS) -> np.ndarray:

@@ -218,3 +218,26 @@ def test_on_a_gallery_a_concept_whose_agreement_shifted_from_its_reference_is_hi
     assert with_reference.on_gallery(agreement_there).holds(w0)  # no counts kept
     with pytest.raises(InputError, match="agreement counts for 3 concepts"):
         with_reference.on_gallery(agreement_there, np.zeros((3, 2)))
+
+
+def test_a_phrase_says_only_a_concept_whose_agreement_fell_less_than_a_shown_ones_may():
+    """w0 won on 90 of 100 training rows: on a gallery where it wins on 70 of 100 it is still
+    shown (above 0.6 × its reference) but no longer said in a phrase (below 0.9 ×, even at its
+    upper bound); where it wins on 88 it is both. Without a reference, shown is sayable."""
+    coder, _ = coder_with_words(0.5)
+    w0 = coder.axis_concepts
+    agreement_there = np.full(coder.concepts, np.nan, dtype=np.float32)
+    agreement_there[w0] = 0.5
+    reference = np.zeros((coder.concepts, 2), dtype=np.int32)
+    reference[w0] = (900, 1000)
+    referenced = copy.copy(coder.artifact)
+    referenced.tensors = {**coder.artifact.tensors, REFERENCE: reference}
+    with_reference = ConceptCoder(referenced)
+    counts = np.zeros((coder.concepts, 2), dtype=np.int32)
+    counts[w0] = (700, 1000)
+    fell = with_reference.on_gallery(agreement_there, counts)
+    assert fell.holds(w0) and not fell.sayable(w0)
+    counts[w0] = (880, 1000)
+    kept = with_reference.on_gallery(agreement_there, counts)
+    assert kept.holds(w0) and kept.sayable(w0)
+    assert coder.on_gallery(agreement_there, counts).sayable(w0)
