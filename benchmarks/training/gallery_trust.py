@@ -78,6 +78,7 @@ from benchmarks.training.held_out_topic import topic_groups
 from indexer.vocabulary.gallery_directions import gallery_moments, with_hubs
 from indexer.vocabulary.gallery_state import learnt_words, taught_z
 from indexer.vocabulary.word_gate import gate_cuts
+from service.engine.descriptions import DESCRIBED
 from training.cedar.caption_words import lexicon_terms
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import groups_of, load_split_rows
@@ -520,8 +521,22 @@ def main() -> None:
     }
     described_picked = max(reaching, key=lambda k: mean_precision[k]) if reaching else None
     print("descriptions", json.dumps(descriptions, indent=1), "picked", described_picked)
+    unshifted = f"neighbours={NEIGHBOURS} agreement={AGREEMENT} zero_shot={ZERO_SHOT_AGREEMENT}"
+    unshifted += " cut=null"
+    plain = str(DESCRIBED)  # the served precision alone, before the shift
+    summary = [
+        {
+            "pair": name,
+            "before": figures[name].get(unshifted),
+            "after": figures[name][picked_key],
+            "phrases_before": descriptions[plain][name],
+            "phrases_after": descriptions[described_picked][name] if described_picked else None,
+        }
+        for name in figures
+    ]
     publish(
         {
+            "summary": summary,
             "split": args.split,
             "pairs": args.pair,
             "picked": picked_key,

@@ -403,6 +403,15 @@ def test_train_and_eval_commands(strata, compositional_cache: Path, tmp_path: Pa
     )
     assert again.returncode == 0, again.stderr
     assert f"floor {floor['value']:.2f}" in again.stdout and "zero_shot_z " in again.stdout
+    # an artifact made before the reference agreement was kept gets the same one from the floor
+    older = TransformArtifact.load(artifact)
+    reference = older.tensors.pop(REFERENCE)
+    older.save(tmp_path / "older")
+    given = strata(
+        "train", "floor", "--artifact", str(tmp_path / "older"), "--cache", str(compositional_cache)
+    )
+    assert given.returncode == 0, given.stderr
+    assert np.array_equal(TransformArtifact.load(tmp_path / "older").tensors[REFERENCE], reference)
     missing = strata(
         "train", "floor", "--artifact", str(tmp_path / "none"), "--cache", str(artifact)
     )
