@@ -64,7 +64,8 @@ def concept_details(concept: ConceptInfo) -> str:
     if concept.below_floor:
         lines.append(
             "  below floor  not shown in explanations or listings (its held-out precision is "
-            "below the catalog's floor); a filter on it warns"
+            "below the catalog's floor, or on this gallery its agreement is too low or fell "
+            "from its training corpus's); a filter on it warns"
         )
     lines += [
         f"  scope        {concept.scope or 'not measured (strata eval cds --artifact)'}",
