@@ -29,6 +29,7 @@ class ConceptInfo:
     zero_shot: bool = False  # a word concept without labels (its text direction's cosine)
     below_floor: bool = False  # not shown in explanations and listings (precision < floor)
     gallery_agreement: float | None = None  # with its name's text direction, on this gallery
+    hidden_on_gallery: str = ""  # why the gallery hides what the floor would show ("": it does not)
 
 
 @dataclass

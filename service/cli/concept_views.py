@@ -61,11 +61,15 @@ def concept_details(concept: ConceptInfo) -> str:
             f"  on gallery   agreement {concept.gallery_agreement:.3f} of its activation with its "
             "name's text direction on this bundle's rows (measured at build, without labels)"
         )
-    if concept.below_floor:
+    if concept.hidden_on_gallery:
+        lines.append(
+            f"  hidden here  not shown in explanations or listings on this gallery: "
+            f"{concept.hidden_on_gallery}; a filter on it warns"
+        )
+    elif concept.below_floor:
         lines.append(
             "  below floor  not shown in explanations or listings (its held-out precision is "
-            "below the catalog's floor, or on this gallery its agreement is too low or fell "
-            "from its training corpus's); a filter on it warns"
+            "below the catalog's floor); a filter on it warns"
         )
     lines += [
         f"  scope        {concept.scope or 'not measured (strata eval cds --artifact)'}",

@@ -49,6 +49,7 @@ def describe_concept(bundle: Bundle, entry: CatalogEntry) -> ConceptInfo:
         zero_shot=entry.zero_shot,
         below_floor=not bundle.coder.holds(entry.concept),
         gallery_agreement=gallery_agreement(bundle.coder, entry.concept),
+        hidden_on_gallery=bundle.coder.gallery_reason(entry.concept) or "",
     )
 
 

@@ -238,8 +238,9 @@ def filter_concepts(
     """How each reference of a filter was made — a learnt word concept, a zero-shot one (a
     word of the readout without labels, or a phrase the open vocabulary made), or CEDAR axes —
     and a warning for each one none of whose concepts holds (held-out precision below the
-    catalog's floor, or not measured: training.cedar.concepts): the filter runs, but what it
-    allows may not be what its name says. References resolve as the filter resolves them."""
+    catalog's floor, or not measured, or on this gallery its agreement too low or fallen from
+    its training corpus's: training.cedar.concepts): the filter runs, but what it allows may
+    not be what its name says. References resolve as the filter resolves them."""
     coder = bundle.coder
     made, warnings = [], []
     for role, refs in (("require", require), ("exclude", exclude)):
@@ -260,6 +261,12 @@ def filter_concepts(
             made.append(FilterConcept(str(ref), role, kind))
             if not any(coder.holds(c) for c in concepts):
                 entry = coder.catalog[concepts[0]]
+                if reason := coder.gallery_reason(concepts[0]):
+                    warnings.append(
+                        f"concept {ref} in {role} is not shown on this gallery ({reason}): "
+                        "the rows it allows may not show it"
+                    )
+                    continue
                 measured = (
                     "a zero-shot word, no held-out precision"
                     if entry.zero_shot

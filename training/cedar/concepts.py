@@ -101,6 +101,9 @@ class ConceptCoder:
         self.agreement: np.ndarray | None = None  # on a gallery: each concept's (on_gallery)
         self.shifted: np.ndarray | None = None  # on a gallery: bool, moved from its reference
         self._unsaid: np.ndarray | None = None  # on a gallery: bool, moved too far for a phrase
+        # on a gallery with a reference: float [concepts, 2], each concept's agreement share there
+        # and on its training corpus (the shift rule's; NaN where no row was active)
+        self.shares: np.ndarray | None = None
         self._holds = self._shown_mask()
 
     @property
@@ -136,6 +139,7 @@ class ConceptCoder:
         other.agreement = None if agreement is None else np.asarray(agreement, dtype=np.float32)
         reference = self.artifact.tensors.get(REFERENCE)
         other.shifted = other._unsaid = None
+        other.shares = None
         if agreement is not None and counts is not None and reference is not None:
             if np.shape(reference) != (self.concepts, 2):
                 raise InputError(
@@ -143,6 +147,7 @@ class ConceptCoder:
                     f"expected ({self.concepts}, 2)"
                 )
             other.shifted = shifted(counts, reference)
+            other.shares = np.stack([share_of(counts), share_of(reference)], axis=1)
             other._unsaid = shifted(counts, reference, DESCRIBED_SHIFT_RATIO)
         other._holds = other._shown_mask()
         return other
@@ -165,6 +170,32 @@ class ConceptCoder:
         the floor (every concept when the catalog measures no precision: no floor); on a
         gallery, held to its agreement there too (module doc)."""
         return bool(self._holds[concept])
+
+    def gallery_reason(self, concept: int) -> str | None:
+        """Why a concept the artifact's floor would show is not shown on this gallery (module
+        doc), in words; None where it is shown, or hidden by the floor alone."""
+        if self.agreement is None or self._holds[concept]:
+            return None
+        entry = self.catalog[concept]
+        agreement = float(self.agreement[concept])
+        if entry.zero_shot:
+            if np.isnan(agreement):
+                return "a zero-shot word too rarely active on this gallery to be measured"
+            return (
+                f"a zero-shot word agreeing with its name on {agreement:.2f} of its rows here, "
+                f"below {ZERO_SHOT_AGREEMENT}"
+            )
+        if not holds(entry, self.floor):
+            return None
+        if agreement < AGREEMENT:
+            return f"its agreement on this gallery is {agreement:.2f}, below {AGREEMENT}"
+        if self.shifted is not None and self.shares is not None and self.shifted[concept]:
+            here, trained = self.shares[concept]
+            return (
+                f"its agreement fell from {trained:.2f} on its training rows to {here:.2f} on "
+                "this gallery"
+            )
+        return None
 
     def sayable(self, concept: int) -> bool:
         """Whether a phrase may say a concept it shows: it holds and, on a gallery, its agreement
@@ -249,6 +280,13 @@ class ConceptCoder:
         if not found:
             raise InputError(f"no concept is named {concept!r}{suggestion(self.catalog, text)}")
         return found
+
+
+def share_of(counts: np.ndarray) -> np.ndarray:
+    """float64 [C]: won / active of agreement counts [C, 2] (NaN where none was active)."""
+    won, active = np.asarray(counts, dtype=np.float64).T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(active > 0, won / active, np.nan)
 
 
 def display_floor(record: Any, catalog: Sequence[CatalogEntry]) -> float | None:

@@ -42,6 +42,7 @@ _CONCEPT_FIELDS = (
     "named",
     "zero_shot",
     "below_floor",
+    "hidden_on_gallery",
 )
 _INDEX_FIELDS = (
     "bundle_version",

@@ -370,6 +370,7 @@ async function showConcept(label, item) {
     ["label", c.label], ["scope", c.scope || "not measured"], ["name score", fixed(c.score)],
     ["frequency", fixed(c.frequency, 4)], ["active rows", c.activeRows],
     ...(c.galleryAgreement === undefined ? [] : [["gallery agreement", fixed(c.galleryAgreement)]]),
+    ...(c.hiddenOnGallery ? [["hidden here", c.hiddenOnGallery]] : []),
     ["runner-ups", c.runnerUps.map((r) => `${r.name} (${fixed(r.score, 2)})`).join(", ") || "—"],
   ];
   $("concept-detail").replaceChildren(

@@ -58,6 +58,9 @@ def test_the_marks_and_the_agreement_survive_the_wire():
     assert (
         concept_info(concept_to_proto(ConceptInfo(3, "+1", "dog", 0.3))).gallery_agreement is None
     )
+    why_hidden = "its agreement fell from 0.90 on its training rows to 0.10 on this gallery"
+    hidden = ConceptInfo(3, "+1", "dog", 0.3, below_floor=True, hidden_on_gallery=why_hidden)
+    assert concept_info(concept_to_proto(hidden)).hidden_on_gallery == why_hidden
 
 
 def test_the_cli_marks_zero_shot_words_and_shows_the_agreement():
@@ -74,3 +77,8 @@ def test_the_cli_marks_zero_shot_words_and_shows_the_agreement():
     details = concept_details(ConceptInfo(3, "+1", "dog", 0.3, gallery_agreement=0.25))
     assert "agreement 0.250" in details
     assert "agreement" not in concept_details(ConceptInfo(3, "+1", "dog", 0.3))
+    why_hidden = "its agreement fell from 0.90 on its training rows to 0.10 on this gallery"
+    hidden = ConceptInfo(3, "+1", "dog", 0.3, below_floor=True, hidden_on_gallery=why_hidden)
+    assert why_hidden in concept_details(hidden) and "below floor" not in concept_details(hidden)
+    floor_only = concept_details(ConceptInfo(3, "+1", "dog", 0.3, below_floor=True))
+    assert "below floor" in floor_only and "hidden here" not in floor_only

@@ -213,6 +213,16 @@ def test_on_a_gallery_a_concept_whose_agreement_shifted_from_its_reference_is_hi
     with_reference = ConceptCoder(referenced)
     assert with_reference.holds(w0)  # the artifact's rule alone
     assert not with_reference.on_gallery(agreement_there, fell).holds(w0)
+    assert with_reference.on_gallery(agreement_there, fell).gallery_reason(w0) == (
+        "its agreement fell from 0.90 on its training rows to 0.10 on this gallery"
+    )
+    assert with_reference.on_gallery(agreement_there, held).gallery_reason(w0) is None
+    weak = agreement_there.copy()
+    weak[[w0, w2]] = AGREEMENT / 2
+    on_weak = with_reference.on_gallery(weak, held)
+    assert "below 0.1" in on_weak.gallery_reason(w0)
+    assert "zero-shot word" in on_weak.gallery_reason(w2)
+    assert on_weak.gallery_reason(coder.axis_concepts + 1) is None  # hidden by the floor alone
     assert with_reference.on_gallery(agreement_there, fell).holds(w2)  # zero-shot: no shift
     assert with_reference.on_gallery(agreement_there, held).holds(w0)
     assert with_reference.on_gallery(agreement_there).holds(w0)  # no counts kept

@@ -396,7 +396,7 @@ class ConceptExample(_message.Message):
     def __init__(self, id: _Optional[str] = ..., activation: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Concept(_message.Message):
-    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot", "below_floor", "gallery_agreement")
+    __slots__ = ("id", "label", "name", "score", "runner_ups", "frequency", "examples", "scope", "active_rows", "precision", "named", "zero_shot", "below_floor", "gallery_agreement", "hidden_on_gallery")
     ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +411,7 @@ class Concept(_message.Message):
     ZERO_SHOT_FIELD_NUMBER: _ClassVar[int]
     BELOW_FLOOR_FIELD_NUMBER: _ClassVar[int]
     GALLERY_AGREEMENT_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_ON_GALLERY_FIELD_NUMBER: _ClassVar[int]
     id: int
     label: str
     name: str
@@ -425,7 +426,8 @@ class Concept(_message.Message):
     zero_shot: bool
     below_floor: bool
     gallery_agreement: float
-    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ..., below_floor: _Optional[bool] = ..., gallery_agreement: _Optional[float] = ...) -> None: ...
+    hidden_on_gallery: str
+    def __init__(self, id: _Optional[int] = ..., label: _Optional[str] = ..., name: _Optional[str] = ..., score: _Optional[float] = ..., runner_ups: _Optional[_Iterable[_Union[NamedScore, _Mapping]]] = ..., frequency: _Optional[float] = ..., examples: _Optional[_Iterable[_Union[ConceptExample, _Mapping]]] = ..., scope: _Optional[str] = ..., active_rows: _Optional[int] = ..., precision: _Optional[float] = ..., named: _Optional[bool] = ..., zero_shot: _Optional[bool] = ..., below_floor: _Optional[bool] = ..., gallery_agreement: _Optional[float] = ..., hidden_on_gallery: _Optional[str] = ...) -> None: ...
 
 class GetIndexInfoRequest(_message.Message):
     __slots__ = ()
