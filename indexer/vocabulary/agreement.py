@@ -32,7 +32,7 @@ from indexer.format.bundle import GALLERY_AGREEMENT, GALLERY_AGREEMENT_COUNTS, B
 from indexer.format.postings import Postings, entries_of_rows
 from indexer.vocabulary.gallery_directions import centred_rows
 from indexer.vocabulary.word_gate import Contest
-from training.cedar.gallery_trust import agreement, wins
+from training.cedar.gallery_trust import agreement, spread_rows, wins
 
 AGREEMENT = GALLERY_AGREEMENT
 COUNTS = GALLERY_AGREEMENT_COUNTS
@@ -44,23 +44,7 @@ CUT_SLACK = 1e-3  # below its cut by more than this, an entry is inactive whatev
 
 def sampled(rows: int, most: int = AGREEMENT_ROWS) -> np.ndarray:
     """int64: up to `most` rows spread evenly over `rows`."""
-    return np.unique(np.linspace(0, rows - 1, min(rows, most)).astype(np.int64))
-
-
-def name_words(bundle: Bundle) -> np.ndarray:
-    """int64 [concepts]: the readout word each concept's name reads — a word concept's own, a
-    named axis's by its name — and −1 where none does."""
-    coder = bundle.coder
-    readout = coder.readout
-    out = np.full(coder.concepts, -1, dtype=np.int64)
-    if readout is None:
-        return out
-    index = {word.lower(): w for w, word in enumerate(readout.words)}
-    for entry in coder.catalog[: coder.axis_concepts]:
-        if entry.named:
-            out[entry.concept] = index.get(entry.name.lower(), -1)
-    out[coder.axis_concepts :] = np.arange(len(readout.words))
-    return out
+    return spread_rows(rows, most)
 
 
 @dataclass
@@ -90,7 +74,7 @@ def measured_agreement(
     found_rows, concepts, _ = entries_of_rows(
         postings.indptr, postings.rows, postings.values, 0, rows
     )
-    word = name_words(bundle)[concepts]
+    word = coder.name_words()[concepts]
     named = word >= 0
     found_rows, concepts, word = found_rows[named], concepts[named], word[named]
     grasp, cedar = bundle.grasp, coder.artifact

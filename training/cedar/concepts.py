@@ -171,6 +171,19 @@ class ConceptCoder:
         gallery, held to its agreement there too (module doc)."""
         return bool(self._holds[concept])
 
+    def name_words(self) -> np.ndarray:
+        """int64 [concepts]: the readout word each concept's name reads — a word concept's own,
+        a named axis's by its name — and −1 where none does (what its agreement is read by)."""
+        out = np.full(self.concepts, -1, dtype=np.int64)
+        if self.readout is None:
+            return out
+        index = {word.lower(): w for w, word in enumerate(self.readout.words)}
+        for entry in self.catalog[: self.axis_concepts]:
+            if entry.named:
+                out[entry.concept] = index.get(entry.name.lower(), -1)
+        out[self.axis_concepts :] = np.arange(len(self.readout.words))
+        return out
+
     def gallery_reason(self, concept: int) -> str | None:
         """Why a concept the artifact's floor would show is not shown on this gallery (module
         doc), in words; None where it is shown, or hidden by the floor alone."""

@@ -117,6 +117,12 @@ def agreement(won: np.ndarray, active: np.ndarray, min_rows: int = MIN_ROWS) -> 
     return np.where(a >= min_rows, share, np.nan).astype(np.float32)
 
 
+def spread_rows(rows: int, most: int) -> np.ndarray:
+    """int64: up to `most` of the positions 0 .. `rows` − 1, spread evenly (the rows an
+    agreement is read on, on a gallery and on a training corpus alike)."""
+    return np.unique(np.linspace(0, rows - 1, min(rows, most)).astype(np.int64))
+
+
 def wilson_upper(won: np.ndarray, active: np.ndarray, z: float) -> np.ndarray:
     """float64: the one-sided Wilson upper bound at `z` of the shares `won` / `active` (an
     `active` of 0 is read as 1)."""

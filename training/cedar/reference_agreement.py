@@ -21,19 +21,13 @@ import numpy as np
 from training.cedar.concepts import ConceptCoder
 from training.cedar.data import SplitRows
 from training.cedar.gallery_cuts import GATE_Z, gate_passes, hub_scores, hub_words
-from training.cedar.gallery_trust import word_spread
+from training.cedar.gallery_trust import spread_rows, word_spread
 from training.cedar.readout.artifact import word_neighbours
 from training.core.artifacts import TransformArtifact
 from training.core.metrics import unit_rows
 
 REFERENCE_ROWS = 4096  # val rows the reference is read on, at most (spread evenly)
 BLOCK = 256  # rows whose neighbourhood contests are read at once
-
-
-def reference_rows(rows: np.ndarray, most: int = REFERENCE_ROWS) -> np.ndarray:
-    """Up to `most` of `rows`, spread evenly over them."""
-    rows = np.asarray(rows, dtype=np.int64)
-    return rows[np.unique(np.linspace(0, len(rows) - 1, min(len(rows), most)).astype(np.int64))]
 
 
 def reference_agreement(artifact: TransformArtifact, data: SplitRows) -> np.ndarray | None:
@@ -55,7 +49,7 @@ def reference_agreement(artifact: TransformArtifact, data: SplitRows) -> np.ndar
     zero_shot = np.array([readout.is_zero_shot(w) for w in range(len(readout.words))])
     cuts = np.where(zero_shot, np.nan, mu + GATE_Z * sigma).astype(np.float32)
 
-    rows = reference_rows(val)
+    rows = val[spread_rows(len(val), REFERENCE_ROWS)]
     scores = features[rows] @ text.T - hubs[rows, None]
     near = word_neighbours(readout)
     won = np.ones(scores.shape, dtype=bool)
@@ -69,13 +63,8 @@ def reference_agreement(artifact: TransformArtifact, data: SplitRows) -> np.ndar
     a = coder.axis_concepts
     counts[a:, 0] = (learnt & won).sum(axis=0)
     counts[a:, 1] = learnt.sum(axis=0)
-    index = {word.lower(): w for w, word in enumerate(readout.words)}
-    axis_word = np.full(a, -1, dtype=np.int64)
-    for entry in coder.catalog[:a]:
-        if entry.named:
-            axis_word[entry.concept] = index.get(entry.name.lower(), -1)
     axes, _ = coder.encode(data.embeddings[rows])
-    word = axis_word[axes]
+    word = coder.name_words()[axes]
     named = word >= 0
     r = np.broadcast_to(np.arange(len(rows))[:, None], axes.shape)
     np.add.at(counts[:, 1], axes[named], 1)

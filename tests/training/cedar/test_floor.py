@@ -251,3 +251,14 @@ def test_a_phrase_says_only_a_concept_whose_agreement_fell_less_than_a_shown_one
     kept = with_reference.on_gallery(agreement_there, counts)
     assert kept.holds(w0) and kept.sayable(w0)
     assert coder.on_gallery(agreement_there, counts).sayable(w0)
+
+
+def test_each_concept_reads_the_word_of_its_name():
+    """Axis 0 is named w0: it reads w0, as w0's word concept does; the words read themselves;
+    an axis whose name is no readout word reads none."""
+    coder, _ = coder_with_words(0.5)
+    words = coder.name_words()
+    a = coder.axis_concepts
+    assert words[0] == 0 and words[a:].tolist() == [0, 1, 2]
+    others = [c for c in range(1, a) if coder.catalog[c].name.lower() not in ("w0", "w1", "w2")]
+    assert others and (words[others] == -1).all()
